@@ -1,0 +1,83 @@
+"""authsvc host plugin: installs the gate as ComfyUI's outermost middleware at import time.
+
+Order matters: a deny-all middleware goes in first, then the real gate replaces
+it. If anything in between raises, the deny-all stays and every request is
+answered 503: ComfyUI starts even when a custom node fails to import, so a
+failed setup must never mean an unprotected server.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from typing import Any
+
+from .failsafe import deny_all_middleware
+
+log = logging.getLogger("authsvc")
+
+NODE_CLASS_MAPPINGS: dict[str, Any] = {}
+NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {}
+PLUGIN_VERSION = "0.1.0"
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
+
+
+def _socket_path(data_dir: str) -> str:
+    path = os.path.join(data_dir, "authsvc.sock")
+    if len(path.encode()) <= _MAX_SOCKET_PATH:
+        return path
+    digest = hashlib.sha256(os.path.abspath(data_dir).encode()).hexdigest()[:12]
+    short_dir = os.path.join("/tmp", f"authsvc-{os.getuid()}-{digest}")
+    os.makedirs(short_dir, mode=0o700, exist_ok=True)
+    os.chmod(short_dir, 0o700)
+    return os.path.join(short_dir, "authsvc.sock")
+
+
+def _timeout_seconds() -> float:
+    raw = os.environ.get("AUTHSVC_DECISION_TIMEOUT_MS", "2000")
+    value = int(raw)  # a malformed value is a setup error: deny-all stays
+    if value <= 0:
+        raise ValueError("AUTHSVC_DECISION_TIMEOUT_MS must be positive")
+    return value / 1000.0
+
+
+def _install(app: Any) -> None:
+    deny = deny_all_middleware()
+    app.middlewares.insert(0, deny)
+    try:
+        from . import host_facts
+        from .decision_client import DecisionClient
+        from .gate import Gate
+        from .protocol import PROTOCOL_VERSION
+        from .sidecar_process import ExternalSidecar, SidecarSupervisor
+
+        data_dir = os.path.abspath(os.environ.get("AUTHSVC_DATA_DIR") or os.path.join(PACKAGE_ROOT, "users"))
+        os.makedirs(data_dir, mode=0o700, exist_ok=True)
+        os.chmod(data_dir, 0o700)
+        external = os.environ.get("AUTHSVC_SOCKET")
+        socket_path = external or _socket_path(data_dir)
+        hello = {"protocol": PROTOCOL_VERSION, "plugin_version": PLUGIN_VERSION, "host": host_facts.collect()}
+        client = DecisionClient(socket_path, _timeout_seconds(), hello)
+        gate = Gate(client, PLUGIN_VERSION)
+        if external:
+            runner: Any = ExternalSidecar(client)
+        else:
+            runner = SidecarSupervisor(client, socket_path, data_dir, {})
+        app.on_startup.append(runner.start)
+        app.on_cleanup.append(runner.stop)
+        app.on_cleanup.append(gate.close)
+        app.middlewares[app.middlewares.index(deny)] = gate.middleware
+        log.info("authsvc: gate installed (sidecar socket %s)", socket_path)
+    except Exception:
+        log.exception("authsvc: setup failed; every request will be answered 503 until this is fixed")
+
+
+def _install_into_comfyui() -> None:
+    import server  # ComfyUI's module: only present when loaded as a custom node
+
+    _install(server.PromptServer.instance.app)
+
+
+_install_into_comfyui()

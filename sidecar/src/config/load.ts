@@ -1,0 +1,83 @@
+/**
+ * Loads the configuration: schema defaults, then `config.json` from the data
+ * dir, then environment overrides. Throws ConfigError listing every problem
+ * at once; never starts with a partially valid configuration.
+ */
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { Value } from 'typebox/value'
+import { ConfigSchema, type Config } from './schema.js'
+import { parseCidr } from '../policy/ip.js'
+
+export class ConfigError extends Error {
+  readonly problems: string[]
+  constructor(problems: string[]) {
+    super(`invalid configuration:\n  - ${problems.join('\n  - ')}`)
+    this.problems = problems
+  }
+}
+
+const ENV_BOOLEANS: Record<string, keyof Config> = {
+  REQUIRE_AUTH_FOR_REMOTE_API: 'require_auth_for_remote_api',
+  SEPERATE_USERS: 'seperate_users',
+  FORCE_HTTPS: 'force_https',
+}
+
+export function parseBoolean(raw: string): boolean | undefined {
+  const v = raw.trim().toLowerCase()
+  if (['1', 'true', 'yes', 'on'].includes(v)) return true
+  if (['0', 'false', 'no', 'off'].includes(v)) return false
+  return undefined
+}
+
+/** Validates a raw config object (already merged with env); returns the config with defaults. */
+export function validateConfig(raw: unknown, problems: string[] = []): Config {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    throw new ConfigError([...problems, 'config must be a JSON object'])
+  }
+  const withDefaults = Value.Default(ConfigSchema, structuredClone(raw)) as Config
+  for (const error of Value.Errors(ConfigSchema, withDefaults)) {
+    if (error.keyword === 'boolean' && error.message === 'schema is false') continue // reported by additionalProperties
+    const where = error.instancePath || '(root)'
+    const extra = error.keyword === 'additionalProperties' ? ` (${JSON.stringify(error.params)})` : ''
+    problems.push(`${where}: ${error.message}${extra}`)
+  }
+  if (problems.length === 0) {
+    for (const [key, list] of [['local_network_cidrs', withDefaults.local_network_cidrs], ['trusted_proxies', withDefaults.trusted_proxies]] as const) {
+      list.forEach((cidr, i) => {
+        if (!parseCidr(cidr)) problems.push(`/${key}/${i}: not an IP address or CIDR: ${JSON.stringify(cidr)}`)
+      })
+    }
+  }
+  if (problems.length > 0) throw new ConfigError(problems)
+  return withDefaults
+}
+
+export function loadConfig(dataDir: string, env: NodeJS.ProcessEnv): Config {
+  const problems: string[] = []
+  let raw: Record<string, unknown> = {}
+  const path = join(dataDir, 'config.json')
+  let text: string | undefined
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') problems.push(`${path}: ${(err as Error).message}`)
+  }
+  if (text !== undefined) {
+    try {
+      const parsed: unknown = JSON.parse(text)
+      if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) raw = parsed as Record<string, unknown>
+      else problems.push(`${path}: must hold a JSON object`)
+    } catch (err) {
+      problems.push(`${path}: not valid JSON (${(err as Error).message})`)
+    }
+  }
+  for (const [name, key] of Object.entries(ENV_BOOLEANS)) {
+    const value = env[name]
+    if (value === undefined || value === '') continue
+    const parsed = parseBoolean(value)
+    if (parsed === undefined) problems.push(`env ${name}: expected true or false, got ${JSON.stringify(value)}`)
+    else raw[key] = parsed
+  }
+  return validateConfig(raw, problems)
+}

@@ -1,0 +1,83 @@
+/**
+ * The configuration schema (SPEC §10): one object, defaults beside each key,
+ * unknown keys refused. `config.json` in the data dir is validated against it
+ * at start; every problem is reported at once.
+ */
+import Type, { type Static } from 'typebox'
+
+const Bool = (d: boolean) => Type.Boolean({ default: d })
+
+export const Argon2Schema = Type.Object(
+  {
+    memory_kib: Type.Integer({ minimum: 8, maximum: 4194304, default: 19456 }),
+    time_cost: Type.Integer({ minimum: 1, maximum: 100, default: 2 }),
+    parallelism: Type.Integer({ minimum: 1, maximum: 64, default: 1 }),
+    max_concurrent_hashes: Type.Integer({ minimum: 1, maximum: 64, default: 4 }),
+  },
+  { additionalProperties: false, default: {} },
+)
+
+export const NtfySchema = Type.Object(
+  {
+    topic: Type.String({ default: '', maxLength: 256 }),
+    base_url: Type.String({ default: 'https://ntfy.sh', maxLength: 2048 }),
+    enabled_events: Type.Array(Type.String(), { default: [] }),
+    api_token: Type.String({ default: '', maxLength: 1024 }),
+  },
+  { additionalProperties: false, default: {} },
+)
+
+export const ModelDownloadSchema = Type.Object(
+  {
+    civitai_base_url: Type.String({ default: 'https://civitai.com' }),
+    huggingface_base_url: Type.String({ default: 'https://huggingface.co' }),
+    max_active_total: Type.Integer({ minimum: 1, maximum: 32, default: 3 }),
+    max_active_per_source: Type.Integer({ minimum: 1, maximum: 32, default: 2 }),
+  },
+  { additionalProperties: false, default: {} },
+)
+
+export const NsfwSchema = Type.Object(
+  {
+    enabled: Bool(true),
+  },
+  { additionalProperties: false, default: {} },
+)
+
+export const StoreSchema = Type.Object(
+  {
+    backend: Type.Union([Type.Literal('sqlite'), Type.Literal('postgres'), Type.Literal('redis')], { default: 'sqlite' }),
+    sqlite_path: Type.String({ default: '' }),
+    postgres_url: Type.String({ default: '' }),
+    redis_url: Type.String({ default: '' }),
+    encryption_level: Type.Union([Type.Literal('fields'), Type.Literal('all')], { default: 'fields' }),
+  },
+  { additionalProperties: false, default: {} },
+)
+
+const Cidr = Type.String({ minLength: 2, maxLength: 64 })
+
+export const ConfigSchema = Type.Object(
+  {
+    require_auth_for_remote_api: Bool(true),
+    local_network_cidrs: Type.Array(Cidr, { default: ['127.0.0.0/8', '::1/128'] }),
+    trusted_proxies: Type.Array(Cidr, { default: [] }),
+    local_anonymous_role: Type.Union([Type.String({ minLength: 1, maxLength: 64 }), Type.Null()], { default: null }),
+    seperate_users: Bool(true),
+    force_https: Bool(false),
+    allow_guest_jwt: Bool(false),
+    access_token_expiration_hours: Type.Number({ exclusiveMinimum: 0, maximum: 8760, default: 12 }),
+    session_idle_minutes: Type.Number({ minimum: 0, maximum: 525600, default: 60 }),
+    max_token_expiration_hours: Type.Number({ exclusiveMinimum: 0, maximum: 87600, default: 8760 }),
+    max_json_body_bytes: Type.Integer({ minimum: 1024, maximum: 33554432, default: 8388608 }),
+    admin_route_patterns: Type.Array(Type.String({ pattern: '^/' }), { default: [] }),
+    argon2: Argon2Schema,
+    ntfy: NtfySchema,
+    model_download: ModelDownloadSchema,
+    nsfw: NsfwSchema,
+    store: StoreSchema,
+  },
+  { additionalProperties: false },
+)
+
+export type Config = Static<typeof ConfigSchema>

@@ -1,0 +1,130 @@
+/**
+ * The decision: request description → principal → policy → decision.
+ *
+ * Order (each step can only refuse, never widen): OPTIONS, IP lists, owned
+ * routes (proxied; the sidecar's HTTP side resolves identity itself), host
+ * route policy, principal, CSRF, requirement, route behaviour. The host never
+ * sees a client's `comfy-user` header or a query credential.
+ */
+import type { FastifyBaseLogger } from 'fastify'
+import type { Config } from '../config/schema.js'
+import { AuthsvcError, type ErrorCode } from '../errors.js'
+import { queryCredentialKeys, type Channel } from '../identity/credentials.js'
+import { ADMIN_ROLE, can, type Principal } from '../identity/principal.js'
+import { hostRoutePolicy, type HostRoutePolicy } from '../policy/host-routes.js'
+import { denyDecision, errorDecision, loginRedirectDecision } from './answers.js'
+import { clientFacts, isSameOrigin, type ClientFacts, type NetworkPolicy } from './client-facts.js'
+import type { Decision, PassDecision, RequestDescription } from './protocol.js'
+
+/** `channel` is how the principal's credential arrived (absent for anonymous principals). */
+export type Resolution = { principal: Principal | null; channel?: Channel } | { error: ErrorCode }
+
+/** Resolves the presented credential (or its absence) to a principal. */
+export interface PrincipalResolver {
+  resolve(headers: Record<string, string | undefined>, query: URLSearchParams, facts: ClientFacts): Resolution | Promise<Resolution>
+}
+
+export interface IpGate {
+  /** null when admitted; the error code otherwise */
+  refuse(ip: string): ErrorCode | null
+}
+
+export interface OwnedRoutes {
+  has(method: string, path: string): boolean
+}
+
+/** Route behaviours beyond the permission check (prompt stamping, filters...). */
+export interface BehaviourHandlers {
+  apply(policy: HostRoutePolicy, desc: RequestDescription, principal: Principal, pass: PassDecision): Decision | Promise<Decision>
+}
+
+export interface DecideDeps {
+  config: Config
+  net: NetworkPolicy
+  owned: OwnedRoutes
+  resolver: PrincipalResolver
+  ipGate: IpGate
+  behaviours: BehaviourHandlers
+  adminPatterns: ReadonlySet<string>
+  log: FastifyBaseLogger
+}
+
+const UNSAFE = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
+const OPTIONS_ANSWER: Decision = {
+  action: 'respond',
+  status: 204,
+  headers: [['Allow', 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS']],
+  body_text: '',
+}
+
+export function createDecider(deps: DecideDeps): (desc: RequestDescription) => Decision | Promise<Decision> {
+  return function decide(desc: RequestDescription): Decision | Promise<Decision> {
+    // Preflights carry no credential; answered here, with no CORS grant (same-origin only).
+    if (desc.method === 'OPTIONS') return OPTIONS_ANSWER
+    const facts = clientFacts(desc.peer, desc.scheme, desc.headers, deps.net)
+    const ipRefusal = deps.ipGate.refuse(facts.ip)
+    if (ipRefusal) return denyDecision(ipRefusal)
+    if (deps.owned.has(desc.method, desc.path)) return { action: 'proxy' }
+    const policy = hostRoutePolicy(desc.method, desc.route, deps.adminPatterns)
+    const query = new URLSearchParams(desc.query)
+    const resolution = deps.resolver.resolve(desc.headers, query, facts)
+    if (resolution instanceof Promise) return resolution.then((r) => decideHost(deps, desc, policy, query, facts, r))
+    return decideHost(deps, desc, policy, query, facts, resolution)
+  }
+}
+
+function decideHost(
+  deps: DecideDeps,
+  desc: RequestDescription,
+  policy: HostRoutePolicy,
+  query: URLSearchParams,
+  facts: ClientFacts,
+  resolution: Resolution,
+): Decision | Promise<Decision> {
+  const dropQuery = queryCredentialKeys(query)
+  if ('error' in resolution || resolution.principal === null) {
+    if (policy.page && facts.isNavigation && (desc.method === 'GET' || desc.method === 'HEAD')) {
+      for (const key of dropQuery) query.delete(key)
+      return loginRedirectDecision(desc.path, query.toString())
+    }
+    return denyDecision('error' in resolution ? resolution.error : 'AUTH_REQUIRED')
+  }
+  const principal = resolution.principal
+  if (resolution.channel === 'cookie' && UNSAFE.has(desc.method) && !isSameOrigin(desc.headers, facts.isHttps)) {
+    return denyDecision('CSRF_REJECTED')
+  }
+  const refusal = requirementRefusal(policy, principal)
+  if (refusal) return denyDecision(refusal)
+  const pass: PassDecision = { action: 'pass' }
+  if (principal.userId !== null) pass.set_headers = { 'comfy-user': principal.userId }
+  else if (desc.headers['comfy-user'] !== undefined) pass.strip_headers = ['comfy-user']
+  if (resolution.channel === 'bearer') {
+    pass.strip_headers = [...(pass.strip_headers ?? []), 'authorization']
+  }
+  if (dropQuery.length > 0) pass.drop_query = dropQuery
+  if (policy.behaviour === undefined) return pass
+  try {
+    const shaped = deps.behaviours.apply(policy, desc, principal, pass)
+    if (shaped instanceof Promise) return shaped.catch(behaviourFailure)
+    return shaped
+  } catch (err) {
+    return behaviourFailure(err)
+  }
+}
+
+function behaviourFailure(err: unknown): Decision {
+  if (err instanceof AuthsvcError) return errorDecision(err)
+  throw err
+}
+
+export function requirementRefusal(policy: HostRoutePolicy, principal: Principal): ErrorCode | null {
+  const require = policy.require
+  switch (require.kind) {
+    case 'principal':
+      return null
+    case 'admin':
+      return principal.isAdmin && principal.role === ADMIN_ROLE ? null : 'ADMIN_REQUIRED'
+    case 'permission':
+      return can(principal, require.key) ? null : 'PERMISSION_DENIED'
+  }
+}

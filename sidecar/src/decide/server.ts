@@ -1,0 +1,130 @@
+/**
+ * The decision socket: length-prefixed JSON frames (u32 BE + UTF-8 JSON),
+ * many requests in flight per connection, answers matched by `id`.
+ *
+ * Guarantees: a malformed frame closes that connection (the plugin then fails
+ * closed and reconnects); an exception while deciding answers a 503 for that
+ * request, never a pass; the socket file is 0600.
+ */
+import { chmodSync, lstatSync, unlinkSync } from 'node:fs'
+import { createServer, type Server, type Socket } from 'node:net'
+import type { FastifyBaseLogger } from 'fastify'
+import { errorBody } from '../errors.js'
+import {
+  MAX_FRAME_BYTES,
+  type BodyMessage,
+  type Decision,
+  type FilterAnswer,
+  type FilterMessage,
+  type HelloMessage,
+  type RequestDescription,
+} from './protocol.js'
+
+export interface DecisionHandlers {
+  hello(msg: HelloMessage): object
+  decide(msg: RequestDescription): Decision | Promise<Decision>
+  body(msg: BodyMessage): Decision | Promise<Decision>
+  filter(msg: FilterMessage): FilterAnswer | Promise<FilterAnswer>
+}
+
+type Answer = object & { id?: unknown }
+
+const FAILED = {
+  action: 'respond',
+  status: 503,
+  headers: [['Content-Type', 'application/json; charset=utf-8'], ['Retry-After', '1']],
+  body_text: JSON.stringify(errorBody('AUTHSVC_UNAVAILABLE')),
+} as const
+
+function writeFrame(socket: Socket, answer: Answer): void {
+  if (socket.destroyed) return
+  const json = JSON.stringify(answer)
+  const length = Buffer.byteLength(json)
+  const frame = Buffer.allocUnsafe(4 + length)
+  frame.writeUInt32BE(length, 0)
+  frame.write(json, 4)
+  socket.write(frame)
+}
+
+export function removeStaleSocket(path: string): void {
+  try {
+    if (lstatSync(path).isSocket()) unlinkSync(path)
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err
+  }
+}
+
+export function dispatch(handlers: DecisionHandlers, msg: Record<string, unknown>): Answer | Promise<Answer> {
+  switch (msg.type) {
+    case 'decide':
+      return handlers.decide(msg as unknown as RequestDescription)
+    case 'body':
+      return handlers.body(msg as unknown as BodyMessage)
+    case 'filter':
+      return handlers.filter(msg as unknown as FilterMessage)
+    case 'hello':
+      return handlers.hello(msg as unknown as HelloMessage)
+    default:
+      throw new Error(`unknown message type ${String(msg.type)}`)
+  }
+}
+
+function serveConnection(socket: Socket, handlers: DecisionHandlers, log: FastifyBaseLogger): void {
+  let buffer: Buffer = Buffer.alloc(0)
+  const answer = (id: unknown, result: Answer): void => writeFrame(socket, { ...result, id })
+  const fail = (id: unknown, err: unknown): void => {
+    log.error({ err }, 'decision failed; answering 503')
+    answer(id, FAILED)
+  }
+  socket.on('data', (chunk: Buffer) => {
+    buffer = buffer.length === 0 ? chunk : Buffer.concat([buffer, chunk])
+    while (buffer.length >= 4) {
+      const length = buffer.readUInt32BE(0)
+      if (length > MAX_FRAME_BYTES) {
+        log.warn('decision frame too large; closing connection')
+        socket.destroy()
+        return
+      }
+      if (buffer.length < 4 + length) break
+      const payload = buffer.subarray(4, 4 + length)
+      buffer = buffer.subarray(4 + length)
+      let msg: Record<string, unknown>
+      try {
+        msg = JSON.parse(payload.toString('utf8')) as Record<string, unknown>
+        if (typeof msg !== 'object' || msg === null) throw new Error('not an object')
+      } catch {
+        log.warn('malformed decision frame; closing connection')
+        socket.destroy()
+        return
+      }
+      const id = msg.id
+      try {
+        const result = dispatch(handlers, msg)
+        if (result instanceof Promise) result.then((r) => answer(id, r), (err) => fail(id, err))
+        else answer(id, result)
+      } catch (err) {
+        fail(id, err)
+      }
+    }
+  })
+  socket.on('error', (err) => log.debug({ err }, 'decision connection error'))
+}
+
+export async function listenDecisionSocket(path: string, handlers: DecisionHandlers, log: FastifyBaseLogger): Promise<Server> {
+  removeStaleSocket(path)
+  const server = createServer({ noDelay: true } as object, (socket) => serveConnection(socket, handlers, log))
+  const oldMask = process.umask(0o177)
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(path, () => {
+        server.off('error', reject)
+        resolve()
+      })
+    })
+  } finally {
+    process.umask(oldMask)
+  }
+  chmodSync(path, 0o600)
+  return server
+}

@@ -1,0 +1,103 @@
+/**
+ * Owned routes: who is asking, resolved once per request in `onRequest`, and
+ * the auth level every route declares at registration (`config.auth`).
+ *
+ * The plugin adds `x-authsvc-peer` / `x-authsvc-scheme` (and strips any a
+ * client sent); the HTTP socket is reachable only through the plugin (0600),
+ * so those headers are the real peer.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { clientFacts, isSameOrigin, type ClientFacts } from '../decide/client-facts.js'
+import { AuthsvcError, type ErrorCode } from '../errors.js'
+import type { Channel } from '../identity/credentials.js'
+import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
+import type { Services } from '../services.js'
+
+export type AuthLevel = 'public' | 'principal' | 'user' | 'admin'
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    auth?: AuthLevel
+    /** pages: a browser navigation without a principal is redirected to /login */
+    page?: boolean
+  }
+  interface FastifyRequest {
+    facts: ClientFacts
+    principal: Principal | null
+    channel: Channel | undefined
+    credentialError: ErrorCode | undefined
+    queryParams: URLSearchParams
+  }
+}
+
+const UNSAFE = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
+
+function headerMap(request: FastifyRequest): Record<string, string | undefined> {
+  const out: Record<string, string | undefined> = {}
+  for (const [name, value] of Object.entries(request.headers)) out[name] = Array.isArray(value) ? value.join(', ') : value
+  return out
+}
+
+export function registerRequestContext(app: FastifyInstance, services: Services): void {
+  app.decorateRequest('facts', null as unknown as ClientFacts)
+  app.decorateRequest('principal', null)
+  app.decorateRequest('channel', undefined)
+  app.decorateRequest('credentialError', undefined)
+  app.decorateRequest('queryParams', null as unknown as URLSearchParams)
+
+  app.addHook('onRoute', (route) => {
+    if (route.config?.auth === undefined && !route.url.startsWith('*')) {
+      throw new Error(`route ${route.method} ${route.url} declares no auth level`)
+    }
+  })
+
+  app.addHook('onRequest', async (request) => {
+    const headers = headerMap(request)
+    const peer = headers['x-authsvc-peer'] ?? request.socket.remoteAddress ?? ''
+    const scheme = headers['x-authsvc-scheme'] ?? 'http'
+    const queryIndex = request.url.indexOf('?')
+    request.queryParams = new URLSearchParams(queryIndex >= 0 ? request.url.slice(queryIndex + 1) : '')
+    request.facts = clientFacts(peer, scheme, headers, services.net)
+    const resolution = await services.resolver.resolve(headers, request.queryParams, request.facts)
+    if ('error' in resolution) {
+      request.credentialError = resolution.error
+    } else {
+      request.principal = resolution.principal
+      request.channel = resolution.channel
+    }
+  })
+
+  app.addHook('preHandler', async (request, reply) => {
+    const level = request.routeOptions.config.auth
+    if (level === undefined) throw new AuthsvcError('NOT_FOUND')
+    const principal = request.principal
+    // cookie-authenticated writes must be same-origin, on public routes too (an admin's cookie registers users)
+    if (principal !== null && request.channel === 'cookie' && UNSAFE.has(request.method) && !isSameOrigin(headerMap(request), request.facts.isHttps)) {
+      throw new AuthsvcError('CSRF_REJECTED')
+    }
+    if (level === 'public') return
+    if (principal === null) {
+      if (request.routeOptions.config.page && request.facts.isNavigation && request.method === 'GET') {
+        return redirectToLogin(request, reply)
+      }
+      throw new AuthsvcError(request.credentialError ?? 'AUTH_REQUIRED')
+    }
+    if (level === 'user' && (principal.userId === null || principal.authType === 'anonymous')) throw new AuthsvcError('AUTH_REQUIRED')
+    if (level === 'admin' && !(principal.isAdmin && principal.role === ADMIN_ROLE)) throw new AuthsvcError('ADMIN_REQUIRED')
+  })
+}
+
+export function redirectToLogin(request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const url = new URL(request.url, 'http://x')
+  url.searchParams.delete('token')
+  url.searchParams.delete('access_token')
+  const next = url.pathname + url.search
+  return reply.code(302).header('Location', `/login?next=${encodeURIComponent(next)}`).header('Cache-Control', 'no-store').send()
+}
+
+/** The authenticated principal of a route declared `user` or `admin`. */
+export function requireUser(request: FastifyRequest): Principal & { userId: string } {
+  const principal = request.principal
+  if (principal === null || principal.userId === null) throw new AuthsvcError('AUTH_REQUIRED')
+  return principal as Principal & { userId: string }
+}

@@ -1,0 +1,79 @@
+/**
+ * Long-lived API tokens (SPEC §3): `ast_` + 43 base64url chars (256 bits).
+ * Only the SHA-256 hex of a token is stored; lookups hash the presented
+ * value, so the raw token exists only in the creation response.
+ */
+import { createHash, randomBytes } from 'node:crypto'
+import { AuthsvcError, type ErrorCode } from '../errors.js'
+import type { Collection } from '../store/collection.js'
+import { iso, type Clock } from './clock.js'
+
+export interface ApiTokenRecord {
+  hash: string
+  user_id: string
+  label: string
+  created_at_iso: string
+  expires_at_iso: string
+  last_used_at_iso: string | null
+}
+
+export const API_TOKEN_PATTERN = /^ast_[A-Za-z0-9_-]{43}$/
+const LAST_USED_PERSIST_MS = 60_000
+
+export const hashToken = (token: string): string => createHash('sha256').update(token).digest('hex')
+
+export type TokenCheck = { record: ApiTokenRecord } | { error: ErrorCode }
+
+export class ApiTokenService {
+  constructor(
+    private readonly tokens: Collection<ApiTokenRecord>,
+    private readonly clock: Clock,
+  ) {}
+
+  async issue(userId: string, label: string, expireHours: number): Promise<{ token: string; record: ApiTokenRecord }> {
+    const now = this.clock()
+    const token = `ast_${randomBytes(32).toString('base64url')}`
+    const record: ApiTokenRecord = {
+      hash: hashToken(token),
+      user_id: userId,
+      label,
+      created_at_iso: iso(now),
+      expires_at_iso: iso(now + expireHours * 3600_000),
+      last_used_at_iso: null,
+    }
+    await this.tokens.put(record.hash, record)
+    return { token, record }
+  }
+
+  check(token: string): TokenCheck {
+    if (!API_TOKEN_PATTERN.test(token)) return { error: 'TOKEN_INVALID' }
+    const record = this.tokens.get(hashToken(token))
+    if (!record) return { error: 'TOKEN_INVALID' }
+    const now = this.clock()
+    if (Date.parse(record.expires_at_iso) <= now) return { error: 'TOKEN_EXPIRED' }
+    if (record.last_used_at_iso === null || now - Date.parse(record.last_used_at_iso) >= LAST_USED_PERSIST_MS) {
+      void this.tokens.put(record.hash, { ...record, last_used_at_iso: iso(now) }).catch(() => {})
+    }
+    return { record }
+  }
+
+  activeForUser(userId: string): ApiTokenRecord[] {
+    const now = this.clock()
+    return [...this.tokens.values()]
+      .filter((t) => t.user_id === userId && Date.parse(t.expires_at_iso) > now)
+      .sort((a, b) => a.created_at_iso.localeCompare(b.created_at_iso))
+  }
+
+  /** Revokes the caller's token whose hash starts with `prefix` (>= 8 hex chars). */
+  async revokeByPrefix(userId: string, prefix: string): Promise<void> {
+    const matches = [...this.tokens.values()].filter((t) => t.user_id === userId && t.hash.startsWith(prefix))
+    if (matches.length === 0) throw new AuthsvcError('NOT_FOUND', 'Token not found')
+    if (matches.length > 1) throw new AuthsvcError('CONFLICT', 'Token prefix is ambiguous; give more characters')
+    await this.tokens.remove(matches[0].hash)
+  }
+
+  async revokeAllForUser(userId: string): Promise<void> {
+    const targets = [...this.tokens.values()].filter((t) => t.user_id === userId)
+    await Promise.all(targets.map((t) => this.tokens.remove(t.hash)))
+  }
+}

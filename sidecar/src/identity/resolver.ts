@@ -1,0 +1,103 @@
+/**
+ * The one identity resolution of a request (DESIGN §2.4): credential channel
+ * → verified credential → live user → principal with its role's permissions.
+ *
+ * Every check is against live state (session record, token record, user
+ * record, groups), so a logout, revocation, disable or role change refuses
+ * the very next request. A present but invalid credential is refused, never
+ * downgraded to anonymous.
+ */
+import type { Config } from '../config/schema.js'
+import type { ClientFacts } from '../decide/client-facts.js'
+import type { PrincipalResolver, Resolution } from '../decide/decide.js'
+import type { RoleStore } from '../policy/roles.js'
+import type { SettingsRepository } from '../store/settings.js'
+import type { ApiTokenService } from './api-tokens.js'
+import { presentedCredential, type Channel } from './credentials.js'
+import { ADMIN_ROLE, type AuthType, type Principal } from './principal.js'
+import type { SessionService } from './sessions.js'
+import type { UserRecord, UserRepository } from './users.js'
+
+export const GUEST_SUBJECT = 'guest'
+export const GUEST_ROLE = 'guest'
+
+export interface ResolverDeps {
+  config: Config
+  users: UserRepository
+  sessions: SessionService
+  tokens: ApiTokenService
+  roles: RoleStore
+  settings: SettingsRepository
+}
+
+export class IdentityResolver implements PrincipalResolver {
+  constructor(private readonly deps: ResolverDeps) {}
+
+  resolve(headers: Record<string, string | undefined>, query: URLSearchParams, facts: ClientFacts): Resolution | Promise<Resolution> {
+    const presented = presentedCredential(headers, query)
+    if (presented === 'malformed') return { error: 'TOKEN_INVALID' }
+    if (presented === null) return { principal: this.anonymous(facts) }
+    const { channel, value } = presented
+    if (value.includes('.')) return this.fromSession(value, channel)
+    if (value.startsWith('ast_')) return this.fromApiToken(value, channel)
+    return { error: 'TOKEN_INVALID' }
+  }
+
+  private async fromSession(token: string, channel: Channel): Promise<Resolution> {
+    const checked = await this.deps.sessions.check(token)
+    if ('error' in checked) return checked
+    const { record } = checked
+    if (record.user_id === GUEST_SUBJECT) {
+      if (!this.deps.settings.get('allow_guest_jwt')) return { error: 'TOKEN_REVOKED' }
+      return { principal: this.rolePrincipal(GUEST_ROLE, 'session', GUEST_SUBJECT, record.jti), channel }
+    }
+    const user = this.deps.users.byId(record.user_id)
+    if (!user) return { error: 'TOKEN_REVOKED' }
+    if (user.disabled) return { error: 'TOKEN_REVOKED' }
+    return { principal: this.userPrincipal(user, 'session', record.jti), channel }
+  }
+
+  private fromApiToken(token: string, channel: Channel): Resolution {
+    const checked = this.deps.tokens.check(token)
+    if ('error' in checked) return checked
+    const user = this.deps.users.byId(checked.record.user_id)
+    if (!user || user.disabled) return { error: 'TOKEN_REVOKED' }
+    return { principal: this.userPrincipal(user, 'api_token', checked.record.hash), channel }
+  }
+
+  /** Anonymous clients act as `local_anonymous_role` only where the config allows it. */
+  anonymous(facts: ClientFacts): Principal | null {
+    const role = this.deps.config.local_anonymous_role
+    if (role === null || !this.deps.roles.has(role) || role === ADMIN_ROLE) return null
+    if (!facts.isLocal && this.deps.config.require_auth_for_remote_api) return null
+    return this.rolePrincipal(role, 'anonymous', null)
+  }
+
+  userPrincipal(user: UserRecord, authType: AuthType, credentialId: string): Principal {
+    return {
+      userId: user.user_id,
+      username: user.username,
+      role: user.role,
+      isAdmin: user.role === ADMIN_ROLE,
+      permissions: this.deps.roles.permissions(user.role),
+      authType,
+      credentialId,
+      sfwCheck: user.sfw_check,
+      mfaEnabled: user.mfa_enabled,
+    }
+  }
+
+  private rolePrincipal(role: string, authType: AuthType, userId: string | null, credentialId?: string): Principal {
+    return {
+      userId,
+      username: userId ?? role,
+      role,
+      isAdmin: false,
+      permissions: this.deps.roles.permissions(role),
+      authType,
+      credentialId,
+      sfwCheck: true,
+      mfaEnabled: false,
+    }
+  }
+}

@@ -1,0 +1,141 @@
+/**
+ * Session JWTs (SPEC §3): HS256 with the derived key, claims sub, username,
+ * jti, iat, exp, typ "session". The session record, not the signature alone,
+ * decides validity: a missing, revoked, expired or idle record refuses the
+ * token. `last_used` is persisted at most once a minute per session.
+ */
+import { randomUUID } from 'node:crypto'
+import { SignJWT, jwtVerify, errors as joseErrors } from 'jose'
+import type { ErrorCode } from '../errors.js'
+import type { Collection } from '../store/collection.js'
+import { iso, type Clock } from './clock.js'
+
+export interface SessionRecord {
+  jti: string
+  user_id: string
+  created_at_iso: string
+  last_used_at_iso: string
+  exp_at_iso: string
+  remember_me: boolean
+  revoked: boolean
+}
+
+export interface SessionSettings {
+  lifetimeHours: number
+  idleMinutes: number
+}
+
+const LAST_USED_PERSIST_MS = 60_000
+
+export type SessionCheck = { record: SessionRecord } | { error: ErrorCode }
+
+export class SessionService {
+  private readonly lastUsed = new Map<string, number>()
+
+  constructor(
+    private readonly sessions: Collection<SessionRecord>,
+    private readonly key: Uint8Array,
+    private readonly clock: Clock,
+    private readonly settings: SessionSettings,
+  ) {}
+
+  async issue(user: { user_id: string; username: string }, rememberMe: boolean): Promise<{ token: string; record: SessionRecord }> {
+    const now = this.clock()
+    const jti = randomUUID()
+    const expMs = now + this.settings.lifetimeHours * 3600_000
+    const token = await new SignJWT({ username: user.username, typ: 'session' })
+      .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+      .setSubject(user.user_id)
+      .setJti(jti)
+      .setIssuedAt(Math.floor(now / 1000))
+      .setExpirationTime(Math.floor(expMs / 1000))
+      .sign(this.key)
+    const record: SessionRecord = {
+      jti,
+      user_id: user.user_id,
+      created_at_iso: iso(now),
+      last_used_at_iso: iso(now),
+      exp_at_iso: iso(expMs),
+      remember_me: rememberMe,
+      revoked: false,
+    }
+    this.lastUsed.set(jti, now)
+    await this.sessions.put(jti, record)
+    return { token, record }
+  }
+
+  get lifetimeSeconds(): number {
+    return Math.floor(this.settings.lifetimeHours * 3600)
+  }
+
+  /** Verifies signature, claims and the session record; marks the session used. */
+  async check(token: string): Promise<SessionCheck> {
+    const now = this.clock()
+    let payload
+    try {
+      ;({ payload } = await jwtVerify(token, this.key, { algorithms: ['HS256'], currentDate: new Date(now) }))
+    } catch (err) {
+      return { error: err instanceof joseErrors.JWTExpired ? 'TOKEN_EXPIRED' : 'TOKEN_INVALID' }
+    }
+    if (payload.typ !== 'session' || typeof payload.jti !== 'string' || typeof payload.sub !== 'string') return { error: 'TOKEN_INVALID' }
+    const record = this.sessions.get(payload.jti)
+    if (!record || record.user_id !== payload.sub) return { error: 'TOKEN_REVOKED' }
+    if (record.revoked) return { error: 'TOKEN_REVOKED' }
+    if (Date.parse(record.exp_at_iso) <= now) return { error: 'TOKEN_EXPIRED' }
+    const lastUsed = this.lastUsed.get(record.jti) ?? Date.parse(record.last_used_at_iso)
+    if (this.settings.idleMinutes > 0 && now - lastUsed > this.settings.idleMinutes * 60_000) {
+      void this.revoke(record.jti).catch(() => {})
+      return { error: 'TOKEN_EXPIRED' }
+    }
+    this.markUsed(record, now)
+    return { record }
+  }
+
+  private markUsed(record: SessionRecord, now: number): void {
+    this.lastUsed.set(record.jti, now)
+    if (now - Date.parse(record.last_used_at_iso) >= LAST_USED_PERSIST_MS) {
+      void this.sessions.put(record.jti, { ...record, last_used_at_iso: iso(now) }).catch(() => {})
+    }
+  }
+
+  lastUsedIso(record: SessionRecord): string {
+    const ms = this.lastUsed.get(record.jti)
+    return ms === undefined ? record.last_used_at_iso : iso(ms)
+  }
+
+  get(jti: string): SessionRecord | undefined {
+    return this.sessions.get(jti)
+  }
+
+  activeForUser(userId: string): SessionRecord[] {
+    const now = this.clock()
+    return [...this.sessions.values()].filter((s) => s.user_id === userId && !s.revoked && Date.parse(s.exp_at_iso) > now)
+  }
+
+  async revoke(jti: string): Promise<boolean> {
+    const record = this.sessions.get(jti)
+    if (!record || record.revoked) return false
+    await this.sessions.put(jti, { ...record, revoked: true })
+    return true
+  }
+
+  async revokeAllForUser(userId: string, exceptJti?: string): Promise<number> {
+    const targets = [...this.sessions.values()].filter((s) => s.user_id === userId && !s.revoked && s.jti !== exceptJti)
+    await Promise.all(targets.map((s) => this.sessions.put(s.jti, { ...s, revoked: true })))
+    return targets.length
+  }
+
+  async deleteAllForUser(userId: string): Promise<void> {
+    const targets = [...this.sessions.values()].filter((s) => s.user_id === userId)
+    await Promise.all(targets.map((s) => this.sessions.remove(s.jti)))
+  }
+
+  /** Drops records past their expiry (revoked or not): they can never validate again. */
+  async prune(): Promise<number> {
+    const now = this.clock()
+    const expired = [...this.sessions.values()].filter((s) => Date.parse(s.exp_at_iso) <= now)
+    await Promise.all(expired.map((s) => this.sessions.remove(s.jti)))
+    for (const s of expired) this.lastUsed.delete(s.jti)
+    return expired.length
+  }
+}

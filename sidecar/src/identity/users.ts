@@ -1,0 +1,91 @@
+/**
+ * Users (SPEC §4). Usernames are unique case-insensitively (so `Admin` cannot
+ * shadow `admin`); the stored spelling is kept. Records hold only the
+ * password's argon2id PHC string, never the password.
+ */
+import { randomUUID } from 'node:crypto'
+import { AuthsvcError } from '../errors.js'
+import type { Collection } from '../store/collection.js'
+
+export interface UserRecord {
+  user_id: string
+  username: string
+  role: string
+  password_hash: string
+  mfa_enabled: boolean
+  sfw_check: boolean
+  created_at_iso: string
+  disabled: boolean
+}
+
+export const USERNAME_PATTERN = /^[A-Za-z0-9_][A-Za-z0-9_.-]{2,63}$/
+const RESERVED = new Set(['guest', 'default', 'defaults'])
+
+export function usernameProblem(username: unknown): string | null {
+  if (typeof username !== 'string' || !USERNAME_PATTERN.test(username)) {
+    return 'username must be 3 to 64 characters: letters, digits, _ . - (not starting with . or -)'
+  }
+  if (RESERVED.has(username.toLowerCase())) return 'this username is reserved'
+  return null
+}
+
+export class UserRepository {
+  private readonly byName = new Map<string, string>()
+
+  constructor(private readonly users: Collection<UserRecord>) {
+    for (const user of users.values()) this.byName.set(user.username.toLowerCase(), user.user_id)
+  }
+
+  byId(userId: string): UserRecord | undefined {
+    return this.users.get(userId)
+  }
+
+  byUsername(username: string): UserRecord | undefined {
+    const id = this.byName.get(username.toLowerCase())
+    return id === undefined ? undefined : this.users.get(id)
+  }
+
+  list(): UserRecord[] {
+    return [...this.users.values()].sort((a, b) => a.created_at_iso.localeCompare(b.created_at_iso))
+  }
+
+  get count(): number {
+    return this.users.size
+  }
+
+  enabledAdmins(): UserRecord[] {
+    return this.list().filter((u) => u.role === 'admin' && !u.disabled)
+  }
+
+  async create(fields: Pick<UserRecord, 'username' | 'role' | 'password_hash'>, now: Date): Promise<UserRecord> {
+    if (this.byName.has(fields.username.toLowerCase())) throw new AuthsvcError('CONFLICT', 'Username already exists')
+    const user: UserRecord = {
+      user_id: randomUUID(),
+      username: fields.username,
+      role: fields.role,
+      password_hash: fields.password_hash,
+      mfa_enabled: false,
+      sfw_check: true,
+      created_at_iso: now.toISOString(),
+      disabled: false,
+    }
+    this.byName.set(user.username.toLowerCase(), user.user_id)
+    await this.users.put(user.user_id, user)
+    return user
+  }
+
+  async update(userId: string, patch: Partial<Omit<UserRecord, 'user_id' | 'username' | 'created_at_iso'>>): Promise<UserRecord> {
+    const current = this.users.get(userId)
+    if (!current) throw new AuthsvcError('NOT_FOUND', 'User not found')
+    const next = { ...current, ...patch }
+    await this.users.put(userId, next)
+    return next
+  }
+
+  async delete(userId: string): Promise<void> {
+    const current = this.users.get(userId)
+    if (!current) return
+    this.byName.delete(current.username.toLowerCase())
+    await this.users.remove(userId)
+  }
+}

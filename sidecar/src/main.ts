@@ -1,0 +1,74 @@
+/**
+ * The sidecar process: config → services → app → sockets. All I/O of start-up
+ * lives here. Exits non-zero with every configuration problem listed when the
+ * config is invalid; exits when its stdin closes if asked to (the plugin's
+ * pipe), so it never outlives the ComfyUI process that started it.
+ */
+import { mkdirSync, chmodSync, writeFileSync, rmSync } from 'node:fs'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { buildApp } from './app.js'
+import { ConfigError, loadConfig } from './config/load.js'
+import { listenDecisionSocket, removeStaleSocket } from './decide/server.js'
+import { createLogger } from './log.js'
+import { openServices } from './services.js'
+
+const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..')
+
+async function main(): Promise<void> {
+  const log = createLogger()
+  const dataDir = resolve(process.env.AUTHSVC_DATA_DIR || join(PACKAGE_ROOT, 'users'))
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 })
+  chmodSync(dataDir, 0o700)
+  let config
+  try {
+    config = loadConfig(dataDir, process.env)
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      log.fatal({ problems: err.problems }, 'invalid configuration; not starting')
+      process.exit(2)
+    }
+    throw err
+  }
+  const decisionSocket = process.env.AUTHSVC_SOCKET || join(dataDir, 'authsvc.sock')
+  const httpSocket = decisionSocket.replace(/\.sock$/, '') + '-http.sock'
+  const services = await openServices({ config, dataDir, env: process.env, log })
+  const { app, handlers } = buildApp(services, log)
+  removeStaleSocket(httpSocket)
+  const oldMask = process.umask(0o177)
+  try {
+    await app.listen({ path: httpSocket })
+  } finally {
+    process.umask(oldMask)
+  }
+  chmodSync(httpSocket, 0o600)
+  const decisionServer = await listenDecisionSocket(decisionSocket, handlers(httpSocket), log)
+  const pidFile = join(dataDir, 'sidecar.pid')
+  writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o600 })
+  log.info({ decisionSocket, httpSocket, dataDir, users: services.users.count }, 'authsvc sidecar ready')
+
+  let stopping = false
+  const stop = async (reason: string) => {
+    if (stopping) return
+    stopping = true
+    log.info({ reason }, 'stopping')
+    decisionServer.close()
+    await app.close().catch(() => {})
+    await services.close().catch((err: unknown) => log.error({ err }, 'store close failed'))
+    rmSync(pidFile, { force: true })
+    removeStaleSocket(decisionSocket)
+    process.exit(0)
+  }
+  process.on('SIGTERM', () => void stop('SIGTERM'))
+  process.on('SIGINT', () => void stop('SIGINT'))
+  if (process.env.AUTHSVC_EXIT_ON_STDIN_EOF === '1') {
+    process.stdin.on('end', () => void stop('parent gone (stdin closed)'))
+    process.stdin.on('error', () => void stop('parent gone (stdin error)'))
+    process.stdin.resume()
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`authsvc sidecar failed to start: ${(err as Error).stack ?? String(err)}\n`)
+  process.exit(1)
+})

@@ -1,0 +1,110 @@
+/**
+ * The policy table for host routes (SPEC §6), keyed on the route the host
+ * matched: `METHOD pattern`, with HEAD folded into GET and the `/api` twin
+ * folded into its plain route. Nothing here looks at the raw path.
+ *
+ * Deny by default: a matched route that is not listed needs `can_access_api`
+ * (other custom nodes); an unmatched request (the host's 404/405) needs a
+ * principal. No host route is public.
+ */
+import type { PermissionKey } from '../identity/principal.js'
+import type { MatchedRoute } from '../decide/protocol.js'
+
+export type Requirement =
+  | { kind: 'principal' }
+  | { kind: 'permission'; key: PermissionKey }
+  | { kind: 'admin' }
+
+/** What the decision does beyond the requirement; interpreted by decide/host.ts. */
+export type HostRouteBehaviour =
+  | 'prompt'
+  | 'userdata-write'
+  | 'system-stats'
+  | 'websocket'
+
+export interface HostRoutePolicy {
+  key: string
+  require: Requirement
+  /** browser navigations without a principal are redirected to /login */
+  page: boolean
+  behaviour?: HostRouteBehaviour
+}
+
+const principal: Requirement = { kind: 'principal' }
+const admin: Requirement = { kind: 'admin' }
+const perm = (key: PermissionKey): Requirement => ({ kind: 'permission', key })
+
+type Entry = Omit<HostRoutePolicy, 'key' | 'page'> & { page?: boolean }
+
+const TABLE: Record<string, Entry> = {
+  'GET /': { require: principal, page: true },
+  'GET /ws': { require: principal, behaviour: 'websocket' },
+  'GET /embeddings': { require: perm('can_access_api') },
+  'GET /models': { require: perm('can_access_api') },
+  'GET /models/{folder}': { require: perm('can_access_api') },
+  'GET /extensions': { require: principal },
+  'GET /i18n': { require: principal },
+  'GET /features': { require: principal },
+  'GET /workflow_templates': { require: principal },
+  'POST /upload/image': { require: perm('can_upload') },
+  'POST /upload/mask': { require: perm('can_upload') },
+  'GET /view': { require: principal },
+  'GET /view_metadata/{folder_name}': { require: perm('can_access_api') },
+  'GET /system_stats': { require: perm('can_access_api'), behaviour: 'system-stats' },
+  'GET /prompt': { require: perm('can_access_api') },
+  'POST /prompt': { require: perm('can_run'), behaviour: 'prompt' },
+  'PUT /prompt': { require: perm('can_run'), behaviour: 'prompt' },
+  'GET /object_info': { require: perm('can_access_api') },
+  'GET /object_info/{node_class}': { require: perm('can_access_api') },
+  'GET /history': { require: perm('can_access_api') },
+  'GET /history/{prompt_id}': { require: perm('can_access_api') },
+  'GET /queue': { require: perm('can_access_api') },
+  'POST /queue': { require: perm('can_run') },
+  'POST /history': { require: perm('can_run') },
+  'POST /interrupt': { require: perm('can_run') },
+  'POST /free': { require: admin },
+  'GET /settings': { require: principal },
+  'GET /settings/{id}': { require: principal },
+  'POST /settings': { require: principal },
+  'POST /settings/{id}': { require: principal },
+  'GET /users': { require: principal },
+  'POST /users': { require: principal },
+  'GET /userdata': { require: perm('can_access_api') },
+  'GET /v2/userdata': { require: perm('can_access_api') },
+  'GET /userdata/{file}': { require: perm('can_access_api') },
+  'POST /userdata/{file}': { require: principal, behaviour: 'userdata-write' },
+  'DELETE /userdata/{file}': { require: principal, behaviour: 'userdata-write' },
+  'POST /userdata/{file}/move/{dest}': { require: principal, behaviour: 'userdata-write' },
+  'GET /experiment/models': { require: perm('can_access_api') },
+  'GET /experiment/models/{folder}': { require: perm('can_access_api') },
+  'GET /experiment/models/preview/{folder}/{path_index}/{filename}': { require: perm('can_access_api') },
+}
+
+const UNMATCHED: HostRoutePolicy = { key: 'unmatched', require: principal, page: true }
+const STATIC: HostRoutePolicy = { key: 'static', require: principal, page: true }
+const INTERNAL: HostRoutePolicy = { key: 'internal', require: admin, page: false }
+
+/** `/api/x` → `/x`; `/api` → `/`. Only ever applied to a matched route pattern. */
+export function foldApiTwin(pattern: string): string {
+  if (pattern === '/api' || pattern === '/api/') return '/'
+  return pattern.startsWith('/api/') ? pattern.slice(4) : pattern
+}
+
+export function hostRoutePolicy(
+  method: string,
+  route: MatchedRoute | null,
+  adminPatterns: ReadonlySet<string> = new Set(),
+): HostRoutePolicy {
+  if (route === null) return UNMATCHED
+  if (route.kind === 'static') return STATIC
+  const pattern = foldApiTwin(route.pattern)
+  if (pattern === '/internal' || pattern.startsWith('/internal/')) return INTERNAL
+  const folded = method === 'HEAD' ? 'GET' : method
+  const key = `${folded} ${pattern}`
+  const entry = TABLE[key]
+  if (entry) return { key, page: false, ...entry }
+  if (adminPatterns.has(pattern)) return { key, require: admin, page: false }
+  return { key, require: perm('can_access_api'), page: false }
+}
+
+export const HOST_ROUTE_KEYS: readonly string[] = Object.keys(TABLE)

@@ -1,0 +1,138 @@
+/**
+ * The admin API for roles, users, IP lists and guest login (SPEC §5.4).
+ * Invariants: the last enabled admin cannot be deleted, disabled or demoted;
+ * a role, password or disable change revokes the user's sessions (a password
+ * reset or disable also revokes the user's API tokens); every write is
+ * validated whole before anything is stored.
+ */
+import type { FastifyInstance } from 'fastify'
+import Type from 'typebox'
+import { AuthsvcError } from '../errors.js'
+import { passwordProblem } from '../identity/passwords.js'
+import { ADMIN_ROLE } from '../identity/principal.js'
+import type { UserRecord } from '../identity/users.js'
+import { ipListsProblems } from '../policy/ip-lists.js'
+import { validateGroups, type GroupMap } from '../policy/roles.js'
+import type { IpListsSetting } from '../store/settings.js'
+import type { Services } from '../services.js'
+
+const UserPatch = Type.Object(
+  {
+    role: Type.Optional(Type.String({ maxLength: 64 })),
+    sfw_check: Type.Optional(Type.Boolean()),
+    disabled: Type.Optional(Type.Boolean()),
+    password: Type.Optional(Type.String({ maxLength: 4096 })),
+    mfa_reset: Type.Optional(Type.Boolean()),
+  },
+  { additionalProperties: false },
+)
+
+const IpLists = Type.Object(
+  {
+    whitelist: Type.Array(Type.String({ maxLength: 64 }), { maxItems: 1000 }),
+    blacklist: Type.Array(
+      Type.Object(
+        {
+          ip: Type.String({ maxLength: 64 }),
+          permanent: Type.Optional(Type.Boolean()),
+          expires_at_iso: Type.Optional(Type.String({ maxLength: 40 })),
+        },
+        { additionalProperties: false },
+      ),
+      { maxItems: 10000 },
+    ),
+  },
+  { additionalProperties: false },
+)
+
+const publicUser = (u: UserRecord) => ({
+  username: u.username,
+  user_id: u.user_id,
+  role: u.role,
+  mfa_enabled: u.mfa_enabled,
+  sfw_check: u.sfw_check,
+  disabled: u.disabled,
+  created_at_iso: u.created_at_iso,
+})
+
+export function adminRoutes(services: Services) {
+  const findUser = (target: string): UserRecord => {
+    const user = services.users.byUsername(target) ?? services.users.byId(target)
+    if (!user) throw new AuthsvcError('NOT_FOUND', 'User not found')
+    return user
+  }
+  const isLastAdmin = (user: UserRecord): boolean => {
+    const admins = services.users.enabledAdmins()
+    return admins.length === 1 && admins[0].user_id === user.user_id
+  }
+
+  return async function (app: FastifyInstance): Promise<void> {
+    app.get('/api/settings/guest-jwt', { config: { auth: 'principal' } }, async () => ({
+      allow_guest_jwt: services.settings.get('allow_guest_jwt'),
+    }))
+    app.put('/api/settings/guest-jwt', { config: { auth: 'admin' }, schema: { body: Type.Object({ allow_guest_jwt: Type.Boolean() }) } }, async (request) => {
+      const { allow_guest_jwt } = request.body as { allow_guest_jwt: boolean }
+      await services.settings.set('allow_guest_jwt', allow_guest_jwt)
+      request.log.info({ event: 'settings_changed', setting: 'allow_guest_jwt', value: allow_guest_jwt }, 'setting changed')
+      return { allow_guest_jwt }
+    })
+
+    app.get('/api/groups', { config: { auth: 'admin' } }, async () => ({ groups: services.roles.snapshot() }))
+    app.put('/api/groups', { config: { auth: 'admin' }, schema: { body: Type.Object({ groups: Type.Record(Type.String(), Type.Unknown()) }) } }, async (request) => {
+      const result = validateGroups((request.body as { groups: unknown }).groups)
+      if ('problems' in result) throw new AuthsvcError('VALIDATION_FAILED', result.problems.join('; '))
+      services.roles.replace(result.groups as GroupMap)
+      request.log.info({ event: 'settings_changed', setting: 'groups' }, 'groups replaced')
+      return { groups: services.roles.snapshot() }
+    })
+
+    app.get('/api/users', { config: { auth: 'admin' } }, async () => ({ users: services.users.list().map(publicUser) }))
+
+    app.put('/api/users/:target_user', { config: { auth: 'admin' }, schema: { body: UserPatch } }, async (request) => {
+      const user = findUser((request.params as { target_user: string }).target_user)
+      const body = request.body as { role?: string; sfw_check?: boolean; disabled?: boolean; password?: string; mfa_reset?: boolean }
+      if (body.role !== undefined && !services.roles.has(body.role)) throw new AuthsvcError('VALIDATION_FAILED', 'Unknown role')
+      if (body.password !== undefined) {
+        const problem = passwordProblem(body.password)
+        if (problem) throw new AuthsvcError('VALIDATION_FAILED', problem)
+      }
+      const demotes = body.role !== undefined && body.role !== ADMIN_ROLE && user.role === ADMIN_ROLE
+      if ((demotes || body.disabled === true) && isLastAdmin(user)) {
+        throw new AuthsvcError('CONFLICT', 'The last enabled admin cannot be demoted or disabled')
+      }
+      const patch: Partial<UserRecord> = {}
+      if (body.role !== undefined) patch.role = body.role
+      if (body.sfw_check !== undefined) patch.sfw_check = body.sfw_check
+      if (body.disabled !== undefined) patch.disabled = body.disabled
+      if (body.password !== undefined) patch.password_hash = await services.passwords.hash(body.password)
+      if (body.mfa_reset === true) patch.mfa_enabled = false
+      const roleChanged = body.role !== undefined && body.role !== user.role
+      const updated = await services.users.update(user.user_id, patch)
+      if (roleChanged || body.password !== undefined || body.disabled === true) await services.sessions.revokeAllForUser(user.user_id)
+      if (body.password !== undefined || body.disabled === true) await services.tokens.revokeAllForUser(user.user_id)
+      if (roleChanged) request.log.info({ event: 'user_role_changed', username: user.username, role: updated.role }, 'role changed')
+      return { status: 'ok', user: publicUser(updated) }
+    })
+
+    app.delete('/api/users/:target_user', { config: { auth: 'admin' } }, async (request) => {
+      const user = findUser((request.params as { target_user: string }).target_user)
+      if (user.role === ADMIN_ROLE && isLastAdmin(user)) throw new AuthsvcError('CONFLICT', 'The last enabled admin cannot be deleted')
+      await services.users.delete(user.user_id)
+      await services.sessions.deleteAllForUser(user.user_id)
+      await services.tokens.revokeAllForUser(user.user_id)
+      request.log.info({ event: 'user_deleted', username: user.username }, 'user deleted')
+      return { status: 'ok', message: `User ${user.username} deleted` }
+    })
+
+    app.get('/api/ip-lists', { config: { auth: 'admin' } }, async () => services.settings.get('ip_lists'))
+    app.put('/api/ip-lists', { config: { auth: 'admin' }, schema: { body: IpLists } }, async (request) => {
+      const lists = request.body as IpListsSetting
+      const problems = ipListsProblems(lists)
+      if (problems.length > 0) throw new AuthsvcError('VALIDATION_FAILED', problems.join('; '))
+      await services.settings.set('ip_lists', lists)
+      services.ipGate.update(lists)
+      request.log.info({ event: 'settings_changed', setting: 'ip_lists' }, 'ip lists replaced')
+      return lists
+    })
+  }
+}

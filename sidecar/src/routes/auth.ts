@@ -1,0 +1,94 @@
+/**
+ * Accounts in and out: register, login, logout (SPEC §5.2).
+ * Login failures never say whether the user exists: unknown users cost one
+ * dummy verify, disabled users a real one, and all answer the same 401.
+ */
+import type { FastifyInstance } from 'fastify'
+import Type from 'typebox'
+import { AuthsvcError } from '../errors.js'
+import { passwordProblem } from '../identity/passwords.js'
+import { ADMIN_ROLE } from '../identity/principal.js'
+import { GUEST_ROLE, GUEST_SUBJECT } from '../identity/resolver.js'
+import { usernameProblem } from '../identity/users.js'
+import { clearSessionCookie, safeRedirectPath, setSessionCookie } from '../http/session-cookie.js'
+import type { Services } from '../services.js'
+
+const Flag = Type.Union([Type.Boolean(), Type.String({ maxLength: 8 })])
+const truthy = (v: unknown): boolean => v === true || v === 'true' || v === 'on' || v === '1'
+
+const RegisterBody = Type.Object({
+  username: Type.String({ maxLength: 256 }),
+  password: Type.String({ maxLength: 4096 }),
+  role: Type.Optional(Type.String({ maxLength: 64 })),
+})
+
+const LoginBody = Type.Object({
+  username: Type.Optional(Type.String({ maxLength: 256 })),
+  password: Type.Optional(Type.String({ maxLength: 4096 })),
+  remember_me: Type.Optional(Flag),
+  guest_login: Type.Optional(Flag),
+  next: Type.Optional(Type.String({ maxLength: 2048 })),
+})
+
+export function authRoutes(services: Services) {
+  return async function (app: FastifyInstance): Promise<void> {
+    app.post('/register', { config: { auth: 'public' }, schema: { body: RegisterBody } }, async (request, reply) => {
+      const body = request.body as { username: string; password: string; role?: string }
+      const first = services.users.count === 0
+      const principal = request.principal
+      const isAdmin = principal !== null && principal.isAdmin && principal.role === ADMIN_ROLE
+      if (!first && !isAdmin) throw new AuthsvcError('REGISTRATION_CLOSED')
+      const problem = usernameProblem(body.username) ?? passwordProblem(body.password)
+      if (problem) throw new AuthsvcError('VALIDATION_FAILED', problem)
+      let role = first ? ADMIN_ROLE : 'user'
+      if (body.role !== undefined && !first) {
+        if (!services.roles.has(body.role)) throw new AuthsvcError('VALIDATION_FAILED', 'Unknown role')
+        role = body.role
+      }
+      if (services.users.byUsername(body.username)) throw new AuthsvcError('CONFLICT', 'Username already exists')
+      const hash = await services.passwords.hash(body.password)
+      const user = await services.users.create({ username: body.username, role, password_hash: hash }, new Date(services.clock()))
+      request.log.info({ event: 'user_created', username: user.username, role }, 'user registered')
+      return reply.code(201).send({ message: 'User registered', username: user.username, role: user.role })
+    })
+
+    app.post('/login', { config: { auth: 'public' }, schema: { body: LoginBody } }, async (request, reply) => {
+      const body = request.body as { username?: string; password?: string; remember_me?: unknown; guest_login?: unknown; next?: string }
+      if (request.headers['sec-fetch-site'] === 'cross-site') throw new AuthsvcError('CSRF_REJECTED')
+      const rememberMe = truthy(body.remember_me)
+      const redirectUrl = safeRedirectPath(body.next ?? request.queryParams.get('next'))
+      let subject: { user_id: string; username: string }
+      if (truthy(body.guest_login)) {
+        if (!services.settings.get('allow_guest_jwt')) throw new AuthsvcError('GUEST_DISABLED')
+        subject = { user_id: GUEST_SUBJECT, username: GUEST_ROLE }
+      } else {
+        if (typeof body.username !== 'string' || typeof body.password !== 'string') {
+          throw new AuthsvcError('VALIDATION_FAILED', 'username and password are required')
+        }
+        const user = services.users.byUsername(body.username)
+        const ok = user ? await services.passwords.verify(user.password_hash, body.password) : await services.passwords.verifyDummy(body.password)
+        if (!user || !ok || user.disabled) {
+          request.log.info({ event: 'login_failure', ip: request.facts.ip }, 'login failed')
+          throw new AuthsvcError('INVALID_CREDENTIALS')
+        }
+        subject = user
+      }
+      const { token } = await services.sessions.issue(subject, rememberMe)
+      setSessionCookie(request, reply, token, rememberMe, services.sessions.lifetimeSeconds)
+      request.log.info({ event: 'user_login', username: subject.username }, 'login')
+      if (request.facts.isNavigation) return reply.code(302).header('Location', redirectUrl).send()
+      return { message: 'Login successful', jwt_token: token, redirect_url: redirectUrl, remember_me: rememberMe }
+    })
+
+    const logout = async (request: import('fastify').FastifyRequest, reply: import('fastify').FastifyReply) => {
+      const principal = request.principal
+      if (principal?.authType === 'session' && principal.credentialId) await services.sessions.revoke(principal.credentialId)
+      clearSessionCookie(request, reply)
+      if (principal) request.log.info({ event: 'user_logout', username: principal.username }, 'logout')
+      if (request.facts.isNavigation) return reply.code(302).header('Location', '/login').send()
+      return { message: 'Logged out' }
+    }
+    app.get('/logout', { config: { auth: 'public' } }, logout)
+    app.post('/logout', { config: { auth: 'public' } }, logout)
+  }
+}

@@ -1,0 +1,90 @@
+/**
+ * API tokens (SPEC §5.2): create (password or session), list, revoke by hash
+ * prefix. The raw token appears once, in the creation answer.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import Type from 'typebox'
+import { AuthsvcError } from '../errors.js'
+import { can } from '../identity/principal.js'
+import type { UserRecord } from '../identity/users.js'
+import { requireUser } from '../http/request-context.js'
+import type { Services } from '../services.js'
+
+const GenerateBody = Type.Object({
+  username: Type.Optional(Type.String({ maxLength: 256 })),
+  password: Type.Optional(Type.String({ maxLength: 4096 })),
+  label: Type.Optional(Type.String({ maxLength: 128 })),
+  expire_hours: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
+  mfa_temp_token: Type.Optional(Type.String({ maxLength: 512 })),
+  code: Type.Optional(Type.String({ maxLength: 16 })),
+  backup_code: Type.Optional(Type.String({ maxLength: 32 })),
+})
+
+const RevokeBody = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 }) })
+
+export const DEFAULT_TOKEN_HOURS = 720
+
+/** POST /authsvc/generate_token and its legacy alias POST /generate_token. */
+export function generateTokenHandler(services: Services) {
+  return async function (request: FastifyRequest, _reply: FastifyReply) {
+    const body = request.body as { username?: string; password?: string; label?: string; expire_hours?: number }
+    let user: UserRecord | undefined
+    if (body.username !== undefined || body.password !== undefined) {
+      if (typeof body.username !== 'string' || typeof body.password !== 'string') {
+        throw new AuthsvcError('VALIDATION_FAILED', 'username and password are required together')
+      }
+      const found = services.users.byUsername(body.username)
+      const ok = found ? await services.passwords.verify(found.password_hash, body.password) : await services.passwords.verifyDummy(body.password)
+      if (!found || !ok || found.disabled) throw new AuthsvcError('INVALID_CREDENTIALS')
+      user = found
+    } else if (request.principal?.authType === 'session' && request.principal.userId !== null) {
+      user = services.users.byId(request.principal.userId)
+    } else if (request.credentialError) {
+      throw new AuthsvcError(request.credentialError)
+    }
+    if (!user) throw new AuthsvcError('AUTH_REQUIRED', 'A password or a session is required')
+    const principal = services.resolver.userPrincipal(user, 'session', '')
+    if (!can(principal, 'can_have_api_tokens')) throw new AuthsvcError('PERMISSION_DENIED', 'Your role may not create API tokens')
+    const maxHours = services.config.max_token_expiration_hours
+    const hours = body.expire_hours ?? Math.min(DEFAULT_TOKEN_HOURS, maxHours)
+    if (hours > maxHours) throw new AuthsvcError('VALIDATION_FAILED', `expire_hours must be at most ${maxHours}`)
+    const { token, record } = await services.tokens.issue(user.user_id, body.label ?? '', hours)
+    request.log.info({ event: 'api_token_created', username: user.username, token_hash_prefix: record.hash.slice(0, 8) }, 'api token created')
+    return {
+      message: 'API token created.',
+      token,
+      jwt_token: token,
+      expires_in_hours: hours,
+      expires_iso: record.expires_at_iso,
+      token_hash_prefix: record.hash.slice(0, 12),
+    }
+  }
+}
+
+export const generateTokenSchema = { body: GenerateBody }
+
+export function tokenRoutes(services: Services) {
+  return async function (app: FastifyInstance): Promise<void> {
+    app.post('/generate_token', { config: { auth: 'public' }, schema: generateTokenSchema }, generateTokenHandler(services))
+
+    app.get('/api/tokens', { config: { auth: 'user' } }, async (request) => {
+      const principal = requireUser(request)
+      const tokens = services.tokens.activeForUser(principal.userId).map((t) => ({
+        token_hash_prefix: t.hash.slice(0, 12),
+        label: t.label,
+        expires_iso: t.expires_at_iso,
+        created_at_iso: t.created_at_iso,
+        last_used_at_iso: t.last_used_at_iso,
+      }))
+      return { tokens }
+    })
+
+    app.delete('/api/tokens', { config: { auth: 'user' }, schema: { body: RevokeBody } }, async (request) => {
+      const principal = requireUser(request)
+      const raw = (request.body as { token_hash_prefix: string }).token_hash_prefix.trim().replace(/\.{3}$/, '').toLowerCase()
+      if (!/^[0-9a-f]{8,64}$/.test(raw)) throw new AuthsvcError('VALIDATION_FAILED', 'token_hash_prefix must be at least 8 hex characters')
+      await services.tokens.revokeByPrefix(principal.userId, raw)
+      return { message: 'Token revoked.' }
+    })
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * Everything the decision path and the owned routes share, built once by
+ * `openServices` (the only place that does I/O at start: store, secret, groups).
+ */
+import { join } from 'node:path'
+import type { FastifyBaseLogger } from 'fastify'
+import type { Config } from './config/schema.js'
+import type { NetworkPolicy } from './decide/client-facts.js'
+import type { HostFacts } from './decide/protocol.js'
+import { ApiTokenService, type ApiTokenRecord } from './identity/api-tokens.js'
+import { systemClock, type Clock } from './identity/clock.js'
+import { PasswordHasher } from './identity/passwords.js'
+import { IdentityResolver } from './identity/resolver.js'
+import { deriveKeys, loadMasterSecret } from './identity/secrets.js'
+import { SessionService, type SessionRecord } from './identity/sessions.js'
+import { UserRepository, type UserRecord } from './identity/users.js'
+import { IpSet } from './policy/ip.js'
+import { IpListGate } from './policy/ip-lists.js'
+import { RoleStore } from './policy/roles.js'
+import { Collection } from './store/collection.js'
+import { openSqliteStore, sqlitePath, type KeyValueStore } from './store/kv.js'
+import { SettingsRepository } from './store/settings.js'
+
+export const SERVICE_VERSION = '0.1.0'
+
+export interface Services {
+  config: Config
+  dataDir: string
+  clock: Clock
+  log: FastifyBaseLogger
+  kv: KeyValueStore
+  net: NetworkPolicy
+  users: UserRepository
+  sessions: SessionService
+  tokens: ApiTokenService
+  roles: RoleStore
+  settings: SettingsRepository
+  ipGate: IpListGate
+  passwords: PasswordHasher
+  resolver: IdentityResolver
+  host: { facts: HostFacts }
+  flush(): Promise<void>
+  close(): Promise<void>
+}
+
+export interface OpenOptions {
+  config: Config
+  dataDir: string
+  env: NodeJS.ProcessEnv
+  log: FastifyBaseLogger
+  clock?: Clock
+  watchGroups?: boolean
+}
+
+export async function openServices(options: OpenOptions): Promise<Services> {
+  const { config, dataDir, env, log } = options
+  const clock = options.clock ?? systemClock
+  const keys = deriveKeys(loadMasterSecret(dataDir, env))
+  if (config.store.backend !== 'sqlite') {
+    throw new Error(`store backend ${config.store.backend} is not available in this build; use sqlite`)
+  }
+  const kv = await openSqliteStore(sqlitePath(config, dataDir))
+  const [userRecords, sessionRecords, tokenRecords, settingRecords] = await Promise.all([
+    Collection.load<UserRecord>(kv, 'user'),
+    Collection.load<SessionRecord>(kv, 'session'),
+    Collection.load<ApiTokenRecord>(kv, 'token'),
+    Collection.load<unknown>(kv, 'setting'),
+  ])
+  const users = new UserRepository(userRecords)
+  const sessions = new SessionService(sessionRecords, keys.jwt, clock, {
+    lifetimeHours: config.access_token_expiration_hours,
+    idleMinutes: config.session_idle_minutes,
+  })
+  await sessions.prune()
+  const tokens = new ApiTokenService(tokenRecords, clock)
+  const roles = RoleStore.open(join(dataDir, 'authsvc_groups.json'), log)
+  if (options.watchGroups !== false) roles.watch()
+  const settings = new SettingsRepository(settingRecords, {
+    allow_guest_jwt: config.allow_guest_jwt,
+    ip_lists: { whitelist: [], blacklist: [] },
+  })
+  const net: NetworkPolicy = { localNetworks: new IpSet(config.local_network_cidrs), trustedProxies: new IpSet(config.trusted_proxies) }
+  const ipGate = new IpListGate(settings.get('ip_lists'), clock)
+  const resolver = new IdentityResolver({ config, users, sessions, tokens, roles, settings })
+  const all = [userRecords, sessionRecords, tokenRecords, settingRecords]
+  return {
+    config, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
+    passwords: new PasswordHasher(config.argon2),
+    resolver,
+    host: { facts: {} },
+    async flush() {
+      await Promise.all(all.map((c) => c.flush()))
+    },
+    async close() {
+      await roles.close()
+      await Promise.all(all.map((c) => c.flush()))
+      await kv.close()
+    },
+  }
+}

@@ -1,0 +1,140 @@
+/**
+ * End-to-end stack: the ComfyUI stand-in (Python) loading the real plugin
+ * from its custom_nodes/, which spawns the real sidecar; random port, temp
+ * data dir, real HTTP. `aiohttp` picks Debian's 3.8 or the 3.11 copy made by
+ * scripts/aiohttp311.sh.
+ */
+import { spawn, execFileSync, type ChildProcess } from 'node:child_process'
+import { mkdtempSync, mkdirSync, symlinkSync, writeFileSync, readFileSync, rmSync, existsSync } from 'node:fs'
+import { join, resolve } from 'node:path'
+import { tmpdir } from 'node:os'
+import { once } from 'node:events'
+
+export const ROOT = resolve(import.meta.dirname, '..', '..')
+export const PYTHON = process.env.AUTHSVC_PYTHON ?? '/usr/bin/python3'
+
+export type AiohttpVersion = '3.8' | '3.11'
+export const AIOHTTP_VERSIONS: AiohttpVersion[] = ['3.8', '3.11']
+
+let aiohttp311Path: string | undefined
+export function aiohttp311Dir(): string {
+  aiohttp311Path ??= execFileSync('bash', [join(ROOT, 'scripts/aiohttp311.sh')], { encoding: 'utf8' }).trim().split('\n').pop()!
+  return aiohttp311Path
+}
+
+export function pythonEnv(version: AiohttpVersion): NodeJS.ProcessEnv {
+  if (version === '3.8') return {}
+  return {
+    PYTHONPATH: aiohttp311Dir(),
+    AIOHTTP_NO_EXTENSIONS: '1',
+    YARL_NO_EXTENSIONS: '1',
+    MULTIDICT_NO_EXTENSIONS: '1',
+    PROPCACHE_NO_EXTENSIONS: '1',
+    FROZENLIST_NO_EXTENSIONS: '1',
+  }
+}
+
+export interface StackOptions {
+  aiohttp?: AiohttpVersion
+  config?: Record<string, unknown>
+  env?: NodeJS.ProcessEnv
+  /** do not wait for the sidecar to be ready (fail-closed tests) */
+  noWait?: boolean
+  /** an existing temp dir to reuse (restart tests keep the data dir) */
+  dir?: string
+  multiUser?: boolean
+}
+
+export interface Stack {
+  dir: string
+  dataDir: string
+  baseDir: string
+  url: string
+  controlUrl: string
+  host: ChildProcess
+  output: () => string
+  counter(): Promise<{ total: number; by_route: Record<string, number> }>
+  resetCounter(): Promise<void>
+  lastRequest(): Promise<{ method: string; path: string; query_string: string; headers: Record<string, string>; body_sha256?: string; body_length?: number }>
+  sidecarPid(): number
+  waitReady(timeoutMs?: number): Promise<void>
+  stop(): Promise<void>
+}
+
+export async function startStack(options: StackOptions = {}): Promise<Stack> {
+  const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'as-e2e-'))
+  const dataDir = join(dir, 'data')
+  const baseDir = join(dir, 'host')
+  mkdirSync(join(baseDir, 'custom_nodes'), { recursive: true })
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 })
+  const link = join(baseDir, 'custom_nodes', 'authsvc')
+  if (!existsSync(link)) symlinkSync(ROOT, link)
+  if (options.config) writeFileSync(join(dataDir, 'config.json'), JSON.stringify(options.config))
+  const args = [join(ROOT, 'test/host-standin/main.py'), '--base-dir', baseDir, '--listen', '127.0.0.1', '--port', '0', '--control-port', '0']
+  if (options.multiUser) args.push('--multi-user')
+  const host = spawn(PYTHON, args, {
+    env: { ...process.env, ...pythonEnv(options.aiohttp ?? '3.8'), AUTHSVC_DATA_DIR: dataDir, PYTHONUNBUFFERED: '1', ...options.env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let out = ''
+  host.stdout!.on('data', (d: Buffer) => (out += d.toString()))
+  host.stderr!.on('data', (d: Buffer) => (out += d.toString()))
+  const deadline = Date.now() + 20_000
+  let url = ''
+  let controlUrl = ''
+  while (Date.now() < deadline) {
+    url = /STANDIN READY (http:\/\/\S+)/.exec(out)?.[1] ?? ''
+    controlUrl = /STANDIN CONTROL (http:\/\/\S+)/.exec(out)?.[1] ?? ''
+    if (url && controlUrl) break
+    if (host.exitCode !== null) throw new Error(`stand-in exited:\n${out}`)
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  if (!url || !controlUrl) {
+    host.kill('SIGKILL')
+    throw new Error(`stand-in did not start:\n${out}`)
+  }
+  const stack: Stack = {
+    dir, dataDir, baseDir, url, controlUrl, host,
+    output: () => out,
+    async counter() {
+      return (await fetch(`${controlUrl}/counter`)).json() as Promise<{ total: number; by_route: Record<string, number> }>
+    },
+    async resetCounter() {
+      await fetch(`${controlUrl}/counter/reset`, { method: 'POST' })
+    },
+    async lastRequest() {
+      return (await fetch(`${controlUrl}/last-request`)).json() as ReturnType<Stack['lastRequest']>
+    },
+    sidecarPid() {
+      return Number(readFileSync(join(dataDir, 'sidecar.pid'), 'utf8').trim())
+    },
+    async waitReady(timeoutMs = 20_000) {
+      const until = Date.now() + timeoutMs
+      while (Date.now() < until) {
+        try {
+          const res = await fetch(`${url}/authsvc/health`)
+          if (res.status === 200) return
+        } catch {
+          // not listening yet
+        }
+        await new Promise((r) => setTimeout(r, 25))
+      }
+      throw new Error(`sidecar not ready in ${timeoutMs} ms:\n${out}`)
+    },
+    async stop() {
+      if (host.exitCode === null) {
+        host.kill('SIGTERM')
+        const timer = setTimeout(() => host.kill('SIGKILL'), 8000)
+        await once(host, 'exit')
+        clearTimeout(timer)
+      }
+    },
+  }
+  if (!options.noWait) await stack.waitReady()
+  return stack
+}
+
+export async function destroyStack(stack: Stack): Promise<void> {
+  await stack.stop()
+  rmSync(stack.dir, { recursive: true, force: true })
+}
