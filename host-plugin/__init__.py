@@ -43,6 +43,13 @@ def _timeout_seconds() -> float:
     return value / 1000.0
 
 
+def _spin_us() -> int:
+    value = int(os.environ.get("AUTHSVC_DECISION_SPIN_US", "250"))
+    if value < 0 or value > 10_000:
+        raise ValueError("AUTHSVC_DECISION_SPIN_US must be between 0 and 10000")
+    return value
+
+
 def _install(app: Any) -> None:
     deny = deny_all_middleware()
     app.middlewares.insert(0, deny)
@@ -59,7 +66,7 @@ def _install(app: Any) -> None:
         external = os.environ.get("AUTHSVC_SOCKET")
         socket_path = external or _socket_path(data_dir)
         hello = {"protocol": PROTOCOL_VERSION, "plugin_version": PLUGIN_VERSION, "host": host_facts.collect()}
-        client = DecisionClient(socket_path, _timeout_seconds(), hello)
+        client = DecisionClient(socket_path, _timeout_seconds(), hello, _spin_us())
         gate = Gate(client, PLUGIN_VERSION)
         if external:
             runner: Any = ExternalSidecar(client)

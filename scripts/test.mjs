@@ -1,13 +1,13 @@
 // Runs every suite through node's test runner, so its summary is the last
 // thing printed: TypeScript unit tests, the end-to-end and browser suites,
-// and the Python plugin and stand-in suites (wrapped in test/plugin/python.test.ts).
+// and the Python plugin and stand-in suites (wrapped in test/python/suites.test.ts).
 import { spawn } from 'node:child_process'
 import { readdirSync, existsSync } from 'node:fs'
 import { join, dirname } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..')
-const suites = ['test/unit', 'test/e2e', 'test/browser', 'test/plugin']
+const suites = ['test/unit', 'test/docs', 'test/python', 'test/e2e', 'test/browser']
 const only = process.argv.slice(2)
 const files = only.length > 0 ? only : suites.flatMap((dir) => {
   const full = join(root, dir)

@@ -1,0 +1,66 @@
+/**
+ * The plain pages in a real browser (Debian chromium via playwright-core):
+ * register the first admin, log in, land on the ComfyUI page, log out.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { chromium, type Browser } from 'playwright-core'
+import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
+
+export async function launchChromium(): Promise<Browser> {
+  return chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  })
+}
+
+describe('login pages in chromium', () => {
+  let stack: Stack
+  let browser: Browser
+  before(async () => {
+    stack = await startStack()
+    browser = await launchChromium()
+  })
+  after(async () => {
+    await browser?.close()
+    await destroyStack(stack)
+  })
+
+  it('register the first admin, log in, land on ComfyUI, log out', async () => {
+    const page = await browser.newPage()
+    await page.goto(`${stack.url}/`)
+    assert.match(page.url(), /\/login\?next=%2F$/, 'an anonymous visit is sent to the login page')
+    assert.ok(await page.locator('#register-hint').isVisible(), 'first run points at /register')
+
+    await page.goto(`${stack.url}/register`)
+    await page.fill('#username', 'admin')
+    await page.fill('#password', 'a-long-admin-password')
+    await page.click('#submit')
+    await page.locator('#done').waitFor({ state: 'visible' })
+
+    await page.goto(`${stack.url}/`)
+    await page.fill('#username', 'admin')
+    await page.fill('#password', 'wrong-password-here')
+    await page.click('#submit')
+    await page.locator('#error').waitFor({ state: 'visible' })
+    assert.match(await page.locator('#error').innerText(), /Invalid username or password/)
+
+    await page.fill('#password', 'a-long-admin-password')
+    await page.click('#submit')
+    await page.waitForURL(`${stack.url}/`)
+    assert.match(await page.content(), /ComfyUI/i, 'the ComfyUI page is served')
+    const cookies = await page.context().cookies()
+    const session = cookies.find((c) => c.name === 'jwt_token')
+    assert.ok(session?.httpOnly, 'the session cookie is HttpOnly')
+    assert.equal(session?.sameSite, 'Lax')
+    const hidden = await page.evaluate(() => document.cookie)
+    assert.doesNotMatch(hidden, /jwt_token/, 'script cannot read the session')
+
+    await page.goto(`${stack.url}/logout`)
+    await page.waitForURL(/\/login/)
+    await page.goto(`${stack.url}/`)
+    assert.match(page.url(), /\/login\?next=/, 'logged out')
+    await page.close()
+  })
+})

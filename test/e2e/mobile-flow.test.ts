@@ -1,0 +1,112 @@
+/**
+ * Issue 3's mobile sequence end to end through the stand-in, for every
+ * credential channel: token → /me → /object_info → POST /prompt → /queue and
+ * /history → /ws receives that prompt's execution messages → /view returns
+ * the PNG. The host sees the principal's comfy-user, never the credential.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { AIOHTTP_VERSIONS, destroyStack, startStack, type Stack } from '../helpers/stack.js'
+import { WsClient, apiToken, json, login, register, tinyGraph } from '../helpers/client.js'
+
+type Channel = 'bearer-token' | 'cookie' | 'query-token' | 'query-access_token'
+
+for (const aiohttp of AIOHTTP_VERSIONS) {
+  describe(`mobile flow, aiohttp ${aiohttp}`, () => {
+    let stack: Stack
+    let token: string
+    let cookie: string
+    let userId: string
+    before(async () => {
+      stack = await startStack({ aiohttp })
+      assert.equal((await register(stack, 'alice')).status, 201)
+      token = await apiToken(stack, 'alice')
+      cookie = (await login(stack, 'alice')).cookie
+    })
+    after(async () => {
+      await destroyStack(stack)
+    })
+
+    const channels: Channel[] = ['bearer-token', 'cookie', 'query-token', 'query-access_token']
+    for (const channel of channels) {
+      it(`works with ${channel}`, async () => {
+        const headers: Record<string, string> = { Accept: 'application/json' }
+        let suffix = ''
+        if (channel === 'bearer-token') headers.Authorization = `Bearer ${token}`
+        if (channel === 'cookie') Object.assign(headers, { Cookie: cookie, Origin: stack.url })
+        if (channel === 'query-token') suffix = `token=${token}`
+        if (channel === 'query-access_token') suffix = `access_token=${token}`
+        const url = (path: string) => stack.url + path + (suffix ? (path.includes('?') ? '&' : '?') + suffix : '')
+
+        const me = await json(await fetch(url('/authsvc/api/me'), { headers }))
+        assert.equal(me.username, 'alice')
+        assert.equal(me.auth_type, channel === 'cookie' ? 'session' : 'api_token')
+        userId = me.user_id
+
+        const info = await fetch(url('/object_info'), { headers })
+        assert.equal(info.status, 200)
+        assert.ok('SaveImage' in (await json(info)))
+
+        const clientId = `phone-${channel}`
+        const ws = await WsClient.open(url(`/ws?clientId=${clientId}`).replace('http', 'ws'), channel === 'cookie' || channel === 'bearer-token' ? headers : {})
+        try {
+          await ws.waitFor((m) => m.type === 'status')
+          const post = await fetch(url('/prompt'), {
+            method: 'POST',
+            headers: { ...headers, 'Content-Type': 'application/json' },
+            body: JSON.stringify({ prompt: tinyGraph(`mobile-${channel}`), client_id: clientId, extra_data: { authsvc_user: 'mallory' } }),
+          })
+          assert.equal(post.status, 200, await post.clone().text())
+          const { prompt_id } = await json(post)
+          const seen = await stack.lastRequest()
+          assert.equal(seen.headers['comfy-user'] ?? seen.headers['Comfy-User'], userId, 'comfy-user set from the principal')
+          assert.doesNotMatch(seen.query_string, /token/, 'query credential removed before the host')
+          assert.equal(seen.headers['authorization'] ?? seen.headers['Authorization'], undefined, 'bearer not forwarded to the host')
+
+          const executed = await ws.waitFor((m) => m.type === 'executed' && m.data.prompt_id === prompt_id)
+          await ws.waitFor((m) => m.type === 'execution_success' && m.data.prompt_id === prompt_id)
+          const image = executed.data.output.images[0]
+
+          const queue = await fetch(url('/queue'), { headers })
+          assert.equal(queue.status, 200)
+          const history = await json(await fetch(url(`/history/${prompt_id}`), { headers }))
+          const extra = history[prompt_id].prompt[3]
+          assert.equal(extra.authsvc_user, 'alice', 'owner stamped, spoof replaced')
+          assert.equal(extra.authsvc_user_id, userId)
+
+          const view = await fetch(url(`/view?filename=${encodeURIComponent(image.filename)}&type=output&subfolder=${encodeURIComponent(image.subfolder)}`), { headers })
+          assert.equal(view.status, 200)
+          const bytes = Buffer.from(await view.arrayBuffer())
+          assert.equal(bytes.subarray(0, 8).toString('hex'), '89504e470d0a1a0a', 'a PNG')
+        } finally {
+          ws.close()
+        }
+      })
+    }
+
+    it('a role without can_run gets 403 PERMISSION_DENIED on POST /prompt, and /me shows why', async () => {
+      const admin = await login(stack, 'alice')
+      const groups = await json(await fetch(`${stack.url}/authsvc/api/groups`, { headers: { Authorization: `Bearer ${admin.jwt}` } }))
+      groups.groups.viewer = { can_access_api: true, can_run: false }
+      const put = await fetch(`${stack.url}/authsvc/api/groups`, {
+        method: 'PUT',
+        headers: { Authorization: `Bearer ${admin.jwt}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify(groups),
+      })
+      assert.equal(put.status, 200)
+      assert.equal((await register(stack, 'victor', { bearer: admin.jwt, role: 'viewer' })).status, 201)
+      const viewer = await login(stack, 'victor')
+      const res = await fetch(`${stack.url}/prompt`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${viewer.jwt}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ prompt: tinyGraph() }),
+      })
+      assert.equal(res.status, 403)
+      assert.equal((await json(res)).code, 'PERMISSION_DENIED')
+      const me = await json(await fetch(`${stack.url}/authsvc/api/me`, { headers: { Authorization: `Bearer ${viewer.jwt}` } }))
+      assert.equal(me.role, 'viewer')
+      assert.equal(me.permissions.can_run, false)
+      assert.equal(me.permissions.can_access_api, true)
+    })
+  })
+}

@@ -1,0 +1,96 @@
+/** Small HTTP/WebSocket helpers for end-to-end tests: register, login, tokens, ws messages. */
+import WebSocket from 'ws'
+import type { Stack } from './stack.js'
+
+export const PASSWORD = 'correct-horse-battery'
+
+export async function json(res: Response): Promise<any> {
+  const text = await res.text()
+  try {
+    return JSON.parse(text)
+  } catch {
+    throw new Error(`not JSON (${res.status}): ${text.slice(0, 300)}`)
+  }
+}
+
+export async function register(stack: Stack, username: string, opts: { bearer?: string; role?: string } = {}): Promise<Response> {
+  return fetch(`${stack.url}/register`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', ...(opts.bearer ? { Authorization: `Bearer ${opts.bearer}` } : {}) },
+    body: JSON.stringify({ username, password: PASSWORD, ...(opts.role ? { role: opts.role } : {}) }),
+  })
+}
+
+export async function login(stack: Stack, username: string, password = PASSWORD): Promise<{ jwt: string; cookie: string }> {
+  const res = await fetch(`${stack.url}/login`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+    body: JSON.stringify({ username, password }),
+  })
+  if (res.status !== 200) throw new Error(`login ${username}: ${res.status} ${await res.text()}`)
+  const body = await json(res)
+  const setCookie = res.headers.get('set-cookie') ?? ''
+  return { jwt: body.jwt_token, cookie: setCookie.split(';')[0] }
+}
+
+export async function apiToken(stack: Stack, username: string, password = PASSWORD): Promise<string> {
+  const res = await fetch(`${stack.url}/authsvc/generate_token`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ username, password, label: 'test' }),
+  })
+  if (res.status !== 200) throw new Error(`generate_token: ${res.status} ${await res.text()}`)
+  return (await json(res)).token
+}
+
+/** The stand-in's smallest graph: EmptyImage → SaveImage. */
+export function tinyGraph(prefix = 'e2e'): Record<string, unknown> {
+  return {
+    '1': { class_type: 'EmptyImage', inputs: { width: 8, height: 8, batch_size: 1, color: 0 } },
+    '2': { class_type: 'SaveImage', inputs: { images: ['1', 0], filename_prefix: prefix } },
+  }
+}
+
+export interface WsMessage {
+  type: string
+  data: any
+}
+
+export class WsClient {
+  readonly messages: WsMessage[] = []
+  private waiters: Array<() => void> = []
+
+  private constructor(readonly ws: WebSocket) {
+    ws.on('message', (data, isBinary) => {
+      if (isBinary) return
+      this.messages.push(JSON.parse(data.toString()))
+      for (const w of this.waiters.splice(0)) w()
+    })
+  }
+
+  static open(url: string, headers: Record<string, string> = {}): Promise<WsClient> {
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(url, { headers })
+      ws.on('open', () => resolve(new WsClient(ws)))
+      ws.on('unexpected-response', (_req, res) => reject(new Error(`ws refused: ${res.statusCode}`)))
+      ws.on('error', reject)
+    })
+  }
+
+  async waitFor(predicate: (m: WsMessage) => boolean, timeoutMs = 10_000): Promise<WsMessage> {
+    const until = Date.now() + timeoutMs
+    for (;;) {
+      const found = this.messages.find(predicate)
+      if (found) return found
+      if (Date.now() > until) throw new Error(`no matching ws message; got ${JSON.stringify(this.messages.map((m) => m.type))}`)
+      await new Promise<void>((resolve) => {
+        this.waiters.push(resolve)
+        setTimeout(resolve, 100)
+      })
+    }
+  }
+
+  close(): void {
+    this.ws.close()
+  }
+}
