@@ -43,8 +43,22 @@ class _Connection:
         self.pending: dict[int, tuple[asyncio.Future, asyncio.TimerHandle]] = {}
         self.decoder = FrameDecoder()
         self.unsent = bytearray()
+        self.outbox: list[bytes] = []
         self.closed = False
         loop.add_reader(self.fd, self._on_readable)
+
+    def queue(self, frame: bytes) -> None:
+        """Sends at the end of this loop iteration, together with the frames other requests queue."""
+        if not self.outbox:
+            self.loop.call_soon(self.flush)
+        self.outbox.append(frame)
+
+    def flush(self) -> None:
+        if self.outbox and not self.closed:
+            frames, self.outbox = self.outbox, []
+            self.send(b"".join(frames) if len(frames) > 1 else frames[0])
+            if self.owner.spin > 0 and not getattr(self.loop, "_ready", True):
+                self.spin(None, self.owner.spin)
 
     def send(self, frame: bytes) -> None:
         if self.unsent:
@@ -104,10 +118,22 @@ class _Connection:
                 future.set_result(message)
         return True
 
-    def spin(self, future: asyncio.Future, budget: float) -> None:
+    def spin(self, future: asyncio.Future | None, budget: float) -> None:
+        """Polls for answers instead of sleeping, while the loop has nothing else to do.
+
+        Stops at the first answer (for ``future``, or any when None), when another
+        file descriptor of the loop becomes ready, or when the budget is spent.
+        """
+        selector = getattr(self.loop, "_selector", None)
         deadline = time.perf_counter() + budget
-        while not future.done() and not self.closed:
-            if not self._receive() and time.perf_counter() >= deadline:
+        while self.pending and not self.closed:
+            if self._receive():
+                if future is None or future.done():
+                    return
+                continue
+            if selector is not None and selector.select(0):
+                return
+            if time.perf_counter() >= deadline:
                 return
 
     def abort(self, reason: str) -> None:
@@ -203,10 +229,13 @@ class DecisionClient:
         future: asyncio.Future = loop.create_future()
         timer = loop.call_later(self.timeout, self._expire, conn, request_id)
         conn.pending[request_id] = (future, timer)
-        conn.send(frame)
-        # Poll only when this is the one request in flight and nothing else is ready to run.
+        # Alone and idle: send now and poll for the answer. Otherwise batch the frame with
+        # the other requests of this loop iteration: one write, one wake-up of the sidecar.
         if spin and self.spin > 0 and len(conn.pending) == 1 and not getattr(loop, "_ready", True):
+            conn.send(frame)
             conn.spin(future, self.spin)
+        else:
+            conn.queue(frame)
         return future
 
     @staticmethod

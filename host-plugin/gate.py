@@ -31,6 +31,7 @@ HOP_BY_HOP = frozenset(
      "transfer-encoding", "upgrade")
 )
 VERSION_HEADER = "X-Authsvc-Version"
+_NO_AUTO_HEADERS = frozenset(("Content-Type", "User-Agent", "Accept", "Accept-Encoding"))
 _CHUNK = 64 * 1024
 
 
@@ -221,7 +222,10 @@ class Gate:
         data = request.content if request.body_exists else None
         response: web.StreamResponse | None = None
         try:
-            async with session.request(request.method, url, headers=headers, data=data, allow_redirects=False) as upstream:
+            # skip_auto_headers: the sidecar sees the client's headers, not ones the client library would add
+            async with session.request(
+                request.method, url, headers=headers, data=data, allow_redirects=False, skip_auto_headers=_NO_AUTO_HEADERS,
+            ) as upstream:
                 response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
                 for name, value in upstream.headers.items():
                     if name.lower() not in HOP_BY_HOP:

@@ -14,6 +14,7 @@ import { ClientIdBindings, HostBehaviours } from './decide/behaviours.js'
 import { createDecider, type OwnedRoutes } from './decide/decide.js'
 import { PROTOCOL_VERSION, type HelloMessage } from './decide/protocol.js'
 import type { DecisionHandlers } from './decide/server.js'
+import { AuthsvcError } from './errors.js'
 import { registerErrorHandling } from './http/errors.js'
 import { registerRequestContext } from './http/request-context.js'
 import { adminRoutes } from './routes/admin.js'
@@ -49,6 +50,11 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
   registerErrorHandling(app)
   app.addHook('onSend', async (_request, reply) => {
     reply.header('X-Authsvc-Version', SERVICE_VERSION)
+  })
+  // An empty body of any type (a form-less POST /logout) is no body; a non-empty one of an unknown type is 415.
+  app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body: Buffer, done) => {
+    if (body.length === 0) return done(null, undefined)
+    done(new AuthsvcError('UNSUPPORTED_MEDIA_TYPE'), undefined)
   })
   void app.register(fastifyCookie)
   void app.register(fastifyFormbody, { bodyLimit: OWNED_BODY_LIMIT })

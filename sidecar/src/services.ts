@@ -39,6 +39,8 @@ export interface Services {
   passwords: PasswordHasher
   resolver: IdentityResolver
   host: { facts: HostFacts }
+  /** turns a user's MFA off (admin mfa_reset, recovery, operator command) */
+  resetMfa(userId: string): Promise<void>
   flush(): Promise<void>
   close(): Promise<void>
 }
@@ -88,6 +90,9 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     passwords: new PasswordHasher(config.argon2),
     resolver,
     host: { facts: {} },
+    async resetMfa(userId) {
+      await users.update(userId, { mfa_enabled: false })
+    },
     async flush() {
       await Promise.all(all.map((c) => c.flush()))
     },

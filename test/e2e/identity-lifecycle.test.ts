@@ -73,6 +73,7 @@ describe('identity lifecycle through the gate', () => {
     const s5 = (await login(stack, 'bob')).jwt
     assert.equal((await adminPut('/authsvc/api/users/bob', { role: 'guest' })).status, 200)
     assert.equal(await status(stack, '/queue', bearer(s5)), 401, 'session after role change')
+    assert.equal((await adminPut('/authsvc/api/users/bob', { role: 'user' })).status, 200)
 
     const s6 = (await login(stack, 'bob')).jwt
     const t3 = await apiToken(stack, 'bob')

@@ -14,7 +14,10 @@ export const ROOT = resolve(import.meta.dirname, '..', '..')
 export const PYTHON = process.env.AUTHSVC_PYTHON ?? '/usr/bin/python3'
 
 export type AiohttpVersion = '3.8' | '3.11'
-export const AIOHTTP_VERSIONS: AiohttpVersion[] = ['3.8', '3.11']
+/** Both by default; `AUTHSVC_TEST_AIOHTTP=3.8` narrows a local run to one. */
+export const AIOHTTP_VERSIONS: AiohttpVersion[] = process.env.AUTHSVC_TEST_AIOHTTP
+  ? (process.env.AUTHSVC_TEST_AIOHTTP.split(',') as AiohttpVersion[])
+  : ['3.8', '3.11']
 
 let aiohttp311Path: string | undefined
 export function aiohttp311Dir(): string {
