@@ -163,6 +163,7 @@ class DecisionClient:
         self._ids = itertools.count(1)
         self._connecting: asyncio.Task | None = None
         self._mismatch_logged = False
+        self._connect_lock: asyncio.Lock | None = None
         self.sidecar_info: dict[str, Any] = {}
 
     @property
@@ -171,7 +172,19 @@ class DecisionClient:
         return conn is not None and not conn.closed
 
     async def connect(self) -> None:
-        """Open a connection and complete the hello exchange, or raise Unavailable."""
+        """Open a connection and complete the hello exchange, or raise Unavailable.
+
+        One connect at a time: a caller that finds a connection already made by
+        another returns at once, so concurrent reconnects never orphan a socket.
+        """
+        if self._connect_lock is None:
+            self._connect_lock = asyncio.Lock()
+        async with self._connect_lock:
+            if self.ready:
+                return
+            await self._open()
+
+    async def _open(self) -> None:
         loop = asyncio.get_running_loop()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.setblocking(False)
@@ -181,7 +194,11 @@ class DecisionClient:
             sock.close()
             raise Unavailable(f"cannot connect to sidecar: {exc}") from None
         conn = _Connection(loop, sock, self)
-        answer = await self._call(conn, {"type": "hello", **self._hello}, spin=False)
+        try:
+            answer = await self._call(conn, {"type": "hello", **self._hello}, spin=False)
+        except BaseException:
+            conn.abort("closed")  # an unanswered hello must not leave its socket open
+            raise
         if answer.get("type") != "hello" or answer.get("protocol") != PROTOCOL_VERSION:
             if not self._mismatch_logged:
                 self._mismatch_logged = True

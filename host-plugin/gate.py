@@ -98,27 +98,24 @@ class Gate:
         try:
             decision = await self.client.call(describe(request))
             action = decision.get("action")
-            if action == "pass":
-                return await self._pass(request, handler, decision)
             if action == "respond":
                 return respond(decision)
             if action == "proxy":
                 return await self._proxy(request)
-            log.error("authsvc: sidecar answered an unknown action %r; refusing", action)
+            if action != "pass":
+                log.error("authsvc: sidecar answered an unknown action %r; refusing", action)
+                return unavailable_response()
+            prepared = await self._prepare_pass(request, decision)
         except Unavailable as exc:
             log.warning("authsvc: refusing %s %s: %s", request.method, request.rel_url.raw_path, exc)
+            return unavailable_response()
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             log.error("authsvc: malformed decision (%s); refusing", type(exc).__name__)
-        return unavailable_response()
-
-    async def _pass(self, request: web.Request, handler: Handler, decision: dict[str, Any]) -> web.StreamResponse:
-        req = self._edited(request, decision)
-        need_body = decision.get("need_body")
-        if need_body is not None:
-            outcome = await self._decide_on_body(req, need_body)
-            if isinstance(outcome, web.StreamResponse):
-                return outcome
-            decision = outcome
+            return unavailable_response()
+        if isinstance(prepared, web.StreamResponse):
+            return prepared
+        req, decision = prepared
+        # The host handler runs outside the try above: its own errors are the host's, not ours.
         try:
             response = await handler(req)
         except web.HTTPException as exc:
@@ -126,10 +123,32 @@ class Gate:
             raise
         filter_spec = decision.get("filter")
         if filter_spec is not None:
-            response = await self._filter(response, filter_spec)
+            try:
+                response = await self._filter(response, filter_spec)
+            except Unavailable as exc:
+                log.warning("authsvc: refusing %s %s: %s", request.method, request.rel_url.raw_path, exc)
+                return unavailable_response()
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                log.error("authsvc: malformed filter answer (%s); refusing", type(exc).__name__)
+                return unavailable_response()
         if not response.prepared:
             response.headers[VERSION_HEADER] = self.version
         return response
+
+    async def _prepare_pass(
+        self, request: web.Request, decision: dict[str, Any]
+    ) -> tuple[web.Request, dict[str, Any]] | web.StreamResponse:
+        """The edited request, and the decision whose filter applies (the body step may set one)."""
+        req = self._edited(request, decision)
+        need_body = decision.get("need_body")
+        if need_body is None:
+            return req, decision
+        outcome = await self._decide_on_body(req, need_body)
+        if isinstance(outcome, web.StreamResponse):
+            return outcome
+        if "filter" not in outcome and "filter" in decision:
+            outcome = {**outcome, "filter": decision["filter"]}
+        return req, outcome
 
     @staticmethod
     def _edited(request: web.Request, decision: dict[str, Any]) -> web.Request:

@@ -1,0 +1,930 @@
+"""Tests of the ComfyUI stand-in, over real HTTP against `main.py` in a subprocess.
+
+Run from the repository root:
+    /usr/bin/python3 -m unittest discover -s test/host-standin -p 'test_*.py'
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import zlib
+
+import aiohttp
+from yarl import URL
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIXTURES = os.path.join(HERE, "fixtures")
+MAIN = os.path.join(HERE, "main.py")
+PYTHON = sys.executable or "/usr/bin/python3"
+JSON_CT = "application/json; charset=utf-8"
+PNG_SIG = b"\x89PNG\r\n\x1a\n"
+AIOHTTP = tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in aiohttp.__version__.split(".")[:2])
+# aiohttp 3.8 (Debian) vs 3.11 (real installs): a bare web.Response has Content-Type
+# application/octet-stream only on 3.8, and a missing static file is a raised HTTPNotFound
+# on 3.8 but a *returned* FileResponse (status 200 until prepared, then 404, empty body) on 3.11.
+OLD_AIOHTTP = AIOHTTP < (3, 9)
+
+
+def fixture(name):
+    with open(os.path.join(FIXTURES, name), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def fixture_text(name):
+    with open(os.path.join(FIXTURES, name), encoding="utf-8") as f:
+        return f.read()
+
+
+def make_png(w, h, rgb):
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    raw = b"".join(b"\x00" + bytes(rgb) * w for _ in range(h))
+    return PNG_SIG + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) + \
+        chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+
+
+def parse_png(data: bytes):
+    assert data[:8] == PNG_SIG, "not a PNG"
+    pos, chunks = 8, []
+    while pos < len(data):
+        (n,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + n]
+        (crc,) = struct.unpack(">I", data[pos + 8 + n:pos + 12 + n])
+        assert zlib.crc32(kind + body) & 0xFFFFFFFF == crc, f"bad CRC in {kind!r}"
+        chunks.append((kind, body))
+        pos += 12 + n
+    assert chunks[0][0] == b"IHDR" and chunks[-1][0] == b"IEND"
+    w, h, depth, ctype = struct.unpack(">IIBB", chunks[0][1][:10])
+    raw = zlib.decompress(b"".join(b for k, b in chunks if k == b"IDAT"))
+    assert depth == 8 and ctype == 2 and len(raw) == h * (1 + 3 * w)
+    return w, h, {k: b for k, b in chunks}
+
+
+def safetensors(meta: dict) -> bytes:
+    header = json.dumps({"__metadata__": meta}).encode()
+    return struct.pack("<Q", len(header)) + header
+
+
+class Standin:
+    """main.py in a subprocess, with READY/CONTROL lines parsed from stdout."""
+
+    def __init__(self, base_dir, extra_args=()):
+        self.base_dir = base_dir
+        self.args = [PYTHON, MAIN, "--base-dir", base_dir, "--listen", "127.0.0.1", "--port", "0",
+                     "--control-port", "0", *extra_args]
+        self.lines: list[str] = []
+        self.url = self.control = None
+
+    def start(self, timeout=15.0):
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=self.base_dir)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = self.output()
+            m1 = re.search(r"STANDIN READY (http://\S+)", out)
+            m2 = re.search(r"STANDIN CONTROL (http://\S+)", out)
+            if m1 and m2:
+                self.url, self.control = m1.group(1), m2.group(1)
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError("stand-in exited:\n" + out)
+            time.sleep(0.02)
+        self.proc.kill()
+        raise RuntimeError("stand-in did not start:\n" + self.output())
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            self.lines.append(raw.decode("utf-8", "replace"))
+
+    def output(self):
+        return "".join(self.lines)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(5)
+        self.proc.stdout.close()
+        return self.proc.returncode
+
+
+class StandinCase(unittest.IsolatedAsyncioTestCase):
+    standin: Standin
+
+    async def asyncSetUp(self):
+        self.http = aiohttp.ClientSession()
+
+    async def asyncTearDown(self):
+        await self.http.close()
+
+    def u(self, path: str) -> URL:
+        """URL sent exactly as written (no re-quoting)."""
+        return URL(self.standin.url + path, encoded=True)
+
+    async def get_json(self, path, status=200, **kw):
+        async with self.http.get(self.u(path), **kw) as r:
+            self.assertEqual(r.status, status, f"{path}: {await r.text()}")
+            self.assertEqual(r.headers["Content-Type"], JSON_CT)
+            return await r.json()
+
+    async def post_json(self, path, body, status=200):
+        async with self.http.post(self.u(path), data=json.dumps(body)) as r:
+            text = await r.text()
+            self.assertEqual(r.status, status, f"{path}: {text}")
+            return json.loads(text) if text else None
+
+    async def control_get(self, path):
+        async with self.http.get(self.standin.control + path) as r:
+            self.assertEqual(r.status, 200)
+            return await r.json()
+
+    async def wait_history(self, prompt_id, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            h = await self.get_json(f"/history/{prompt_id}")
+            if prompt_id in h:
+                return h[prompt_id]
+            await asyncio.sleep(0.02)
+        self.fail(f"prompt {prompt_id} did not finish")
+
+    async def wait_idle(self, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while (await self.get_json("/prompt"))["exec_info"]["queue_remaining"]:
+            if time.monotonic() > deadline:
+                self.fail("queue did not drain")
+            await asyncio.sleep(0.02)
+
+    async def ws_collect_until_idle(self, ws, prompt_id, timeout=10.0):
+        """Frames until `executing` with node null for prompt_id."""
+        frames = []
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = await ws.receive(timeout=max(0.1, deadline - time.monotonic()))
+            if msg.type == aiohttp.WSMsgType.TEXT:
+                data = json.loads(msg.data)
+                frames.append(data)
+                if data["type"] == "executing" and data["data"]["node"] is None and data["data"].get("prompt_id") == prompt_id:
+                    return frames
+            elif msg.type == aiohttp.WSMsgType.BINARY:
+                frames.append({"_binary": bytes(msg.data)})
+            else:
+                self.fail(f"ws closed: {msg}")
+
+
+GRAPH = {
+    "1": {"class_type": "EmptyImage", "inputs": {"width": 64, "height": 64, "batch_size": 1, "color": 255}},
+    "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": "fixture-ws"}},
+}
+
+
+def sleep_graph(seconds, **extra):
+    return {"1": {"class_type": "StandinSleep", "inputs": {"seconds": seconds, **extra}}}
+
+
+# =========================================================================== plain host
+class HostTest(StandinCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="standin-test-")
+        base = cls.base = os.path.join(cls.tmp, "host")
+        files = {
+            "models/checkpoints/sd15-base.safetensors": safetensors({"title": "x"}),
+            "models/checkpoints/sdxl/juggernaut-xl.safetensors": safetensors({"title": "x"}),
+            "models/loras/detail-tweaker.safetensors": safetensors({"title": "x"}),
+            "models/loras/styles/anime-lines.safetensors": safetensors({"title": "x"}),
+            "models/vae/vae-ft-mse.safetensors": safetensors({"title": "x"}),
+            "models/embeddings/easynegative.safetensors": safetensors({"title": "x"}),
+            "models/embeddings/badhands.pt": b"junk",
+            "models/upscale_models/4x-ultrasharp.pth": b"junk",
+            "models/checkpoints/notes.txt": b"not a model",
+            "input/example.png": make_png(2, 2, (1, 2, 3)),
+        }
+        for rel, data in files.items():
+            path = os.path.join(base, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+        os.makedirs(os.path.join(base, "custom_nodes"))
+        os.makedirs(os.path.join(base, "user", "default"))
+        cls.standin = Standin(base).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.standin.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        assert rc == 0, f"stand-in exit code {rc}:\n{cls.standin.output()}"
+
+    # ------------------------------------------------------------------ routing
+    async def test_route_table_matches_comfyui(self):
+        table = await self.control_get("/routes")
+        have = [(r["method"], r["path"]) for r in table]
+        expected = []
+        for line in fixture_text("routes.txt").splitlines()[1:]:
+            m = re.match(r"^([A-Z]+) (/\S*)$", line)
+            if m:
+                expected.append((m.group(1), m.group(2)))
+        self.assertGreater(len(expected), 70)
+        for method, path in expected:
+            if path.startswith("/internal"):
+                self.assertIn((method, path), have)
+                self.assertNotIn((method, "/api" + path), have)
+            else:
+                self.assertIn((method, path), have)
+                self.assertIn((method, "/api" + path), have)
+                # the /api twin is registered first
+                self.assertLess(have.index((method, "/api" + path)), have.index((method, path)))
+        # static web root last; nothing else besides the fixture routes
+        self.assertEqual(table[-1]["kind"], "StaticResource")
+        extra = {p for p in have if p not in expected and (p[0], p[1][4:]) not in expected}
+        self.assertEqual({p for p in extra if p[1] != ""}, set())
+
+    async def test_head_on_every_get(self):
+        for path in ["/", "/prompt", "/api/prompt", "/queue", "/history", "/object_info", "/models", "/models/checkpoints",
+                     "/embeddings", "/extensions", "/features", "/system_stats", "/settings", "/users",
+                     "/userdata?dir=.", "/v2/userdata", "/experiment/models", "/workflow_templates", "/i18n",
+                     "/internal/logs", "/internal/folder_paths", "/assets/app.js", "/view?filename=example.png&type=input"]:
+            async with self.http.get(self.u(path)) as g:
+                gbody = await g.read()
+            async with self.http.head(self.u(path)) as h:
+                hbody = await h.read()
+            self.assertEqual(h.status, g.status, path)
+            self.assertIn(g.status, (200,), path)
+            self.assertEqual(hbody, b"", path)
+            if not path.startswith("/internal/logs"):  # the log grows between the two requests
+                self.assertEqual(h.headers.get("Content-Length"), str(len(gbody)), path)
+
+    async def test_api_twins_answer_the_same(self):
+        for path in ["/prompt", "/models", "/features", "/embeddings", "/object_info/SaveImage", "/models/loras"]:
+            self.assertEqual(await self.get_json(path), await self.get_json("/api" + path), path)
+
+    async def test_index_static_and_404_405(self):
+        async with self.http.get(self.u("/")) as r:
+            self.assertEqual(r.status, 200)
+            self.assertIn("<html", await r.text())
+            self.assertEqual(r.headers["Cache-Control"], "no-cache")
+        async with self.http.get(self.u("/assets/app.js")) as r:
+            self.assertEqual(r.status, 200)
+            self.assertTrue(r.headers["Content-Type"].startswith("application/javascript"))
+        async with self.http.get(self.u("/no/such/file.js")) as r:
+            self.assertEqual(r.status, 404)
+        async with self.http.post(self.u("/no/such/route")) as r:
+            self.assertEqual(r.status, 405)  # the static web root answers GET/HEAD for every path
+        async with self.http.get(self.u("/userdata/workflows/demo.json")) as r:
+            self.assertEqual(r.status, 404)
+            self.assertEqual(await r.text(), "404: Not Found" if OLD_AIOHTTP else "")
+
+    # ------------------------------------------------------------------ simple shapes
+    async def test_fixture_shapes(self):
+        self.assertEqual(await self.get_json("/features"), fixture("features.json"))
+        self.assertEqual(await self.get_json("/extensions"), fixture("extensions.json"))
+        self.assertEqual(await self.get_json("/models"), fixture("models.json"))
+        self.assertEqual(await self.get_json("/models/checkpoints"), fixture("models-checkpoints.json"))
+        self.assertEqual(await self.get_json("/models/loras"), fixture("models-loras.json"))
+        self.assertEqual(await self.get_json("/embeddings"), fixture("embeddings.json"))
+        prompt_info = await self.get_json("/prompt")
+        self.assertEqual(set(prompt_info), set(fixture("prompt-get.json")))
+        async with self.http.get(self.u("/models/nope")) as r:
+            self.assertEqual((r.status, await r.read()), (404, b""))
+            if OLD_AIOHTTP:
+                self.assertEqual(r.headers["Content-Type"], "application/octet-stream")
+
+        stats = await self.get_json("/system_stats")
+        ref = fixture("system_stats.json")
+        self.assertEqual(set(stats), set(ref))
+        self.assertEqual(set(stats["system"]), set(ref["system"]))
+        self.assertEqual(stats["system"]["argv"], [MAIN, *self.standin.args[2:]])
+        self.assertEqual(stats["system"]["comfyui_version"], "0.3.64")
+
+        self.assertEqual(await self.get_json("/workflow_templates"), {})
+        self.assertEqual(await self.get_json("/i18n"), {})
+        self.assertEqual(await self.get_json("/users"), {"storage": "server", "migrated": True})
+        self.assertEqual(await self.get_json("/view_metadata/checkpoints?filename=sdxl/juggernaut-xl.safetensors"), {"title": "x"})
+        for q in ["/view_metadata/checkpoints?filename=nope.safetensors", "/view_metadata/embeddings?filename=badhands.pt",
+                  "/view_metadata/nope?filename=a.safetensors", "/view_metadata/checkpoints"]:
+            async with self.http.get(self.u(q)) as r:
+                self.assertEqual(r.status, 404, q)
+
+        exp = await self.get_json("/experiment/models")
+        self.assertNotIn("configs", [e["name"] for e in exp])
+        self.assertEqual(exp[0], {"name": "checkpoints", "folders": [os.path.join(self.base, "models", "checkpoints")]})
+        ckpts = await self.get_json("/experiment/models/checkpoints")
+        self.assertEqual(sorted(c["name"] for c in ckpts), fixture("models-checkpoints.json"))
+        self.assertEqual(set(ckpts[0]), {"name", "pathIndex", "modified", "created", "size"})
+
+        fp = await self.get_json("/internal/folder_paths")
+        self.assertEqual(list(fp), fixture("models.json"))
+        self.assertEqual(fp["diffusion_models"], [os.path.join(self.base, "models", "unet"), os.path.join(self.base, "models", "diffusion_models")])
+        self.assertIn("example.png", await self.get_json("/internal/files/input"))
+        self.assertEqual(await self.get_json("/internal/files/bogus", status=400), {"error": "Invalid directory type"})
+        self.assertIsInstance(await self.get_json("/internal/logs"), str)
+        raw = await self.get_json("/internal/logs/raw")
+        self.assertEqual(set(raw), {"entries", "size"})
+        async with self.http.patch(self.u("/internal/logs/subscribe"), json={"clientId": "x", "enabled": True}) as r:
+            self.assertEqual(r.status, 200)
+
+    async def test_object_info_live_model_lists(self):
+        info = await self.get_json("/object_info")
+        ref = fixture("object_info.json")
+        self.assertEqual(list(info)[:len(ref)], list(ref))
+        for extra in ("UpscaleModelLoader", "StandinSleep"):
+            self.assertIn(extra, info)
+        self.assertEqual(info["CheckpointLoaderSimple"]["input"]["required"]["ckpt_name"][0], fixture("models-checkpoints.json"))
+        self.assertEqual(info["CheckpointLoaderSimple"]["input"]["required"]["ckpt_name"][1], ref["CheckpointLoaderSimple"]["input"]["required"]["ckpt_name"][1])
+        self.assertEqual(info["LoraLoader"]["input"]["required"]["lora_name"][0], fixture("models-loras.json"))
+        self.assertEqual(info["VAELoader"]["input"]["required"]["vae_name"][0], ["vae-ft-mse.safetensors", "pixel_space"])
+        self.assertEqual(info["UpscaleModelLoader"]["input"]["required"]["model_name"][0], ["4x-ultrasharp.pth"])
+        self.assertEqual(info["PhotoMakerLoader"]["input"]["required"]["photomaker_model_name"][1]["options"], [])
+        self.assertEqual(info["LoadImage"]["input"]["required"]["image"][0], ["example.png"])
+        self.assertEqual(info["KSampler"], ref["KSampler"])
+        # a new model file shows up immediately
+        path = os.path.join(self.base, "models", "checkpoints", "zz-new.safetensors")
+        with open(path, "wb") as f:
+            f.write(safetensors({}))
+        try:
+            one = await self.get_json("/object_info/CheckpointLoaderSimple")
+            self.assertEqual(list(one), ["CheckpointLoaderSimple"])
+            self.assertEqual(one["CheckpointLoaderSimple"]["input"]["required"]["ckpt_name"][0][-1], "zz-new.safetensors")
+        finally:
+            os.remove(path)
+        self.assertEqual(await self.get_json("/object_info/NoSuchNode"), {})
+
+    # ------------------------------------------------------------------ prompts
+    async def test_prompt_ws_history_view(self):
+        await self.wait_idle()
+        async with self.http.ws_connect(self.u("/ws?clientId=fixture-client")) as ws:
+            first = await ws.receive_json(timeout=5)
+            self.assertEqual(first["type"], "status")
+            self.assertEqual(first["data"]["sid"], "fixture-client")
+            await ws.send_json({"type": "feature_flags", "data": {"supports_preview_metadata": True}})
+            ff = await ws.receive_json(timeout=5)
+            self.assertEqual(ff, json.loads(fixture_text("ws-transcript.jsonl").splitlines()[1]))
+
+            resp = await self.post_json("/prompt", {"prompt": GRAPH, "client_id": "fixture-client", "extra_data": {"owner_tag": "alice"}})
+            self.assertEqual(list(resp), ["prompt_id", "number", "node_errors"])
+            self.assertEqual(resp["node_errors"], {})
+            pid = resp["prompt_id"]
+            frames = await self.ws_collect_until_idle(ws, pid)
+
+            ref = [json.loads(line) for line in fixture_text("ws-transcript.jsonl").splitlines()[2:]]
+            self.assertEqual([f["type"] for f in frames], [f["type"] for f in ref])
+            for got, want in zip(frames, ref):
+                self.assertEqual(set(got["data"]), set(want["data"]), got["type"])
+                if "prompt_id" in want["data"]:
+                    self.assertEqual(got["data"]["prompt_id"], pid)
+            executed = [f for f in frames if f["type"] == "executed"][0]["data"]
+            self.assertEqual(executed["output"], {"images": [{"filename": "fixture-ws_00001_.png", "subfolder": "", "type": "output"}]})
+            ref_pid = ref[2]["data"]["prompt_id"]
+            self.assertEqual(frames[4]["data"], json.loads(json.dumps(ref[4]["data"]).replace(ref_pid, pid)))
+
+            entry = await self.wait_history(pid)
+            ref_entry = next(iter(fixture("history-one.json").values()))
+            self.assertEqual(list(entry), list(ref_entry))
+            self.assertEqual(entry["prompt"][:3], [resp["number"], pid, GRAPH])
+            self.assertEqual(entry["prompt"][3], {"owner_tag": "alice", "client_id": "fixture-client"})
+            self.assertEqual(entry["prompt"][4], ["2"])
+            self.assertEqual(entry["outputs"], {"2": executed["output"]})
+            self.assertEqual(entry["meta"], ref_entry["meta"])
+            self.assertEqual([m[0] for m in entry["status"]["messages"]], ["execution_start", "execution_cached", "execution_success"])
+            self.assertEqual(entry["status"]["status_str"], "success")
+            self.assertEqual(await self.get_json("/history/" + pid), {pid: entry})
+
+            async with self.http.get(self.u("/view?filename=fixture-ws_00001_.png&type=output")) as r:
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.headers["Content-Type"], "image/png")
+                self.assertEqual(r.headers["Content-Disposition"], 'filename="fixture-ws_00001_.png"')
+                self.assertIn("Etag", r.headers)
+                w, h, chunks = parse_png(await r.read())
+                self.assertEqual((w, h), (16, 16))
+                self.assertEqual(json.loads(chunks[b"tEXt"].split(b"\0", 1)[1]), GRAPH)
+
+            # the identical graph runs fully from cache: same output, no new file
+            resp2 = await self.post_json("/prompt", {"prompt": GRAPH, "client_id": "fixture-client"})
+            self.assertEqual(resp2["number"], resp["number"] + 1)
+            frames2 = await self.ws_collect_until_idle(ws, resp2["prompt_id"])
+            cached = [f for f in frames2 if f["type"] == "execution_cached"][0]
+            self.assertEqual(cached["data"]["nodes"], ["1", "2"])
+            entry2 = await self.wait_history(resp2["prompt_id"])
+            self.assertEqual(entry2["outputs"], entry["outputs"])
+            self.assertEqual(sorted(f for f in os.listdir(os.path.join(self.base, "output")) if f.startswith("fixture-ws")), ["fixture-ws_00001_.png"])
+
+            # a new prefix writes the next counter; history paging
+            g3 = json.loads(json.dumps(GRAPH))
+            g3["2"]["inputs"]["filename_prefix"] = "sub/fixture-ws"
+            resp3 = await self.post_json("/prompt", {"prompt": g3})
+            entry3 = await self.wait_history(resp3["prompt_id"])
+            self.assertEqual(entry3["outputs"]["2"]["images"], [{"filename": "fixture-ws_00001_.png", "subfolder": "sub", "type": "output"}])
+            last = await self.get_json("/history?max_items=1")
+            self.assertEqual(list(last), [resp3["prompt_id"]])
+
+    async def test_binary_transcript_and_failure(self):
+        await self.wait_idle()
+        graph = {
+            "1": {"class_type": "EmptyImage", "inputs": {"width": 48, "height": 32, "batch_size": 1, "color": 0}},
+            "2": {"class_type": "GetImageSize", "inputs": {"image": ["1", 0]}},
+            "3": {"class_type": "EmptyImage", "inputs": {"width": ["2", 0], "height": ["2", 1], "batch_size": 1, "color": 7}},
+            "4": {"class_type": "SaveImage", "inputs": {"images": ["3", 0], "filename_prefix": "binframe"}},
+        }
+        async with self.http.ws_connect(self.u("/ws?clientId=bin-client")) as ws:
+            await ws.receive_json(timeout=5)
+            resp = await self.post_json("/prompt", {"prompt": graph, "client_id": "bin-client"})
+            frames = await self.ws_collect_until_idle(ws, resp["prompt_id"])
+            ref = [json.loads(line) for line in fixture_text("ws-transcript-binary.jsonl").splitlines()[2:]]
+            self.assertEqual([f.get("type", "binary") for f in frames], [f.get("type", "binary") for f in ref])
+            binary = next(f["_binary"] for f in frames if "_binary" in f)
+            want = next(f for f in ref if "_frame" in f)
+            self.assertEqual(binary.hex(), want["first8_hex"] + want["payload_hex"][8:])
+            entry = await self.wait_history(resp["prompt_id"])
+            with open(os.path.join(self.base, "output", entry["outputs"]["4"]["images"][0]["filename"]), "rb") as f:
+                w, h, _ = parse_png(f.read())
+            self.assertEqual((w, h), (16, 16))
+
+            resp = await self.post_json("/prompt", {"prompt": sleep_graph(0, fail=True), "client_id": "bin-client"})
+            frames = await self.ws_collect_until_idle(ws, resp["prompt_id"])
+            err = [f for f in frames if f.get("type") == "execution_error"][0]["data"]
+            self.assertEqual((err["node_id"], err["node_type"], err["exception_type"]), ("1", "StandinSleep", "RuntimeError"))
+            entry = await self.wait_history(resp["prompt_id"])
+            self.assertEqual((entry["status"]["status_str"], entry["status"]["messages"][-1][0]), ("error", "execution_error"))
+
+    async def test_prompt_errors_and_numbers(self):
+        first = await self.post_json("/prompt", {"prompt": sleep_graph(0)})
+        body = await self.post_json("/prompt", {"client_id": "x"}, status=400)
+        self.assertEqual(body, fixture("prompt-400-no-prompt.json"))
+        body = await self.post_json("/prompt", {"prompt": {"1": {"class_type": "NoSuchNode", "inputs": {}}}, "client_id": "x"}, status=400)
+        self.assertEqual(body, fixture("prompt-400-invalid.json"))
+        bad = json.loads(json.dumps(GRAPH))
+        del bad["2"]["inputs"]["filename_prefix"]
+        body = await self.post_json("/prompt", {"prompt": bad}, status=400)
+        self.assertEqual(body, fixture("prompt-400-validation.json"))
+        body = await self.post_json("/prompt", {"prompt": {"1": {"class_type": "EmptyImage", "inputs": {}}}}, status=400)
+        self.assertEqual(body["error"]["type"], "prompt_no_outputs")
+        ckpt = {"1": {"class_type": "CheckpointLoaderSimple", "inputs": {"ckpt_name": "missing.safetensors"}},
+                "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}}}
+        if "PreviewAny" in fixture("object_info.json"):
+            body = await self.post_json("/prompt", {"prompt": ckpt}, status=400)
+            self.assertEqual(body["node_errors"]["1"]["errors"][0]["type"], "value_not_in_list")
+        last = await self.post_json("/prompt", {"prompt": sleep_graph(0)})
+        n_400 = 5 if "PreviewAny" in fixture("object_info.json") else 4
+        self.assertEqual(last["number"], first["number"] + 1 + n_400)  # rejected prompts use numbers too
+        explicit = await self.post_json("/prompt", {"prompt": sleep_graph(0), "number": 7})
+        self.assertEqual(explicit["number"], 7.0)
+        async with self.http.post(self.u("/prompt"), data=b"not-json") as r:
+            self.assertEqual(r.status, 500)
+        await self.wait_history(explicit["prompt_id"])
+        await self.wait_idle()
+
+    async def test_queue_interrupt_and_secrets(self):
+        await self.wait_idle()
+        extra = {"owner_tag": "q1", "api_key_comfy_org": "SECRET", "auth_token_comfy_org": "TOKEN"}
+        async with self.http.ws_connect(self.u("/ws?clientId=q-client")) as ws:
+            await ws.receive_json(timeout=5)
+            a = await self.post_json("/prompt", {"prompt": sleep_graph(10, text="hello"), "client_id": "q-client", "extra_data": extra})
+            b = await self.post_json("/prompt", {"prompt": sleep_graph(10), "client_id": "q-client", "extra_data": {"owner_tag": "q2"}})
+            c = await self.post_json("/prompt", {"prompt": sleep_graph(10), "client_id": "q-client"})
+            deadline = time.monotonic() + 5
+            while True:
+                q = await self.get_json("/queue")
+                if q["queue_running"] or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.02)
+            self.assertEqual(len(q["queue_running"]), 1)
+            run = q["queue_running"][0]
+            self.assertEqual(len(run), 5)
+            self.assertEqual(run[:2], [a["number"], a["prompt_id"]])
+            self.assertEqual(run[3], {**extra, "client_id": "q-client"})  # secrets included, like ComfyUI
+            self.assertEqual(run[4], ["1"])
+            self.assertEqual([p[1] for p in q["queue_pending"]], [b["prompt_id"], c["prompt_id"]])
+            self.assertEqual((await self.get_json("/prompt"))["exec_info"]["queue_remaining"], 3)
+
+            async with self.http.post(self.u("/queue"), json={"delete": [b["prompt_id"]]}) as r:
+                self.assertEqual((r.status, await r.read()), (200, b""))
+            self.assertEqual([p[1] for p in (await self.get_json("/queue"))["queue_pending"]], [c["prompt_id"]])
+            async with self.http.post(self.u("/queue"), json={"clear": True}) as r:
+                self.assertEqual(r.status, 200)
+            self.assertEqual((await self.get_json("/queue"))["queue_pending"], [])
+
+            # a targeted interrupt for another prompt does nothing; a global one stops the run
+            async with self.http.post(self.u("/interrupt"), json={"prompt_id": b["prompt_id"]}) as r:
+                self.assertEqual(r.status, 200)
+            await asyncio.sleep(0.15)
+            self.assertEqual(len((await self.get_json("/queue"))["queue_running"]), 1)
+            async with self.http.post(self.u("/interrupt")) as r:
+                self.assertEqual(r.status, 200)
+            frames = await self.ws_collect_until_idle(ws, a["prompt_id"])
+            types = [f.get("type") for f in frames]
+            self.assertIn("execution_interrupted", types)
+            self.assertNotIn("execution_success", types)
+            binary = [f["_binary"] for f in frames if "_binary" in f]
+            self.assertEqual(binary[0], struct.pack(">II", 3, 1) + b"1hello")
+
+        entry = await self.wait_history(a["prompt_id"])
+        self.assertEqual(entry["status"]["status_str"], "error")
+        self.assertFalse(entry["status"]["completed"])
+        self.assertEqual(entry["status"]["messages"][-1][0], "execution_interrupted")
+        self.assertEqual(entry["prompt"][3], {"owner_tag": "q1", "client_id": "q-client"})  # secrets stripped
+        raw = await self.control_get("/history-raw")
+        self.assertEqual(raw[a["prompt_id"]]["prompt"][3], entry["prompt"][3])
+        self.assertNotIn(b["prompt_id"], await self.get_json("/history"))
+
+        async with self.http.post(self.u("/history"), json={"delete": [a["prompt_id"]]}) as r:
+            self.assertEqual(r.status, 200)
+        self.assertNotIn(a["prompt_id"], await self.get_json("/history"))
+        async with self.http.post(self.u("/free"), json={"unload_models": True}) as r:
+            self.assertEqual(r.status, 200)
+
+    async def test_ws_reused_client_id_takes_over(self):
+        await self.wait_idle()
+        async with self.http.ws_connect(self.u("/ws?clientId=shared")) as ws1, \
+                self.http.ws_connect(self.u("/api/ws?clientId=shared")) as ws2:
+            await ws1.receive_json(timeout=5)
+            await ws2.receive_json(timeout=5)
+            self.assertIn("shared", await self.control_get("/sockets"))
+            resp = await self.post_json("/prompt", {"prompt": sleep_graph(0), "client_id": "shared"})
+            frames = await self.ws_collect_until_idle(ws2, resp["prompt_id"])
+            self.assertIn("execution_start", [f["type"] for f in frames])
+            # the first socket only gets broadcasts (status)
+            got = []
+            while True:
+                try:
+                    got.append((await ws1.receive_json(timeout=0.3))["type"])
+                except asyncio.TimeoutError:
+                    break
+            self.assertTrue(set(got) <= {"status"}, got)
+        async with self.http.ws_connect(self.u("/ws")) as ws3:
+            first = await ws3.receive_json(timeout=5)
+            self.assertRegex(first["data"]["sid"], r"^[0-9a-f]{32}$")
+        async with self.http.get(self.u("/ws")) as r:
+            self.assertEqual(r.status, 400)
+
+    # ------------------------------------------------------------------ files
+    async def test_upload_image(self):
+        red, blue = make_png(2, 2, (255, 0, 0)), make_png(2, 2, (0, 0, 255))
+
+        async def upload(data, path="/upload/image", **fields):
+            form = aiohttp.FormData()
+            if data is not None:
+                form.add_field("image", data, filename="fixture-upload.png", content_type="image/png")
+            for k, v in fields.items():
+                form.add_field(k, v)
+            async with self.http.post(self.u(path), data=form) as r:
+                text = await r.text()
+                return r.status, (json.loads(text) if r.status == 200 else None)
+
+        self.assertEqual(await upload(red), (200, fixture("upload-image.json")))
+        self.assertEqual(await upload(red), (200, fixture("upload-image-dup.json")))
+        self.assertEqual(await upload(blue), (200, fixture("upload-image-rename.json")))
+        self.assertEqual(await upload(blue), (200, fixture("upload-image-rename.json")))  # same content as "(1)"
+        self.assertEqual(await upload(blue, overwrite="true"), (200, fixture("upload-image-overwrite.json")))
+        with open(os.path.join(self.base, "input", "fixture-upload.png"), "rb") as f:
+            self.assertEqual(f.read(), blue)
+        self.assertEqual(await upload(red, subfolder="fixtures", type="input"), (200, fixture("upload-image-subfolder.json")))
+        self.assertEqual(await upload(red, subfolder="../.."), (400, None))
+        self.assertEqual(await upload(None, subfolder="x"), (400, None))
+        self.assertEqual(await upload(red, type="temp"), (200, {"name": "fixture-upload.png", "subfolder": "", "type": "temp"}))
+        self.assertEqual((await upload(red, type="bogus"))[0], 500)
+        mask = await upload(red, path="/upload/mask", original_ref=json.dumps({"filename": "example.png", "type": "input"}))
+        self.assertEqual(mask, (200, {"name": "fixture-upload (2).png", "subfolder": "", "type": "input"}))
+        self.assertTrue(os.path.isfile(os.path.join(self.base, "input", "fixture-upload (2).png")))
+        green = make_png(3, 3, (0, 255, 0))
+        self.assertEqual((await upload(green, path="/upload/mask"))[0], 500)  # no original_ref: ComfyUI fails too
+        self.assertEqual(os.listdir(os.path.join(self.base, ".standin-uploads")), [])
+
+    async def test_upload_streams_beyond_client_max_size(self):
+        size = 101 * 1024 * 1024 + 3  # above ComfyUI's client_max_size (100 MiB)
+        path = os.path.join(self.tmp, "big.bin")
+
+        def write():
+            h = hashlib.sha256()
+            with open(path, "wb") as f:
+                block = os.urandom(1 << 20)
+                left = size
+                while left:
+                    n = min(left, len(block))
+                    f.write(block[:n])
+                    h.update(block[:n])
+                    left -= n
+            return h.hexdigest()
+
+        digest = await asyncio.to_thread(write)
+        form = aiohttp.FormData()
+        with open(path, "rb") as fp:
+            form.add_field("image", fp, filename="big.bin", content_type="application/octet-stream")
+            async with self.http.post(self.u("/upload/image"), data=form) as r:
+                self.assertEqual(r.status, 200, await r.text())
+                self.assertEqual(await r.json(), {"name": "big.bin", "subfolder": "", "type": "input"})
+        stored = os.path.join(self.base, "input", "big.bin")
+        self.assertEqual(os.path.getsize(stored), size)
+        def stored_digest():
+            with open(stored, "rb") as f:
+                return hashlib.sha256(f.read()).hexdigest()
+        self.assertEqual(await asyncio.to_thread(stored_digest), digest)
+        os.remove(stored)
+        os.remove(path)
+
+    async def test_view_errors(self):
+        with open(os.path.join(self.base, "output", "fixture_00001_.png"), "wb") as f:
+            f.write(make_png(1, 1, (0, 0, 0)))
+        for line in fixture_text("view-errors.txt").splitlines():
+            status, request, _body = line.split("\t")
+            method, path = request.split(" ", 1)
+            async with self.http.request(method, self.u(path)) as r:
+                self.assertEqual(r.status, int(status), path)
+                self.assertEqual(await r.read(), b"", path)
+        async with self.http.get(self.u("/view?filename=example.png&type=input&preview=webp;50&channel=rgba")) as r:
+            self.assertEqual(r.status, 200)
+        async with self.http.get(self.u("/view?filename=example.png%20%5Binput%5D")) as r:
+            self.assertEqual(r.status, 200)
+
+    async def test_userdata(self):
+        wf = fixture_text("userdata-get.json").encode()
+        async with self.http.post(self.u("/userdata/workflows%2Fdemo.json"), data=wf) as r:
+            self.assertEqual((r.status, await r.json()), (200, fixture("userdata-post.json")))
+        async with self.http.post(self.u("/userdata/workflows%2Fsub%2Fnested.json?full_info=true"), data=b'{"nodes":[]}') as r:
+            full = await r.json()
+        self.assertEqual(set(full), set(fixture("userdata-post-full.json")))
+        self.assertEqual((full["path"], full["size"]), ("workflows/sub/nested.json", 12))
+        async with self.http.post(self.u("/userdata/workflows%2Fdemo.json?overwrite=false"), data=b"x") as r:
+            self.assertEqual((r.status, await r.text()), (409, "File already exists"))
+
+        self.assertEqual(await self.get_json("/userdata?dir=workflows"), fixture("userdata-list.json"))
+        listed = await self.get_json("/userdata?dir=workflows&full_info=true")
+        self.assertEqual([(e["path"], e["size"]) for e in listed], [("demo.json", 146)])
+        self.assertEqual(set(listed[0]), set(fixture("userdata-list-full.json")[0]))
+        self.assertEqual(sorted(await self.get_json("/userdata?dir=workflows&split=true&recurse=true")), fixture("userdata-list-split.json"))
+        self.assertEqual(sorted(await self.get_json("/userdata?dir=workflows&recurse=true")), fixture("userdata-list-recurse.json"))
+        v2 = await self.get_json("/v2/userdata?path=workflows")
+        ref = fixture("userdata-v2.json")
+        self.assertEqual([(e["name"], e["path"], e["type"]) for e in v2], [(e["name"], e["path"], e["type"]) for e in ref])
+        self.assertEqual([set(e) for e in v2], [set(e) for e in ref])
+
+        async with self.http.get(self.u("/userdata/workflows%2Fdemo.json")) as r:
+            self.assertEqual((r.status, await r.read()), (200, wf))
+            self.assertEqual(r.headers["Content-Type"], "application/json")
+        async with self.http.get(self.u("/userdata?dir=nope-dir")) as r:
+            self.assertEqual((r.status, await r.text()), (404, "Directory not found"))
+        async with self.http.get(self.u("/userdata/..%2F..%2Fetc%2Fpasswd")) as r:
+            self.assertEqual(r.status, 403)
+        async with self.http.get(self.u("/userdata?dir=..%2Fother")) as r:
+            self.assertEqual(r.status, 403)
+
+        moved = await self.post_json("/userdata/workflows%2Fdemo.json/move/workflows%2Frenamed.json", None)
+        self.assertEqual(moved, "workflows/renamed.json")
+        async with self.http.delete(self.u("/userdata/workflows%2Frenamed.json")) as r:
+            self.assertEqual((r.status, await r.read()), (204, b""))
+        async with self.http.delete(self.u("/userdata/workflows%2Frenamed.json")) as r:
+            self.assertEqual(r.status, 404)
+        self.assertTrue(os.path.isfile(os.path.join(self.base, "user", "default", "workflows", "sub", "nested.json")))
+
+        async with self.http.post(self.u("/settings"), json={"Comfy.A": 1}) as r:
+            self.assertEqual(r.status, 200)
+        async with self.http.post(self.u("/settings/Comfy.B"), json="two") as r:
+            self.assertEqual(r.status, 200)
+        settings = await self.get_json("/settings")
+        self.assertEqual((settings["Comfy.A"], settings["Comfy.B"]), (1, "two"))
+        self.assertEqual(await self.get_json("/settings/Comfy.B"), "two")
+        self.assertIsNone(await self.get_json("/settings/Comfy.C"))
+
+    # ------------------------------------------------------------------ middlewares, counter
+    async def test_origin_check_and_options(self):
+        host = URL(self.standin.url).authority
+        async with self.http.post(self.u("/prompt"), data=b"{}", headers={"Origin": "http://evil.example"}) as r:
+            self.assertEqual(r.status, 403)
+        async with self.http.get(self.u("/prompt"), headers={"Origin": "http://" + host}) as r:
+            self.assertEqual(r.status, 200)
+        await self.http.post(self.standin.control + "/counter/reset")
+        async with self.http.options(self.u("/prompt")) as r:
+            self.assertEqual((r.status, await r.read()), (200, b""))
+        self.assertEqual((await self.control_get("/counter"))["total"], 0)  # OPTIONS never reaches a handler
+
+    async def test_counter_and_last_request(self):
+        await self.http.post(self.standin.control + "/counter/reset")
+        async with self.http.get(self.u("/api/prompt?token=abc"), headers={"comfy-user": "bob"}) as r:
+            self.assertEqual(r.status, 200)
+        last = await self.control_get("/last-request")
+        self.assertEqual((last["method"], last["path"], last["query_string"], last["route"]), ("GET", "/api/prompt", "token=abc", "GET /api/prompt"))
+        self.assertEqual(last["headers"]["comfy-user"], "bob")
+        self.assertEqual(last["body_length"], 0)
+
+        body = b'{"Comfy.X": 1}'
+        async with self.http.post(self.u("/settings"), data=body) as r:
+            self.assertEqual(r.status, 200)
+        last = await self.control_get("/last-request")
+        self.assertEqual((last["body_sha256"], last["body_length"]), (hashlib.sha256(body).hexdigest(), len(body)))
+        self.assertEqual(last["route"], "POST /settings")
+
+        for method, path in [("GET", "/internal/logs"), ("GET", "/internal/nope"), ("POST", "/nope"),
+                             ("GET", "/assets/app.js"), ("GET", "/userdata/a%2Fb.json")]:
+            async with self.http.request(method, self.u(path)) as r:
+                await r.read()
+        form = aiohttp.FormData()
+        form.add_field("image", b"abc", filename="c.bin")
+        async with self.http.post(self.u("/upload/image"), data=form) as r:
+            self.assertEqual(r.status, 200)
+        last = await self.control_get("/last-request")
+        self.assertTrue(last["body_streamed"])
+        self.assertNotIn("body_sha256", last)
+        counter = await self.control_get("/counter")
+        self.assertEqual(counter["by_route"], {
+            "GET /api/prompt": 1, "POST /settings": 1, "GET /internal/logs": 1, "GET <unmatched>": 1,
+            "POST <unmatched>": 1, "GET ": 1, "GET /userdata/{file}": 1, "POST /upload/image": 1})
+        self.assertEqual(counter["total"], 8)
+        recent = await self.control_get("/requests")
+        self.assertEqual(recent[-2]["match_info"], {"file": "a/b.json"})
+        self.assertEqual(recent[-2]["raw_path"], "/userdata/a%2Fb.json")
+        await self.http.post(self.standin.control + "/counter/reset")
+        self.assertEqual(await self.control_get("/counter"), {"total": 0, "by_route": {}})
+        self.assertIsNone(await self.control_get("/last-request"))
+        mws = await self.control_get("/middlewares")
+        self.assertEqual(mws, ["cache_control", "create_origin_only_middleware.<locals>.origin_only_middleware",
+                               "HandlerCounter.middleware.<locals>.standin_handler_counter"])
+
+
+# =========================================================================== custom nodes
+PROBE_INIT = r'''
+import os
+from aiohttp import web
+import server
+import folder_paths
+from .helper import VALUE
+
+seen = []
+try:
+    import mw_probe  # noqa: F401  (must fail: loaded by path, like ComfyUI)
+    PLAIN_IMPORT = "worked"
+except ImportError:
+    PLAIN_IMPORT = "failed"
+
+
+@web.middleware
+async def probe(request, handler):
+    route = request.match_info.route
+    canonical = route.resource.canonical if route.resource is not None else None
+    try:
+        response = await handler(request)
+    except web.HTTPException as e:
+        seen.append([request.method, request.path, canonical, "raised", e.status])
+        raise
+    seen.append([request.method, request.path, canonical, "returned", response.status])
+    return response
+
+
+server.PromptServer.instance.app.middlewares.insert(0, probe)
+
+
+@server.PromptServer.instance.routes.get("/probe/seen")
+async def probe_seen(request):
+    return web.json_response({"seen": seen, "value": VALUE, "plain_import": PLAIN_IMPORT,
+                              "base": folder_paths.base_path})
+
+
+def stamp(json_data):
+    json_data.setdefault("extra_data", {})["probe"] = True
+    return json_data
+
+
+def broken(json_data):
+    raise RuntimeError("on_prompt handlers' exceptions are swallowed")
+
+
+server.PromptServer.instance.add_on_prompt_handler(stamp)
+server.PromptServer.instance.add_on_prompt_handler(broken)
+
+
+async def on_cleanup(app):
+    with open(os.path.join(folder_paths.base_path, "probe-cleanup-ran"), "w") as f:
+        f.write("yes")
+
+server.PromptServer.instance.app.on_cleanup.append(on_cleanup)
+
+
+class ProbeNode:
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"text": ("STRING", {"default": ""})}}
+    RETURN_TYPES = ()
+    FUNCTION = "run"
+    OUTPUT_NODE = True
+    CATEGORY = "probe"
+
+    def run(self, text):
+        return ()
+
+
+NODE_CLASS_MAPPINGS = {"ProbeNode": ProbeNode}
+NODE_DISPLAY_NAME_MAPPINGS = {"ProbeNode": "Probe Node"}
+WEB_DIRECTORY = "./web"
+'''
+
+
+class CustomNodesTest(StandinCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="standin-test-cn-")
+        base = cls.base = os.path.join(cls.tmp, "host")
+        probe = os.path.join(base, "custom_nodes", "mw_probe")
+        os.makedirs(os.path.join(probe, "web", "sub"))
+        with open(os.path.join(probe, "__init__.py"), "w") as f:
+            f.write(PROBE_INIT)
+        with open(os.path.join(probe, "helper.py"), "w") as f:
+            f.write("VALUE = 42\n")
+        for rel in ("web/probe.js", "web/sub/more.js"):
+            with open(os.path.join(probe, rel), "w") as f:
+                f.write("export {};\n")
+        broken = os.path.join(base, "custom_nodes", "broken_pkg")
+        os.makedirs(broken)
+        with open(os.path.join(broken, "__init__.py"), "w") as f:
+            f.write("raise RuntimeError('boom at import')\n")
+        os.makedirs(os.path.join(base, "user"))
+        with open(os.path.join(base, "user", "users.json"), "w") as f:
+            json.dump({"alice_1": "alice"}, f)
+        cls.standin = Standin(base, ["--multi-user"]).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.standin.stop()
+        try:
+            assert rc == 0, f"stand-in exit code {rc}:\n{cls.standin.output()}"
+            assert os.path.exists(os.path.join(cls.base, "probe-cleanup-ran")), "on_cleanup did not run"
+        finally:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    async def test_failed_import_does_not_stop_the_host(self):
+        out = self.standin.output()
+        self.assertIn("IMPORT FAILED: " + os.path.join(self.base, "custom_nodes", "broken_pkg"), out)
+        self.assertIn("RuntimeError: boom at import", out)
+        imports = {os.path.basename(i["path"]): i["success"] for i in await self.control_get("/imports")}
+        self.assertEqual(imports, {"broken_pkg": False, "mw_probe": True})
+
+    async def test_package_loaded_like_comfyui(self):
+        seen = await self.get_json("/api/probe/seen")
+        self.assertEqual((seen["value"], seen["plain_import"], seen["base"]), (42, "failed", self.base))
+        self.assertEqual(sorted(await self.get_json("/extensions")), ["/extensions/mw_probe/probe.js", "/extensions/mw_probe/sub/more.js"])
+        async with self.http.get(self.u("/extensions/mw_probe/sub/more.js")) as r:
+            self.assertEqual(r.status, 200)
+        info = await self.get_json("/object_info/ProbeNode")
+        self.assertEqual(info["ProbeNode"]["python_module"], "custom_nodes.mw_probe")
+        self.assertEqual(info["ProbeNode"]["display_name"], "Probe Node")
+        self.assertTrue(info["ProbeNode"]["output_node"])
+        self.assertEqual((await self.control_get("/middlewares"))[0], "probe")
+
+    async def test_outermost_middleware_sees_everything(self):
+        async with self.http.ws_connect(self.u("/ws?clientId=probe-ws")) as ws:
+            await ws.receive_json(timeout=5)
+        requests = [("OPTIONS", "/prompt"), ("GET", "/internal/logs"), ("GET", "/assets/app.js"),
+                    ("GET", "/nope.js"), ("POST", "/nope"), ("GET", "/extensions/mw_probe/probe.js")]
+        for method, path in requests:
+            async with self.http.request(method, self.u(path)) as r:
+                await r.read()
+        await asyncio.sleep(0.1)
+        seen = (await self.get_json("/probe/seen"))["seen"]
+        rows = {(s[0], s[1]): s[2:] for s in seen}
+        self.assertEqual(rows[("GET", "/ws")], ["/ws", "returned", 101])
+        self.assertEqual(rows[("OPTIONS", "/prompt")], [None, "returned", 200])  # no OPTIONS route: 405 match
+        self.assertEqual(rows[("GET", "/internal/logs")], ["/internal/logs", "returned", 200])
+        self.assertEqual(rows[("GET", "/assets/app.js")], ["", "returned", 200])
+        self.assertEqual(rows[("GET", "/nope.js")], ["", "raised", 404] if OLD_AIOHTTP else ["", "returned", 200])
+        self.assertEqual(rows[("POST", "/nope")], [None, "raised", 405])
+        self.assertEqual(rows[("GET", "/extensions/mw_probe/probe.js")], ["/extensions/mw_probe", "returned", 200])
+
+    async def test_on_prompt_handlers(self):
+        resp = await self.post_json("/prompt", {"prompt": {"1": {"class_type": "ProbeNode", "inputs": {"text": "x"}}}, "client_id": "p"})
+        entry = await self.wait_history(resp["prompt_id"])
+        self.assertEqual(entry["prompt"][3], {"probe": True, "client_id": "p"})
+        self.assertIn("on_prompt handlers' exceptions are swallowed", self.standin.output())
+
+    async def test_multi_user_header(self):
+        async with self.http.post(self.u("/userdata/workflows%2Fa.json"), data=b"{}", headers={"comfy-user": "alice_1"}) as r:
+            self.assertEqual((r.status, await r.json()), (200, "workflows/a.json"))
+        self.assertTrue(os.path.isfile(os.path.join(self.base, "user", "alice_1", "workflows", "a.json")))
+        self.assertEqual(await self.get_json("/userdata?dir=workflows", headers={"comfy-user": "alice_1"}), ["a.json"])
+        # ComfyUI only knows users of user/users.json: others (and no header) fail
+        async with self.http.get(self.u("/userdata?dir=workflows"), headers={"comfy-user": "mallory"}) as r:
+            self.assertEqual(r.status, 500)
+        async with self.http.get(self.u("/settings")) as r:
+            self.assertEqual(r.status, 401)
+        users = await self.get_json("/users")
+        self.assertEqual(users, {"storage": "server", "users": {"alice_1": "alice"}})
+        new_id = await self.post_json("/users", {"username": "bob smith"})
+        self.assertRegex(new_id, r"^bob-smith_[0-9a-f-]{36}$")
+        self.assertEqual(await self.get_json("/settings", headers={"comfy-user": new_id}), {})
+
+
+if __name__ == "__main__":
+    unittest.main()
