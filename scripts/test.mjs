@@ -7,7 +7,7 @@ import { join, dirname } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..')
-const suites = ['test/unit', 'test/docs', 'test/python', 'test/e2e', 'test/browser']
+const suites = ['test/unit', 'test/integration', 'test/docs', 'test/python', 'test/e2e', 'test/browser']
 const only = process.argv.slice(2)
 const files = only.length > 0 ? only : suites.flatMap((dir) => {
   const full = join(root, dir)

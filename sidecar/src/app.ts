@@ -21,6 +21,7 @@ import { adminRoutes } from './routes/admin.js'
 import { authRoutes } from './routes/auth.js'
 import { healthRoutes } from './routes/health.js'
 import { meRoutes } from './routes/me.js'
+import { mfaRoutes } from './routes/mfa.js'
 import { assetRoutes, pageRoutes } from './routes/pages.js'
 import { generateTokenHandler, generateTokenSchema, tokenRoutes } from './routes/tokens.js'
 import { SERVICE_VERSION, type Services } from './services.js'
@@ -71,6 +72,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
         await family.register(meRoutes(services))
         await family.register(adminRoutes(services))
         await family.register(healthRoutes(services))
+        await family.register(mfaRoutes(services))
         await family.register(assetRoutes)
       },
       { prefix },

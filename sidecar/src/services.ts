@@ -13,6 +13,11 @@ import { PasswordHasher } from './identity/passwords.js'
 import { IdentityResolver } from './identity/resolver.js'
 import { deriveKeys, loadMasterSecret } from './identity/secrets.js'
 import { SessionService, type SessionRecord } from './identity/sessions.js'
+import { MfaService, type MfaRecord } from './identity/mfa.js'
+import { Throttle } from './identity/throttle.js'
+import { FieldCipher } from './store/field-crypto.js'
+import { sealedStore } from './store/sealed-kv.js'
+import { parseBoolean } from './config/load.js'
 import { UserRepository, type UserRecord } from './identity/users.js'
 import { IpSet } from './policy/ip.js'
 import { IpListGate } from './policy/ip-lists.js'
@@ -38,6 +43,10 @@ export interface Services {
   ipGate: IpListGate
   passwords: PasswordHasher
   resolver: IdentityResolver
+  mfa: MfaService
+  throttle: Throttle
+  /** env RECOVERY_MODE: the MFA recovery route works (for local clients) */
+  recoveryMode: boolean
   host: { facts: HostFacts }
   /** turns a user's MFA off (admin mfa_reset, recovery, operator command) */
   resetMfa(userId: string): Promise<void>
@@ -61,12 +70,15 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   if (config.store.backend !== 'sqlite') {
     throw new Error(`store backend ${config.store.backend} is not available in this build; use sqlite`)
   }
-  const kv = await openSqliteStore(sqlitePath(config, dataDir))
-  const [userRecords, sessionRecords, tokenRecords, settingRecords] = await Promise.all([
+  const cipher = new FieldCipher(keys.encryption)
+  const rawKv = await openSqliteStore(sqlitePath(config, dataDir))
+  const kv = config.store.encryption_level === 'all' ? sealedStore(rawKv, cipher) : rawKv
+  const [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords] = await Promise.all([
     Collection.load<UserRecord>(kv, 'user'),
     Collection.load<SessionRecord>(kv, 'session'),
     Collection.load<ApiTokenRecord>(kv, 'token'),
     Collection.load<unknown>(kv, 'setting'),
+    Collection.load<MfaRecord>(kv, 'mfa'),
   ])
   const users = new UserRepository(userRecords)
   const sessions = new SessionService(sessionRecords, keys.jwt, clock, {
@@ -84,14 +96,20 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const net: NetworkPolicy = { localNetworks: new IpSet(config.local_network_cidrs), trustedProxies: new IpSet(config.trusted_proxies) }
   const ipGate = new IpListGate(settings.get('ip_lists'), clock)
   const resolver = new IdentityResolver({ config, users, sessions, tokens, roles, settings })
-  const all = [userRecords, sessionRecords, tokenRecords, settingRecords]
+  const mfa = new MfaService(mfaRecords, cipher, keys.backupCodes, clock)
+  const throttle = await Throttle.open(kv, clock)
+  const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords]
   return {
     config, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
     passwords: new PasswordHasher(config.argon2),
     resolver,
+    mfa,
+    throttle,
+    recoveryMode: parseBoolean(env.RECOVERY_MODE ?? '') === true,
     host: { facts: {} },
     async resetMfa(userId) {
-      await users.update(userId, { mfa_enabled: false })
+      await mfa.disable(userId)
+      if (users.byId(userId)) await users.update(userId, { mfa_enabled: false })
     },
     async flush() {
       await Promise.all(all.map((c) => c.flush()))

@@ -29,7 +29,7 @@
     if (!response.ok) { showError(body.error || `Request failed (${response.status})`); return }
     if (form.id === 'login-form') {
       if (body.mfa_required || body.mfa_setup_required) {
-        location.assign(`/mfa?temp=${encodeURIComponent(body.mfa_temp_token)}${body.mfa_setup_required ? '&setup=1' : ''}`)
+        location.assign(`/mfa#${body.mfa_setup_required ? 'setup' : 'verify'}:${encodeURIComponent(body.mfa_temp_token)}`)
         return
       }
       location.assign(body.redirect_url || '/')

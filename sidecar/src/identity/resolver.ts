@@ -15,7 +15,7 @@ import type { SettingsRepository } from '../store/settings.js'
 import type { ApiTokenService } from './api-tokens.js'
 import { presentedCredential, type Channel } from './credentials.js'
 import { ADMIN_ROLE, type AuthType, type Principal } from './principal.js'
-import type { SessionService } from './sessions.js'
+import type { SessionCheck, SessionService } from './sessions.js'
 import type { UserRecord, UserRepository } from './users.js'
 
 export const GUEST_SUBJECT = 'guest'
@@ -43,8 +43,13 @@ export class IdentityResolver implements PrincipalResolver {
     return { error: 'TOKEN_INVALID' }
   }
 
-  private async fromSession(token: string, channel: Channel): Promise<Resolution> {
-    const checked = await this.deps.sessions.check(token)
+  private fromSession(token: string, channel: Channel): Resolution | Promise<Resolution> {
+    const checked = this.deps.sessions.check(token)
+    if (checked instanceof Promise) return checked.then((c) => this.sessionPrincipal(c, channel))
+    return this.sessionPrincipal(checked, channel)
+  }
+
+  private sessionPrincipal(checked: SessionCheck, channel: Channel): Resolution {
     if ('error' in checked) return checked
     const { record } = checked
     if (record.user_id === GUEST_SUBJECT) {

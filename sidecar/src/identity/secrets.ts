@@ -12,6 +12,7 @@ import { writeFileAtomic } from '../store/atomic-file.js'
 export interface DerivedKeys {
   jwt: Uint8Array
   encryption: Buffer
+  backupCodes: Buffer
 }
 
 export function loadMasterSecret(dataDir: string, env: NodeJS.ProcessEnv): Buffer {
@@ -35,5 +36,5 @@ export function loadMasterSecret(dataDir: string, env: NodeJS.ProcessEnv): Buffe
 
 export function deriveKeys(master: Buffer): DerivedKeys {
   const derive = (info: string) => Buffer.from(hkdfSync('sha256', master, Buffer.alloc(0), info, 32))
-  return { jwt: new Uint8Array(derive('authsvc/jwt/v1')), encryption: derive('authsvc/encryption/v1') }
+  return { jwt: new Uint8Array(derive('authsvc/jwt/v1')), encryption: derive('authsvc/encryption/v1'), backupCodes: derive('authsvc/backup-codes/v1') }
 }

@@ -26,11 +26,20 @@ export interface SessionSettings {
 }
 
 const LAST_USED_PERSIST_MS = 60_000
+/** Signature checks are cached per exact token string; the session record is still checked every time. */
+const VERIFIED_CACHE_LIMIT = 10_000
+
+interface VerifiedClaims {
+  sub: string
+  jti: string
+  expMs: number
+}
 
 export type SessionCheck = { record: SessionRecord } | { error: ErrorCode }
 
 export class SessionService {
   private readonly lastUsed = new Map<string, number>()
+  private readonly verified = new Map<string, VerifiedClaims>()
 
   constructor(
     private readonly sessions: Collection<SessionRecord>,
@@ -68,19 +77,38 @@ export class SessionService {
     return Math.floor(this.settings.lifetimeHours * 3600)
   }
 
-  /** Verifies signature, claims and the session record; marks the session used. */
-  async check(token: string): Promise<SessionCheck> {
-    const now = this.clock()
+  /**
+   * Verifies signature and claims (once per token string: HMAC verification is
+   * asynchronous WebCrypto work, too slow for every request), then the live
+   * session record (every time); marks the session used.
+   */
+  check(token: string): SessionCheck | Promise<SessionCheck> {
+    const claims = this.verified.get(token)
+    if (claims !== undefined) return this.checkRecord(claims)
+    return this.verifySignature(token).then((result) => ('error' in result ? result : this.checkRecord(result)))
+  }
+
+  private async verifySignature(token: string): Promise<VerifiedClaims | { error: ErrorCode }> {
     let payload
     try {
-      ;({ payload } = await jwtVerify(token, this.key, { algorithms: ['HS256'], currentDate: new Date(now) }))
+      ;({ payload } = await jwtVerify(token, this.key, { algorithms: ['HS256'], currentDate: new Date(this.clock()) }))
     } catch (err) {
       return { error: err instanceof joseErrors.JWTExpired ? 'TOKEN_EXPIRED' : 'TOKEN_INVALID' }
     }
-    if (payload.typ !== 'session' || typeof payload.jti !== 'string' || typeof payload.sub !== 'string') return { error: 'TOKEN_INVALID' }
-    const record = this.sessions.get(payload.jti)
-    if (!record || record.user_id !== payload.sub) return { error: 'TOKEN_REVOKED' }
-    if (record.revoked) return { error: 'TOKEN_REVOKED' }
+    if (payload.typ !== 'session' || typeof payload.jti !== 'string' || typeof payload.sub !== 'string' || typeof payload.exp !== 'number') {
+      return { error: 'TOKEN_INVALID' }
+    }
+    const claims: VerifiedClaims = { sub: payload.sub, jti: payload.jti, expMs: payload.exp * 1000 }
+    if (this.verified.size >= VERIFIED_CACHE_LIMIT) this.verified.delete(this.verified.keys().next().value as string)
+    this.verified.set(token, claims)
+    return claims
+  }
+
+  private checkRecord(claims: VerifiedClaims): SessionCheck {
+    const now = this.clock()
+    if (claims.expMs <= now) return { error: 'TOKEN_EXPIRED' }
+    const record = this.sessions.get(claims.jti)
+    if (!record || record.user_id !== claims.sub || record.revoked) return { error: 'TOKEN_REVOKED' }
     if (Date.parse(record.exp_at_iso) <= now) return { error: 'TOKEN_EXPIRED' }
     const lastUsed = this.lastUsed.get(record.jti) ?? Date.parse(record.last_used_at_iso)
     if (this.settings.idleMinutes > 0 && now - lastUsed > this.settings.idleMinutes * 60_000) {

@@ -11,6 +11,7 @@ import { ADMIN_ROLE } from '../identity/principal.js'
 import { GUEST_ROLE, GUEST_SUBJECT } from '../identity/resolver.js'
 import { usernameProblem } from '../identity/users.js'
 import { clearSessionCookie, safeRedirectPath, setSessionCookie } from '../http/session-cookie.js'
+import { checkPassword, mfaStep, refuseIfThrottled } from '../http/password-check.js'
 import type { Services } from '../services.js'
 
 const Flag = Type.Union([Type.Boolean(), Type.String({ maxLength: 8 })])
@@ -37,7 +38,11 @@ export function authRoutes(services: Services) {
       const first = services.users.count === 0
       const principal = request.principal
       const isAdmin = principal !== null && principal.isAdmin && principal.role === ADMIN_ROLE
-      if (!first && !isAdmin) throw new AuthsvcError('REGISTRATION_CLOSED')
+      refuseIfThrottled(services, request, null)
+      if (!first && !isAdmin) {
+        await services.throttle.recordFailure(request.facts.ip, null)
+        throw new AuthsvcError('REGISTRATION_CLOSED')
+      }
       const problem = usernameProblem(body.username) ?? passwordProblem(body.password)
       if (problem) throw new AuthsvcError('VALIDATION_FAILED', problem)
       let role = first ? ADMIN_ROLE : 'user'
@@ -65,11 +70,12 @@ export function authRoutes(services: Services) {
         if (typeof body.username !== 'string' || typeof body.password !== 'string') {
           throw new AuthsvcError('VALIDATION_FAILED', 'username and password are required')
         }
-        const user = services.users.byUsername(body.username)
-        const ok = user ? await services.passwords.verify(user.password_hash, body.password) : await services.passwords.verifyDummy(body.password)
-        if (!user || !ok || user.disabled) {
-          request.log.info({ event: 'login_failure', ip: request.facts.ip }, 'login failed')
-          throw new AuthsvcError('INVALID_CREDENTIALS')
+        const user = await checkPassword(services, request, body.username, body.password)
+        const step = mfaStep(services, user, rememberMe, redirectUrl)
+        if (step) {
+          // no cookie, no JWT: the temp token is good only for the MFA routes
+          if (request.facts.isNavigation) return reply.code(302).header('Location', `/mfa#${'mfa_required' in step ? 'verify' : 'setup'}:${step.mfa_temp_token}`).send()
+          return step
         }
         subject = user
       }

@@ -14,6 +14,7 @@ const read = (name: string) => readFileSync(new URL(name, WEB), 'utf8')
 const ASSETS: Record<string, { type: string; body: string }> = {
   'authsvc.css': { type: 'text/css; charset=utf-8', body: read('authsvc.css') },
   'authsvc.js': { type: 'text/javascript; charset=utf-8', body: read('authsvc.js') },
+  'mfa.js': { type: 'text/javascript; charset=utf-8', body: read('mfa.js') },
 }
 
 const HTML = 'text/html; charset=utf-8'
@@ -27,11 +28,14 @@ const PAGE_HEADERS = {
 export function pageRoutes(services: Services) {
   const login = read('login.html')
   const register = read('register.html')
+  const mfaPage = read('mfa.html')
   return async function (app: FastifyInstance): Promise<void> {
     app.get('/login', { config: { auth: 'public' } }, async (_request, reply) => {
       const page = services.users.count === 0 ? login.replace('id="register-hint" hidden', 'id="register-hint"') : login
       return reply.headers(PAGE_HEADERS).type(HTML).send(page)
     })
+    // Public: the page works from the temp token in its fragment, or from the session cookie.
+    app.get('/mfa', { config: { auth: 'public' } }, async (_request, reply) => reply.headers(PAGE_HEADERS).type(HTML).send(mfaPage))
     // Public only while no user exists; then for admins (who add users here).
     app.get('/register', { config: { auth: 'public' } }, async (request, reply) => {
       const p = request.principal

@@ -8,6 +8,7 @@ import { AuthsvcError } from '../errors.js'
 import { can } from '../identity/principal.js'
 import type { UserRecord } from '../identity/users.js'
 import { requireUser } from '../http/request-context.js'
+import { checkPassword, checkSecondFactor, mfaStep } from '../http/password-check.js'
 import type { Services } from '../services.js'
 
 const GenerateBody = Type.Object({
@@ -20,6 +21,16 @@ const GenerateBody = Type.Object({
   backup_code: Type.Optional(Type.String({ maxLength: 32 })),
 })
 
+type GenerateBody = {
+  username?: string
+  password?: string
+  label?: string
+  expire_hours?: number
+  mfa_temp_token?: string
+  code?: string
+  backup_code?: string
+}
+
 const RevokeBody = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 }) })
 
 export const DEFAULT_TOKEN_HOURS = 720
@@ -27,15 +38,26 @@ export const DEFAULT_TOKEN_HOURS = 720
 /** POST /authsvc/generate_token and its legacy alias POST /generate_token. */
 export function generateTokenHandler(services: Services) {
   return async function (request: FastifyRequest, _reply: FastifyReply) {
-    const body = request.body as { username?: string; password?: string; label?: string; expire_hours?: number }
+    const body = request.body as GenerateBody
     let user: UserRecord | undefined
-    if (body.username !== undefined || body.password !== undefined) {
+    if (body.mfa_temp_token !== undefined) {
+      const temp = services.mfa.tempToken(body.mfa_temp_token, 'login')
+      const found = temp ? services.users.byId(temp.userId) : undefined
+      if (!temp || !found || found.disabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
+      await checkSecondFactor(services, request, found, body, temp.id)
+      services.mfa.consumeTempToken(temp.id)
+      user = found
+    } else if (body.username !== undefined || body.password !== undefined) {
       if (typeof body.username !== 'string' || typeof body.password !== 'string') {
         throw new AuthsvcError('VALIDATION_FAILED', 'username and password are required together')
       }
-      const found = services.users.byUsername(body.username)
-      const ok = found ? await services.passwords.verify(found.password_hash, body.password) : await services.passwords.verifyDummy(body.password)
-      if (!found || !ok || found.disabled) throw new AuthsvcError('INVALID_CREDENTIALS')
+      const found = await checkPassword(services, request, body.username, body.password)
+      if (found.mfa_enabled && (body.code || body.backup_code)) {
+        await checkSecondFactor(services, request, found, body)
+      } else {
+        const step = mfaStep(services, found, false, '/')
+        if (step) return step
+      }
       user = found
     } else if (request.principal?.authType === 'session' && request.principal.userId !== null) {
       user = services.users.byId(request.principal.userId)

@@ -1,0 +1,161 @@
+/**
+ * TOTP second factor (SPEC §5.3): enrolment, verification, backup codes and
+ * the short-lived `mfa_temp_token` that bridges a password check to a code.
+ *
+ * Guarantees:
+ * - the TOTP secret and the backup-code hashes are stored sealed
+ *   (AES-256-GCM bound to the user's record), never in clear;
+ * - a code is accepted at most once per user, and never one of an older step
+ *   than the last accepted (the step is stored with the record);
+ * - backup codes are single use, stored only as keyed hashes;
+ * - temp tokens are opaque (`mfa_` + 256 bits), held only as SHA-256, expire
+ *   after 300 s, are bound to a user and a purpose, are consumed on success
+ *   and after 5 wrong codes.
+ */
+import { createHash, randomBytes } from 'node:crypto'
+import type { Collection } from '../store/collection.js'
+import type { FieldCipher } from '../store/field-crypto.js'
+import { consumeBackupCode, generateBackupCodes, hashBackupCode } from './backup-codes.js'
+import type { Clock } from './clock.js'
+import { generateTotpSecret, provisioningUri, verifyTotp } from './totp.js'
+
+export interface MfaRecord {
+  user_id: string
+  /** sealed TOTP secret of the active enrolment, absent until verify-setup */
+  secret?: string
+  /** sealed JSON list of backup-code hashes of the active enrolment */
+  backup?: string
+  last_step: number | null
+  /** an enrolment started by setup and not yet verified */
+  pending?: { secret: string; backup: string }
+}
+
+export type TempPurpose = 'login' | 'setup'
+
+interface TempToken {
+  userId: string
+  purpose: TempPurpose
+  expiresMs: number
+  failures: number
+  rememberMe: boolean
+  redirectUrl: string
+}
+
+export const TEMP_TOKEN_TTL_MS = 300_000
+export const TEMP_TOKEN_MAX_FAILURES = 5
+export const MFA_TEMP_PREFIX = 'mfa_'
+
+const sha256 = (value: string) => createHash('sha256').update(value).digest('hex')
+
+export interface SecondFactor {
+  code?: string
+  backup_code?: string
+}
+
+export class MfaService {
+  private readonly temps = new Map<string, TempToken>()
+
+  constructor(
+    private readonly records: Collection<MfaRecord>,
+    private readonly cipher: FieldCipher,
+    private readonly backupKey: Buffer,
+    private readonly clock: Clock,
+  ) {}
+
+  private context = (userId: string, part: string) => `mfa:${userId}:${part}`
+
+  issueTempToken(userId: string, purpose: TempPurpose, rememberMe: boolean, redirectUrl: string): string {
+    this.pruneTemps()
+    const token = `${MFA_TEMP_PREFIX}${randomBytes(32).toString('base64url')}`
+    this.temps.set(sha256(token), { userId, purpose, expiresMs: this.clock() + TEMP_TOKEN_TTL_MS, failures: 0, rememberMe, redirectUrl })
+    return token
+  }
+
+  /** The live temp token of that purpose, or null (unknown, expired, consumed, other purpose). */
+  tempToken(token: unknown, purpose: TempPurpose): (TempToken & { id: string }) | null {
+    if (typeof token !== 'string' || !token.startsWith(MFA_TEMP_PREFIX)) return null
+    const id = sha256(token)
+    const entry = this.temps.get(id)
+    if (!entry) return null
+    if (entry.expiresMs <= this.clock()) {
+      this.temps.delete(id)
+      return null
+    }
+    return entry.purpose === purpose ? { ...entry, id } : null
+  }
+
+  consumeTempToken(id: string): void {
+    this.temps.delete(id)
+  }
+
+  /** Counts a wrong code against the temp token; the fifth consumes it. */
+  failTempToken(id: string): void {
+    const entry = this.temps.get(id)
+    if (!entry) return
+    entry.failures++
+    if (entry.failures >= TEMP_TOKEN_MAX_FAILURES) this.temps.delete(id)
+  }
+
+  /** Starts an enrolment: a new secret and 10 backup codes, pending until verified. */
+  async beginSetup(userId: string, username: string): Promise<{ secret: string; uri: string; backupCodes: string[] }> {
+    const secret = generateTotpSecret()
+    const backupCodes = generateBackupCodes(10)
+    const hashes = backupCodes.map((c) => hashBackupCode(this.backupKey, c))
+    const current = this.records.get(userId) ?? { user_id: userId, last_step: null }
+    await this.records.put(userId, {
+      ...current,
+      pending: {
+        secret: this.cipher.encrypt(secret, this.context(userId, 'pending-secret')),
+        backup: this.cipher.encrypt(JSON.stringify(hashes), this.context(userId, 'pending-backup')),
+      },
+    })
+    return { secret, uri: provisioningUri(secret, username), backupCodes }
+  }
+
+  /** Verifies a code against the pending enrolment and makes it the active one. */
+  async finishSetup(userId: string, code: unknown): Promise<boolean> {
+    const record = this.records.get(userId)
+    if (!record?.pending || typeof code !== 'string') return false
+    const secret = this.cipher.decrypt(record.pending.secret, this.context(userId, 'pending-secret'))
+    const result = verifyTotp(secret, code, this.clock(), null)
+    if (!result.valid) return false
+    const hashes = this.cipher.decrypt(record.pending.backup, this.context(userId, 'pending-backup'))
+    await this.records.put(userId, {
+      user_id: userId,
+      secret: this.cipher.encrypt(secret, this.context(userId, 'secret')),
+      backup: this.cipher.encrypt(hashes, this.context(userId, 'backup')),
+      last_step: result.timeStep,
+    })
+    return true
+  }
+
+  /** Checks a TOTP code or a backup code of the active enrolment; consumes what it accepts. */
+  async verify(userId: string, factor: SecondFactor): Promise<boolean> {
+    const record = this.records.get(userId)
+    if (!record?.secret || !record.backup) return false
+    if (typeof factor.code === 'string' && factor.code !== '') {
+      const secret = this.cipher.decrypt(record.secret, this.context(userId, 'secret'))
+      const result = verifyTotp(secret, factor.code, this.clock(), record.last_step)
+      if (!result.valid) return false
+      await this.records.put(userId, { ...record, last_step: result.timeStep })
+      return true
+    }
+    if (typeof factor.backup_code === 'string' && factor.backup_code !== '') {
+      const hashes = JSON.parse(this.cipher.decrypt(record.backup, this.context(userId, 'backup'))) as string[]
+      const used = consumeBackupCode(this.backupKey, hashes, factor.backup_code)
+      if (!used.ok) return false
+      await this.records.put(userId, { ...record, backup: this.cipher.encrypt(JSON.stringify(used.remaining), this.context(userId, 'backup')) })
+      return true
+    }
+    return false
+  }
+
+  async disable(userId: string): Promise<void> {
+    await this.records.remove(userId)
+  }
+
+  private pruneTemps(): void {
+    const now = this.clock()
+    for (const [id, entry] of this.temps) if (entry.expiresMs <= now) this.temps.delete(id)
+  }
+}

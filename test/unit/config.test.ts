@@ -1,0 +1,228 @@
+/**
+ * Configuration (SPEC §10, STYLE habit 4): one schema with its defaults,
+ * unknown keys refused, wrong types refused, every problem reported at once,
+ * env overrides on top of config.json.
+ */
+import { describe, it, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { rmSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { ConfigError, loadConfig, parseBoolean, validateConfig } from '../../sidecar/src/config/load.js'
+import { tempDir } from './fixtures.js'
+
+const dirs: string[] = []
+after(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true })
+})
+
+function dataDir(configJson?: string): string {
+  const dir = tempDir('authsvc-config-')
+  dirs.push(dir)
+  if (configJson !== undefined) writeFileSync(join(dir, 'config.json'), configJson)
+  return dir
+}
+
+function problemsOf(fn: () => unknown): string[] {
+  try {
+    fn()
+  } catch (err) {
+    assert.ok(err instanceof ConfigError, `expected a ConfigError, got ${String(err)}`)
+    return err.problems
+  }
+  assert.fail('expected a ConfigError')
+}
+
+describe('config defaults (SPEC §10)', () => {
+  it('an empty config gets the documented defaults', () => {
+    const c = validateConfig({})
+    assert.equal(c.require_auth_for_remote_api, true)
+    assert.deepEqual(c.local_network_cidrs, ['127.0.0.0/8', '::1/128'])
+    assert.deepEqual(c.trusted_proxies, [])
+    assert.equal(c.local_anonymous_role, null)
+    assert.equal(c.seperate_users, true)
+    assert.equal(c.force_https, false)
+    assert.equal(c.allow_guest_jwt, false)
+    assert.equal(c.access_token_expiration_hours, 12)
+    assert.equal(c.session_idle_minutes, 60)
+    assert.equal(c.max_token_expiration_hours, 8760)
+    assert.deepEqual(c.argon2, { memory_kib: 19456, time_cost: 2, parallelism: 1, max_concurrent_hashes: 4 })
+    assert.equal(c.ntfy.base_url, 'https://ntfy.sh')
+    assert.deepEqual(c.ntfy.enabled_events, [])
+    assert.equal(c.model_download.max_active_total, 3)
+    assert.equal(c.model_download.max_active_per_source, 2)
+    assert.equal(c.store.backend, 'sqlite')
+    assert.equal(c.store.encryption_level, 'fields')
+    assert.deepEqual(c.admin_route_patterns, [])
+  })
+
+  it('a missing config.json with no env is the defaults', () => {
+    assert.deepEqual(loadConfig(dataDir(), {}), validateConfig({}))
+  })
+
+  it('nested objects keep given values and fill the rest with defaults', () => {
+    const c = validateConfig({ argon2: { memory_kib: 64 }, ntfy: { topic: 't' } })
+    assert.deepEqual(c.argon2, { memory_kib: 64, time_cost: 2, parallelism: 1, max_concurrent_hashes: 4 })
+    assert.equal(c.ntfy.topic, 't')
+    assert.equal(c.ntfy.base_url, 'https://ntfy.sh')
+  })
+
+  it('does not mutate the raw object it validates', () => {
+    const raw = { argon2: { memory_kib: 64 } }
+    validateConfig(raw)
+    assert.deepEqual(raw, { argon2: { memory_kib: 64 } })
+  })
+})
+
+describe('config refusals', () => {
+  const cases: Array<[string, unknown, RegExp]> = [
+    ['unknown top-level key', { bogus: 1 }, /additional properties.*bogus/],
+    ['unknown nested key (argon2)', { argon2: { salt: 'x' } }, /\/argon2.*additional properties.*salt/],
+    ['unknown nested key (store)', { store: { engine: 'x' } }, /\/store.*additional properties.*engine/],
+    ['boolean as string', { seperate_users: 'yes' }, /\/seperate_users: must be boolean/],
+    ['boolean as number', { force_https: 1 }, /\/force_https: must be boolean/],
+    ['number as string', { access_token_expiration_hours: '12' }, /\/access_token_expiration_hours/],
+    ['zero lifetime', { access_token_expiration_hours: 0 }, /\/access_token_expiration_hours/],
+    ['negative idle minutes', { session_idle_minutes: -1 }, /\/session_idle_minutes/],
+    ['non-integer argon2 memory', { argon2: { memory_kib: 1.5 } }, /\/argon2\/memory_kib/],
+    ['list as string', { trusted_proxies: '10.0.0.1' }, /\/trusted_proxies/],
+    ['list of numbers', { local_network_cidrs: [10] }, /\/local_network_cidrs\/0/],
+    ['unknown store backend', { store: { backend: 'mysql' } }, /\/store\/backend/],
+    ['empty local_anonymous_role', { local_anonymous_role: '' }, /\/local_anonymous_role/],
+    ['admin pattern not a path', { admin_route_patterns: ['manager'] }, /\/admin_route_patterns\/0/],
+  ]
+  for (const [name, raw, pattern] of cases) {
+    it(`refuses ${name}`, () => {
+      const problems = problemsOf(() => validateConfig(raw))
+      assert.ok(problems.some((p) => pattern.test(p)), `${JSON.stringify(problems)} should match ${pattern}`)
+    })
+  }
+
+  for (const raw of [null, [], 'x', 42]) {
+    it(`refuses a non-object config ${JSON.stringify(raw)}`, () => {
+      assert.deepEqual(problemsOf(() => validateConfig(raw)), ['config must be a JSON object'])
+    })
+  }
+
+  const badCidrs = ['nope', '10.0.0.0/33', '1.2.3.4/8/1', '::1/129', '10.0.0.1/x', '999.1.1.1', '10.0.0.0/-1']
+  for (const cidr of badCidrs) {
+    it(`refuses the invalid CIDR ${JSON.stringify(cidr)} in both lists`, () => {
+      for (const key of ['local_network_cidrs', 'trusted_proxies']) {
+        const problems = problemsOf(() => validateConfig({ [key]: [cidr] }))
+        assert.ok(problems.some((p) => p.startsWith(`/${key}/0`)), `${key}: ${JSON.stringify(problems)}`)
+      }
+    })
+  }
+
+  it('accepts valid CIDRs and bare addresses, v4, v6 and v4-mapped', () => {
+    const c = validateConfig({ trusted_proxies: ['10.0.0.1', '192.168.0.0/16', 'fd00::/8', '::ffff:10.1.2.3'], local_network_cidrs: ['127.0.0.0/8'] })
+    assert.equal(c.trusted_proxies.length, 4)
+  })
+})
+
+describe('every problem is reported at once', () => {
+  it('several schema problems land in one ConfigError', () => {
+    const problems = problemsOf(() =>
+      validateConfig({ bogus: 1, seperate_users: 'yes', argon2: { memory_kib: 'x', extra: 1 }, session_idle_minutes: -5 }),
+    )
+    assert.ok(problems.length >= 4, JSON.stringify(problems))
+    for (const part of ['bogus', '/seperate_users', '/argon2/memory_kib', 'extra', '/session_idle_minutes']) {
+      assert.ok(problems.some((p) => p.includes(part)), `${part} missing from ${JSON.stringify(problems)}`)
+    }
+  })
+
+  it('every invalid CIDR of both lists is reported together', () => {
+    const problems = problemsOf(() => validateConfig({ trusted_proxies: ['nope', '10.0.0.0/33'], local_network_cidrs: ['::1/129'] }))
+    assert.equal(problems.length, 3, JSON.stringify(problems))
+  })
+
+  it('an invalid CIDR is reported together with a schema problem', { todo: 'bug: validateConfig checks CIDRs only when the schema found no problem (config/load.ts:45), so a wrong type hides an invalid CIDR' }, () => {
+    const problems = problemsOf(() => validateConfig({ seperate_users: 'yes', trusted_proxies: ['nope'] }))
+    assert.ok(problems.some((p) => p.includes('/seperate_users')), JSON.stringify(problems))
+    assert.ok(problems.some((p) => p.startsWith('/trusted_proxies/0')), JSON.stringify(problems))
+  })
+
+  it('config.json that is not JSON is reported together with a bad env value', () => {
+    const dir = dataDir('{ "seperate_users": true, ')
+    const problems = problemsOf(() => loadConfig(dir, { FORCE_HTTPS: 'maybe' }))
+    assert.ok(problems.some((p) => p.includes('config.json') && p.includes('not valid JSON')), JSON.stringify(problems))
+    assert.ok(problems.some((p) => p.includes('FORCE_HTTPS')), JSON.stringify(problems))
+  })
+
+  it('a config.json problem and a schema problem are reported together', () => {
+    const dir = dataDir(JSON.stringify({ bogus: true }))
+    const problems = problemsOf(() => loadConfig(dir, { SEPERATE_USERS: 'nah' }))
+    assert.ok(problems.some((p) => p.includes('bogus')), JSON.stringify(problems))
+    assert.ok(problems.some((p) => p.includes('SEPERATE_USERS')), JSON.stringify(problems))
+  })
+
+  it('the error message lists every problem', () => {
+    try {
+      validateConfig({ a: 1, force_https: 'x' })
+      assert.fail('expected an error')
+    } catch (err) {
+      assert.ok(err instanceof ConfigError)
+      for (const p of err.problems) assert.ok(err.message.includes(p))
+    }
+  })
+})
+
+describe('config.json and env', () => {
+  it('config.json that is not JSON is refused', () => {
+    const problems = problemsOf(() => loadConfig(dataDir('not json at all'), {}))
+    assert.equal(problems.length, 1)
+    assert.match(problems[0], /config\.json: not valid JSON/)
+  })
+
+  for (const text of ['[]', '"x"', '42', 'null']) {
+    it(`config.json holding ${text} is refused`, () => {
+      const problems = problemsOf(() => loadConfig(dataDir(text), {}))
+      assert.match(problems.join('\n'), /must hold a JSON object/)
+    })
+  }
+
+  it('config.json values are applied', () => {
+    const c = loadConfig(dataDir(JSON.stringify({ local_anonymous_role: 'guest', trusted_proxies: ['10.0.0.1'] })), {})
+    assert.equal(c.local_anonymous_role, 'guest')
+    assert.deepEqual(c.trusted_proxies, ['10.0.0.1'])
+  })
+
+  it('REQUIRE_AUTH_FOR_REMOTE_API=false turns remote auth off, and beats config.json', () => {
+    assert.equal(loadConfig(dataDir(), { REQUIRE_AUTH_FOR_REMOTE_API: 'false' }).require_auth_for_remote_api, false)
+    const dir = dataDir(JSON.stringify({ require_auth_for_remote_api: true }))
+    assert.equal(loadConfig(dir, { REQUIRE_AUTH_FOR_REMOTE_API: 'false' }).require_auth_for_remote_api, false)
+  })
+
+  it('SEPERATE_USERS and FORCE_HTTPS override config.json both ways', () => {
+    const dir = dataDir(JSON.stringify({ seperate_users: true, force_https: false }))
+    const c = loadConfig(dir, { SEPERATE_USERS: '0', FORCE_HTTPS: 'TRUE' })
+    assert.equal(c.seperate_users, false)
+    assert.equal(c.force_https, true)
+    const d = loadConfig(dataDir(JSON.stringify({ seperate_users: false })), { SEPERATE_USERS: 'yes' })
+    assert.equal(d.seperate_users, true)
+  })
+
+  it('an empty env value is ignored (config.json stands)', () => {
+    const c = loadConfig(dataDir(JSON.stringify({ force_https: true })), { FORCE_HTTPS: '' })
+    assert.equal(c.force_https, true)
+  })
+
+  for (const bad of ['maybe', 'enabled', '2', 'tru', 'false!']) {
+    it(`a bad env boolean ${JSON.stringify(bad)} is an error, never a guess`, () => {
+      const problems = problemsOf(() => loadConfig(dataDir(), { REQUIRE_AUTH_FOR_REMOTE_API: bad }))
+      assert.equal(problems.length, 1)
+      assert.match(problems[0], /env REQUIRE_AUTH_FOR_REMOTE_API: expected true or false/)
+    })
+  }
+
+  it('parseBoolean accepts the usual spellings, case- and space-insensitively', () => {
+    for (const t of ['1', 'true', 'TRUE', ' yes ', 'On']) assert.equal(parseBoolean(t), true, t)
+    for (const f of ['0', 'false', 'False', 'no', 'OFF ']) assert.equal(parseBoolean(f), false, f)
+    for (const u of ['', 'y', 'n', 'maybe']) assert.equal(parseBoolean(u), undefined, u)
+  })
+
+  it('unrelated env variables are not config', () => {
+    const c = loadConfig(dataDir(), { ALLOW_GUEST_JWT: 'true', LOCAL_ANONYMOUS_ROLE: 'user' })
+    assert.equal(c.allow_guest_jwt, false)
+    assert.equal(c.local_anonymous_role, null)
+  })
+})
