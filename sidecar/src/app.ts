@@ -38,6 +38,8 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
   const app = Fastify({
     loggerInstance: logger,
     bodyLimit: OWNED_BODY_LIMIT,
+    // wrong types are refused, never converted ({"disabled": 0} is not false)
+    ajv: { customOptions: { coerceTypes: false } },
     return503OnClosing: true,
   })
   const router = FindMyWay()

@@ -173,7 +173,7 @@ describe('OPTIONS', () => {
     })
   }
 
-  it('OPTIONS from a blacklisted address → 403 IP_DENIED (SPEC §5.4: "on every route")', { todo: 'bug: decide/decide.ts:63 answers OPTIONS before the IP gate, so a blacklisted client still gets 204' }, async () => {
+  it('OPTIONS from a blacklisted address → 403 IP_DENIED (SPEC §5.4: "on every route")', async () => {
     w.sc.services.ipGate.update({ whitelist: [], blacklist: [{ ip: '198.51.100.66', permanent: true }] })
     try {
       assertDenied(await decide(w.sc, { method: 'OPTIONS', path: '/prompt', peer: '198.51.100.66' }), 'IP_DENIED')
@@ -898,7 +898,7 @@ describe('WebSocket clientId binding', () => {
     assertDenied(await decide(w.sc, ws('clientId=tab-2&clientId=bob-tab', bearer(w.bobJwt))), 'CLIENT_ID_TAKEN')
   })
 
-  it('another principal cannot evict a binding by flooding new clientIds, then take it over', { todo: 'bug: decide/behaviours.ts:33 (ClientIdBindings.claim) forgets the oldest binding once 10,000 exist, whoever makes the new ones, so any principal can claim 10,000 fresh clientIds and then bind a victim\'s known clientId (the host then sends the victim\'s progress and previews to the attacker). Fix: cap bindings per owner and evict only the flooding owner\'s oldest, or keep bindings of live sockets' }, async () => {
+  it('another principal cannot evict a binding by flooding new clientIds, then take it over', async () => {
     assertPass(await decide(w.sc, ws('clientId=victim-tab', bearer(w.aliceJwt))))
     const bobToken = await apiToken(w.sc, w.bob)
     for (let i = 0; i < 10_000; i++) await decide(w.sc, ws(`clientId=flood-${i}`, bearer(bobToken)))
@@ -1075,12 +1075,12 @@ describe('userdata writes under workflows/', () => {
     ['double-encoded workflows%2Fa.json (the host unquotes a file name holding "%" once more)', { file: 'workflows%2Fa.json' }],
   ]
   for (const [name, match_info] of traversal) {
-    it(`traversal into workflows/ (${name}) without can_modify_workflows → 403`, { todo: 'bug: decide/behaviours.ts:55 tests the raw match_info.file with startsWith("workflows/"), but the host (user_manager.get_request_user_filepath) unquotes a name holding "%" and joins + abspath-normalises it, so dot segments and double encoding reach workflows/ unchecked. Fix: percent-decode when "%" is present, path.posix.normalize, refuse ".." escapes, then test the first segment' }, async () => {
+    it(`traversal into workflows/ (${name}) without can_modify_workflows → 403`, async () => {
       assertDenied(await decide(w.sc, write('POST', '/userdata/{file}', match_info, w.viewerJwt)), 'PERMISSION_DENIED', name)
     })
   }
 
-  it('move INTO workflows/ from another userdata file without can_modify_workflows → 403', { todo: 'bug: decide/behaviours.ts:54-55 checks only match_info.file, never match_info.dest, so POST /userdata/notes.json/move/workflows%2Fx.json writes a workflow without can_modify_workflows. Fix: apply the same (normalised) check to dest' }, async () => {
+  it('move INTO workflows/ from another userdata file without can_modify_workflows → 403', async () => {
     assertDenied(await decide(w.sc, write('POST', '/userdata/{file}/move/{dest}', { file: 'notes.json', dest: 'workflows/x.json' }, w.viewerJwt)), 'PERMISSION_DENIED')
   })
 })

@@ -20,10 +20,10 @@ const EXPECTED: Record<string, { require: Requirement; behaviour?: string; page?
   'GET /embeddings': { require: perm('can_access_api') },
   'GET /models': { require: perm('can_access_api') },
   'GET /models/{folder}': { require: perm('can_access_api') },
-  'GET /extensions': { require: P },
-  'GET /i18n': { require: P },
-  'GET /features': { require: P },
-  'GET /workflow_templates': { require: P },
+  'GET /extensions': { require: P, page: true },
+  'GET /i18n': { require: P, page: true },
+  'GET /features': { require: P, page: true },
+  'GET /workflow_templates': { require: P, page: true },
   'POST /upload/image': { require: perm('can_upload') },
   'POST /upload/mask': { require: perm('can_upload') },
   'GET /view': { require: P },
@@ -91,9 +91,10 @@ describe('host-route policy table', () => {
     })
   }
 
-  it('every table key is a real host route (or PUT /prompt, which the spec names), so no row is a typo', () => {
+  it('every table key is a real host route (or one the spec names: PUT /prompt, the §6.1 /cpe family), so no row is a typo', () => {
     const real = new Set(COMFYUI_ROUTES.map((r) => `${r.method} ${r.pattern}`))
     real.add('PUT /prompt')
+    for (const k of ['GET /cpe/workflow/list', 'GET /cpe/workflow/get', 'POST /cpe/workflow/save', 'GET /cpe/health']) real.add(k)
     assert.deepEqual(HOST_ROUTE_KEYS.filter((k) => !real.has(k)), [])
   })
 
@@ -137,7 +138,7 @@ describe('/internal, unknown, unmatched and static routes', () => {
   })
 
   it('an unknown matched route (another custom node) needs can_access_api, in both twins', () => {
-    for (const pattern of ['/custom_node/thing', '/api/custom_node/thing', '/manager/queue/start', '/api/cpe/workflow/list']) {
+    for (const pattern of ['/custom_node/thing', '/api/custom_node/thing', '/manager/queue/start', '/api/cpe/other']) {
       for (const method of ['GET', 'POST', 'DELETE']) {
         const p = policyOf(method, pattern)
         assert.deepEqual(p.require, perm('can_access_api'), `${method} ${pattern}`)
@@ -204,13 +205,13 @@ describe('foldApiTwin', () => {
 })
 
 describe('SPEC §6 rows not matching the table', () => {
-  it('browser navigations to /i18n, /features, /workflow_templates and /extensions without a principal are redirected to /login', { todo: 'bug: SPEC §6 lists /extensions, /i18n, /features and templates as pages (302 /login for navigations); policy/host-routes.ts:45-48 leave page=false, so they answer 401 JSON' }, () => {
+  it('browser navigations to /i18n, /features, /workflow_templates and /extensions without a principal are redirected to /login', () => {
     for (const pattern of ['/extensions', '/i18n', '/features', '/workflow_templates']) {
       assert.equal(policyOf('GET', pattern).page, true, pattern)
     }
   })
 
-  it('POST /api/cpe/workflow/save needs can_modify_workflows; GET /api/cpe/workflow/get a principal (SPEC §4, §6.1)', { todo: 'bug: the §6.1 per-user workflow family is neither in policy/host-routes.ts TABLE nor an owned route, so POST /api/cpe/workflow/save falls to the default can_access_api (a guest may save)' }, () => {
+  it('POST /api/cpe/workflow/save needs can_modify_workflows; GET /api/cpe/workflow/get a principal (SPEC §4, §6.1)', () => {
     assert.deepEqual(policyOf('POST', '/api/cpe/workflow/save').require, perm('can_modify_workflows'))
     assert.deepEqual(policyOf('POST', '/cpe/workflow/save').require, perm('can_modify_workflows'))
   })

@@ -42,12 +42,12 @@ export function validateConfig(raw: unknown, problems: string[] = []): Config {
     const extra = error.keyword === 'additionalProperties' ? ` (${JSON.stringify(error.params)})` : ''
     problems.push(`${where}: ${error.message}${extra}`)
   }
-  if (problems.length === 0) {
-    for (const [key, list] of [['local_network_cidrs', withDefaults.local_network_cidrs], ['trusted_proxies', withDefaults.trusted_proxies]] as const) {
-      list.forEach((cidr, i) => {
-        if (!parseCidr(cidr)) problems.push(`/${key}/${i}: not an IP address or CIDR: ${JSON.stringify(cidr)}`)
-      })
-    }
+  for (const key of ['local_network_cidrs', 'trusted_proxies'] as const) {
+    const list: unknown = withDefaults[key]
+    if (!Array.isArray(list)) continue
+    list.forEach((cidr, i) => {
+      if (typeof cidr === 'string' && !parseCidr(cidr)) problems.push(`/${key}/${i}: not an IP address or CIDR: ${JSON.stringify(cidr)}`)
+    })
   }
   if (problems.length > 0) throw new ConfigError(problems)
   return withDefaults

@@ -6,6 +6,7 @@
  * - system-stats: non-admins get the answer without the server's argv;
  * - websocket: a clientId is bound to the first principal that used it.
  */
+import { posix } from 'node:path'
 import { AuthsvcError } from '../errors.js'
 import { can, type Principal } from '../identity/principal.js'
 import type { HostRoutePolicy } from '../policy/host-routes.js'
@@ -14,7 +15,8 @@ import type { BehaviourHandlers } from './decide.js'
 import type { BodyMessage, Decision, FilterAnswer, FilterMessage, PassDecision, RequestDescription } from './protocol.js'
 
 export const OWNER_KEYS = ['authsvc_user', 'authsvc_user_id'] as const
-const CLIENT_ID_LIMIT = 10_000
+/** clientIds one principal may hold; past it, that principal's oldest binding is forgotten, nobody else's */
+export const CLIENT_IDS_PER_OWNER = 256
 
 interface PromptContext {
   kind: 'prompt'
@@ -23,20 +25,54 @@ interface PromptContext {
   owner: string
 }
 
-/** clientId → owner key; bounded, oldest binding forgotten first. */
+/**
+ * clientId → owner. Bounded per owner: a principal that floods new ids only
+ * ever evicts its own oldest bindings, so it can never free someone else's.
+ */
 export class ClientIdBindings {
   private readonly owners = new Map<string, string>()
+  private readonly byOwner = new Map<string, Set<string>>()
 
   claim(clientId: string, owner: string): boolean {
     const current = this.owners.get(clientId)
     if (current !== undefined) return current === owner
-    if (this.owners.size >= CLIENT_ID_LIMIT) this.owners.delete(this.owners.keys().next().value as string)
+    let mine = this.byOwner.get(owner)
+    if (!mine) this.byOwner.set(owner, (mine = new Set()))
+    if (mine.size >= CLIENT_IDS_PER_OWNER) {
+      const oldest = mine.values().next().value as string
+      mine.delete(oldest)
+      this.owners.delete(oldest)
+    }
+    mine.add(clientId)
     this.owners.set(clientId, owner)
     return true
   }
 }
 
-export const ownerKey = (p: Principal): string => p.userId ?? `role:${p.role}`
+/** Decodes %XX once, leniently, as Python's urllib.parse.unquote does (invalid escapes stay). */
+function unquoteOnce(text: string): string {
+  return text.replace(/(%[0-9A-Fa-f]{2})+/g, (run) => {
+    try {
+      return decodeURIComponent(run)
+    } catch {
+      return run
+    }
+  })
+}
+
+/**
+ * Whether a userdata file name lands in `workflows/` the way ComfyUI resolves
+ * it (get_request_user_filepath: unquote once when it holds `%`, join,
+ * normalise); backslashes count as separators (Windows hosts).
+ */
+export function isWorkflowsPath(file: string): boolean {
+  const decoded = file.includes('%') ? unquoteOnce(file) : file
+  const normalized = posix.normalize(`/${decoded.replace(/\\/g, '/')}`)
+  return normalized === '/workflows' || normalized.startsWith('/workflows/')
+}
+
+/** A user by id; a guest session by its own session; an anonymous role by the role. */
+export const ownerKey = (p: Principal): string => p.userId ?? (p.credentialId ? `session:${p.credentialId}` : `role:${p.role}`)
 
 export class HostBehaviours implements BehaviourHandlers {
   constructor(
@@ -51,8 +87,8 @@ export class HostBehaviours implements BehaviourHandlers {
         return { ...pass, need_body: { max_bytes: this.maxJsonBytes, ctx } }
       }
       case 'userdata-write': {
-        const file = desc.match_info.file ?? ''
-        if (file.replace(/^\/+/, '').startsWith('workflows/') && !can(principal, 'can_modify_workflows')) {
+        const touched = [desc.match_info.file, desc.match_info.dest].filter((f): f is string => typeof f === 'string')
+        if (touched.some(isWorkflowsPath) && !can(principal, 'can_modify_workflows')) {
           return denyDecision('PERMISSION_DENIED', 'Your role may not modify workflows')
         }
         return pass

@@ -59,11 +59,11 @@ const OPTIONS_ANSWER: Decision = {
 
 export function createDecider(deps: DecideDeps): (desc: RequestDescription) => Decision | Promise<Decision> {
   return function decide(desc: RequestDescription): Decision | Promise<Decision> {
-    // Preflights carry no credential; answered here, with no CORS grant (same-origin only).
-    if (desc.method === 'OPTIONS') return OPTIONS_ANSWER
     const facts = clientFacts(desc.peer, desc.scheme, desc.headers, deps.net)
     const ipRefusal = deps.ipGate.refuse(facts.ip)
     if (ipRefusal) return denyDecision(ipRefusal)
+    // Preflights carry no credential; answered here, with no CORS grant (same-origin only).
+    if (desc.method === 'OPTIONS') return OPTIONS_ANSWER
     if (deps.owned.has(desc.method, desc.path)) return { action: 'proxy' }
     const policy = hostRoutePolicy(desc.method, desc.route, deps.adminPatterns)
     const query = new URLSearchParams(desc.query)

@@ -51,7 +51,9 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     }
   })
 
-  app.addHook('onRequest', async (request) => {
+  // Identity and the route's auth level are settled before the body is even parsed:
+  // a caller without access learns nothing from validation errors.
+  app.addHook('onRequest', async (request, reply) => {
     const headers = headerMap(request)
     const peer = headers['x-authsvc-peer'] ?? request.socket.remoteAddress ?? ''
     const scheme = headers['x-authsvc-scheme'] ?? 'http'
@@ -65,26 +67,28 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       request.principal = resolution.principal
       request.channel = resolution.channel
     }
+    return enforceAuthLevel(request, reply, headers)
   })
+}
 
-  app.addHook('preHandler', async (request, reply) => {
-    const level = request.routeOptions.config.auth
-    if (level === undefined) throw new AuthsvcError('NOT_FOUND')
-    const principal = request.principal
-    // cookie-authenticated writes must be same-origin, on public routes too (an admin's cookie registers users)
-    if (principal !== null && request.channel === 'cookie' && UNSAFE.has(request.method) && !isSameOrigin(headerMap(request), request.facts.isHttps)) {
-      throw new AuthsvcError('CSRF_REJECTED')
+async function enforceAuthLevel(request: FastifyRequest, reply: FastifyReply, headers: Record<string, string | undefined>): Promise<FastifyReply | undefined> {
+  const level = request.routeOptions.config.auth
+  if (level === undefined) throw new AuthsvcError('NOT_FOUND')
+  const principal = request.principal
+  // cookie-authenticated writes must be same-origin, on public routes too (an admin's cookie registers users)
+  if (principal !== null && request.channel === 'cookie' && UNSAFE.has(request.method) && !isSameOrigin(headers, request.facts.isHttps)) {
+    throw new AuthsvcError('CSRF_REJECTED')
+  }
+  if (level === 'public') return undefined
+  if (principal === null) {
+    if (request.routeOptions.config.page && request.facts.isNavigation && request.method === 'GET') {
+      return redirectToLogin(request, reply)
     }
-    if (level === 'public') return
-    if (principal === null) {
-      if (request.routeOptions.config.page && request.facts.isNavigation && request.method === 'GET') {
-        return redirectToLogin(request, reply)
-      }
-      throw new AuthsvcError(request.credentialError ?? 'AUTH_REQUIRED')
-    }
-    if (level === 'user' && (principal.userId === null || principal.authType === 'anonymous')) throw new AuthsvcError('AUTH_REQUIRED')
-    if (level === 'admin' && !(principal.isAdmin && principal.role === ADMIN_ROLE)) throw new AuthsvcError('ADMIN_REQUIRED')
-  })
+    throw new AuthsvcError(request.credentialError ?? 'AUTH_REQUIRED')
+  }
+  if (level === 'user' && (principal.userId === null || principal.authType === 'anonymous')) throw new AuthsvcError('AUTH_REQUIRED')
+  if (level === 'admin' && !(principal.isAdmin && principal.role === ADMIN_ROLE)) throw new AuthsvcError('ADMIN_REQUIRED')
+  return undefined
 }
 
 export function redirectToLogin(request: FastifyRequest, reply: FastifyReply): FastifyReply {

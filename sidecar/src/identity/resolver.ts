@@ -54,7 +54,8 @@ export class IdentityResolver implements PrincipalResolver {
     const { record } = checked
     if (record.user_id === GUEST_SUBJECT) {
       if (!this.deps.settings.get('allow_guest_jwt')) return { error: 'TOKEN_REVOKED' }
-      return { principal: this.rolePrincipal(GUEST_ROLE, 'session', GUEST_SUBJECT, record.jti), channel }
+      // guests share no identity: no user id (no comfy-user, no 'user' routes), their own session only
+      return { principal: this.rolePrincipal(GUEST_ROLE, 'session', null, record.jti), channel }
     }
     const user = this.deps.users.byId(record.user_id)
     if (!user) return { error: 'TOKEN_REVOKED' }

@@ -42,10 +42,10 @@ const TABLE: Record<string, Entry> = {
   'GET /embeddings': { require: perm('can_access_api') },
   'GET /models': { require: perm('can_access_api') },
   'GET /models/{folder}': { require: perm('can_access_api') },
-  'GET /extensions': { require: principal },
-  'GET /i18n': { require: principal },
-  'GET /features': { require: principal },
-  'GET /workflow_templates': { require: principal },
+  'GET /extensions': { require: principal, page: true },
+  'GET /i18n': { require: principal, page: true },
+  'GET /features': { require: principal, page: true },
+  'GET /workflow_templates': { require: principal, page: true },
   'POST /upload/image': { require: perm('can_upload') },
   'POST /upload/mask': { require: perm('can_upload') },
   'GET /view': { require: principal },
@@ -78,6 +78,11 @@ const TABLE: Record<string, Entry> = {
   'GET /experiment/models': { require: perm('can_access_api') },
   'GET /experiment/models/{folder}': { require: perm('can_access_api') },
   'GET /experiment/models/preview/{folder}/{path_index}/{filename}': { require: perm('can_access_api') },
+  // SPEC §6.1, when a custom node serves the per-user workflow family (the sidecar does not own it yet)
+  'GET /cpe/workflow/list': { require: perm('can_access_api') },
+  'GET /cpe/workflow/get': { require: principal },
+  'POST /cpe/workflow/save': { require: perm('can_modify_workflows') },
+  'GET /cpe/health': { require: principal },
 }
 
 const UNMATCHED: HostRoutePolicy = { key: 'unmatched', require: principal, page: true }
@@ -102,7 +107,7 @@ export function hostRoutePolicy(
   const folded = method === 'HEAD' ? 'GET' : method
   const key = `${folded} ${pattern}`
   const entry = TABLE[key]
-  if (entry) return { key, page: false, ...entry }
+  if (entry) return { key, ...entry, page: entry.page ?? false }
   if (adminPatterns.has(pattern)) return { key, require: admin, page: false }
   return { key, require: perm('can_access_api'), page: false }
 }

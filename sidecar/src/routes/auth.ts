@@ -32,8 +32,16 @@ const LoginBody = Type.Object({
 })
 
 export function authRoutes(services: Services) {
+  // Registrations run one at a time: "is this the first user?" and the create must not interleave,
+  // or two racing anonymous registrations would both become admin.
+  let registering: Promise<unknown> = Promise.resolve()
+  const oneAtATime = <T>(task: () => Promise<T>): Promise<T> => {
+    const run = registering.then(task, task)
+    registering = run.catch(() => {})
+    return run
+  }
   return async function (app: FastifyInstance): Promise<void> {
-    app.post('/register', { config: { auth: 'public' }, schema: { body: RegisterBody } }, async (request, reply) => {
+    app.post('/register', { config: { auth: 'public' }, schema: { body: RegisterBody } }, (request, reply) => oneAtATime(async () => {
       const body = request.body as { username: string; password: string; role?: string }
       const first = services.users.count === 0
       const principal = request.principal
@@ -55,7 +63,7 @@ export function authRoutes(services: Services) {
       const user = await services.users.create({ username: body.username, role, password_hash: hash }, new Date(services.clock()))
       request.log.info({ event: 'user_created', username: user.username, role }, 'user registered')
       return reply.code(201).send({ message: 'User registered', username: user.username, role: user.role })
-    })
+    }))
 
     app.post('/login', { config: { auth: 'public' }, schema: { body: LoginBody } }, async (request, reply) => {
       const body = request.body as { username?: string; password?: string; remember_me?: unknown; guest_login?: unknown; next?: string }

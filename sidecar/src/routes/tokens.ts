@@ -15,7 +15,8 @@ const GenerateBody = Type.Object({
   username: Type.Optional(Type.String({ maxLength: 256 })),
   password: Type.Optional(Type.String({ maxLength: 4096 })),
   label: Type.Optional(Type.String({ maxLength: 128 })),
-  expire_hours: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
+  // forms post numbers as text
+  expire_hours: Type.Optional(Type.Union([Type.Number({ exclusiveMinimum: 0 }), Type.String({ pattern: '^[0-9]{1,6}(\\.[0-9]{1,3})?$' })])),
   mfa_temp_token: Type.Optional(Type.String({ maxLength: 512 })),
   code: Type.Optional(Type.String({ maxLength: 16 })),
   backup_code: Type.Optional(Type.String({ maxLength: 32 })),
@@ -25,7 +26,7 @@ type GenerateBody = {
   username?: string
   password?: string
   label?: string
-  expire_hours?: number
+  expire_hours?: number | string
   mfa_temp_token?: string
   code?: string
   backup_code?: string
@@ -68,7 +69,8 @@ export function generateTokenHandler(services: Services) {
     const principal = services.resolver.userPrincipal(user, 'session', '')
     if (!can(principal, 'can_have_api_tokens')) throw new AuthsvcError('PERMISSION_DENIED', 'Your role may not create API tokens')
     const maxHours = services.config.max_token_expiration_hours
-    const hours = body.expire_hours ?? Math.min(DEFAULT_TOKEN_HOURS, maxHours)
+    const hours = body.expire_hours === undefined ? Math.min(DEFAULT_TOKEN_HOURS, maxHours) : Number(body.expire_hours)
+    if (!(hours > 0)) throw new AuthsvcError('VALIDATION_FAILED', 'expire_hours must be positive')
     if (hours > maxHours) throw new AuthsvcError('VALIDATION_FAILED', `expire_hours must be at most ${maxHours}`)
     const { token, record } = await services.tokens.issue(user.user_id, body.label ?? '', hours)
     request.log.info({ event: 'api_token_created', username: user.username, token_hash_prefix: record.hash.slice(0, 8) }, 'api token created')
