@@ -106,12 +106,8 @@ class Gate:
                 log.error("authsvc: sidecar answered an unknown action %r; refusing", action)
                 return unavailable_response()
             prepared = await self._prepare_pass(request, decision)
-        except Unavailable as exc:
-            log.warning("authsvc: refusing %s %s: %s", request.method, request.rel_url.raw_path, exc)
-            return unavailable_response()
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            log.error("authsvc: malformed decision (%s); refusing", type(exc).__name__)
-            return unavailable_response()
+        except _DECISION_FAILURES as exc:
+            return _refuse(request, exc)
         if isinstance(prepared, web.StreamResponse):
             return prepared
         req, decision = prepared
@@ -125,12 +121,8 @@ class Gate:
         if filter_spec is not None:
             try:
                 response = await self._filter(response, filter_spec)
-            except Unavailable as exc:
-                log.warning("authsvc: refusing %s %s: %s", request.method, request.rel_url.raw_path, exc)
-                return unavailable_response()
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                log.error("authsvc: malformed filter answer (%s); refusing", type(exc).__name__)
-                return unavailable_response()
+            except _DECISION_FAILURES as exc:
+                return _refuse(request, exc)
         if not response.prepared:
             response.headers[VERSION_HEADER] = self.version
         return response
@@ -262,6 +254,18 @@ class Gate:
     async def close(self, _app: Any = None) -> None:
         if self._proxy_session is not None:
             await self._proxy_session.close()
+
+
+# No answer, or an answer of the wrong shape: either way there is no decision, so refuse.
+_DECISION_FAILURES = (Unavailable, KeyError, TypeError, ValueError, AttributeError)
+
+
+def _refuse(request: web.Request, exc: Exception) -> web.Response:
+    if isinstance(exc, Unavailable):
+        log.warning("authsvc: refusing %s %s: %s", request.method, request.rel_url.raw_path, exc)
+    else:
+        log.error("authsvc: malformed sidecar answer (%s); refusing", type(exc).__name__)
+    return unavailable_response()
 
 
 def _too_large(max_bytes: int) -> web.Response:

@@ -11,7 +11,7 @@ import { once } from 'node:events'
 import { mkdtempSync, writeFileSync, chmodSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
-import { AIOHTTP_VERSIONS, ROOT, destroyStack, startStack, type Stack } from '../helpers/stack.js'
+import { AIOHTTP_VERSIONS, ROOT, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 
 async function expectUnavailable(stack: Stack, path = '/prompt'): Promise<void> {
   const res = await fetch(stack.url + path, { headers: { Accept: 'application/json' } })
@@ -29,14 +29,6 @@ async function startFake(mode: string): Promise<{ socket: string; child: ChildPr
   return { socket, child, dir }
 }
 
-async function poll(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
-  const until = Date.now() + timeoutMs
-  while (Date.now() < until) {
-    if (await check()) return true
-    await new Promise((r) => setTimeout(r, 50))
-  }
-  return false
-}
 
 for (const aiohttp of AIOHTTP_VERSIONS) {
   describe(`fail closed, aiohttp ${aiohttp}`, () => {

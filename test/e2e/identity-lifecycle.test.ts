@@ -7,7 +7,7 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { readFileSync, writeFileSync, existsSync } from 'node:fs'
 import { join } from 'node:path'
-import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
+import { destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, apiToken, json, login, register } from '../helpers/client.js'
 
 const bearer = (t: string) => ({ Authorization: `Bearer ${t}` })
@@ -16,14 +16,6 @@ async function status(stack: Stack, path: string, headers: Record<string, string
   return (await fetch(stack.url + path, { headers: { Accept: 'application/json', ...headers } })).status
 }
 
-async function poll(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
-  const until = Date.now() + timeoutMs
-  while (Date.now() < until) {
-    if (await check()) return true
-    await new Promise((r) => setTimeout(r, 50))
-  }
-  return false
-}
 
 describe('identity lifecycle through the gate', () => {
   let stack: Stack

@@ -141,3 +141,13 @@ export async function destroyStack(stack: Stack): Promise<void> {
   await stack.stop()
   rmSync(stack.dir, { recursive: true, force: true })
 }
+
+/** Polls `check` every 50 ms until it holds or `timeoutMs` passes; for waiting on a real restart. */
+export async function poll(check: () => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+  const until = Date.now() + timeoutMs
+  while (Date.now() < until) {
+    if (await check()) return true
+    await new Promise((r) => setTimeout(r, 50))
+  }
+  return false
+}
