@@ -5,7 +5,10 @@
  *
  * Measures, on a trivial host route (GET /prompt) with a valid session:
  * - added p50 / p99 latency at concurrency 1 (median of interleaved rounds);
- * - throughput with the gate / bare at concurrency 32.
+ * - throughput with the gate / bare at concurrency 32;
+ * - a login storm: 200 concurrent wrong-password logins (argon2id at the
+ *   default cost, distinct client addresses through a trusted proxy header so
+ *   the throttle does not short-circuit them) against another user's p99.
  */
 import { execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, mkdirSync, rmSync } from 'node:fs'
@@ -76,10 +79,43 @@ async function startBare(): Promise<{ url: string; stop: () => Promise<void>; di
   }
 }
 
+/** 200 workers posting wrong passwords until `stop`; returns how many logins were answered. */
+function loginStorm(url: string, workers: number): { stop: () => Promise<number> } {
+  let running = true
+  let answered = 0
+  let n = 0
+  const worker = async () => {
+    while (running) {
+      n++
+      const ip = `198.51.${(n >> 8) & 255}.${n & 255}`
+      try {
+        const res = await fetch(`${url}/login`, {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json', Accept: 'application/json', 'X-Forwarded-For': ip },
+          body: JSON.stringify({ username: `storm-${n}`, password: 'wrong-password-123' }),
+        })
+        await res.arrayBuffer()
+        if (res.status === 401) answered++
+      } catch {
+        // a refused connection under load is not a login
+      }
+    }
+  }
+  const all = Array.from({ length: workers }, worker)
+  return {
+    stop: async () => {
+      running = false
+      await Promise.all(all)
+      return answered
+    },
+  }
+}
+
 async function main(): Promise<void> {
   ensureWrk()
   const bare = await startBare()
-  const gated = await startStack()
+  // trusted_proxies: the login storm gives each attempt its own client address
+  const gated = await startStack({ config: { trusted_proxies: ['127.0.0.1/32'] } })
   try {
     await fetch(`${gated.url}/register`, {
       method: 'POST',
@@ -123,6 +159,19 @@ async function main(): Promise<void> {
     console.log(`\nadded p50: ${(p50g - p50b).toFixed(3)} ms (target <= 0.150)`)
     console.log(`added p99: ${(p99g - p99b).toFixed(3)} ms (target <= 1.000)`)
     console.log(`throughput ratio: ${(rpsg / rpsb).toFixed(3)} (target >= 0.70)`)
+
+    const quiet = wrk(`${gated.url}${path}`, 1, auth)
+    const storm = loginStorm(gated.url, 200)
+    await new Promise((r) => setTimeout(r, 1000))
+    const started = Date.now()
+    const loaded = wrk(`${gated.url}${path}`, 1, auth)
+    const logins = await storm.stop()
+    const seconds = (Date.now() - started) / 1000
+    console.log(`\nlogin storm: 200 concurrent wrong-password logins (argon2id default cost), GET ${path} of another user at concurrency 1`)
+    console.log(`${''.padEnd(34)} ${'quiet'.padStart(10)} ${'storm'.padStart(10)}`)
+    console.log(row('latency p50', quiet.p50, loaded.p50, 'ms'))
+    console.log(row('latency p99', quiet.p99, loaded.p99, 'ms'))
+    console.log(`logins answered during the storm: ${(logins / seconds).toFixed(1)}/s (target >= 30/s); p99 under storm ${loaded.p99.toFixed(3)} ms (target <= 5)`)
   } finally {
     await bare.stop()
     rmSync(bare.dir, { recursive: true, force: true })

@@ -2,12 +2,14 @@
  * Password hashing (argon2id, PHC strings) and the password policy.
  *
  * Guarantees: passwords are compared exactly as typed (no trim, no
- * truncation); at most `max_concurrent_hashes` hashes run at once, others
- * queue (the decision path never hashes); an unknown user costs one verify
- * against a dummy hash, like a known one.
+ * truncation); at most `max_concurrent_hashes` hashes run at once, and never
+ * more than the cores but one, so a login storm always leaves a core to the
+ * host and the decision path (which never hashes); others queue; an unknown
+ * user costs one verify against a dummy hash, like a known one.
  */
 import argon2 from 'argon2'
 import { readFileSync } from 'node:fs'
+import { availableParallelism } from 'node:os'
 import type { Config } from '../config/schema.js'
 
 const COMMON = new Set(
@@ -48,7 +50,7 @@ export class PasswordHasher {
   private dummyHash: Promise<string> | undefined
 
   constructor(config: Config['argon2']) {
-    this.gate = new Semaphore(config.max_concurrent_hashes)
+    this.gate = new Semaphore(Math.max(1, Math.min(config.max_concurrent_hashes, availableParallelism() - 1)))
     this.options = { type: argon2.argon2id, memoryCost: config.memory_kib, timeCost: config.time_cost, parallelism: config.parallelism }
   }
 
