@@ -31,13 +31,19 @@ options:
 class UsageError extends Error {}
 
 function sidecarAlive(dataDir: string): number | null {
+  let pid: number
   try {
-    const pid = Number(readFileSync(join(dataDir, 'sidecar.pid'), 'utf8').trim())
-    if (!Number.isInteger(pid) || pid <= 0) return null
-    process.kill(pid, 0)
-    return pid
+    pid = Number(readFileSync(join(dataDir, 'sidecar.pid'), 'utf8').trim())
   } catch {
     return null
+  }
+  if (!Number.isInteger(pid) || pid <= 0) return null
+  try {
+    process.kill(pid, 0)
+    return pid
+  } catch (err) {
+    // EPERM: it exists but belongs to another user (a service account): still alive
+    return (err as NodeJS.ErrnoException).code === 'EPERM' ? pid : null
   }
 }
 

@@ -12,23 +12,48 @@ import type { Services } from '../services.js'
 /** Throws 429 with Retry-After while `key` (a username, `mfa:<user id>`, or null for the IP alone) is throttled. */
 export function refuseIfThrottled(services: Services, request: FastifyRequest, key: string | null): void {
   const verdict = services.throttle.check(request.facts.ip, key)
-  if (!verdict.allowed) {
-    request.log.warn({ event: 'login_locked', ip: request.facts.ip }, 'throttled')
-    throw new AuthsvcError('TOO_MANY_ATTEMPTS', undefined, { 'Retry-After': String(verdict.retryAfterSeconds) })
+  if (!verdict.allowed) throw tooMany(request, verdict.retryAfterSeconds)
+}
+
+function tooMany(request: FastifyRequest, retryAfterSeconds: number): AuthsvcError {
+  request.log.warn({ event: 'login_locked', ip: request.facts.ip }, 'throttled')
+  return new AuthsvcError('TOO_MANY_ATTEMPTS', undefined, { 'Retry-After': String(retryAfterSeconds) })
+}
+
+/**
+ * Runs one throttled attempt: refused while `key` or the client address is
+ * locked, or while enough concurrent attempts are already in flight; the
+ * outcome is recorded before the reservation is released.
+ */
+export async function throttledAttempt(services: Services, request: FastifyRequest, key: string, attempt: () => Promise<boolean>): Promise<boolean> {
+  const ip = request.facts.ip
+  const slot = services.throttle.begin(ip, key)
+  if (!slot.allowed) throw tooMany(request, slot.retryAfterSeconds)
+  try {
+    const ok = await attempt()
+    if (ok) await services.throttle.recordSuccess(ip, key)
+    else await services.throttle.recordFailure(ip, key)
+    return ok
+  } finally {
+    slot.release()
   }
 }
 
+/** Password attempts and MFA code attempts never share a throttle key, whatever a username looks like. */
+const passwordKey = (username: string) => `password:${username}`
+export const mfaKey = (userId: string) => `mfa:${userId}`
+
 export async function checkPassword(services: Services, request: FastifyRequest, username: string, password: string): Promise<UserRecord> {
-  const ip = request.facts.ip
-  refuseIfThrottled(services, request, username)
-  const user = services.users.byUsername(username)
-  const ok = user ? await services.passwords.verify(user.password_hash, password) : await services.passwords.verifyDummy(password)
-  if (!user || !ok || user.disabled) {
-    await services.throttle.recordFailure(ip, username)
-    request.log.info({ event: 'login_failure', ip }, 'password check failed')
+  let user: UserRecord | undefined
+  const ok = await throttledAttempt(services, request, passwordKey(username), async () => {
+    user = services.users.byUsername(username)
+    const valid = user ? await services.passwords.verify(user.password_hash, password) : await services.passwords.verifyDummy(password)
+    return valid && user !== undefined && !user.disabled
+  })
+  if (!ok || !user) {
+    request.log.info({ event: 'login_failure', ip: request.facts.ip }, 'password check failed')
     throw new AuthsvcError('INVALID_CREDENTIALS')
   }
-  await services.throttle.recordSuccess(ip, username)
   return user
 }
 
@@ -52,13 +77,11 @@ export function mfaStep(services: Services, user: UserRecord, rememberMe: boolea
  * a wrong one also counts against the temp token that carried it.
  */
 export async function checkSecondFactor(services: Services, request: FastifyRequest, user: UserRecord, factor: SecondFactor, tempId?: string): Promise<void> {
-  const key = `mfa:${user.user_id}`
-  refuseIfThrottled(services, request, key)
+  refuseIfThrottled(services, request, mfaKey(user.user_id))
   if (!factor.code && !factor.backup_code) throw new AuthsvcError('MFA_REQUIRED', 'A code or a backup code is required')
-  if (!(await services.mfa.verify(user.user_id, factor))) {
-    await services.throttle.recordFailure(request.facts.ip, key)
+  const ok = await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.verify(user.user_id, factor))
+  if (!ok) {
     if (tempId) services.mfa.failTempToken(tempId)
     throw new AuthsvcError('MFA_INVALID_CODE')
   }
-  await services.throttle.recordSuccess(request.facts.ip, key)
 }

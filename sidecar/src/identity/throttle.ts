@@ -77,6 +77,8 @@ export class Throttle {
   // write, so pruning walks from the front and stops at the first live key.
   private readonly addressOrder = new Map<string, number>()
   private readonly usernameOrder = new Map<string, number>()
+  /** Attempts let through by `begin` and not yet released: they may still turn into failures. */
+  private readonly inFlight = new Map<string, number>()
 
   private constructor(
     private readonly records: Collection<ThrottleRecord>,
@@ -104,6 +106,49 @@ export class Throttle {
       retryAfterSeconds: Math.ceil(Math.max(addressWait, usernameWait) / 1000),
       reason: addressWait >= usernameWait ? 'address' : 'username',
     }
+  }
+
+  /**
+   * Like `check`, but also counts attempts still being verified, and reserves
+   * a place for this one until `release` (call it after recording the
+   * outcome). Without this, a burst sent at once would all pass `check`
+   * before the first failure is written, and the limits would not hold.
+   * In the backoff regime (5 failures or more) a username allows one
+   * attempt at a time.
+   */
+  begin(ip: string, username: string | null): ({ allowed: true; release: () => void }) | Extract<ThrottleCheck, { allowed: false }> {
+    const verdict = this.check(ip, username)
+    if (!verdict.allowed) return verdict
+    const now = this.clock()
+    const akey = addressKey(ip)
+    const recent = (this.addressRecord(akey)?.failures_ms ?? []).filter((t) => now - t < this.limits.addressWindowMs).length
+    if (recent + this.pendingFor(akey) >= this.limits.addressMaxFailures) return { allowed: false, retryAfterSeconds: 1, reason: 'address' }
+    const ukey = username === null ? null : usernameKey(username)
+    if (ukey !== null) {
+      const failures = this.liveUsername(ukey, now)?.failures ?? 0
+      const pending = this.pendingFor(ukey)
+      const limit = failures >= this.limits.usernameFreeFailures ? 1 : this.limits.usernameFreeFailures - failures
+      if (pending >= limit) return { allowed: false, retryAfterSeconds: 1, reason: 'username' }
+    }
+    const keys = ukey === null ? [akey] : [akey, ukey]
+    for (const key of keys) this.inFlight.set(key, this.pendingFor(key) + 1)
+    let released = false
+    return {
+      allowed: true,
+      release: () => {
+        if (released) return
+        released = true
+        for (const key of keys) {
+          const left = this.pendingFor(key) - 1
+          if (left > 0) this.inFlight.set(key, left)
+          else this.inFlight.delete(key)
+        }
+      },
+    }
+  }
+
+  private pendingFor(key: string): number {
+    return this.inFlight.get(key) ?? 0
   }
 
   /** Counts a failed attempt against the address and, if given, the username. Settles once durable. */

@@ -14,7 +14,7 @@ import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
 import type { UserRecord } from '../identity/users.js'
 import { setSessionCookie } from '../http/session-cookie.js'
-import { checkSecondFactor, refuseIfThrottled } from '../http/password-check.js'
+import { checkSecondFactor, mfaKey, throttledAttempt } from '../http/password-check.js'
 import type { Services } from '../services.js'
 
 const Body = Type.Object({
@@ -67,9 +67,8 @@ export function mfaRoutes(services: Services) {
 
     app.post('/api/mfa/verify-setup', { config: { auth: 'public' }, schema: { body: Body } }, async (request, reply) => {
       const { user, tempId, temp } = await setupCaller(request)
-      refuseIfThrottled(services, request, `mfa:${user.user_id}`)
-      if (!(await mfa.finishSetup(user.user_id, (request.body as MfaBody).code))) {
-        await services.throttle.recordFailure(request.facts.ip, `mfa:${user.user_id}`)
+      const code = (request.body as MfaBody).code
+      if (!(await throttledAttempt(services, request, mfaKey(user.user_id), () => mfa.finishSetup(user.user_id, code)))) {
         if (tempId) mfa.failTempToken(tempId)
         throw new AuthsvcError('MFA_INVALID_CODE')
       }
