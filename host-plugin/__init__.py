@@ -8,6 +8,7 @@ failed setup must never mean an unprotected server.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 from typing import Any
@@ -18,9 +19,18 @@ log = logging.getLogger("authsvc")
 
 NODE_CLASS_MAPPINGS: dict[str, Any] = {}
 NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {}
-PLUGIN_VERSION = "0.1.0"
-
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _package_version() -> str:
+    try:
+        with open(os.path.join(PACKAGE_ROOT, "package.json"), encoding="utf-8") as f:
+            return str(json.load(f)["version"])
+    except (OSError, ValueError, KeyError):
+        return "unknown"
+
+
+PLUGIN_VERSION = _package_version()
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
 
 

@@ -99,17 +99,17 @@ class Gate:
             decision = await self.client.call(describe(request))
             action = decision.get("action")
             if action == "respond":
-                return respond(decision)
+                return self._stamped(respond(decision))
             if action == "proxy":
                 return await self._proxy(request)
             if action != "pass":
                 log.error("authsvc: sidecar answered an unknown action %r; refusing", action)
-                return unavailable_response()
+                return self._stamped(unavailable_response())
             prepared = await self._prepare_pass(request, decision)
         except _DECISION_FAILURES as exc:
-            return _refuse(request, exc)
+            return self._stamped(_refuse(request, exc))
         if isinstance(prepared, web.StreamResponse):
-            return prepared
+            return self._stamped(prepared)
         req, decision = prepared
         # The host handler runs outside the try above: its own errors are the host's, not ours.
         try:
@@ -122,7 +122,11 @@ class Gate:
             try:
                 response = await self._filter(response, filter_spec)
             except _DECISION_FAILURES as exc:
-                return _refuse(request, exc)
+                return self._stamped(_refuse(request, exc))
+        return self._stamped(response)
+
+    def _stamped(self, response: web.StreamResponse) -> web.StreamResponse:
+        """Every answer the gate gives or passes on names the service version (SPEC §12)."""
         if not response.prepared:
             response.headers[VERSION_HEADER] = self.version
         return response

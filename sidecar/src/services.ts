@@ -2,6 +2,7 @@
  * Everything the decision path and the owned routes share, built once by
  * `openServices` (the only place that does I/O at start: store, secret, groups).
  */
+import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Config } from './config/schema.js'
@@ -26,7 +27,8 @@ import { Collection } from './store/collection.js'
 import { openSqliteStore, sqlitePath, type KeyValueStore } from './store/kv.js'
 import { SettingsRepository } from './store/settings.js'
 
-export const SERVICE_VERSION = '0.1.0'
+/** The package version (package.json), reported in X-Authsvc-Version and the hello. */
+export const SERVICE_VERSION: string = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version
 
 export interface Services {
   config: Config
