@@ -33,6 +33,7 @@ HOP_BY_HOP = frozenset(
 VERSION_HEADER = "X-Authsvc-Version"
 _NO_AUTO_HEADERS = frozenset(("Content-Type", "User-Agent", "Accept", "Accept-Encoding"))
 _CHUNK = 64 * 1024
+_WANTED_HEADERS = frozenset(REQUEST_HEADERS)
 
 
 def describe(request: web.Request) -> dict[str, Any]:
@@ -47,12 +48,14 @@ def describe(request: web.Request) -> dict[str, Any]:
         kind = "static" if isinstance(resource, web.StaticResource) else "route"
         route = {"pattern": resource.canonical, "kind": kind}
         route_status = 200
-    raw_headers = request.headers
     headers: dict[str, str] = {}
-    for name in REQUEST_HEADERS:
-        values = raw_headers.getall(name, None)
-        if values:
-            headers[name] = "; ".join(values) if name == "cookie" else values[0]
+    for name, value in request.headers.items():  # one pass: a request has fewer headers than the list
+        lower = name.lower()
+        if lower in _WANTED_HEADERS:
+            if lower not in headers:
+                headers[lower] = value
+            elif lower == "cookie":
+                headers[lower] = f"{headers[lower]}; {value}"
     rel_url = request.rel_url
     return {
         "type": "decide",
@@ -105,7 +108,10 @@ class Gate:
             if action != "pass":
                 log.error("authsvc: sidecar answered an unknown action %r; refusing", action)
                 return self._stamped(unavailable_response())
-            prepared = await self._prepare_pass(request, decision)
+            if decision.get("need_body") is None:
+                prepared: Any = (self._edited(request, decision), decision)
+            else:
+                prepared = await self._prepare_pass(request, decision)
         except _DECISION_FAILURES as exc:
             return self._stamped(_refuse(request, exc))
         if isinstance(prepared, web.StreamResponse):
@@ -134,12 +140,9 @@ class Gate:
     async def _prepare_pass(
         self, request: web.Request, decision: dict[str, Any]
     ) -> tuple[web.Request, dict[str, Any]] | web.StreamResponse:
-        """The edited request, and the decision whose filter applies (the body step may set one)."""
+        """After a `need_body` pass: the edited request, and the decision whose filter applies (the body step may set one)."""
         req = self._edited(request, decision)
-        need_body = decision.get("need_body")
-        if need_body is None:
-            return req, decision
-        outcome = await self._decide_on_body(req, need_body)
+        outcome = await self._decide_on_body(req, decision["need_body"])
         if isinstance(outcome, web.StreamResponse):
             return outcome
         if "filter" not in outcome and "filter" in decision:
