@@ -18,7 +18,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     let cookie: string
     let userId: string
     before(async () => {
-      stack = await startStack({ aiohttp })
+      // debug logs on both sides, so the no-secret check below has every line to search
+      stack = await startStack({ aiohttp, env: { AUTHSVC_LOG_LEVEL: 'debug', AUTHSVC_TEST_LOG: '1' } })
       assert.equal((await register(stack, 'alice')).status, 201)
       token = await apiToken(stack, 'alice')
       cookie = (await login(stack, 'alice')).cookie
@@ -83,6 +84,19 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         }
       })
     }
+
+    it('no secret reaches the logs of the host, the plugin or the sidecar (DESIGN §2.7)', async () => {
+      // one more request per channel with the raw secrets in every place a client puts them
+      await fetch(`${stack.url}/queue?token=${token}`)
+      await fetch(`${stack.url}/authsvc/api/me?access_token=${token}`)
+      await fetch(`${stack.url}/login`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ username: 'alice', password: 'correct-horse-battery' }) })
+      await new Promise((r) => setTimeout(r, 200)) // let the sidecar's last lines reach the pipe
+      const output = stack.output()
+      assert.ok(output.includes('"msg"'), 'the sidecar did log (the check below has lines to search)')
+      for (const secret of [token, token.slice(4), cookie.split('=')[1], 'correct-horse-battery']) {
+        assert.equal(output.includes(secret), false, `a secret appears in the logs: ${secret.slice(0, 10)}…`)
+      }
+    })
 
     it('a role without can_run gets 403 PERMISSION_DENIED on POST /prompt, and /me shows why', async () => {
       const admin = await login(stack, 'alice')
