@@ -42,7 +42,10 @@ async function main(): Promise<void> {
     process.umask(oldMask)
   }
   chmodSync(httpSocket, 0o600)
-  const decisionServer = await listenDecisionSocket(decisionSocket, handlers(httpSocket), log, Number(process.env.AUTHSVC_BUSY_POLL_US ?? 2000) / 1000)
+  const decisionServer = await listenDecisionSocket(decisionSocket, handlers(httpSocket), log, {
+    windowMs: Number(process.env.AUTHSVC_BUSY_POLL_US ?? 2000) / 1000,
+    cpuIsFree: () => !services.passwords.hashing,
+  })
   const pidFile = join(dataDir, 'sidecar.pid')
   writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o600 })
   log.info({ decisionSocket, httpSocket, dataDir, users: services.users.count }, 'authsvc sidecar ready')

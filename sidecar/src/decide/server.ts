@@ -83,10 +83,13 @@ class BusyPoll {
   private running = false
   private framesPerRead = 1
 
-  constructor(private readonly windowMs: number) {}
+  constructor(
+    private readonly windowMs: number,
+    private readonly cpuIsFree: () => boolean,
+  ) {}
 
   touch(frames: number): void {
-    if (this.windowMs <= 0) return
+    if (this.windowMs <= 0 || !this.cpuIsFree()) return
     this.framesPerRead = this.framesPerRead * 0.8 + frames * 0.2
     if (this.framesPerRead > 1.5) return
     this.until = performance.now() + this.windowMs
@@ -97,7 +100,7 @@ class BusyPoll {
   }
 
   private readonly turn = (): void => {
-    if (performance.now() < this.until) setImmediate(this.turn)
+    if (performance.now() < this.until && this.cpuIsFree()) setImmediate(this.turn)
     else this.running = false
   }
 }
@@ -159,9 +162,20 @@ function serveConnection(socket: Socket, handlers: DecisionHandlers, log: Fastif
   socket.on('error', (err) => log.debug({ err }, 'decision connection error'))
 }
 
-export async function listenDecisionSocket(path: string, handlers: DecisionHandlers, log: FastifyBaseLogger, busyPollMs = 0): Promise<Server> {
+export interface BusyPollOptions {
+  windowMs: number
+  /** polling stops while this is false (password hashes running: the CPU is spoken for) */
+  cpuIsFree: () => boolean
+}
+
+export async function listenDecisionSocket(
+  path: string,
+  handlers: DecisionHandlers,
+  log: FastifyBaseLogger,
+  busyPoll: BusyPollOptions = { windowMs: 0, cpuIsFree: () => true },
+): Promise<Server> {
   removeStaleSocket(path)
-  const busy = new BusyPoll(busyPollMs)
+  const busy = new BusyPoll(busyPoll.windowMs, busyPoll.cpuIsFree)
   const server = createServer((socket) => serveConnection(socket, handlers, log, busy))
   const oldMask = process.umask(0o177)
   try {

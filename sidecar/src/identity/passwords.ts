@@ -28,7 +28,7 @@ export function passwordProblem(password: unknown): string | null {
 }
 
 class Semaphore {
-  private active = 0
+  active = 0
   private readonly waiting: Array<() => void> = []
   constructor(private readonly limit: number) {}
 
@@ -52,6 +52,11 @@ export class PasswordHasher {
   constructor(config: Config['argon2']) {
     this.gate = new Semaphore(Math.max(1, Math.min(config.max_concurrent_hashes, availableParallelism() - 1)))
     this.options = { type: argon2.argon2id, memoryCost: config.memory_kib, timeCost: config.time_cost, parallelism: config.parallelism }
+  }
+
+  /** Whether a hash is running: the CPU is then spoken for, and nothing should busy-wait. */
+  get hashing(): boolean {
+    return this.gate.active > 0
   }
 
   hash(password: string): Promise<string> {
