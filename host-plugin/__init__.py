@@ -60,13 +60,14 @@ def _spin_us() -> int:
     return value
 
 
-def _install(app: Any) -> None:
+def _install(app: Any, prompt_server: Any = None) -> None:
     deny = deny_all_middleware()
     app.middlewares.insert(0, deny)
     try:
         from . import host_facts
         from .decision_client import DecisionClient
         from .gate import Gate
+        from .host_users import HostUsers
         from .protocol import PROTOCOL_VERSION
         from .sidecar_process import ExternalSidecar, SidecarSupervisor
 
@@ -77,7 +78,7 @@ def _install(app: Any) -> None:
         socket_path = external or _socket_path(data_dir)
         hello = {"protocol": PROTOCOL_VERSION, "plugin_version": PLUGIN_VERSION, "host": host_facts.collect()}
         client = DecisionClient(socket_path, _timeout_seconds(), hello, _spin_us())
-        gate = Gate(client, PLUGIN_VERSION)
+        gate = Gate(client, PLUGIN_VERSION, HostUsers(prompt_server).ensure if prompt_server is not None else None)
         if external:
             runner: Any = ExternalSidecar(client)
         else:
@@ -94,7 +95,7 @@ def _install(app: Any) -> None:
 def _install_into_comfyui() -> None:
     import server  # ComfyUI's module: only present when loaded as a custom node
 
-    _install(server.PromptServer.instance.app)
+    _install(server.PromptServer.instance.app, server.PromptServer.instance)
 
 
 _install_into_comfyui()

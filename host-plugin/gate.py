@@ -86,9 +86,12 @@ def respond(decision: dict[str, Any]) -> web.Response:
 
 
 class Gate:
-    def __init__(self, client: DecisionClient, plugin_version: str) -> None:
+    def __init__(
+        self, client: DecisionClient, plugin_version: str, on_host_user: Callable[[str, str], None] | None = None,
+    ) -> None:
         self.client = client
         self.version = plugin_version
+        self._on_host_user = on_host_user
         self._proxy_session: ClientSession | None = None
 
         @web.middleware
@@ -117,6 +120,11 @@ class Gate:
         if isinstance(prepared, web.StreamResponse):
             return self._stamped(prepared)
         req, decision = prepared
+        host_user = decision.get("host_user")
+        if self._on_host_user is not None and isinstance(host_user, dict):
+            user_id, name = host_user.get("id"), host_user.get("name")
+            if isinstance(user_id, str) and isinstance(name, str):
+                self._on_host_user(user_id, name)
         # The host handler runs outside the try above: its own errors are the host's, not ours.
         try:
             response = await handler(req)

@@ -96,7 +96,10 @@ function decideHost(
   const refusal = requirementRefusal(policy, principal)
   if (refusal) return denyDecision(refusal)
   const pass: PassDecision = { action: 'pass' }
-  if (principal.userId !== null) pass.set_headers = { 'comfy-user': principal.userId }
+  if (principal.userId !== null) {
+    pass.set_headers = { 'comfy-user': principal.userId }
+    pass.host_user = { id: principal.userId, name: principal.username }
+  }
   else if (desc.headers['comfy-user'] !== undefined) pass.strip_headers = ['comfy-user']
   if (resolution.channel === 'bearer') {
     pass.strip_headers = [...(pass.strip_headers ?? []), 'authorization']

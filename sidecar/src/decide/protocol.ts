@@ -75,6 +75,8 @@ export interface PassDecision {
   need_body?: { max_bytes: number; ctx: unknown }
   body_text?: string
   filter?: { name: string; ctx: unknown }
+  /** the user named in comfy-user, for hosts that must know their users (ComfyUI --multi-user) */
+  host_user?: { id: string; name: string }
 }
 
 export interface RespondDecision {
