@@ -49,12 +49,18 @@ async function main(): Promise<void> {
   const pidFile = join(dataDir, 'sidecar.pid')
   writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o600 })
   log.info({ decisionSocket, httpSocket, dataDir, users: services.users.count }, 'authsvc sidecar ready')
+  // expired sessions can never validate again; drop them so memory and the store do not grow forever
+  const pruning = setInterval(() => {
+    services.sessions.prune().catch((err: unknown) => log.error({ err }, 'session prune failed'))
+  }, 3600_000)
+  pruning.unref()
 
   let stopping = false
   const stop = async (reason: string) => {
     if (stopping) return
     stopping = true
     log.info({ reason }, 'stopping')
+    clearInterval(pruning)
     decisionServer.close()
     await app.close().catch(() => {})
     await services.close().catch((err: unknown) => log.error({ err }, 'store close failed'))
