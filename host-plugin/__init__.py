@@ -82,7 +82,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
         if external:
             runner: Any = ExternalSidecar(client)
         else:
-            runner = SidecarSupervisor(client, socket_path, data_dir, {})
+            runner = SidecarSupervisor(client, socket_path, data_dir)
         app.on_startup.append(runner.start)
         app.on_cleanup.append(runner.stop)
         app.on_cleanup.append(gate.close)

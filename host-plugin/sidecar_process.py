@@ -25,17 +25,18 @@ SIDECAR_ENTRY = os.path.join(PACKAGE_ROOT, "sidecar", "dist", "main.js")
 
 
 class SidecarSupervisor:
-    def __init__(self, client: DecisionClient, socket_path: str, data_dir: str, env: dict[str, str]) -> None:
+    def __init__(self, client: DecisionClient, socket_path: str, data_dir: str) -> None:
         self.client = client
         self.socket_path = socket_path
         self.data_dir = data_dir
-        self.env = env
         self.process: asyncio.subprocess.Process | None = None
         self._task: asyncio.Task | None = None
         self._stopping = False
 
-    def node_binary(self) -> str:
-        node = self.env.get("AUTHSVC_NODE") or shutil.which("node")
+    @staticmethod
+    def node_binary() -> str:
+        # read at every spawn: the host's environment is the configuration
+        node = os.environ.get("AUTHSVC_NODE") or shutil.which("node")
         if not node:
             raise RuntimeError("node (>= 20) not found on PATH; set AUTHSVC_NODE")
         return node
@@ -62,7 +63,6 @@ class SidecarSupervisor:
 
     async def _spawn_and_wait(self) -> None:
         env = dict(os.environ)
-        env.update(self.env)
         env["AUTHSVC_SOCKET"] = self.socket_path
         env["AUTHSVC_DATA_DIR"] = self.data_dir
         env["AUTHSVC_EXIT_ON_STDIN_EOF"] = "1"

@@ -102,7 +102,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
   const handlers = (httpSocket: string): DecisionHandlers => ({
     hello(msg: HelloMessage) {
       if (msg.protocol !== PROTOCOL_VERSION) {
-        logger.error({ plugin_protocol: msg.protocol, sidecar_protocol: PROTOCOL_VERSION }, 'protocol version mismatch with the plugin; it will refuse every request')
+        logger.error({ plugin_protocol: msg.protocol, sidecar_protocol: PROTOCOL_VERSION }, 'protocol version mismatch with the plugin; every request on its connection is refused')
       } else if (msg.host) {
         services.host.facts = msg.host
       }

@@ -8,7 +8,7 @@ import { describe, it, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import { mkdtempSync, writeFileSync, chmodSync, rmSync } from 'node:fs'
+import { mkdtempSync, writeFileSync, chmodSync, rmSync, existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
 import { AIOHTTP_VERSIONS, ROOT, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
@@ -21,12 +21,22 @@ async function expectUnavailable(stack: Stack, path = '/prompt'): Promise<void> 
   assert.equal(body.statusCode, 503)
 }
 
-async function startFake(mode: string): Promise<{ socket: string; child: ChildProcess; dir: string }> {
+interface Fake {
+  socket: string
+  child: ChildProcess
+  dir: string
+  /** how many decide frames the fake received: proves the plugin asked it */
+  decides: () => number
+}
+
+async function startFake(mode: string): Promise<Fake> {
   const dir = mkdtempSync(join(tmpdir(), 'as-fake-'))
   const socket = join(dir, 'fake.sock')
   const child = spawn(process.execPath, [join(ROOT, 'test/helpers/fake-sidecar.mjs'), mode, socket], { stdio: ['ignore', 'pipe', 'inherit'] })
+  let out = ''
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()))
   await once(child.stdout!, 'data')
-  return { socket, child, dir }
+  return { socket, child, dir, decides: () => out.split('\n').filter((l) => l === 'FAKE DECIDE').length }
 }
 
 
@@ -40,13 +50,15 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     it('sidecar not started yet → 503, then normal answers once it is up', async () => {
       const dir = mkdtempSync(join(tmpdir(), 'as-slownode-'))
       const slowNode = join(dir, 'slow-node.sh')
-      writeFileSync(slowNode, `#!/bin/sh\nsleep 2\nexec "${process.execPath}" "$@"\n`)
+      const used = join(dir, 'used')
+      writeFileSync(slowNode, `#!/bin/sh\ntouch "${used}"\nsleep 2\nexec "${process.execPath}" "$@"\n`)
       chmodSync(slowNode, 0o755)
       const stack = await startStack({ aiohttp, noWait: true, env: { AUTHSVC_NODE: slowNode } })
       cleanups.push(async () => { await destroyStack(stack); rmSync(dir, { recursive: true, force: true }) })
       await expectUnavailable(stack)
       await expectUnavailable(stack, '/login')
       await stack.waitReady()
+      assert.ok(existsSync(used), 'the plugin started the sidecar with AUTHSVC_NODE')
       const res = await fetch(`${stack.url}/prompt`)
       assert.equal(res.status, 401)
       assert.equal((await stack.counter()).total, 0)
@@ -74,11 +86,21 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         await new Promise((r) => setTimeout(r, 500))
         const started = Date.now()
         for (let i = 0; i < 3; i++) await expectUnavailable(stack)
-        if (mode === 'slow') assert.ok(Date.now() - started >= 3 * 280, 'waited for the timeout each time')
+        const elapsed = Date.now() - started
+        if (mode === 'slow') {
+          assert.ok(elapsed >= 3 * 280, 'waited for the timeout each time')
+          assert.ok(elapsed < 3 * 1000, `gave up after the configured 300 ms, not the default (${elapsed} ms)`)
+        }
         assert.equal((await stack.counter()).total, 0)
         if (mode === 'mismatch') {
           const lines = stack.output().split('\n').filter((l) => /protocol version mismatch/.test(l))
           assert.equal(lines.length, 1, `one clear log line, got:\n${lines.join('\n')}`)
+          assert.match(lines[0], /999/, 'the line names the version the sidecar speaks')
+          assert.equal(fake.decides(), 0, 'no request is put to a sidecar of another version')
+        } else {
+          // garbage drops the connection: requests until the reconnect are refused without asking
+          const asked = mode === 'slow' ? 3 : 1
+          assert.ok(fake.decides() >= asked, `the plugin put the requests to the ${mode} sidecar`)
         }
       })
     }

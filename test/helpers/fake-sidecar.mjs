@@ -23,7 +23,10 @@ net.createServer((socket) => {
       buf = buf.subarray(4 + n)
       if (msg.type === 'hello') {
         socket.write(frame({ id: msg.id, type: 'hello', protocol: mode === 'mismatch' ? 999 : msg.protocol, sidecar_version: 'fake', http_socket: path + '-http' }))
-      } else if (mode === 'garbage') {
+        continue
+      }
+      console.log(msg.type === 'decide' ? 'FAKE DECIDE' : `FAKE ${msg.type}`)
+      if (mode === 'garbage') {
         const junk = Buffer.from('this is not json')
         const head = Buffer.alloc(4)
         head.writeUInt32BE(junk.length)

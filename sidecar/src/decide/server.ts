@@ -4,7 +4,9 @@
  *
  * Guarantees: a malformed frame closes that connection (the plugin then fails
  * closed and reconnects); an exception while deciding answers a 503 for that
- * request, never a pass; the socket file is 0600.
+ * request, never a pass; a connection whose hello did not name this protocol
+ * version (or that sent none) gets a 503 for every request, so a plugin of
+ * another version is refused from this side too; the socket file is 0600.
  */
 import { chmodSync, lstatSync, unlinkSync } from 'node:fs'
 import { createServer, type Server, type Socket } from 'node:net'
@@ -12,6 +14,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import { errorBody } from '../errors.js'
 import {
   MAX_FRAME_BYTES,
+  PROTOCOL_VERSION,
   type BodyMessage,
   type Decision,
   type FilterAnswer,
@@ -107,6 +110,7 @@ class BusyPoll {
 
 function serveConnection(socket: Socket, handlers: DecisionHandlers, log: FastifyBaseLogger, busy: BusyPoll): void {
   let buffer: Buffer = Buffer.alloc(0)
+  let agreed = false
   // answers produced in one turn leave in one write
   let corked = false
   const uncork = (): void => {
@@ -149,6 +153,11 @@ function serveConnection(socket: Socket, handlers: DecisionHandlers, log: Fastif
       }
       const id = msg.id
       frames++
+      if (msg.type === 'hello') agreed = msg.protocol === PROTOCOL_VERSION
+      else if (!agreed) {
+        answer(id, FAILED)
+        continue
+      }
       try {
         const result = dispatch(handlers, msg)
         if (result instanceof Promise) result.then((r) => answer(id, r), (err) => fail(id, err))

@@ -1,0 +1,123 @@
+/**
+ * The decision socket itself (real Unix socket, real frames): a connection is
+ * served only after a hello of this protocol version, so a plugin of another
+ * version is refused from the sidecar's side as well as from its own.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { connect, type Server, type Socket } from 'node:net'
+import { statSync } from 'node:fs'
+import { join } from 'node:path'
+import { listenDecisionSocket } from '../../sidecar/src/decide/server.js'
+import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
+import { addUser, apiToken, log, openSidecar, type Sidecar } from './fixtures.js'
+
+type Frame = Record<string, unknown>
+
+/** A client speaking the framing: u32 BE length + JSON; answers matched by id. */
+class FrameClient {
+  private buffer = Buffer.alloc(0)
+  private readonly waiting = new Map<unknown, (f: Frame) => void>()
+  private nextId = 1
+
+  constructor(private readonly socket: Socket) {
+    socket.on('data', (chunk: Buffer) => {
+      this.buffer = Buffer.concat([this.buffer, chunk])
+      while (this.buffer.length >= 4 && this.buffer.length >= 4 + this.buffer.readUInt32BE(0)) {
+        const n = this.buffer.readUInt32BE(0)
+        const frame = JSON.parse(this.buffer.subarray(4, 4 + n).toString()) as Frame
+        this.buffer = this.buffer.subarray(4 + n)
+        this.waiting.get(frame.id)?.(frame)
+      }
+    })
+  }
+
+  static async open(path: string): Promise<FrameClient> {
+    const socket = connect(path)
+    await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject))
+    return new FrameClient(socket)
+  }
+
+  send(msg: Frame): Promise<Frame> {
+    const id = this.nextId++
+    const json = Buffer.from(JSON.stringify({ ...msg, id }))
+    const head = Buffer.alloc(4)
+    head.writeUInt32BE(json.length)
+    this.socket.write(Buffer.concat([head, json]))
+    return new Promise((resolve) => this.waiting.set(id, resolve))
+  }
+
+  close(): void {
+    this.socket.destroy()
+  }
+}
+
+describe('decision socket: protocol agreement per connection', () => {
+  let sc: Sidecar
+  let server: Server
+  let path: string
+  let token: string
+  const decideMe = (): Frame => ({
+    type: 'decide', method: 'GET', path: '/prompt', query: '', route: { pattern: '/prompt', kind: 'route' },
+    route_status: 200, match_info: {}, headers: { authorization: `Bearer ${token}` }, peer: '127.0.0.1', scheme: 'http',
+  })
+
+  before(async () => {
+    sc = await openSidecar()
+    const alice = await addUser(sc, 'alice', 'alice-password-1')
+    token = await apiToken(sc, alice)
+    path = join(sc.dir, 'decide.sock')
+    server = await listenDecisionSocket(path, sc.handlers, log)
+  })
+  after(async () => {
+    await new Promise((r) => server.close(r))
+    await sc.close()
+  })
+
+  it('the socket file is 0600', () => {
+    assert.equal(statSync(path).mode & 0o777, 0o600)
+  })
+
+  const rows: Array<{ name: string; hello: Frame | null; served: boolean }> = [
+    { name: 'hello of this version', hello: { type: 'hello', protocol: PROTOCOL_VERSION, plugin_version: 't' }, served: true },
+    { name: 'no hello at all', hello: null, served: false },
+    { name: 'hello of the next version', hello: { type: 'hello', protocol: PROTOCOL_VERSION + 1, plugin_version: 't' }, served: false },
+    { name: 'hello of an older version', hello: { type: 'hello', protocol: PROTOCOL_VERSION - 1, plugin_version: 't' }, served: false },
+    { name: 'hello with the version as a string', hello: { type: 'hello', protocol: String(PROTOCOL_VERSION), plugin_version: 't' }, served: false },
+    { name: 'hello without a version', hello: { type: 'hello', plugin_version: 't' }, served: false },
+  ]
+  for (const row of rows) {
+    it(`${row.name} → ${row.served ? 'decisions' : '503 for every request'}`, async () => {
+      const client = await FrameClient.open(path)
+      try {
+        if (row.hello) {
+          const hello = await client.send(row.hello)
+          assert.equal(hello.protocol, PROTOCOL_VERSION, 'the hello answer names the sidecar version')
+        }
+        for (const msg of [decideMe(), { type: 'body', ctx: 'x', body_text: '{}' }, { type: 'filter', name: 'x', ctx: 'x', status: 200, content_type: 'application/json', body_text: '[]' }]) {
+          const answer = await client.send(msg)
+          if (row.served && msg.type === 'decide') assert.equal(answer.action, 'pass')
+          if (!row.served) {
+            assert.equal(answer.action, 'respond', `${String(msg.type)} refused`)
+            assert.equal(answer.status, 503)
+            assert.equal(JSON.parse(String(answer.body_text)).code, 'AUTHSVC_UNAVAILABLE')
+          }
+        }
+      } finally {
+        client.close()
+      }
+    })
+  }
+
+  it('a later mismatched hello on the same connection withdraws the agreement', async () => {
+    const client = await FrameClient.open(path)
+    try {
+      await client.send({ type: 'hello', protocol: PROTOCOL_VERSION, plugin_version: 't' })
+      assert.equal((await client.send(decideMe())).action, 'pass')
+      await client.send({ type: 'hello', protocol: PROTOCOL_VERSION + 1, plugin_version: 't' })
+      assert.equal((await client.send(decideMe())).status, 503)
+    } finally {
+      client.close()
+    }
+  })
+})
