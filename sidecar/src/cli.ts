@@ -8,16 +8,13 @@
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { dirname } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { loadConfig } from './config/load.js'
+import { dataDirFromEnv, loadConfig } from './config/load.js'
 import { passwordProblem } from './identity/passwords.js'
 import { ADMIN_ROLE } from './identity/principal.js'
 import { usernameProblem } from './identity/users.js'
 import { createLogger } from './log.js'
 import { openServices, type Services } from './services.js'
-
-const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..')
 
 const USAGE = `usage: authsvc user <command>
   list                          list users
@@ -74,7 +71,8 @@ export async function runCli(argv: string[], out: (line: string) => void): Promi
     return value
   }
   const passwordStdin = flag('--password-stdin')
-  const dataDir = resolve(option('--data-dir') ?? process.env.AUTHSVC_DATA_DIR ?? join(PACKAGE_ROOT, 'users'))
+  const dataDirOption = option('--data-dir')
+  const dataDir = dataDirOption !== undefined ? resolve(dataDirOption) : dataDirFromEnv(process.env)
   const [group, command, name] = args
   if (group !== 'user' || !command) throw new UsageError(USAGE)
   const pid = sidecarAlive(dataDir)

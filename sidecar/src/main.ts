@@ -5,19 +5,16 @@
  * pipe), so it never outlives the ComfyUI process that started it.
  */
 import { mkdirSync, chmodSync, writeFileSync, rmSync } from 'node:fs'
-import { dirname, join, resolve } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { join } from 'node:path'
 import { buildApp } from './app.js'
-import { ConfigError, loadConfig } from './config/load.js'
+import { ConfigError, dataDirFromEnv, loadConfig } from './config/load.js'
 import { listenDecisionSocket, removeStaleSocket } from './decide/server.js'
 import { createLogger } from './log.js'
 import { openServices } from './services.js'
 
-const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..')
-
 async function main(): Promise<void> {
   const log = createLogger()
-  const dataDir = resolve(process.env.AUTHSVC_DATA_DIR || join(PACKAGE_ROOT, 'users'))
+  const dataDir = dataDirFromEnv(process.env)
   mkdirSync(dataDir, { recursive: true, mode: 0o700 })
   chmodSync(dataDir, 0o700)
   let config

@@ -24,10 +24,11 @@ interface Run {
   stderr: string
 }
 
-function cli(args: string[], stdin?: string): Promise<Run> {
+function cli(args: string[], stdin?: string, extraEnv: NodeJS.ProcessEnv = {}): Promise<Run> {
   const env = { ...process.env }
   delete env.AUTHSVC_SECRET
   delete env.AUTHSVC_DATA_DIR
+  Object.assign(env, extraEnv)
   return new Promise((resolvePromise, reject) => {
     const child = spawn(process.execPath, [join(ROOT, 'bin/authsvc.mjs'), ...args], { cwd: ROOT, env, stdio: ['pipe', 'pipe', 'pipe'] })
     let stdout = ''
@@ -196,6 +197,13 @@ describe('operator command: authsvc user ...', () => {
       assert.equal((await login(h, 'root', ADMIN_PASSWORD)).status, 200, 'the password is unchanged')
       assert.equal((await login(h, 'intruder', 'intruder-password-1')).status, 401, 'no admin was created')
     })
+  })
+
+  it('without --data-dir it works on $AUTHSVC_DATA_DIR, as the sidecar does', async () => {
+    const run = await cli(['user', 'list'], undefined, { AUTHSVC_DATA_DIR: dir })
+    assert.equal(run.code, 0, run.stderr)
+    assert.match(run.stdout, /^root\trole=admin\t/m)
+    assert.match(run.stdout, /^bob\trole=user\t/m)
   })
 
   it('a stale sidecar.pid (no such process) does not block the command', async () => {

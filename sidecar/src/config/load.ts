@@ -4,10 +4,18 @@
  * at once; never starts with a partially valid configuration.
  */
 import { readFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { Value } from 'typebox/value'
 import { ConfigSchema, type Config } from './schema.js'
 import { parseCidr } from '../policy/ip.js'
+
+const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..')
+
+/** The data dir: `AUTHSVC_DATA_DIR` when set and not empty, else `<package>/users` (SPEC §10). */
+export function dataDirFromEnv(env: NodeJS.ProcessEnv): string {
+  return resolve(env.AUTHSVC_DATA_DIR || join(PACKAGE_ROOT, 'users'))
+}
 
 export class ConfigError extends Error {
   readonly problems: string[]
