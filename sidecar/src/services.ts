@@ -100,10 +100,12 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const resolver = new IdentityResolver({ config, users, sessions, tokens, roles, settings })
   const mfa = new MfaService(mfaRecords, cipher, keys.backupCodes, clock)
   const throttle = await Throttle.open(kv, clock)
+  const passwords = new PasswordHasher(config.argon2)
+  await passwords.ready
   const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords]
   return {
     config, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
-    passwords: new PasswordHasher(config.argon2),
+    passwords,
     resolver,
     mfa,
     throttle,
@@ -114,11 +116,12 @@ export async function openServices(options: OpenOptions): Promise<Services> {
       if (users.byId(userId)) await users.update(userId, { mfa_enabled: false })
     },
     async flush() {
-      await Promise.all(all.map((c) => c.flush()))
+      await Promise.all([...all.map((c) => c.flush()), throttle.flush()])
     },
     async close() {
       await roles.close()
-      await Promise.all(all.map((c) => c.flush()))
+      passwords.close()
+      await Promise.all([...all.map((c) => c.flush()), throttle.flush()])
       await kv.close()
     },
   }

@@ -2,15 +2,17 @@
  * Password hashing (argon2id, PHC strings) and the password policy.
  *
  * Guarantees: passwords are compared exactly as typed (no trim, no
- * truncation); at most `max_concurrent_hashes` hashes run at once, and never
- * more than the cores but one, so a login storm always leaves a core to the
- * host and the decision path (which never hashes); others queue; an unknown
- * user costs one verify against a dummy hash, like a known one.
+ * truncation); hashes run in a worker process at the lowest CPU priority
+ * (hash-process.ts), so the decision path and the host always run first;
+ * at most `max_concurrent_hashes` run at once, never more than the cores;
+ * others queue; an unknown user costs one verify against a dummy hash, like
+ * a known one.
  */
-import argon2 from 'argon2'
 import { readFileSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
 import type { Config } from '../config/schema.js'
+import { AuthsvcError } from '../errors.js'
+import { HashProcess, type HashOptions } from './hash-process.js'
 
 const COMMON = new Set(
   readFileSync(new URL('../../data/common-passwords.txt', import.meta.url), 'utf8')
@@ -44,14 +46,43 @@ class Semaphore {
   }
 }
 
-export class PasswordHasher {
-  private readonly gate: Semaphore
-  private readonly options: argon2.Options & { raw?: false }
-  private dummyHash: Promise<string> | undefined
+/** The two argon2 calls the hasher makes (argon2id); a test passes a wrapper to observe them. */
+export interface Argon2Calls {
+  hash(password: string, options: HashOptions): Promise<string>
+  verify(hash: string, password: string): Promise<boolean>
+}
 
-  constructor(config: Config['argon2']) {
-    this.gate = new Semaphore(Math.max(1, Math.min(config.max_concurrent_hashes, availableParallelism() - 1)))
-    this.options = { type: argon2.argon2id, memoryCost: config.memory_kib, timeCost: config.time_cost, parallelism: config.parallelism }
+/**
+ * Concurrent hashes allowed: the configured cap, never more than the cores, at least one.
+ * Every core may hash: the worker runs at nice 19, so it only takes CPU nobody else wants.
+ */
+export function hashConcurrencyLimit(configured: number, cores = availableParallelism()): number {
+  return Math.max(1, Math.min(configured, cores))
+}
+
+const DUMMY_PASSWORD = 'authsvc-dummy-password'
+
+export class PasswordHasher {
+  readonly concurrencyLimit: number
+  private readonly argon: Argon2Calls
+  private readonly worker: HashProcess | null
+  private readonly gate: Semaphore
+  private readonly options: HashOptions
+  private readonly dummyHash: Promise<string>
+  /** Settles once the dummy hash exists: from then on an unknown user costs one verify, like a known one. */
+  readonly ready: Promise<void>
+
+  constructor(config: Config['argon2'], deps: { argon2?: Argon2Calls; cores?: number } = {}) {
+    this.concurrencyLimit = hashConcurrencyLimit(config.max_concurrent_hashes, deps.cores)
+    this.worker = deps.argon2 ? null : new HashProcess(this.concurrencyLimit)
+    this.argon = deps.argon2 ?? this.worker!
+    this.gate = new Semaphore(this.concurrencyLimit)
+    this.options = { memoryCost: config.memory_kib, timeCost: config.time_cost, parallelism: config.parallelism }
+    // Built now, through the gate like any hash, so the first unknown user does not pay for it.
+    this.dummyHash = this.hash(DUMMY_PASSWORD)
+    this.ready = this.dummyHash.then(() => undefined)
+    // a failure surfaces through `ready` and every verifyDummy, never as an unhandled rejection
+    this.ready.catch(() => {})
   }
 
   /** Whether a hash is running: the CPU is then spoken for, and nothing should busy-wait. */
@@ -60,22 +91,27 @@ export class PasswordHasher {
   }
 
   hash(password: string): Promise<string> {
-    return this.gate.run(() => argon2.hash(password, this.options))
+    return this.gate.run(() => this.argon.hash(password, this.options))
   }
 
   async verify(hash: string, password: string): Promise<boolean> {
     return this.gate.run(async () => {
       try {
-        return await argon2.verify(hash, password)
-      } catch {
+        return await this.argon.verify(hash, password)
+      } catch (err) {
+        if (err instanceof AuthsvcError) throw err // the worker died: no answer, not a wrong password
         return false
       }
     })
   }
 
+  /** Ends the worker process (the sidecar or the operator command is stopping). */
+  close(): void {
+    this.worker?.close()
+  }
+
   /** Burns the same time as a real verify, for users that do not exist. */
   async verifyDummy(password: string): Promise<false> {
-    this.dummyHash ??= argon2.hash('authsvc-dummy-password', this.options)
     await this.verify(await this.dummyHash, password)
     return false
   }

@@ -95,6 +95,11 @@ export class Throttle {
     return throttle
   }
 
+  /** Settles when every counter written so far is durable. */
+  flush(): Promise<void> {
+    return this.records.flush()
+  }
+
   /** Whether an attempt for `username` (null: none, e.g. a guest login) from `ip` may go ahead now. */
   check(ip: string, username: string | null): ThrottleCheck {
     const now = this.clock()
