@@ -38,8 +38,9 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
   const app = Fastify({
     loggerInstance: logger,
     bodyLimit: OWNED_BODY_LIMIT,
-    // wrong types are refused, never converted ({"disabled": 0} is not false)
-    ajv: { customOptions: { coerceTypes: false } },
+    // wrong types are refused, never converted ({"disabled": 0} is not false); where a schema
+    // closes its object, an unknown key is refused, never silently dropped
+    ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
     return503OnClosing: true,
   })
   const router = FindMyWay()

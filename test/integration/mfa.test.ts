@@ -10,16 +10,25 @@ import { join } from 'node:path'
 import { PASSWORD, bearer, openHarness, registerAndLogin, type Harness } from './harness.js'
 import { totpAt } from './totp-reference.js'
 
-async function enrol(h: Harness, session: string): Promise<{ secret: string; backup: string[] }> {
-  const setup = await h.call('POST', '/authsvc/api/mfa/setup', { headers: bearer(session), body: {} })
+/** Enrols through the routes with `credential`: a session JWT, or a setup-purpose temp token; returns the code verify-setup accepted. */
+async function enrol(h: Harness, credential: string, via: 'session' | 'setup-temp' = 'session'): Promise<{ secret: string; backup: string[]; code: string; jwt?: string }> {
+  const auth = via === 'session' ? { headers: bearer(credential), body: {} } : { body: { mfa_temp_token: credential } }
+  const setup = await h.call('POST', '/authsvc/api/mfa/setup', auth)
   assert.equal(setup.status, 200, JSON.stringify(setup.body))
   assert.match(setup.body.provisioning_uri, /^otpauth:\/\/totp\//)
   assert.match(setup.body.qr_svg, /^<svg/)
   assert.equal(setup.body.backup_codes.length, 10)
-  const ok = await h.call('POST', '/authsvc/api/mfa/verify-setup', { headers: bearer(session), body: { code: totpAt(setup.body.secret, h.clock()) } })
+  const code = totpAt(setup.body.secret, h.clock())
+  const ok = await h.call('POST', '/authsvc/api/mfa/verify-setup', { ...auth, body: { ...auth.body, code } })
   assert.equal(ok.status, 200, JSON.stringify(ok.body))
   assert.equal(ok.body.message, 'MFA enabled')
-  return { secret: setup.body.secret, backup: setup.body.backup_codes }
+  return { secret: setup.body.secret, backup: setup.body.backup_codes, code, jwt: ok.body.jwt_token }
+}
+
+/** A six-digit code that is none of the codes `secret` accepts around now (±1 step). */
+function wrongCode(secret: string, now: number): string {
+  const window = [-1, 0, 1].map((step) => totpAt(secret, now, step))
+  return ['000000', '111111', '222222', '333333'].find((c) => !window.includes(c))!
 }
 
 const passwordLogin = (h: Harness, username: string) => h.call('POST', '/login', { body: { username, password: PASSWORD } })
@@ -63,8 +72,33 @@ describe('MFA through the owned routes', () => {
     assert.equal(replay.body.code, 'MFA_INVALID_CODE')
     const older = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: t2, code: totpAt(secret, h.clock(), -1) } })
     assert.equal(older.status, 401, 'a code of the previous step is refused after a newer one was accepted')
+    assert.equal(older.body.code, 'MFA_INVALID_CODE')
     const next = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: t2, code: totpAt(secret, h.clock(), 1) } })
     assert.equal(next.status, 200, 'the next step (within the ±1 window) still works')
+  })
+
+  it('the code verify-setup accepted is refused at /verify within the same step', async () => {
+    const { secret, code } = await enrol(h, admin)
+    const temp = (await passwordLogin(h, 'admin')).body.mfa_temp_token
+    assert.equal(totpAt(secret, h.clock()), code, 'still the step of the enrolment')
+    const replay = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: temp, code } })
+    assert.equal(replay.status, 401)
+    assert.equal(replay.body.code, 'MFA_INVALID_CODE')
+    const next = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: temp, code: totpAt(secret, h.clock(), 1) } })
+    assert.equal(next.status, 200, 'the temp token was live and the secret right: only the replayed code was refused')
+  })
+
+  it('two parallel /verify calls with the same code on two temp tokens: exactly one succeeds', async () => {
+    const { secret } = await enrol(h, admin)
+    h.clock.advance(30_000)
+    const code = totpAt(secret, h.clock())
+    const t1 = (await passwordLogin(h, 'admin')).body.mfa_temp_token
+    const t2 = (await passwordLogin(h, 'admin')).body.mfa_temp_token
+    const answers = await Promise.all([t1, t2].map((t) => h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: t, code } })))
+    assert.deepEqual(answers.map((a) => a.status).sort(), [200, 401], JSON.stringify(answers.map((a) => a.body)))
+    const refused = answers.find((a) => a.status === 401)!
+    assert.equal(refused.body.code, 'MFA_INVALID_CODE')
+    assert.equal(refused.body.jwt_token, undefined)
   })
 
   it('backup codes work once each', async () => {
@@ -77,26 +111,130 @@ describe('MFA through the owned routes', () => {
   })
 
   it('attack table: the password alone never re-enrols or disables MFA', async () => {
-    await enrol(h, admin)
-    const temp = (await passwordLogin(h, 'admin')).body.mfa_temp_token
-    // a second, fully signed-in session of the same user, but without a current code
-    const rows: Array<[string, string, { body: unknown; headers?: Record<string, string> }, number]> = [
-      ['setup with a login temp token', '/authsvc/api/mfa/setup', { body: { mfa_temp_token: temp } }, 401],
-      ['verify-setup with a login temp token', '/authsvc/api/mfa/verify-setup', { body: { mfa_temp_token: temp, code: '123456' } }, 401],
-      ['setup with a session, no code', '/authsvc/api/mfa/setup', { body: {}, headers: bearer(admin) }, 401],
-      ['setup with a session, wrong code', '/authsvc/api/mfa/setup', { body: { code: '000000' }, headers: bearer(admin) }, 401],
-      ['verify-setup with a session, nothing pending', '/authsvc/api/mfa/verify-setup', { body: { code: '000000' }, headers: bearer(admin) }, 401],
-      ['disable with a session, no code', '/authsvc/api/mfa/disable', { body: {}, headers: bearer(admin) }, 401],
-      ['disable with a session, wrong code', '/authsvc/api/mfa/disable', { body: { code: '000000' }, headers: bearer(admin) }, 401],
-      ['disable with a temp token only', '/authsvc/api/mfa/disable', { body: { mfa_temp_token: temp, code: '000000' } }, 401],
-      ['disable with the temp token as bearer', '/authsvc/api/mfa/disable', { body: {}, headers: bearer(temp) }, 401],
-    ]
-    for (const [name, url, req, status] of rows) {
-      const res = await h.call('POST', url, req)
-      assert.equal(res.status, status, `${name}: ${res.status} ${JSON.stringify(res.body)}`)
+    // Each row gets its own enrolled user (and its own loopback address), so no row is
+    // throttled by another's failures. `valid` is a fresh current code that /verify would
+    // accept: rows that send it fail for the credential alone. After every row the same
+    // `valid` code still logs in, so the row spent no code and replaced no secret.
+    const groups = (await h.call('GET', '/authsvc/api/groups', { headers: bearer(admin) })).body.groups
+    groups.enrolling = { ...groups.user, mfa_required: true }
+    assert.equal((await h.call('PUT', '/authsvc/api/groups', { headers: bearer(admin), body: { groups } })).status, 200)
+
+    interface Victim {
+      username: string
+      /** a current code, newer than any accepted one */
+      valid: string
+      wrong: string
+      /** the code verify-setup accepted (an already spent step, still inside the ±1 window) */
+      spent: string
+      /** a login-purpose temp token: the password was right, no code given yet */
+      loginTemp: string
+      /** a session from before enrolment: signed in, but it never saw a code */
+      session: string
+      /** an API token made with the password alone, before enrolment */
+      apiToken: string
+      /** a setup-purpose temp token issued before enrolment (role with mfa_required), still within its 300 s */
+      staleSetupTemp: string
     }
-    const me = await h.call('GET', '/authsvc/api/me', { headers: bearer(admin) })
-    assert.equal(me.body.mfa_enabled, true, 'still enrolled')
+    type Who = 'enrolled-from-session' | 'enrolled-by-role'
+    interface Row {
+      name: string
+      who: Who
+      route: 'setup' | 'verify-setup' | 'disable' | 'verify'
+      request: (v: Victim) => { body: Record<string, unknown>; headers?: Record<string, string> }
+      status: number
+      code: string
+    }
+    const cookie = (t: string) => ({ cookie: `jwt_token=${t}` })
+    const rows: Row[] = [
+      // the login-purpose temp token, which the password alone yields
+      { name: 'setup with a login temp token', who: 'enrolled-from-session', route: 'setup', request: (v) => ({ body: { mfa_temp_token: v.loginTemp } }), status: 401, code: 'MFA_TOKEN_INVALID' },
+      { name: 'setup with a login temp token and a valid code', who: 'enrolled-from-session', route: 'setup', request: (v) => ({ body: { mfa_temp_token: v.loginTemp, code: v.valid } }), status: 401, code: 'MFA_TOKEN_INVALID' },
+      { name: 'verify-setup with a login temp token and a valid code', who: 'enrolled-from-session', route: 'verify-setup', request: (v) => ({ body: { mfa_temp_token: v.loginTemp, code: v.valid } }), status: 401, code: 'MFA_TOKEN_INVALID' },
+      { name: 'disable with a login temp token and a valid code', who: 'enrolled-from-session', route: 'disable', request: (v) => ({ body: { mfa_temp_token: v.loginTemp, code: v.valid } }), status: 401, code: 'AUTH_REQUIRED' },
+      { name: 'setup with the login temp token as bearer and a valid code', who: 'enrolled-from-session', route: 'setup', request: (v) => ({ body: { code: v.valid }, headers: bearer(v.loginTemp) }), status: 401, code: 'TOKEN_INVALID' },
+      { name: 'verify-setup with the login temp token as bearer and a valid code', who: 'enrolled-from-session', route: 'verify-setup', request: (v) => ({ body: { code: v.valid }, headers: bearer(v.loginTemp) }), status: 401, code: 'TOKEN_INVALID' },
+      { name: 'disable with the login temp token as bearer and a valid code', who: 'enrolled-from-session', route: 'disable', request: (v) => ({ body: { code: v.valid }, headers: bearer(v.loginTemp) }), status: 401, code: 'TOKEN_INVALID' },
+      { name: 'disable with the login temp token as cookie and a valid code', who: 'enrolled-from-session', route: 'disable', request: (v) => ({ body: { code: v.valid }, headers: cookie(v.loginTemp) }), status: 401, code: 'TOKEN_INVALID' },
+      // the password itself offered as the credential
+      { name: 'setup with username + password and a valid code', who: 'enrolled-from-session', route: 'setup', request: (v) => ({ body: { username: v.username, password: PASSWORD, code: v.valid } }), status: 401, code: 'AUTH_REQUIRED' },
+      { name: 'verify-setup with username + password and a valid code', who: 'enrolled-from-session', route: 'verify-setup', request: (v) => ({ body: { username: v.username, password: PASSWORD, code: v.valid } }), status: 401, code: 'AUTH_REQUIRED' },
+      { name: 'disable with username + password and a valid code', who: 'enrolled-from-session', route: 'disable', request: (v) => ({ body: { username: v.username, password: PASSWORD, code: v.valid } }), status: 401, code: 'AUTH_REQUIRED' },
+      // an API token made with the password before enrolment
+      { name: 'setup with a pre-enrolment API token and a valid code', who: 'enrolled-from-session', route: 'setup', request: (v) => ({ body: { code: v.valid }, headers: bearer(v.apiToken) }), status: 401, code: 'AUTH_REQUIRED' },
+      { name: 'verify-setup with a pre-enrolment API token and a valid code', who: 'enrolled-from-session', route: 'verify-setup', request: (v) => ({ body: { code: v.valid }, headers: bearer(v.apiToken) }), status: 401, code: 'AUTH_REQUIRED' },
+      { name: 'disable with a pre-enrolment API token and a valid code', who: 'enrolled-from-session', route: 'disable', request: (v) => ({ body: { code: v.valid }, headers: bearer(v.apiToken) }), status: 403, code: 'PERMISSION_DENIED' },
+      // a session signed in before enrolment, without a current code
+      { name: 'setup with a session, no code', who: 'enrolled-from-session', route: 'setup', request: (v) => ({ body: {}, headers: bearer(v.session) }), status: 401, code: 'MFA_REQUIRED' },
+      { name: 'setup with a session, wrong code', who: 'enrolled-from-session', route: 'setup', request: (v) => ({ body: { code: v.wrong }, headers: bearer(v.session) }), status: 401, code: 'MFA_INVALID_CODE' },
+      { name: 'setup with a session, the spent enrolment code', who: 'enrolled-from-session', route: 'setup', request: (v) => ({ body: { code: v.spent }, headers: bearer(v.session) }), status: 401, code: 'MFA_INVALID_CODE' },
+      { name: 'setup with a session, a made-up backup code', who: 'enrolled-from-session', route: 'setup', request: (v) => ({ body: { backup_code: 'ABCDEFGHJK' }, headers: bearer(v.session) }), status: 401, code: 'MFA_INVALID_CODE' },
+      { name: 'verify-setup with a session, nothing pending, a valid code', who: 'enrolled-from-session', route: 'verify-setup', request: (v) => ({ body: { code: v.valid }, headers: bearer(v.session) }), status: 401, code: 'MFA_INVALID_CODE' },
+      { name: 'disable with a session, no code', who: 'enrolled-from-session', route: 'disable', request: (v) => ({ body: {}, headers: bearer(v.session) }), status: 401, code: 'MFA_REQUIRED' },
+      { name: 'disable with a session, wrong code', who: 'enrolled-from-session', route: 'disable', request: (v) => ({ body: { code: v.wrong }, headers: bearer(v.session) }), status: 401, code: 'MFA_INVALID_CODE' },
+      { name: 'disable with a session, the spent enrolment code', who: 'enrolled-from-session', route: 'disable', request: (v) => ({ body: { code: v.spent }, headers: bearer(v.session) }), status: 401, code: 'MFA_INVALID_CODE' },
+      // a setup-purpose temp token issued before enrolment, used after it
+      // (a setup token exists only for a user without MFA: once enrolled it is spent, code or not)
+      { name: 'setup with a stale setup temp token, no code', who: 'enrolled-by-role', route: 'setup', request: (v) => ({ body: { mfa_temp_token: v.staleSetupTemp } }), status: 401, code: 'MFA_TOKEN_INVALID' },
+      { name: 'setup with a stale setup temp token, wrong code', who: 'enrolled-by-role', route: 'setup', request: (v) => ({ body: { mfa_temp_token: v.staleSetupTemp, code: v.wrong } }), status: 401, code: 'MFA_TOKEN_INVALID' },
+      { name: 'setup with a stale setup temp token and a valid code', who: 'enrolled-by-role', route: 'setup', request: (v) => ({ body: { mfa_temp_token: v.staleSetupTemp, code: v.valid } }), status: 401, code: 'MFA_TOKEN_INVALID' },
+      { name: 'verify-setup with a stale setup temp token, nothing pending, a valid code', who: 'enrolled-by-role', route: 'verify-setup', request: (v) => ({ body: { mfa_temp_token: v.staleSetupTemp, code: v.valid } }), status: 401, code: 'MFA_TOKEN_INVALID' },
+      { name: 'disable with a stale setup temp token and a valid code', who: 'enrolled-by-role', route: 'disable', request: (v) => ({ body: { mfa_temp_token: v.staleSetupTemp, code: v.valid } }), status: 401, code: 'AUTH_REQUIRED' },
+      { name: 'disable with a stale setup temp token as bearer and a valid code', who: 'enrolled-by-role', route: 'disable', request: (v) => ({ body: { code: v.valid }, headers: bearer(v.staleSetupTemp) }), status: 401, code: 'TOKEN_INVALID' },
+      { name: 'verify (login) with a stale setup temp token and a valid code', who: 'enrolled-by-role', route: 'verify', request: (v) => ({ body: { mfa_temp_token: v.staleSetupTemp, code: v.valid } }), status: 401, code: 'MFA_TOKEN_INVALID' },
+    ]
+
+    let serial = 0
+    const victim = async (who: Who, peer: string): Promise<Victim & { secret: string }> => {
+      const username = `victim${++serial}`
+      const role = who === 'enrolled-by-role' ? 'enrolling' : 'user'
+      assert.equal((await h.call('POST', '/register', { headers: bearer(admin), body: { username, password: PASSWORD, role } })).status, 201)
+      const login = () => h.call('POST', '/login', { body: { username, password: PASSWORD }, peer })
+      let session = ''
+      let apiToken = ''
+      let staleSetupTemp = ''
+      let enrolled: Awaited<ReturnType<typeof enrol>>
+      if (who === 'enrolled-from-session') {
+        session = (await login()).body.jwt_token
+        apiToken = (await h.call('POST', '/authsvc/generate_token', { body: { username, password: PASSWORD }, peer })).body.token
+        assert.ok(session && apiToken)
+        enrolled = await enrol(h, session)
+      } else {
+        const first = (await login()).body
+        const second = (await login()).body
+        assert.equal(first.mfa_setup_required, true)
+        assert.equal(second.mfa_setup_required, true)
+        staleSetupTemp = second.mfa_temp_token
+        enrolled = await enrol(h, first.mfa_temp_token, 'setup-temp')
+        assert.ok(enrolled.jwt, 'enrolment through the setup temp token ends in a session')
+      }
+      h.clock.advance(30_000)
+      const loginTemp = (await login()).body
+      assert.equal(loginTemp.mfa_required, true)
+      const valid = totpAt(enrolled.secret, h.clock())
+      return { username, secret: enrolled.secret, valid, wrong: wrongCode(enrolled.secret, h.clock()), spent: enrolled.code, loginTemp: loginTemp.mfa_temp_token, session, apiToken, staleSetupTemp }
+    }
+
+    const failures: string[] = []
+    for (const prefix of ['/authsvc', '/api/authsvc']) {
+      for (const row of rows) {
+        const peer = `127.0.0.${(serial % 250) + 2}`
+        const v = await victim(row.who, peer)
+        const res = await h.call('POST', `${prefix}/api/mfa/${row.route}`, { ...row.request(v), peer })
+        if (res.status !== row.status || res.body.code !== row.code) {
+          failures.push(`${prefix} ${row.name}: ${res.status} ${res.body.code ?? JSON.stringify(res.body).slice(0, 80)} (want ${row.status} ${row.code})`)
+        }
+        // the original secret still logs in, with the very code the row sent
+        const temp = (await h.call('POST', '/login', { body: { username: v.username, password: PASSWORD }, peer })).body.mfa_temp_token
+        const proof = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: temp, code: v.valid }, peer })
+        if (proof.status !== 200) {
+          failures.push(`${prefix} ${row.name}: afterwards the original secret's current code no longer logs in: ${proof.status} ${proof.body.code}`)
+          continue
+        }
+        const me = await h.call('GET', '/authsvc/api/me', { headers: bearer(proof.body.jwt_token) })
+        if (me.body.mfa_enabled !== true) failures.push(`${prefix} ${row.name}: MFA no longer enabled`)
+      }
+    }
+    assert.deepEqual(failures, [])
   })
 
   it('disable needs a current code and revokes the other sessions', async () => {
@@ -113,10 +251,24 @@ describe('MFA through the owned routes', () => {
 
   it('temp token: 300 s, single use, 5 wrong codes consume it, never a bearer credential', async () => {
     const { secret } = await enrol(h, admin)
-    const expired = (await passwordLogin(h, 'admin')).body.mfa_temp_token
-    h.clock.advance(301_000)
-    assert.equal((await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: expired, code: totpAt(secret, h.clock()) } })).body.code, 'MFA_TOKEN_INVALID')
+    h.clock.advance(30_000)
+    const issued = h.clock()
+    const early = (await passwordLogin(h, 'admin')).body.mfa_temp_token
+    const late = (await passwordLogin(h, 'admin')).body.mfa_temp_token
+    h.clock.advance(299_000)
+    const at299 = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: early, code: totpAt(secret, h.clock()) } })
+    assert.equal(at299.status, 200, `still accepted at +299 s: ${JSON.stringify(at299.body)}`)
+    h.clock.advance(1_000)
+    assert.equal(h.clock() - issued, 300_000)
+    const fresh = totpAt(secret, h.clock())
+    assert.notEqual(Math.floor(h.clock() / 30_000), Math.floor((h.clock() - 1_000) / 30_000), 'a newer step than the one just accepted')
+    const at300 = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: late, code: fresh } })
+    assert.equal(at300.status, 401, 'refused at +300 s')
+    assert.equal(at300.body.code, 'MFA_TOKEN_INVALID')
+    const control = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: (await passwordLogin(h, 'admin')).body.mfa_temp_token, code: fresh } })
+    assert.equal(control.status, 200, 'the code sent at +300 s was good: only the token had expired')
 
+    h.clock.advance(30_000)
     const once = (await passwordLogin(h, 'admin')).body.mfa_temp_token
     assert.equal((await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: once, code: totpAt(secret, h.clock()) } })).status, 200)
     h.clock.advance(30_000)
@@ -170,13 +322,29 @@ describe('MFA through the owned routes', () => {
 
   it('recovery: loopback with RECOVERY_MODE resets MFA for all users; remote refused', async () => {
     await enrol(h, admin)
+    await registerAndLogin(h, 'bob', { admin })
+    await registerAndLogin(h, 'carol', { admin })
+    h.clock.advance(30_000)
+    await enrol(h, (await passwordLogin(h, 'bob')).body.jwt_token)
+    for (const name of ['admin', 'bob']) assert.equal((await passwordLogin(h, name)).body.mfa_required, true, `${name} enrolled`)
+    assert.ok((await passwordLogin(h, 'carol')).body.jwt_token, 'carol never enrolled')
+
     const remote = await h.call('POST', '/api/authsvc/recovery/reset-mfa', { peer: '203.0.113.7' })
     assert.equal(remote.status, 403)
     assert.equal(remote.body.code, 'RECOVERY_DISABLED')
+    assert.equal((await passwordLogin(h, 'bob')).body.mfa_required, true, 'the remote call reset nothing')
+
     const local = await h.call('POST', '/api/authsvc/recovery/reset-mfa')
     assert.equal(local.status, 200)
-    assert.equal(local.body.message, 'MFA reset for 1 user(s).')
-    assert.ok((await passwordLogin(h, 'admin')).body.jwt_token)
+    assert.equal(local.body.message, 'MFA reset for 2 user(s).', 'counts the enrolled users only')
+    for (const name of ['admin', 'bob', 'carol']) {
+      const login = await passwordLogin(h, name)
+      assert.equal(login.status, 200)
+      assert.equal(login.body.mfa_required, undefined, `${name}: no code asked`)
+      assert.ok(login.body.jwt_token, `${name} logs in with the password alone`)
+      assert.equal((await h.call('GET', '/authsvc/api/me', { headers: bearer(login.body.jwt_token) })).body.mfa_enabled, false)
+    }
+    assert.equal((await h.call('POST', '/api/authsvc/recovery/reset-mfa')).body.message, 'MFA reset for 0 user(s).')
   })
 
   it('the sqlite file holds no TOTP secret and no backup code in clear', async () => {

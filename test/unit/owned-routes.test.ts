@@ -10,6 +10,7 @@ import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { LightMyRequestResponse } from 'fastify'
+import sqlite3 from 'sqlite3'
 import { ERRORS } from '../../sidecar/src/errors.js'
 import type { ApiTokenRecord } from '../../sidecar/src/identity/api-tokens.js'
 import {
@@ -899,6 +900,11 @@ const deep = (n: number) => '['.repeat(n) + ']'.repeat(n)
 
 /** name, content-type, payload, must the answer be 4xx (for routes with a body schema) */
 const BAD_BODIES: Array<[string, string, string | Buffer, boolean]> = [
+  ['every field a number', 'application/json', JSON.stringify(everyField(42)), true],
+  ['every field zero', 'application/json', JSON.stringify(everyField(0)), true],
+  ['every field true', 'application/json', JSON.stringify(everyField(true)), true],
+  ['every field false', 'application/json', JSON.stringify(everyField(false)), true],
+  ['every field null', 'application/json', JSON.stringify(everyField(null)), true],
   ['every field an object', 'application/json', JSON.stringify(everyField({ $gt: '' })), true],
   ['every field a nested array', 'application/json', JSON.stringify(everyField([[1], [2]])), true],
   ['body is an array', 'application/json', '[]', true],
@@ -926,10 +932,23 @@ describe('robustness: every owned route fed bad input', () => {
   const routes: OwnedRoute[] = []
   let adminToken: string
 
+  /** Every row of the store, whatever its record kind, read from the file as another process would. */
+  function storeRows(): Promise<Array<{ key: string; value: string }>> {
+    return new Promise((resolve, reject) => {
+      const db = new sqlite3.Database(join(sc.dir, 'authsvc.sqlite'), sqlite3.OPEN_READONLY, (err) => {
+        if (err) return reject(err)
+        db.all('SELECT key, value FROM keyv ORDER BY key', (e: Error | null, rows: Array<{ key: string; value: string }>) => {
+          db.close()
+          if (e) reject(e)
+          else resolve(rows)
+        })
+      })
+    })
+  }
+
   async function snapshot(): Promise<string> {
-    await sc.services.flush()
-    const kinds = await Promise.all(['user', 'session', 'token', 'setting'].map(async (k) => (await sc.services.kv.entries(k)).sort(([a], [b]) => a.localeCompare(b))))
-    return JSON.stringify({ kinds, groups: sc.services.roles.snapshot(), file: readFileSync(join(sc.dir, 'authsvc_groups.json'), 'utf8') })
+    await sc.services.flush() // throttle writes are awaited by the routes themselves
+    return JSON.stringify({ rows: await storeRows(), groups: sc.services.roles.snapshot(), file: readFileSync(join(sc.dir, 'authsvc_groups.json'), 'utf8') })
   }
 
   before(async () => {
@@ -948,12 +967,22 @@ describe('robustness: every owned route fed bad input', () => {
     adminToken = await apiToken(sc, boot.user)
     await sc.services.sessions.issue(boot.user, false)
     await call(sc, { url: '/authsvc/api/me', bearer: adminToken }) // settles the token's last_used write
+    // one record of every other kind, so a change to any of them shows in the snapshot
+    await sc.services.settings.set('allow_guest_jwt', false)
+    await sc.services.mfa.beginSetup(boot.user.user_id, boot.user.username)
+    assert.equal((await call(sc, { method: 'POST', url: '/login', body: { username: 'bob', password: 'not-bobs-passphrase' } })).statusCode, 401)
     for (const route of routes.filter((r) => r.hasBody)) {
       const res = await call(sc, { method: route.method, url: route.url, bearer: adminToken, body: {} })
       route.emptyOk = res.statusCode < 400
     }
   })
   after(() => sc.close())
+
+  it('the snapshot holds a record of every kind the store keeps', async () => {
+    await snapshot()
+    const kinds = new Set((await storeRows()).map((r) => r.key.slice(0, r.key.indexOf(':'))))
+    assert.deepEqual([...kinds].sort(), ['mfa', 'session', 'setting', 'throttle', 'token', 'user'], 'a new record kind: seed one in before()')
+  })
 
   it('only an empty user patch is a valid empty body', () => {
     assert.deepEqual(routes.filter((r) => r.emptyOk).map((r) => `${r.method} ${r.url}`).sort(), ['PUT /api/authsvc/api/users/bob', 'PUT /authsvc/api/users/bob'])

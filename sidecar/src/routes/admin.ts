@@ -70,7 +70,7 @@ export function adminRoutes(services: Services) {
     app.get('/api/settings/guest-jwt', { config: { auth: 'principal' } }, async () => ({
       allow_guest_jwt: services.settings.get('allow_guest_jwt'),
     }))
-    app.put('/api/settings/guest-jwt', { config: { auth: 'admin' }, schema: { body: Type.Object({ allow_guest_jwt: Type.Boolean() }) } }, async (request) => {
+    app.put('/api/settings/guest-jwt', { config: { auth: 'admin' }, schema: { body: Type.Object({ allow_guest_jwt: Type.Boolean() }, { additionalProperties: false }) } }, async (request) => {
       const { allow_guest_jwt } = request.body as { allow_guest_jwt: boolean }
       await services.settings.set('allow_guest_jwt', allow_guest_jwt)
       request.log.info({ event: 'settings_changed', setting: 'allow_guest_jwt', value: allow_guest_jwt }, 'setting changed')
@@ -78,7 +78,7 @@ export function adminRoutes(services: Services) {
     })
 
     app.get('/api/groups', { config: { auth: 'admin' } }, async () => ({ groups: services.roles.snapshot() }))
-    app.put('/api/groups', { config: { auth: 'admin' }, schema: { body: Type.Object({ groups: Type.Record(Type.String(), Type.Unknown()) }) } }, async (request) => {
+    app.put('/api/groups', { config: { auth: 'admin' }, schema: { body: Type.Object({ groups: Type.Record(Type.String(), Type.Unknown()) }, { additionalProperties: false }) } }, async (request) => {
       const result = validateGroups((request.body as { groups: unknown }).groups)
       if ('problems' in result) throw new AuthsvcError('VALIDATION_FAILED', result.problems.join('; '))
       services.roles.replace(result.groups as GroupMap)
@@ -105,9 +105,11 @@ export function adminRoutes(services: Services) {
       if (body.sfw_check !== undefined) patch.sfw_check = body.sfw_check
       if (body.disabled !== undefined) patch.disabled = body.disabled
       if (body.password !== undefined) patch.password_hash = await services.passwords.hash(body.password)
-      if (body.mfa_reset === true) patch.mfa_enabled = false
       const roleChanged = body.role !== undefined && body.role !== user.role
-      const updated = await services.users.update(user.user_id, patch)
+      await services.users.update(user.user_id, patch)
+      // the secret and backup codes go too, not only the flag
+      if (body.mfa_reset === true) await services.resetMfa(user.user_id)
+      const updated = services.users.byId(user.user_id)!
       if (roleChanged || body.password !== undefined || body.disabled === true) await services.sessions.revokeAllForUser(user.user_id)
       if (body.password !== undefined || body.disabled === true) await services.tokens.revokeAllForUser(user.user_id)
       if (roleChanged) request.log.info({ event: 'user_role_changed', username: user.username, role: updated.role }, 'role changed')
@@ -120,6 +122,7 @@ export function adminRoutes(services: Services) {
       await services.users.delete(user.user_id)
       await services.sessions.deleteAllForUser(user.user_id)
       await services.tokens.revokeAllForUser(user.user_id)
+      await services.mfa.disable(user.user_id)
       request.log.info({ event: 'user_deleted', username: user.username }, 'user deleted')
       return { status: 'ok', message: `User ${user.username} deleted` }
     })

@@ -34,7 +34,8 @@ export function mfaRoutes(services: Services) {
     if (body.mfa_temp_token !== undefined) {
       const temp = mfa.tempToken(body.mfa_temp_token, 'setup')
       const user = temp ? services.users.byId(temp.userId) : undefined
-      if (!temp || !user || user.disabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
+      // a setup token exists only for a user without MFA: once enrolled, it is spent
+      if (!temp || !user || user.disabled || user.mfa_enabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
       return { user, tempId: temp.id, temp }
     }
     const p = request.principal
@@ -109,7 +110,7 @@ export function mfaRoutes(services: Services) {
 
     app.post('/recovery/reset-mfa', { config: { auth: 'public' } }, async (request) => {
       const enabled = services.recoveryMode
-      if (!enabled || !request.facts.isLocal) throw new AuthsvcError('RECOVERY_DISABLED', enabled ? 'Recovery is only allowed from this machine' : undefined)
+      if (!enabled || !request.facts.isLocal) throw new AuthsvcError('RECOVERY_DISABLED', enabled ? 'Recovery is only allowed from a local client' : undefined)
       const enrolled = services.users.list().filter((u) => u.mfa_enabled)
       for (const user of enrolled) await services.resetMfa(user.user_id)
       request.log.warn({ event: 'mfa_disabled', users: enrolled.length, ip: request.facts.ip }, 'recovery: MFA reset for every user')
