@@ -347,6 +347,28 @@ describe('MFA through the owned routes', () => {
     assert.equal((await h.call('POST', '/api/authsvc/recovery/reset-mfa')).body.message, 'MFA reset for 0 user(s).')
   })
 
+  it('an admin mfa_reset, and deleting a user, remove the sealed secret and backup codes from the store', async () => {
+    const stored = async () => (await h.services.kv.entries<unknown>('mfa')).map(([key]) => key).sort()
+    const ids: Record<string, string> = {}
+    for (const name of ['bob', 'carol']) {
+      const jwt = await registerAndLogin(h, name, { admin })
+      ids[name] = (await h.call('GET', '/authsvc/api/me', { headers: bearer(jwt) })).body.user_id
+      await enrol(h, jwt)
+    }
+    await h.services.flush()
+    assert.deepEqual(await stored(), [`mfa:${ids.bob}`, `mfa:${ids.carol}`].sort())
+
+    const reset = await h.call('PUT', '/authsvc/api/users/bob', { headers: bearer(admin), body: { mfa_reset: true } })
+    assert.equal(reset.status, 200, JSON.stringify(reset.body))
+    assert.equal(reset.body.user.mfa_enabled, false)
+    const removed = await h.call('DELETE', '/authsvc/api/users/carol', { headers: bearer(admin) })
+    assert.equal(removed.status, 200)
+    await h.services.flush()
+    assert.deepEqual(await stored(), [], 'no secret of bob (reset) or carol (deleted) is left')
+    const bob = await passwordLogin(h, 'bob')
+    assert.ok(bob.body.jwt_token, 'bob signs in with the password alone')
+  })
+
   it('the sqlite file holds no TOTP secret and no backup code in clear', async () => {
     const { secret, backup } = await enrol(h, admin)
     await h.services.flush()
