@@ -45,6 +45,7 @@ async function main(): Promise<void> {
   })
   const pidFile = join(dataDir, 'sidecar.pid')
   writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o600 })
+  chmodSync(pidFile, 0o600) // a leftover file keeps its mode through writeFileSync
   log.info({ decisionSocket, httpSocket, dataDir, users: services.users.count }, 'authsvc sidecar ready')
   // expired sessions can never validate again; drop them so memory and the store do not grow forever
   const pruning = setInterval(() => {

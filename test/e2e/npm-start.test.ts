@@ -1,0 +1,166 @@
+/**
+ * The README's quick start: `npm start` (install.sh, then `node scripts/start.mjs`)
+ * serves the gated ComfyUI stand-in on 127.0.0.1:$PORT with the data dir from
+ * AUTHSVC_DATA_DIR. Runs scripts/start.mjs as `npm start` does after install
+ * and checks what a new user sees: health, a refused API call, the redirect
+ * of the browser, the first administrator's registration; then that a stop
+ * (SIGTERM from a service manager, or Ctrl-C: SIGINT to the whole process
+ * group) ends every process, the sidecar included. Run on aiohttp 3.8 and 3.11.
+ */
+import { describe, it, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { spawn, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
+import { mkdtempSync, readFileSync, readdirSync, rmSync, existsSync } from 'node:fs'
+import { createServer } from 'node:net'
+import { join } from 'node:path'
+import { tmpdir } from 'node:os'
+import { AIOHTTP_VERSIONS, ROOT, poll, pythonEnv, type AiohttpVersion } from '../helpers/stack.js'
+import { PASSWORD, json } from '../helpers/client.js'
+
+async function freePort(): Promise<number> {
+  const server = createServer()
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const { port } = server.address() as { port: number }
+  server.close()
+  await once(server, 'close')
+  return port
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** Pids whose parent is `pid` (from /proc/<n>/stat, field 4). */
+function childrenOf(pid: number): number[] {
+  const out: number[] = []
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(entry))
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return out
+}
+
+interface Started {
+  child: ChildProcess
+  url: string
+  output: () => string
+}
+
+async function npmStart(aiohttp: AiohttpVersion, dataDir: string): Promise<Started> {
+  const port = await freePort()
+  const env: NodeJS.ProcessEnv = { ...process.env, ...pythonEnv(aiohttp), PORT: String(port), AUTHSVC_DATA_DIR: dataDir, PYTHONUNBUFFERED: '1' }
+  delete env.COMFYUI_DIR // the bundled stand-in, as on a fresh machine
+  delete env.AUTHSVC_SOCKET
+  // detached: its own process group, so a Ctrl-C (SIGINT to the group) can be reproduced
+  const child = spawn(process.execPath, [join(ROOT, 'scripts/start.mjs')], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+  let out = ''
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()))
+  child.stderr!.on('data', (d: Buffer) => (out += d.toString()))
+  const url = `http://127.0.0.1:${port}`
+  const up = await poll(async () => {
+    if (child.exitCode !== null) return true
+    try {
+      return (await fetch(`${url}/authsvc/health`)).status === 200
+    } catch {
+      return false // not listening yet
+    }
+  }, 30_000)
+  assert.ok(up && child.exitCode === null, `npm start did not come up on ${url}:\n${out}`)
+  return { child, url, output: () => out }
+}
+
+/** Everything `npm start` runs: start.mjs, the host it spawned, and the sidecar (from sidecar.pid). */
+function processTree(started: Started, dataDir: string): { node: number; host: number; sidecar: number } {
+  const node = started.child.pid!
+  const hosts = childrenOf(node)
+  assert.equal(hosts.length, 1, `start.mjs has one child (the host): ${hosts}`)
+  const sidecar = Number(readFileSync(join(dataDir, 'sidecar.pid'), 'utf8'))
+  assert.ok(alive(sidecar), `sidecar ${sidecar} is running`)
+  assert.deepEqual(childrenOf(hosts[0]), [sidecar], 'the host\'s child is the sidecar of sidecar.pid')
+  assert.match(readFileSync(`/proc/${sidecar}/cmdline`, 'utf8'), /sidecar\/dist\/main\.js/)
+  return { node, host: hosts[0], sidecar }
+}
+
+async function expectAllGone(started: Started, pids: { node: number; host: number; sidecar: number }): Promise<void> {
+  const timer = setTimeout(() => started.child.kill('SIGKILL'), 15_000)
+  const done = started.child.exitCode !== null || started.child.signalCode !== null
+  const [code, signal] = done ? [started.child.exitCode, started.child.signalCode] : await once(started.child, 'exit')
+  clearTimeout(timer)
+  assert.equal(signal, null, `start.mjs was killed by ${signal}:\n${started.output()}`)
+  assert.equal(code, 0, `start.mjs exit code:\n${started.output()}`)
+  assert.ok(await poll(async () => !alive(pids.host), 5000), `the host ${pids.host} outlived start.mjs`)
+  assert.ok(await poll(async () => !alive(pids.sidecar), 5000), `the sidecar ${pids.sidecar} outlived the host`)
+}
+
+for (const aiohttp of AIOHTTP_VERSIONS) {
+  describe(`npm start, aiohttp ${aiohttp}`, { concurrency: false }, () => {
+    const dataDir = join(mkdtempSync(join(tmpdir(), 'as-npm-start-')), 'data') // does not exist yet
+    const running: Started[] = []
+    after(() => {
+      for (const s of running) if (s.child.exitCode === null && s.child.signalCode === null) process.kill(-s.child.pid!, 'SIGKILL')
+      rmSync(join(dataDir, '..'), { recursive: true, force: true })
+    })
+
+    it('serves the gated stand-in: health, 401 for the API, 302 for the browser, first admin; SIGTERM stops everything', async () => {
+      const started = await npmStart(aiohttp, dataDir)
+      running.push(started)
+      assert.match(started.output(), new RegExp(`starting the ComfyUI stand-in on ${started.url.replace(/\./g, '\\.')} \\(data dir ${dataDir.replace(/\./g, '\\.')}\\)`))
+
+      const health = await fetch(`${started.url}/authsvc/health`)
+      assert.equal(health.status, 200)
+      assert.deepEqual(await json(health), { status: 'ok', version: '0.1.0', users: false })
+
+      const api = await fetch(`${started.url}/prompt`)
+      assert.equal(api.status, 401)
+      assert.match(api.headers.get('content-type') ?? '', /^application\/json/)
+      assert.equal((await json(api)).code, 'AUTH_REQUIRED')
+
+      const page = await fetch(`${started.url}/`, { headers: { Accept: 'text/html,application/xhtml+xml' }, redirect: 'manual' })
+      assert.equal(page.status, 302)
+      assert.match(page.headers.get('location') ?? '', /^\/(register|login)(\?|$)/)
+
+      const reg = await fetch(`${started.url}/register`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json' },
+        body: JSON.stringify({ username: 'admin', password: PASSWORD }),
+      })
+      assert.equal(reg.status, 201, await reg.clone().text())
+      assert.equal((await json(await fetch(`${started.url}/authsvc/health`))).users, true)
+
+      const pids = processTree(started, dataDir)
+      process.kill(started.child.pid!, 'SIGTERM') // start.mjs alone, as a service manager would
+      await expectAllGone(started, pids)
+      assert.equal(existsSync(join(dataDir, 'sidecar.pid')), false, 'the sidecar removed its pid file')
+    })
+
+    it('restarts on the same data dir with the admin kept; Ctrl-C (SIGINT to the process group) stops everything', async () => {
+      const started = await npmStart(aiohttp, dataDir)
+      running.push(started)
+      const login = await fetch(`${started.url}/login`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+        body: JSON.stringify({ username: 'admin', password: PASSWORD }),
+      })
+      assert.equal(login.status, 200, await login.clone().text())
+      const { jwt_token: jwt } = await json(login)
+      const queue = await fetch(`${started.url}/queue`, { headers: { Authorization: `Bearer ${jwt}` } })
+      assert.equal(queue.status, 200)
+
+      const pids = processTree(started, dataDir)
+      process.kill(-started.child.pid!, 'SIGINT') // the terminal's Ctrl-C: every process of the group gets it
+      await expectAllGone(started, pids)
+    })
+  })
+}
