@@ -13,6 +13,12 @@ import { WsClient, apiToken, json, login, register, tinyGraph } from '../helpers
 
 type Channel = 'bearer-token' | 'cookie' | 'query-token' | 'query-access_token'
 
+/** What the stand-in recorded for the last request that reached a host handler. */
+type Seen = Awaited<ReturnType<Stack['lastRequest']>> & { raw_path: string; route: string }
+
+/** A client's attempt to act as someone else through ComfyUI's multi-user header. */
+const SPOOF = { 'comfy-user': 'admin' }
+
 for (const aiohttp of AIOHTTP_VERSIONS) {
   describe(`mobile flow, aiohttp ${aiohttp}`, () => {
     let stack: Stack
@@ -30,10 +36,22 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       await destroyStack(stack)
     })
 
+    /** The host saw the request at `route`, acting for the principal, with no trace of the credential. */
+    async function assertHostSawPrincipalOnly(route: string): Promise<void> {
+      const seen = (await stack.lastRequest()) as Seen
+      assert.equal(seen?.route, route, `the last request to reach the host is ${route}`)
+      for (const [field, value] of [['path', seen.path], ['query_string', seen.query_string], ['raw_path', seen.raw_path]]) {
+        assert.equal(value.includes(token), false, `${route}: the token reached the host's ${field}`)
+        assert.equal(value.includes('token='), false, `${route}: a query credential reached the host's ${field}: ${value}`)
+      }
+      assert.equal(seen.headers['comfy-user'], userId, `${route}: comfy-user is the principal's id, never the client's spoof`)
+      assert.equal(seen.headers['authorization'], undefined, `${route}: the bearer is not forwarded to the host`)
+    }
+
     const channels: Channel[] = ['bearer-token', 'cookie', 'query-token', 'query-access_token']
-    for (const channel of channels) {
+    channels.forEach((channel, n) => {
       it(`works with ${channel}`, async () => {
-        const headers: Record<string, string> = { Accept: 'application/json' }
+        const headers: Record<string, string> = { Accept: 'application/json', ...SPOOF }
         let suffix = ''
         if (channel === 'bearer-token') headers.Authorization = `Bearer ${token}`
         if (channel === 'cookie') Object.assign(headers, { Cookie: cookie, Origin: stack.url })
@@ -45,47 +63,66 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         assert.equal(me.username, 'alice')
         assert.equal(me.auth_type, channel === 'cookie' ? 'session' : 'api_token')
         userId = me.user_id
+        assert.match(userId, /^[0-9a-f-]{36}$/)
 
         const info = await fetch(url('/object_info'), { headers })
         assert.equal(info.status, 200)
         assert.ok('SaveImage' in (await json(info)))
 
-        const clientId = `phone-${channel}`
-        const ws = await WsClient.open(url(`/ws?clientId=${clientId}`).replace('http', 'ws'), channel === 'cookie' || channel === 'bearer-token' ? headers : {})
+        // Names without the word "token", so the no-credential checks cannot be fooled by them.
+        const clientId = `phone${n}`
+        // A phone app cannot set headers on its WebSocket: the API token goes in ?token=.
+        const wsUrl = channel === 'bearer-token'
+          ? `${stack.url}/ws?clientId=${clientId}&token=${token}`
+          : url(`/ws?clientId=${clientId}`)
+        const wsHeaders = channel === 'cookie' ? { Cookie: cookie, ...SPOOF } : SPOOF
+        const ws = await WsClient.open(wsUrl.replace('http', 'ws'), wsHeaders)
         try {
+          await assertHostSawPrincipalOnly('GET /ws')
+          assert.equal((await stack.lastRequest()).query_string, `clientId=${clientId}`, 'only the credential was removed from the query')
           await ws.waitFor((m) => m.type === 'status')
           const post = await fetch(url('/prompt'), {
             method: 'POST',
             headers: { ...headers, 'Content-Type': 'application/json' },
-            body: JSON.stringify({ prompt: tinyGraph(`mobile-${channel}`), client_id: clientId, extra_data: { authsvc_user: 'mallory' } }),
+            body: JSON.stringify({ prompt: tinyGraph(`mobile${n}`), client_id: clientId, extra_data: { authsvc_user: 'mallory' } }),
           })
           assert.equal(post.status, 200, await post.clone().text())
           const { prompt_id } = await json(post)
-          const seen = await stack.lastRequest()
-          assert.equal(seen.headers['comfy-user'] ?? seen.headers['Comfy-User'], userId, 'comfy-user set from the principal')
-          assert.doesNotMatch(seen.query_string, /token/, 'query credential removed before the host')
-          assert.equal(seen.headers['authorization'] ?? seen.headers['Authorization'], undefined, 'bearer not forwarded to the host')
+          await assertHostSawPrincipalOnly('POST /prompt')
+
+          // The prompt is queued (running or pending) or, on a fast host, already in the history;
+          // the history is read after the queue, so a prompt that left the queue is found there.
+          const queue = await fetch(url('/queue'), { headers })
+          assert.equal(queue.status, 200)
+          const { queue_running, queue_pending } = await json(queue)
+          const queued = [...queue_running, ...queue_pending].find((item: unknown[]) => item[1] === prompt_id)
+          if (queued) {
+            assert.equal(queued[3].authsvc_user, 'alice', 'the queued prompt carries its owner')
+          } else {
+            const done = await json(await fetch(url(`/history/${prompt_id}`), { headers }))
+            assert.ok(prompt_id in done, `prompt ${prompt_id} is neither queued nor in the history`)
+          }
 
           const executed = await ws.waitFor((m) => m.type === 'executed' && m.data.prompt_id === prompt_id)
           await ws.waitFor((m) => m.type === 'execution_success' && m.data.prompt_id === prompt_id)
           const image = executed.data.output.images[0]
 
-          const queue = await fetch(url('/queue'), { headers })
-          assert.equal(queue.status, 200)
           const history = await json(await fetch(url(`/history/${prompt_id}`), { headers }))
           const extra = history[prompt_id].prompt[3]
           assert.equal(extra.authsvc_user, 'alice', 'owner stamped, spoof replaced')
           assert.equal(extra.authsvc_user_id, userId)
+          await assertHostSawPrincipalOnly('GET /history/{prompt_id}')
 
           const view = await fetch(url(`/view?filename=${encodeURIComponent(image.filename)}&type=output&subfolder=${encodeURIComponent(image.subfolder)}`), { headers })
           assert.equal(view.status, 200)
           const bytes = Buffer.from(await view.arrayBuffer())
           assert.equal(bytes.subarray(0, 8).toString('hex'), '89504e470d0a1a0a', 'a PNG')
+          await assertHostSawPrincipalOnly('GET /view')
         } finally {
           ws.close()
         }
       })
-    }
+    })
 
     it('no secret reaches the logs of the host, the plugin or the sidecar (DESIGN §2.7)', async () => {
       // one more request per channel with the raw secrets in every place a client puts them
