@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what authsvc needs, idempotently: npm dependencies, the sidecar
 # build, a Python with aiohttp for the stand-in host. With --test also the
-# test tools (Debian chromium, oathtool, an aiohttp 3.11 copy for the second
+# test tools (Debian chromium, oathtool, zbarimg, an aiohttp 3.11 copy for the second
 # plugin run). With COMFYUI_DIR set, links this package into its custom_nodes.
 #   bash install.sh [--quiet] [--test]
 set -euo pipefail
@@ -53,6 +53,7 @@ if [ "$TEST" = 1 ]; then
   missing=()
   command -v chromium >/dev/null || missing+=(chromium)
   command -v oathtool >/dev/null || missing+=(oathtool)
+  command -v zbarimg >/dev/null || missing+=(zbar-tools)
   if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
   bash scripts/aiohttp311.sh >/dev/null
 fi

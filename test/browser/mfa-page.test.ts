@@ -5,17 +5,23 @@
  *   in the URL fragment only (never a query string, never seen by a server or
  *   its logs), a wrong code shows an error, the right one lands on `/`;
  * - a user whose role requires MFA signs in and gets the setup view (QR SVG,
- *   secret, 10 backup codes); a code from the app turns MFA on and lands on `/`.
+ *   secret, 10 backup codes); the QR, decoded from a screenshot by Debian's
+ *   `zbarimg`, is the provisioning URI of the secret shown; a code from the
+ *   app turns MFA on and lands on `/`.
  * Codes come from the independent RFC 6238 generator in totp-reference.ts.
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
+import { execFileSync } from 'node:child_process'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, json, login, register } from '../helpers/client.js'
 import { totpAt } from '../integration/totp-reference.js'
 
 const SCREENSHOT = '/tmp/mfa-setup.png'
+const QR_SHOT = '/tmp/mfa-setup-qr.png'
+/** Debian's zbar-tools: an independent QR decoder. */
+const ZBARIMG = '/usr/bin/zbarimg'
 
 // Same launch as login-pages.test.ts; importing it from there would also register that file's suite here.
 function launchChromium(): Promise<Browser> {
@@ -145,9 +151,11 @@ describe('/mfa page in chromium', { concurrency: false }, () => {
     await page.fill('#username', 'carol')
     await page.fill('#password', PASSWORD)
     const loginAnswer = page.waitForResponse((r) => new URL(r.url()).pathname === '/login' && r.request().method() === 'POST')
+    const setupAnswer = page.waitForResponse((r) => new URL(r.url()).pathname.endsWith('/api/mfa/setup') && r.request().method() === 'POST')
     await page.click('#submit')
     assert.equal((await loginAnswer).status(), 200)
     const token = await tempTokenFromFragment(page, seen, 'setup')
+    const setup = await (await setupAnswer).json()
 
     await page.locator('#setup').waitFor({ state: 'visible' })
     await page.locator('#qr svg').waitFor({ state: 'visible' })
@@ -156,6 +164,15 @@ describe('/mfa page in chromium', { concurrency: false }, () => {
     assert.ok(box && box.width >= 100 && box.height >= 100, `the QR code is drawn at a scannable size: ${JSON.stringify(box)}`)
     const secret = (await page.locator('#secret').innerText()).trim()
     assert.match(secret, /^[A-Z2-7]{16,}=*$/, `a base32 secret is shown: ${secret}`)
+    assert.equal(secret, setup.secret, 'the secret shown is the one enrolled')
+    // the QR as drawn on the page, read back by an independent decoder, is the provisioning URI
+    await page.locator('#qr svg').screenshot({ path: QR_SHOT })
+    const decoded = execFileSync(ZBARIMG, ['--raw', '-q', QR_SHOT], { encoding: 'utf8' }).trim()
+    assert.equal(decoded, setup.provisioning_uri, 'the QR code encodes the provisioning URI')
+    const uri = new URL(decoded)
+    assert.equal(uri.protocol, 'otpauth:')
+    assert.equal(uri.searchParams.get('secret'), secret, 'an app scanning the QR gets the secret shown')
+    assert.match(decodeURIComponent(uri.pathname), /carol$/, 'labelled with the account')
     const codes = await page.locator('#backup-codes li').allInnerTexts()
     assert.equal(codes.length, 10, 'ten backup codes')
     assert.equal(new Set(codes).size, 10, 'all different')

@@ -8,8 +8,10 @@
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
-import { AIOHTTP_VERSIONS, destroyStack, startStack, type Stack } from '../helpers/stack.js'
+import WebSocket from 'ws'
+import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, json, login, register } from '../helpers/client.js'
+import { hostRoutes } from '../helpers/routes.js'
 
 const OATHTOOL = '/usr/bin/oathtool'
 
@@ -21,6 +23,70 @@ function oathtool(secret: string, unixMs: number): string {
 }
 
 const bearer = (t: string) => ({ Authorization: `Bearer ${t}` })
+
+interface RouteCase {
+  method: string
+  path: string
+  body?: unknown
+}
+
+/** Owned routes that take a credential, in both twins (SPEC §5), plus the legacy generate_token (logout is apart: see the test). */
+function ownedRoutes(): RouteCase[] {
+  const out: RouteCase[] = [{ method: 'POST', path: '/generate_token', body: {} }]
+  for (const prefix of ['/authsvc', '/api/authsvc']) {
+    out.push(
+      { method: 'POST', path: `${prefix}/generate_token`, body: { label: 'temp' } },
+      { method: 'GET', path: `${prefix}/api/me` },
+      { method: 'GET', path: `${prefix}/api/tokens` },
+      { method: 'DELETE', path: `${prefix}/api/tokens`, body: { token_hash_prefix: 'deadbeef' } },
+      { method: 'GET', path: `${prefix}/me/sessions` },
+      { method: 'POST', path: `${prefix}/me/sessions/revoke`, body: { jti: 'x' } },
+      { method: 'GET', path: `${prefix}/me/current-token` },
+      { method: 'GET', path: `${prefix}/me/console` },
+      { method: 'POST', path: `${prefix}/api/user-env`, body: { action: 'status' } },
+      { method: 'GET', path: `${prefix}/api/settings/guest-jwt` },
+      { method: 'PUT', path: `${prefix}/api/settings/guest-jwt`, body: { allow_guest_jwt: true } },
+      { method: 'GET', path: `${prefix}/api/groups` },
+      { method: 'PUT', path: `${prefix}/api/groups`, body: { groups: {} } },
+      { method: 'GET', path: `${prefix}/api/users` },
+      { method: 'PUT', path: `${prefix}/api/users/alice`, body: { disabled: true } },
+      { method: 'DELETE', path: `${prefix}/api/users/alice` },
+      { method: 'GET', path: `${prefix}/api/ip-lists` },
+      { method: 'PUT', path: `${prefix}/api/ip-lists`, body: { whitelist: [], blacklist: [] } },
+      { method: 'POST', path: `${prefix}/api/mfa/setup`, body: {} },
+      { method: 'POST', path: `${prefix}/api/mfa/verify-setup`, body: { code: '123456' } },
+      { method: 'POST', path: `${prefix}/api/mfa/disable`, body: { code: '123456' } },
+      { method: 'GET', path: `${prefix}/admin` },
+    )
+  }
+  return out
+}
+
+/** The four credential channels of SPEC §3, each carrying `token`. */
+function channels(token: string): Array<{ name: string; query: string; headers: Record<string, string> }> {
+  const q = encodeURIComponent(token)
+  return [
+    { name: 'bearer', query: '', headers: bearer(token) },
+    { name: 'cookie', query: '', headers: { Cookie: `jwt_token=${token}` } },
+    { name: '?token=', query: `token=${q}`, headers: {} },
+    { name: '?access_token=', query: `access_token=${q}`, headers: {} },
+  ]
+}
+
+const withQuery = (path: string, query: string) => (query ? `${path}${path.includes('?') ? '&' : '?'}${query}` : path)
+
+/** The status a WebSocket upgrade gets (101 if it opened). */
+function upgradeStatus(url: string, headers: Record<string, string>): Promise<number> {
+  return new Promise((resolve) => {
+    const ws = new WebSocket(url, { headers })
+    ws.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0))
+    ws.on('open', () => {
+      ws.close()
+      resolve(101)
+    })
+    ws.on('error', () => {})
+  })
+}
 
 for (const aiohttp of AIOHTTP_VERSIONS) {
   describe(`MFA with oathtool codes, aiohttp ${aiohttp}`, { concurrency: false }, () => {
@@ -38,7 +104,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     }
 
     before(async () => {
-      stack = await startStack({ aiohttp })
+      stack = await startStack({ aiohttp, env: { AUTHSVC_LOG_LEVEL: 'info' } }) // the tests read login and logout events from the log
       assert.equal((await register(stack, 'root')).status, 201)
       const root = (await login(stack, 'root')).jwt
       assert.equal((await register(stack, 'alice', { bearer: root })).status, 201)
@@ -67,7 +133,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(after.mfa_enabled, true)
     })
 
-    it('the mfa_temp_token is no credential for host routes on any channel, and nothing reaches the host', async () => {
+    it('the mfa_temp_token is no credential on any host or owned route, in any channel, and nothing reaches the host', async () => {
       const { body, setCookie } = await passwordLogin()
       assert.equal(body.mfa_required, true)
       assert.equal(body.jwt_token, undefined, 'no session before the code')
@@ -75,31 +141,70 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const temp: string = body.mfa_temp_token
       assert.ok(temp)
 
+      const routes: RouteCase[] = [
+        ...hostRoutes().map(({ method, path }) => ({ method, path, body: method === 'GET' || method === 'HEAD' ? undefined : {} })),
+        { method: 'GET', path: '/view?filename=x.png&type=output' },
+        { method: 'GET', path: '/api/view?filename=x.png&type=output' },
+        ...ownedRoutes(),
+      ]
       const before = (await stack.counter()).total
-      const tries: Array<[string, string, Record<string, string>]> = []
-      for (const path of ['/queue', '/object_info', '/api/queue', '/history']) {
-        tries.push([`${path} bearer`, path, bearer(temp)])
-        tries.push([`${path}?token=`, `${path}?token=${encodeURIComponent(temp)}`, {}])
-        tries.push([`${path}?access_token=`, `${path}?access_token=${encodeURIComponent(temp)}`, {}])
-        tries.push([`${path} cookie`, path, { Cookie: `jwt_token=${temp}` }])
+      const wrong: string[] = []
+      const tries: Array<() => Promise<void>> = []
+      for (const route of routes) {
+        for (const channel of channels(temp)) {
+          tries.push(async () => {
+            const res = await fetch(stack.url + withQuery(route.path, channel.query), {
+              method: route.method,
+              headers: { Accept: 'application/json', ...(route.body !== undefined ? { 'Content-Type': 'application/json' } : {}), ...channel.headers },
+              body: route.body !== undefined ? JSON.stringify(route.body) : undefined,
+              redirect: 'manual',
+            })
+            const text = route.method === 'HEAD' ? '' : await res.text()
+            let code: string | undefined
+            try {
+              code = JSON.parse(text).code
+            } catch {
+              code = undefined
+            }
+            if (res.status !== 401 || (route.method !== 'HEAD' && code !== 'TOKEN_INVALID')) {
+              wrong.push(`${route.method} ${route.path} ${channel.name}: ${res.status} ${text.slice(0, 120)}`)
+            }
+          })
+        }
       }
-      for (const [what, path, headers] of tries) {
-        const res = await fetch(stack.url + path, { headers: { Accept: 'application/json', ...headers } })
-        const text = await res.text()
-        assert.equal(res.status, 401, `${what}: ${res.status} ${text.slice(0, 200)}`)
-        assert.equal(JSON.parse(text).code, 'TOKEN_INVALID', `${what}: a present but invalid credential never falls back to anonymous`)
+      // Logout is public and clears the cookie whatever it is sent; what matters is that it
+      // does not act for alice with the temp token (it would log her logout).
+      const logoutLines = () => stack.output().split('\n').filter((l) => l.includes('"event":"user_logout"') && l.includes('"username":"alice"')).length
+      const logoutsBefore = logoutLines()
+      for (const method of ['GET', 'POST']) {
+        for (const channel of channels(temp)) {
+          tries.push(async () => {
+            const res = await fetch(`${stack.url}${withQuery('/logout', channel.query)}`, { method, headers: { Accept: 'application/json', ...channel.headers }, redirect: 'manual' })
+            await res.arrayBuffer()
+          })
+        }
       }
+      for (const path of ['/ws', '/api/ws']) {
+        for (const channel of channels(temp)) {
+          tries.push(async () => {
+            const status = await upgradeStatus(`${stack.url.replace('http', 'ws')}${withQuery(`${path}?clientId=temp-probe`, channel.query)}`, channel.headers)
+            if (status !== 401) wrong.push(`upgrade ${path} ${channel.name}: ${status}`)
+          })
+        }
+      }
+      // a few at a time: the machine is shared
+      for (let i = 0; i < tries.length; i += 8) await Promise.all(tries.slice(i, i + 8).map((t) => t()))
+      assert.deepEqual(wrong, [], 'every try is 401 TOKEN_INVALID: a present but invalid credential never falls back to anonymous')
+      assert.ok(tries.length > 600, `${tries.length} tries`)
       assert.equal((await stack.counter()).total, before, 'no host handler ran')
-      // an owned route too (the sidecar logs owned requests with their URL)
-      const me = await fetch(`${stack.url}/authsvc/api/me?token=${encodeURIComponent(temp)}`, { headers: { Accept: 'application/json' } })
-      assert.equal(me.status, 401)
-      assert.equal((await json(me)).code, 'TOKEN_INVALID')
+
       await new Promise((r) => setTimeout(r, 200)) // let the sidecar's log lines arrive through the host's output
       assert.equal(stack.output().includes(temp), false, 'the temp token (sent in query strings above) is never logged')
+      assert.equal(logoutLines(), logoutsBefore, 'no logout was done for alice with the temp token')
 
       // the token was live all along: it is still good for what it is meant for
-      const wrong = oathtool(secret, Date.now()) === '000000' ? '111111' : '000000'
-      const probe = await json(await api('/authsvc/api/mfa/verify', { mfa_temp_token: temp, code: wrong }))
+      const wrongCode = oathtool(secret, Date.now()) === '000000' ? '111111' : '000000'
+      const probe = await json(await api('/authsvc/api/mfa/verify', { mfa_temp_token: temp, code: wrongCode }))
       assert.equal(probe.code, 'MFA_INVALID_CODE', 'a live temp token (only the code was wrong)')
     })
 
@@ -127,6 +232,13 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(replay.status, 401)
       assert.equal(refused.code, 'MFA_INVALID_CODE', 'a code is accepted once')
       assert.equal(refused.jwt_token, undefined)
+
+      // a real logout is logged (what the temp-token test above looks for, and does not find)
+      const logout = await fetch(`${stack.url}/logout`, { method: 'POST', headers: { Accept: 'application/json', ...bearer(session.jwt_token) } })
+      assert.equal(logout.status, 200)
+      const logged = () => stack.output().split('\n').some((l) => l.includes('"event":"user_logout"') && l.includes('"username":"alice"'))
+      assert.ok(await poll(async () => logged(), 5_000), 'user_logout of alice in the log')
+      assert.equal((await fetch(`${stack.url}/queue`, { headers: { Accept: 'application/json', ...bearer(session.jwt_token) } })).status, 401, 'the session is revoked')
     })
   })
 }
