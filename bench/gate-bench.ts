@@ -1,24 +1,39 @@
 /**
  * `npm run bench`: the gate's cost, measured as ratios within one run, side by
  * side against the bare stand-in (DESIGN §7). Load comes from wrk (Debian),
- * a separate C process, so the Node load generator does not compete for CPU.
+ * a separate C process, so the load generator does not share a process with
+ * what it measures.
  *
  * Measures, on a trivial host route (GET /prompt) with a valid session:
  * - added p50 / p99 latency at concurrency 1 (median of interleaved rounds);
  * - throughput with the gate / bare at concurrency 32;
- * - a login storm: 200 concurrent wrong-password logins (argon2id at the
- *   default cost, distinct client addresses through a trusted proxy header so
- *   the throttle does not short-circuit them) against another user's p99.
+ * - that deciding writes nothing: with a fresh session (whose last_used is
+ *   due in a minute), thousands of requests leave the sqlite file and its WAL
+ *   byte for byte as they were;
+ * - a login storm (wrk, bench/login-storm.lua): 200 connections posting wrong
+ *   passwords (argon2id at the default cost; half for existing users, half for
+ *   unknown names; a new client address each, through a trusted proxy header,
+ *   so the throttle never answers instead of the hash), and meanwhile another
+ *   user's decision latency, taken on the decision socket itself (what the
+ *   plugin waits for), then that user's whole request through the host.
+ *
+ * Ends with one verdict line per target; exits 1 when a target is missed.
  */
-import { execFileSync, spawn } from 'node:child_process'
-import { mkdtempSync, mkdirSync, rmSync } from 'node:fs'
+import { execFile, execFileSync, spawn } from 'node:child_process'
+import { createHash } from 'node:crypto'
+import { existsSync, mkdtempSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
 import { once } from 'node:events'
+import { promisify } from 'node:util'
+import { FrameClient } from '../test/helpers/decision-socket.js'
 import { destroyStack, PYTHON, ROOT, startStack } from '../test/helpers/stack.js'
 
-const DURATION = process.env.BENCH_SECONDS ?? '4'
+const DURATION = Number(process.env.BENCH_SECONDS ?? 4)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
+const STORM_CONNECTIONS = 200
+const VICTIMS = 100
+const run = promisify(execFile)
 
 function ensureWrk(): void {
   try {
@@ -40,10 +55,11 @@ interface WrkResult {
   rps: number
 }
 
-function wrk(url: string, connections: number, headers: string[]): WrkResult {
-  const args = ['-t', connections > 1 ? '2' : '1', '-c', String(connections), '-d', `${DURATION}s`, '--latency']
+/** wrk as a child process (asynchronous: the bench's own loop keeps running meanwhile). */
+async function wrk(url: string, connections: number, headers: string[], seconds = DURATION): Promise<WrkResult> {
+  const args = ['-t', connections > 1 ? '2' : '1', '-c', String(connections), '-d', `${seconds}s`, '--latency']
   for (const h of headers) args.push('-H', h)
-  const out = execFileSync('wrk', [...args, url], { encoding: 'utf8' })
+  const { stdout: out } = await run('wrk', [...args, url], { encoding: 'utf8' })
   const pct = (p: string) => {
     const m = new RegExp(`^\\s+${p}%\\s+([\\d.]+)(us|ms|s)`, 'm').exec(out)
     if (!m) throw new Error(`wrk output without ${p}%:\n${out}`)
@@ -56,6 +72,7 @@ function wrk(url: string, connections: number, headers: string[]): WrkResult {
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]
 
 async function startBare(): Promise<{ url: string; stop: () => Promise<void>; dir: string }> {
   const dir = mkdtempSync(join(tmpdir(), 'as-bench-bare-'))
@@ -79,36 +96,50 @@ async function startBare(): Promise<{ url: string; stop: () => Promise<void>; di
   }
 }
 
-/** 200 workers posting wrong passwords until `stop`; returns how many logins were answered. */
-function loginStorm(url: string, workers: number): { stop: () => Promise<number> } {
-  let running = true
-  let answered = 0
-  let n = 0
-  const worker = async () => {
-    while (running) {
-      n++
-      const ip = `198.51.${(n >> 8) & 255}.${n & 255}`
-      try {
-        const res = await fetch(`${url}/login`, {
-          method: 'POST',
-          headers: { 'Content-Type': 'application/json', Accept: 'application/json', 'X-Forwarded-For': ip },
-          body: JSON.stringify({ username: `storm-${n}`, password: 'wrong-password-123' }),
-        })
-        await res.arrayBuffer()
-        if (res.status === 401) answered++
-      } catch {
-        // a refused connection under load is not a login
-      }
+/**
+ * Decision round trips on the sidecar's decision socket, one at a time with a
+ * 2 ms pause between them (another user browsing, not a closed loop), for
+ * `ms`; the latencies in ms, sorted.
+ */
+async function decisionLatencies(socket: string, token: string, ms: number): Promise<number[]> {
+  const client = await FrameClient.open(socket)
+  try {
+    const hello = await client.send({ type: 'hello', protocol: JSON.parse(readFileSync(join(ROOT, 'shared/protocol.json'), 'utf8')).version, plugin_version: 'bench' })
+    if (hello.type !== 'hello') throw new Error(`no hello: ${JSON.stringify(hello)}`)
+    const decide = {
+      type: 'decide', method: 'GET', path: '/prompt', query: '', route: { pattern: '/prompt', kind: 'route' }, route_status: 200,
+      match_info: {}, headers: { authorization: `Bearer ${token}` }, peer: '127.0.0.1', scheme: 'http',
     }
+    const out: number[] = []
+    const until = Date.now() + ms
+    while (Date.now() < until) {
+      const started = performance.now()
+      const answer = await client.send(decide)
+      out.push(performance.now() - started)
+      if (answer.action !== 'pass') throw new Error(`decision was not a pass: ${JSON.stringify(answer)}`)
+      await new Promise((r) => setTimeout(r, 2))
+    }
+    return out.sort((a, b) => a - b)
+  } finally {
+    client.close()
   }
-  const all = Array.from({ length: workers }, worker)
-  return {
-    stop: async () => {
-      running = false
-      await Promise.all(all)
-      return answered
-    },
+}
+
+/** sha256 of the sqlite file and its WAL: equal before and after means nothing was written. */
+function storeDigest(dataDir: string): string {
+  const hash = createHash('sha256')
+  for (const suffix of ['', '-wal']) {
+    const file = join(dataDir, `authsvc.sqlite${suffix}`)
+    hash.update(existsSync(file) ? readFileSync(file) : Buffer.alloc(0))
   }
+  return hash.digest('hex')
+}
+
+interface Verdict {
+  name: string
+  value: string
+  target: string
+  ok: boolean
 }
 
 async function main(): Promise<void> {
@@ -116,35 +147,49 @@ async function main(): Promise<void> {
   const bare = await startBare()
   // trusted_proxies: the login storm gives each attempt its own client address
   const gated = await startStack({ config: { trusted_proxies: ['127.0.0.1/32'] } })
+  const verdicts: Verdict[] = []
+  const judge = (name: string, value: number, digits: number, target: string, ok: boolean) =>
+    verdicts.push({ name, value: value.toFixed(digits), target, ok })
+  const row = (name: string, a: number, b: number, unit: string) =>
+    `${name.padEnd(40)} ${a.toFixed(3).padStart(10)} ${b.toFixed(3).padStart(10)}  ${unit}`
   try {
     await fetch(`${gated.url}/register`, {
       method: 'POST',
       headers: { 'Content-Type': 'application/json' },
       body: JSON.stringify({ username: 'bench', password: 'bench-password-1' }),
     })
-    const login = await fetch(`${gated.url}/login`, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
-      body: JSON.stringify({ username: 'bench', password: 'bench-password-1' }),
-    })
-    const { jwt_token } = (await login.json()) as { jwt_token: string }
+    const newSession = async (): Promise<string> => {
+      const login = await fetch(`${gated.url}/login`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+        body: JSON.stringify({ username: 'bench', password: 'bench-password-1' }),
+      })
+      return ((await login.json()) as { jwt_token: string }).jwt_token
+    }
+    const jwt_token = await newSession()
     const auth = [`Authorization: Bearer ${jwt_token}`]
     const path = '/prompt'
     const check = await fetch(`${gated.url}${path}`, { headers: { Authorization: `Bearer ${jwt_token}` } })
     if (check.status !== 200) throw new Error(`gated ${path} answered ${check.status}`)
+    for (let i = 0; i < VICTIMS; i++) {
+      const res = await fetch(`${gated.url}/register`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${jwt_token}` },
+        body: JSON.stringify({ username: `victim-${i}`, password: 'victim-password-1' }),
+      })
+      if (res.status !== 201) throw new Error(`register victim-${i}: ${res.status} ${await res.text()}`)
+    }
 
-    wrk(`${bare.url}${path}`, 1, []) // warm-up
-    wrk(`${gated.url}${path}`, 1, auth)
+    await wrk(`${bare.url}${path}`, 1, []) // warm-up
+    await wrk(`${gated.url}${path}`, 1, auth)
     const c1 = { bare: [] as WrkResult[], gated: [] as WrkResult[] }
     const c32 = { bare: [] as WrkResult[], gated: [] as WrkResult[] }
     for (let round = 0; round < ROUNDS; round++) {
-      c1.bare.push(wrk(`${bare.url}${path}`, 1, []))
-      c1.gated.push(wrk(`${gated.url}${path}`, 1, auth))
-      c32.bare.push(wrk(`${bare.url}${path}`, 32, []))
-      c32.gated.push(wrk(`${gated.url}${path}`, 32, auth))
+      c1.bare.push(await wrk(`${bare.url}${path}`, 1, []))
+      c1.gated.push(await wrk(`${gated.url}${path}`, 1, auth))
+      c32.bare.push(await wrk(`${bare.url}${path}`, 32, []))
+      c32.gated.push(await wrk(`${gated.url}${path}`, 32, auth))
     }
-    const row = (name: string, b: number, g: number, unit: string) =>
-      `${name.padEnd(34)} ${b.toFixed(3).padStart(10)} ${g.toFixed(3).padStart(10)}  ${unit}`
     const p50b = median(c1.bare.map((r) => r.p50))
     const p50g = median(c1.gated.map((r) => r.p50))
     const p99b = median(c1.bare.map((r) => r.p99))
@@ -152,26 +197,51 @@ async function main(): Promise<void> {
     const rpsb = median(c32.bare.map((r) => r.rps))
     const rpsg = median(c32.gated.map((r) => r.rps))
     console.log(`\nGET ${path} with a valid session (Bearer JWT); wrk ${DURATION}s x ${ROUNDS} interleaved rounds, medians`)
-    console.log(`${''.padEnd(34)} ${'bare'.padStart(10)} ${'gated'.padStart(10)}`)
+    console.log(`${''.padEnd(40)} ${'bare'.padStart(10)} ${'gated'.padStart(10)}`)
     console.log(row('latency p50, concurrency 1', p50b, p50g, 'ms'))
     console.log(row('latency p99, concurrency 1', p99b, p99g, 'ms'))
     console.log(row('throughput, concurrency 32', rpsb, rpsg, 'req/s'))
-    console.log(`\nadded p50: ${(p50g - p50b).toFixed(3)} ms (target <= 0.150)`)
-    console.log(`added p99: ${(p99g - p99b).toFixed(3)} ms (target <= 1.000)`)
-    console.log(`throughput ratio: ${(rpsg / rpsb).toFixed(3)} (target >= 0.70)`)
+    judge('added p50 latency, concurrency 1 (ms)', p50g - p50b, 3, '<= 0.150', p50g - p50b <= 0.15)
+    judge('added p99 latency, concurrency 1 (ms)', p99g - p99b, 3, '<= 1.000', p99g - p99b <= 1)
+    judge('throughput ratio gated/bare, concurrency 32', rpsg / rpsb, 3, '>= 0.70', rpsg / rpsb >= 0.7)
 
-    const quiet = wrk(`${gated.url}${path}`, 1, auth)
-    const storm = loginStorm(gated.url, 200)
+    // A session's last_used is persisted at most once a minute: a fresh session and runs
+    // shorter than a minute must leave the store exactly as it was, whatever the request count.
+    const fresh = [`Authorization: Bearer ${await newSession()}`]
+    await new Promise((r) => setTimeout(r, 500)) // the login's own writes settle first
+    const storeBefore = storeDigest(gated.dataDir)
+    const served = (await wrk(`${gated.url}${path}`, 32, fresh)).rps * DURATION + (await wrk(`${gated.url}${path}`, 1, fresh)).rps * DURATION
+    await new Promise((r) => setTimeout(r, 200))
+    const unchanged = storeDigest(gated.dataDir) === storeBefore
+    verdicts.push({ name: `store writes during ${Math.round(served)} decided requests`, value: unchanged ? 'none' : 'some', target: 'none', ok: unchanged })
+
+    const socket = join(gated.dataDir, 'authsvc.sock')
+    const quietDecisions = await decisionLatencies(socket, jwt_token, DURATION * 1000)
+    const quietRequests = await wrk(`${gated.url}${path}`, 1, auth)
+    const stormSeconds = 1 + 2 * DURATION + 1
+    const storm = run('wrk', ['-t', '1', '-c', String(STORM_CONNECTIONS), '-d', `${stormSeconds}s`, '--timeout', '30s',
+      '-s', join(ROOT, 'bench/login-storm.lua'), `${gated.url}/login`, '--', String(VICTIMS)], { encoding: 'utf8' })
     await new Promise((r) => setTimeout(r, 1000))
-    const started = Date.now()
-    const loaded = wrk(`${gated.url}${path}`, 1, auth)
-    const logins = await storm.stop()
-    const seconds = (Date.now() - started) / 1000
-    console.log(`\nlogin storm: 200 concurrent wrong-password logins (argon2id default cost), GET ${path} of another user at concurrency 1`)
-    console.log(`${''.padEnd(34)} ${'quiet'.padStart(10)} ${'storm'.padStart(10)}`)
-    console.log(row('latency p50', quiet.p50, loaded.p50, 'ms'))
-    console.log(row('latency p99', quiet.p99, loaded.p99, 'ms'))
-    console.log(`logins answered during the storm: ${(logins / seconds).toFixed(1)}/s (target >= 30/s); p99 under storm ${loaded.p99.toFixed(3)} ms (target <= 5)`)
+    const stormDecisions = await decisionLatencies(socket, jwt_token, DURATION * 1000)
+    const stormRequests = await wrk(`${gated.url}${path}`, 1, auth)
+    const stormOut = (await storm).stdout
+    const counts = /STORM checked=(\d+) other=(\d+)/.exec(stormOut)
+    if (!counts) throw new Error(`the storm printed no counts:\n${stormOut}`)
+    const checkedPerSecond = Number(counts[1]) / stormSeconds
+    console.log(`\nlogin storm: ${STORM_CONNECTIONS} connections of wrong-password logins (argon2id default cost), another user meanwhile`)
+    console.log(`${''.padEnd(40)} ${'quiet'.padStart(10)} ${'storm'.padStart(10)}`)
+    console.log(row('decision p50 (decision socket)', percentile(quietDecisions, 0.5), percentile(stormDecisions, 0.5), 'ms'))
+    console.log(row('decision p99 (decision socket)', percentile(quietDecisions, 0.99), percentile(stormDecisions, 0.99), 'ms'))
+    console.log(row('request p50 through the host, conc. 1', quietRequests.p50, stormRequests.p50, 'ms'))
+    console.log(row('request p99 through the host, conc. 1', quietRequests.p99, stormRequests.p99, 'ms'))
+    console.log(`passwords checked: ${counts[1]} in ${stormSeconds} s; other answers: ${counts[2]}`)
+    judge('decision p99 of another user during the storm (ms)', percentile(stormDecisions, 0.99), 3, '<= 5.000', percentile(stormDecisions, 0.99) <= 5)
+    judge('wrong-password logins checked per second', checkedPerSecond, 1, '>= 30', checkedPerSecond >= 30)
+    verdicts.push({ name: 'storm answers other than 401 INVALID_CREDENTIALS', value: counts[2], target: '0', ok: counts[2] === '0' })
+
+    console.log('\ntargets (DESIGN §7)')
+    for (const v of verdicts) console.log(`${v.ok ? 'PASS' : 'FAIL'}  ${v.name.padEnd(52)} ${v.value.padStart(10)}  target ${v.target}`)
+    if (verdicts.some((v) => !v.ok)) process.exitCode = 1
   } finally {
     await bare.stop()
     rmSync(bare.dir, { recursive: true, force: true })

@@ -5,52 +5,13 @@
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { connect, type Server, type Socket } from 'node:net'
+import type { Server } from 'node:net'
 import { statSync } from 'node:fs'
 import { join } from 'node:path'
 import { listenDecisionSocket } from '../../sidecar/src/decide/server.js'
 import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
 import { addUser, apiToken, log, openSidecar, type Sidecar } from './fixtures.js'
-
-type Frame = Record<string, unknown>
-
-/** A client speaking the framing: u32 BE length + JSON; answers matched by id. */
-class FrameClient {
-  private buffer = Buffer.alloc(0)
-  private readonly waiting = new Map<unknown, (f: Frame) => void>()
-  private nextId = 1
-
-  constructor(private readonly socket: Socket) {
-    socket.on('data', (chunk: Buffer) => {
-      this.buffer = Buffer.concat([this.buffer, chunk])
-      while (this.buffer.length >= 4 && this.buffer.length >= 4 + this.buffer.readUInt32BE(0)) {
-        const n = this.buffer.readUInt32BE(0)
-        const frame = JSON.parse(this.buffer.subarray(4, 4 + n).toString()) as Frame
-        this.buffer = this.buffer.subarray(4 + n)
-        this.waiting.get(frame.id)?.(frame)
-      }
-    })
-  }
-
-  static async open(path: string): Promise<FrameClient> {
-    const socket = connect(path)
-    await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject))
-    return new FrameClient(socket)
-  }
-
-  send(msg: Frame): Promise<Frame> {
-    const id = this.nextId++
-    const json = Buffer.from(JSON.stringify({ ...msg, id }))
-    const head = Buffer.alloc(4)
-    head.writeUInt32BE(json.length)
-    this.socket.write(Buffer.concat([head, json]))
-    return new Promise((resolve) => this.waiting.set(id, resolve))
-  }
-
-  close(): void {
-    this.socket.destroy()
-  }
-}
+import { FrameClient, type Frame } from '../helpers/decision-socket.js'
 
 describe('decision socket: protocol agreement per connection', () => {
   let sc: Sidecar
