@@ -1,7 +1,7 @@
 /**
  * The decision: request description → principal → policy → decision.
  *
- * Order (each step can only refuse, never widen): OPTIONS, IP lists, owned
+ * Order (each step can only refuse, never widen): IP lists, OPTIONS, owned
  * routes (proxied; the sidecar's HTTP side resolves identity itself), host
  * route policy, principal, CSRF, requirement, route behaviour. The host never
  * sees a client's `comfy-user` header or a query credential.
