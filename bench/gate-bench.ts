@@ -30,7 +30,7 @@ import { FrameClient } from '../test/helpers/decision-socket.js'
 import { destroyStack, PYTHON, ROOT, startStack } from '../test/helpers/stack.js'
 
 const DURATION = Number(process.env.BENCH_SECONDS ?? 4)
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5)
 const STORM_CONNECTIONS = 200
 const VICTIMS = 100
 const run = promisify(execFile)

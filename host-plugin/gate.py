@@ -169,13 +169,12 @@ class Gate:
             headers.popall(name, None)
         for name, value in (set_headers or {}).items():
             headers[name] = value
-        rel_url = request.rel_url
-        if drop_query:
-            query = MultiDict(rel_url.query)
-            for key in drop_query:
-                query.popall(key, None)
-            rel_url = rel_url.with_query(query)
-        return request.clone(headers=headers, rel_url=rel_url)
+        if not drop_query:
+            return request.clone(headers=headers)
+        query = MultiDict(request.rel_url.query)
+        for key in drop_query:
+            query.popall(key, None)
+        return request.clone(headers=headers, rel_url=request.rel_url.with_query(query))
 
     async def _decide_on_body(self, req: web.Request, need_body: dict[str, Any]) -> dict[str, Any] | web.StreamResponse:
         max_bytes = int(need_body["max_bytes"])
