@@ -20,6 +20,7 @@ import { join } from 'node:path'
 import { tmpdir } from 'node:os'
 import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, login, register } from '../helpers/client.js'
+import { alive, parentPid } from '../helpers/processes.js'
 
 process.umask(0)
 
@@ -29,21 +30,6 @@ function mode(path: string): string {
 
 function isSocket(path: string): boolean {
   return statSync(path).isSocket()
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
-
-/** `/proc/<pid>/stat` field 4 is the parent pid (after the parenthesised command name). */
-function parentPid(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
 }
 
 /** A stack whose data dir is `dataDir`, as the plugin and sidecar find it (the helper's own data dir is not used). */

@@ -11,12 +11,13 @@ import { describe, it, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import { mkdtempSync, readFileSync, readdirSync, rmSync, existsSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
 import { AIOHTTP_VERSIONS, ROOT, poll, pythonEnv, type AiohttpVersion } from '../helpers/stack.js'
 import { PASSWORD, json } from '../helpers/client.js'
+import { alive, childrenOf } from '../helpers/processes.js'
 
 async function freePort(): Promise<number> {
   const server = createServer()
@@ -26,30 +27,6 @@ async function freePort(): Promise<number> {
   server.close()
   await once(server, 'close')
   return port
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
-
-/** Pids whose parent is `pid` (from /proc/<n>/stat, field 4). */
-function childrenOf(pid: number): number[] {
-  const out: number[] = []
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
-      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(entry))
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return out
 }
 
 interface Started {

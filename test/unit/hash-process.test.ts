@@ -11,6 +11,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import { HashProcess } from '../../sidecar/src/identity/hash-process.js'
 import { PasswordHasher } from '../../sidecar/src/identity/passwords.js'
 import { AuthsvcError } from '../../sidecar/src/errors.js'
+import { childrenOf } from '../helpers/processes.js'
 
 const OPTIONS = { memoryCost: 1024, timeCost: 1, parallelism: 1 }
 /** Slow enough to still be running when the test kills the worker. */
@@ -18,16 +19,7 @@ const SLOW = { memoryCost: 65536, timeCost: 20, parallelism: 1 }
 
 /** The hash worker among this process's children (found through /proc, as an operator would). */
 function workerChild(): number | undefined {
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue
-    try {
-      const ppid = readFileSync(`/proc/${entry}/stat`, 'utf8').split(') ')[1].split(' ')[1]
-      if (ppid === String(process.pid) && readFileSync(`/proc/${entry}/cmdline`, 'utf8').includes('hash-worker')) return Number(entry)
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return undefined
+  return childrenOf(process.pid).find((pid) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('hash-worker'))
 }
 
 /** nice value of every thread of `pid` (field 19 of /proc/<pid>/task/<tid>/stat) */
