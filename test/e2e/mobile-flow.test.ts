@@ -164,26 +164,28 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
   })
 }
 
-describe('ComfyUI --multi-user', () => {
-  let stack: Stack
-  before(async () => {
-    stack = await startStack({ multiUser: true })
-  })
-  after(async () => {
-    await destroyStack(stack)
-  })
+for (const aiohttp of AIOHTTP_VERSIONS) {
+  describe(`ComfyUI --multi-user, aiohttp ${aiohttp}`, () => {
+    let stack: Stack
+    before(async () => {
+      stack = await startStack({ aiohttp, multiUser: true })
+    })
+    after(async () => {
+      await destroyStack(stack)
+    })
 
-  it('the user the gate names in comfy-user is known to ComfyUI, so userdata works per user', async () => {
-    assert.equal((await register(stack, 'mallory')).status, 201)
-    const token = await apiToken(stack, 'mallory')
-    const headers = { Authorization: `Bearer ${token}` }
-    const me = await json(await fetch(`${stack.url}/authsvc/api/me`, { headers }))
-    const save = await fetch(`${stack.url}/userdata/workflows%2Fmine.json`, { method: 'POST', headers, body: '{"nodes":[]}' })
-    assert.equal(save.status, 200, await save.clone().text())
-    const list = await fetch(`${stack.url}/userdata?dir=workflows`, { headers })
-    assert.equal(list.status, 200)
-    assert.deepEqual(await list.json(), ['mine.json'])
-    const users = JSON.parse(readFileSync(join(stack.baseDir, 'user', 'users.json'), 'utf8'))
-    assert.equal(users[me.user_id], 'mallory')
+    it('the user the gate names in comfy-user is known to ComfyUI, so userdata works per user', async () => {
+      assert.equal((await register(stack, 'mallory')).status, 201)
+      const token = await apiToken(stack, 'mallory')
+      const headers = { Authorization: `Bearer ${token}` }
+      const me = await json(await fetch(`${stack.url}/authsvc/api/me`, { headers }))
+      const save = await fetch(`${stack.url}/userdata/workflows%2Fmine.json`, { method: 'POST', headers, body: '{"nodes":[]}' })
+      assert.equal(save.status, 200, await save.clone().text())
+      const list = await fetch(`${stack.url}/userdata?dir=workflows`, { headers })
+      assert.equal(list.status, 200)
+      assert.deepEqual(await list.json(), ['mine.json'])
+      const users = JSON.parse(readFileSync(join(stack.baseDir, 'user', 'users.json'), 'utf8'))
+      assert.equal(users[me.user_id], 'mallory')
+    })
   })
-})
+}
