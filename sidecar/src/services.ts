@@ -103,6 +103,9 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const passwords = new PasswordHasher(config.argon2)
   await passwords.ready
   const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords]
+  const flushAll = async (): Promise<void> => {
+    await Promise.all([...all.map((c) => c.flush()), throttle.flush()])
+  }
   return {
     config, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
     passwords,
@@ -115,13 +118,11 @@ export async function openServices(options: OpenOptions): Promise<Services> {
       await mfa.disable(userId)
       if (users.byId(userId)) await users.update(userId, { mfa_enabled: false })
     },
-    async flush() {
-      await Promise.all([...all.map((c) => c.flush()), throttle.flush()])
-    },
+    flush: flushAll,
     async close() {
       await roles.close()
       passwords.close()
-      await Promise.all([...all.map((c) => c.flush()), throttle.flush()])
+      await flushAll()
       await kv.close()
     },
   }

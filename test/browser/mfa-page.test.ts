@@ -15,7 +15,7 @@ import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
 import { chromium, type Browser, type Page } from 'playwright-core'
 import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
-import { PASSWORD, json, login, register } from '../helpers/client.js'
+import { PASSWORD, bearer, json, login, register } from '../helpers/client.js'
 import { totpAt } from '../integration/totp-reference.js'
 
 const SCREENSHOT = '/tmp/mfa-setup.png'
@@ -32,7 +32,6 @@ function launchChromium(): Promise<Browser> {
   })
 }
 
-const bearer = (t: string) => ({ Authorization: `Bearer ${t}` })
 
 /** A 6-digit code none of the steps around now would accept. */
 function wrongCode(secret: string, now: number): string {

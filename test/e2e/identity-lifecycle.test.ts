@@ -8,9 +8,8 @@ import assert from 'node:assert/strict'
 import { readFileSync, writeFileSync, existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
-import { PASSWORD, apiToken, json, login, register, tinyGraph } from '../helpers/client.js'
+import { PASSWORD, bearer, apiToken, json, login, register, tinyGraph } from '../helpers/client.js'
 
-const bearer = (t: string) => ({ Authorization: `Bearer ${t}` })
 
 async function status(stack: Stack, path: string, headers: Record<string, string>): Promise<number> {
   return (await fetch(stack.url + path, { headers: { Accept: 'application/json', ...headers } })).status

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
 import WebSocket from 'ws'
 import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
-import { PASSWORD, json, login, register } from '../helpers/client.js'
+import { PASSWORD, bearer, json, login, register } from '../helpers/client.js'
 import { hostRoutes } from '../helpers/routes.js'
 
 const OATHTOOL = '/usr/bin/oathtool'
@@ -22,7 +22,6 @@ function oathtool(secret: string, unixMs: number): string {
   return out
 }
 
-const bearer = (t: string) => ({ Authorization: `Bearer ${t}` })
 
 interface RouteCase {
   method: string

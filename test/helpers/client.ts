@@ -4,6 +4,9 @@ import type { Stack } from './stack.js'
 
 export const PASSWORD = 'correct-horse-battery'
 
+/** The Authorization header of a bearer credential (session JWT, API token). */
+export const bearer = (token: string) => ({ Authorization: `Bearer ${token}` })
+
 export async function json(res: Response): Promise<any> {
   const text = await res.text()
   try {
