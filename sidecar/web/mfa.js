@@ -1,68 +1,44 @@
 // The MFA page: verify a login (`/mfa#verify:<temp token>`), or enrol (`/mfa#setup:<temp token>`
-// from a login whose role requires MFA, or `/mfa#setup` from a signed-in session).
-// The temp token travels in the fragment, which never reaches a server or its logs.
-'use strict'
-;(function () {
-  const $ = (id) => document.getElementById(id)
-  const showError = (text) => { $('error').textContent = text; $('error').hidden = false }
-  const [mode, tempToken] = decodeURIComponent(location.hash.slice(1)).split(':')
-  history.replaceState(null, '', location.pathname) // do not keep the token in history
+// from a login whose role requires MFA). The temp token travels in the fragment, which never
+// reaches a server or its logs. A signed-in user without a temp token is sent to the account
+// page's MFA section, where enrolment and its changes live.
+import { $, api, onSubmit, showError } from './common.js'
 
-  async function post(path, body) {
-    const response = await fetch(path, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
-      credentials: 'same-origin',
-      body: JSON.stringify(body),
-    })
-    const data = await response.json().catch(() => ({}))
-    if (!response.ok) throw new Error(data.error || `Request failed (${response.status})`)
-    return data
-  }
-  const withToken = (body) => (tempToken ? { ...body, mfa_temp_token: tempToken } : body)
+const [mode, tempToken] = decodeURIComponent(location.hash.slice(1)).split(':')
+history.replaceState(null, '', location.pathname) // do not keep the token in history
+const withToken = (body) => (tempToken ? { ...body, mfa_temp_token: tempToken } : body)
+const digits = (value) => String(value || '').replace(/\s/g, '')
 
-  if (mode === 'verify' && tempToken) {
-    $('verify').hidden = false
-    $('code').focus()
-    $('verify-form').addEventListener('submit', async (event) => {
-      event.preventDefault()
-      $('error').hidden = true
-      const code = $('code').value.replace(/\s/g, '')
-      const backup = $('backup_code').value.trim()
-      try {
-        const data = await post('/authsvc/api/mfa/verify', withToken(backup && !code ? { backup_code: backup } : { code }))
-        location.assign(data.redirect_url || '/')
-      } catch (err) {
-        showError(err.message)
-      }
+if (mode === 'verify' && tempToken) {
+  $('#verify').hidden = false
+  $('#code').focus()
+  onSubmit($('#verify-form'), async (data) => {
+    const code = digits(data.code)
+    const backup = (data.backup_code || '').trim()
+    const { data: body } = await api('/authsvc/api/mfa/verify', { method: 'POST', body: withToken(backup && !code ? { backup_code: backup } : { code }) })
+    location.assign(body.redirect_url || '/')
+  })
+} else if (mode === 'setup' && tempToken) {
+  $('#setup').hidden = false
+  api('/authsvc/api/mfa/setup', { method: 'POST', body: withToken({}) })
+    .then(({ data }) => {
+      $('#qr').innerHTML = data.qr_svg
+      $('#secret').textContent = data.secret
+      for (const code of data.backup_codes) $('#backup-codes').append(Object.assign(document.createElement('li'), { textContent: code }))
+      $('#setup-code').focus()
     })
-  } else if (mode === 'setup') {
-    $('setup').hidden = false
-    post('/authsvc/api/mfa/setup', withToken({}))
-      .then((data) => {
-        $('qr').innerHTML = data.qr_svg
-        $('secret').textContent = data.secret
-        for (const code of data.backup_codes) {
-          const li = document.createElement('li')
-          li.textContent = code
-          $('backup-codes').appendChild(li)
-        }
-        $('setup-code').focus()
-      })
-      .catch((err) => showError(err.message))
-    $('setup-form').addEventListener('submit', async (event) => {
-      event.preventDefault()
-      $('error').hidden = true
-      try {
-        const data = await post('/authsvc/api/mfa/verify-setup', withToken({ code: $('setup-code').value.replace(/\s/g, '') }))
-        $('setup').hidden = true
-        $('done').hidden = false
-        if (data.jwt_token) location.assign(data.redirect_url || '/')
-      } catch (err) {
-        showError(err.message)
-      }
+    .catch((error) => showError($('#setup-form'), error))
+  onSubmit($('#setup-form'), async (data) => {
+    const { data: body } = await api('/authsvc/api/mfa/verify-setup', { method: 'POST', body: withToken({ code: digits(data.code) }) })
+    $('#setup').hidden = true
+    $('#done').hidden = false
+    location.assign(body.redirect_url || '/')
+  })
+} else {
+  api('/authsvc/api/me')
+    .then(({ data }) => {
+      if (data.user_id) location.replace('/authsvc/account#mfa')
+      else $('#nothing').hidden = false
     })
-  } else {
-    showError('Nothing to do here: sign in first.')
-  }
-})()
+    .catch(() => { $('#nothing').hidden = false })
+}

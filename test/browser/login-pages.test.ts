@@ -43,8 +43,10 @@ describe('login pages in chromium', () => {
     await page.fill('#username', 'admin')
     await page.fill('#password', 'wrong-password-here')
     await page.click('#submit')
-    await page.locator('#error').waitFor({ state: 'visible' })
-    assert.match(await page.locator('#error').innerText(), /Invalid username or password/)
+    // shown next to the password field (INVALID_CREDENTIALS), which is marked invalid
+    await page.locator('#password-error').waitFor({ state: 'visible' })
+    assert.match(await page.locator('#password-error').innerText(), /Invalid username or password/)
+    assert.equal(await page.locator('#password').getAttribute('aria-invalid'), 'true')
 
     await page.fill('#password', 'a-long-admin-password')
     await page.click('#submit')

@@ -117,8 +117,8 @@ describe('/mfa page in chromium', { concurrency: false }, () => {
 
     await page.fill('#code', wrongCode(bobSecret, Date.now()))
     await page.click('#verify-submit')
-    await page.locator('#error').waitFor({ state: 'visible' })
-    assert.match(await page.locator('#error').innerText(), /Invalid MFA code/)
+    await page.locator('#code-error').waitFor({ state: 'visible' })
+    assert.match(await page.locator('#code-error').innerText(), /Invalid MFA code/)
     assert.equal(page.url(), `${stack.url}/mfa`, 'still on the MFA page')
 
     // the step after the one used at enrolment: within the ±1 window, and newer
@@ -176,7 +176,7 @@ describe('/mfa page in chromium', { concurrency: false }, () => {
     assert.equal(codes.length, 10, 'ten backup codes')
     assert.equal(new Set(codes).size, 10, 'all different')
     for (const code of codes) assert.match(code.trim(), /^[A-Za-z0-9-]{10,12}$/)
-    assert.equal(await page.locator('#error').isVisible(), false)
+    assert.equal(await page.locator('#setup-error').isVisible(), false)
     assert.equal((await context.cookies()).some((c) => c.name === 'jwt_token'), false, 'no session before MFA is set up')
     await page.screenshot({ path: SCREENSHOT, fullPage: true })
 

@@ -1,50 +1,129 @@
 /**
- * Pages and their static assets (SPEC §5.1). Files are read once at start;
- * the asset route serves only names from that fixed set (no path handling).
+ * Pages and their static assets (SPEC §5.1). Every page is one shell
+ * (`web/shell.html`: the stylesheet, the header, a module script) around its
+ * own fragment. Files are read once at start; the asset route serves only
+ * names from that fixed set (no path handling). The Content-Security-Policy
+ * allows scripts, styles and connections to this origin only: no inline
+ * script or style, nothing from a CDN.
  */
 import { readFileSync } from 'node:fs'
-import type { FastifyInstance } from 'fastify'
-import { ADMIN_ROLE } from '../identity/principal.js'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
 import { redirectToLogin } from '../http/request-context.js'
 import type { Services } from '../services.js'
 
 const WEB = new URL('../../web/', import.meta.url)
 const read = (name: string) => readFileSync(new URL(name, WEB), 'utf8')
 
+const SCRIPTS = ['common.js', 'login.js', 'register.js', 'mfa.js', 'token.js', 'loading.js', 'account.js', 'admin.js']
 const ASSETS: Record<string, { type: string; body: string }> = {
   'authsvc.css': { type: 'text/css; charset=utf-8', body: read('authsvc.css') },
-  'authsvc.js': { type: 'text/javascript; charset=utf-8', body: read('authsvc.js') },
-  'mfa.js': { type: 'text/javascript; charset=utf-8', body: read('mfa.js') },
+  ...Object.fromEntries(SCRIPTS.map((name) => [name, { type: 'text/javascript; charset=utf-8', body: read(name) }])),
 }
 
 const HTML = 'text/html; charset=utf-8'
+export const PAGE_CSP = [
+  "default-src 'self'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "object-src 'none'",
+  "base-uri 'none'",
+  "frame-ancestors 'none'",
+  "form-action 'self'",
+].join('; ')
 const PAGE_HEADERS = {
   'Cache-Control': 'no-store',
   'X-Frame-Options': 'DENY',
-  'Content-Security-Policy': "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
+  'X-Content-Type-Options': 'nosniff',
+  'Content-Security-Policy': PAGE_CSP,
   'Referrer-Policy': 'same-origin',
 }
 
+const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`)
+const isAdmin = (p: Principal | null) => p !== null && p.isAdmin && p.role === ADMIN_ROLE
+
+interface PageSpec {
+  title: string
+  fragment: string
+  script?: string
+  frame: 'narrow' | 'wide'
+  /** the header shows no "Sign in" link on the sign-in pages themselves */
+  signInPage?: boolean
+}
+
+/** The header's account links: who is signed in, account, admin (admins only), log out. */
+function nav(principal: Principal | null, spec: PageSpec): string {
+  if (principal === null || principal.authType === 'anonymous') {
+    return spec.signInPage ? '' : '<nav aria-label="Account"><a href="/login">Sign in</a></nav>'
+  }
+  const links = [
+    `<span class="who" id="nav-user">${escapeHtml(principal.username)} · ${escapeHtml(principal.role)}</span>`,
+    principal.userId !== null ? '<a href="/authsvc/account" id="nav-account">Account</a>' : '',
+    isAdmin(principal) ? '<a href="/authsvc/admin" id="nav-admin">Admin</a>' : '',
+    '<form method="post" action="/logout"><button type="submit" class="link" id="nav-logout">Log out</button></form>',
+  ]
+  return `<nav aria-label="Account">${links.join('')}</nav>`
+}
+
 export function pageRoutes(services: Services) {
-  const login = read('login.html')
-  const register = read('register.html')
-  const mfaPage = read('mfa.html')
+  const shell = read('shell.html')
+  const spec = (title: string, fragment: string, script: string | undefined, frame: PageSpec['frame'], signInPage = false): PageSpec => ({
+    title, fragment: read(fragment), script, frame, signInPage,
+  })
+  const pages = {
+    login: spec('Sign in', 'login.html', 'login.js', 'narrow', true),
+    register: spec('Create account', 'register.html', 'register.js', 'narrow', true),
+    mfa: spec('Two-factor authentication', 'mfa.html', 'mfa.js', 'narrow', true),
+    token: spec('API token', 'token.html', 'token.js', 'narrow'),
+    loading: spec('Loading', 'loading.html', 'loading.js', 'narrow'),
+    account: spec('Account', 'account.html', 'account.js', 'wide'),
+    admin: spec('Admin', 'admin.html', 'admin.js', 'wide'),
+  }
+
+  const render = (request: FastifyRequest, page: PageSpec, main = page.fragment): string =>
+    shell
+      .replace('%TITLE%', () => escapeHtml(page.title))
+      .replace('%SCRIPT%', () => (page.script ? `<script type="module" src="/authsvc/static/${page.script}"></script>` : ''))
+      .replace('%NAV%', () => nav(request.principal, page))
+      .replace('%FRAME%', () => page.frame)
+      .replace('%MAIN%', () => main)
+  const send = (reply: FastifyReply, html: string, status = 200) => reply.code(status).headers(PAGE_HEADERS).type(HTML).send(html)
+  const refusal = (request: FastifyRequest, reply: FastifyReply, title: string, text: string) =>
+    send(reply, render(request, { title, fragment: '', frame: 'narrow' }, `<div class="card"><h1>${escapeHtml(title)}</h1><p id="refusal">${text}</p><p><a href="/">Back to ComfyUI</a></p></div>`), 403)
+
   return async function (app: FastifyInstance): Promise<void> {
-    app.get('/login', { config: { auth: 'public' } }, async (_request, reply) => {
-      const page = services.users.count === 0 ? login.replace('id="register-hint" hidden', 'id="register-hint"') : login
-      return reply.headers(PAGE_HEADERS).type(HTML).send(page)
+    app.get('/login', { config: { auth: 'public' } }, async (request, reply) => {
+      const main = services.users.count === 0 ? pages.login.fragment.replace('id="register-hint" hidden', 'id="register-hint"') : pages.login.fragment
+      return send(reply, render(request, pages.login, main))
     })
-    // Public: the page works from the temp token in its fragment, or from the session cookie.
-    app.get('/mfa', { config: { auth: 'public' } }, async (_request, reply) => reply.headers(PAGE_HEADERS).type(HTML).send(mfaPage))
+    // Public: the page works from the temp token in its fragment; a signed-in user is sent on to the account page by its script.
+    app.get('/mfa', { config: { auth: 'public' } }, async (request, reply) => send(reply, render(request, pages.mfa)))
     // Public only while no user exists; then for admins (who add users here).
     app.get('/register', { config: { auth: 'public' } }, async (request, reply) => {
       const p = request.principal
-      if (services.users.count > 0 && !(p?.isAdmin && p.role === ADMIN_ROLE)) {
+      if (services.users.count > 0 && !isAdmin(p)) {
         if (p === null) return redirectToLogin(request, reply)
-        return reply.code(403).headers(PAGE_HEADERS).type(HTML).send('<!doctype html><title>Forbidden</title><p>Only an administrator can create accounts.</p>')
+        return refusal(request, reply, 'Forbidden', 'Only an administrator can create accounts.')
       }
-      return reply.headers(PAGE_HEADERS).type(HTML).send(register)
+      return send(reply, render(request, pages.register))
     })
+    // Public: a holding page that goes on to `next` once the service answers.
+    app.get('/loading', { config: { auth: 'public' } }, async (request, reply) => send(reply, render(request, pages.loading)))
+
+    for (const prefix of ['/authsvc', '/api/authsvc']) {
+      // Public (SPEC §5.1): the form takes a username and password; a session is not needed.
+      app.get(`${prefix}/generate_token`, { config: { auth: 'public' } }, async (request, reply) => send(reply, render(request, pages.token)))
+      app.get(`${prefix}/account`, { config: { auth: 'principal', page: true } }, async (request, reply) => {
+        if (request.principal?.userId == null) return refusal(request, reply, 'No account', 'This session has no account of its own (guest or anonymous access).')
+        return send(reply, render(request, pages.account))
+      })
+      app.get(`${prefix}/admin`, { config: { auth: 'principal', page: true } }, async (request, reply) => {
+        if (!isAdmin(request.principal)) return refusal(request, reply, 'Administrators only', 'The admin panel is for the <code>admin</code> role.')
+        return send(reply, render(request, pages.admin))
+      })
+    }
   }
 }
 
@@ -53,6 +132,6 @@ export async function assetRoutes(app: FastifyInstance): Promise<void> {
   app.get('/static/:name', { config: { auth: 'public' } }, async (request, reply) => {
     const asset = ASSETS[(request.params as { name: string }).name]
     if (!asset) return reply.code(404).send({ error: 'Not found', code: 'NOT_FOUND', statusCode: 404 })
-    return reply.header('Cache-Control', 'public, max-age=300').type(asset.type).send(asset.body)
+    return reply.header('Cache-Control', 'no-cache').header('X-Content-Type-Options', 'nosniff').type(asset.type).send(asset.body)
   })
 }

@@ -1,0 +1,134 @@
+// The account page: who am I, my sessions, my API tokens, two-factor authentication and my
+// password. Every change is one request to the service's own API; the lists are read again
+// after each change, so the page shows what the service holds, not what the script guessed.
+import { $, ApiError, api, el, onSubmit, say, when } from './common.js'
+
+const call = (path, options = {}) => api(path, { ...options, sessionPage: true })
+const digits = (value) => String(value || '').replace(/\s/g, '')
+/** A TOTP code is digits; anything else typed into the same box is a backup code. */
+const factor = (value) => (/^\d{6}$/.test(digits(value)) ? { code: digits(value) } : { backup_code: String(value || '').trim() })
+
+function listError(slot, error) {
+  say(slot, error.message)
+}
+
+async function loadMe() {
+  const { data } = await call('/authsvc/api/me')
+  $('#me-username').textContent = data.username
+  $('#me-role').textContent = data.role
+  $('#me-auth').textContent = data.auth_type === 'session' ? 'a browser session' : data.auth_type === 'api_token' ? 'an API token' : data.auth_type
+  $('#me-permissions').replaceChildren(...Object.entries(data.permissions).map(([key, on]) => el('li', { class: 'tag' }, `${on ? '✓' : '✗'} ${key}`, el('span', { class: 'sr-only' }, on ? ' (granted)' : ' (not granted)'))))
+  $('#mfa-status').textContent = data.mfa_enabled ? 'Two-factor authentication is on.' : 'Two-factor authentication is off.'
+  $('#mfa-on').hidden = !data.mfa_enabled
+  $('#mfa-off').hidden = data.mfa_enabled
+  return data
+}
+
+async function loadSessions() {
+  const { data } = await call('/authsvc/me/sessions')
+  const rows = data.sessions
+    .sort((a, b) => Number(b.is_current) - Number(a.is_current) || b.created_at_iso.localeCompare(a.created_at_iso))
+    .map((s) => el('tr', { dataset: { jti: s.jti } },
+      el('td', {}, when(s.created_at_iso), s.is_current ? el('span', { class: 'tag', dataset: { current: '' } }, ' this session') : null),
+      el('td', {}, when(s.last_used_at_iso)),
+      el('td', {}, when(s.exp_at_iso)),
+      el('td', { class: 'actions' }, el('button', {
+        type: 'button', class: 'danger small', 'aria-label': `Revoke the session signed in ${when(s.created_at_iso)}${s.is_current ? ' (this session)' : ''}`,
+        onclick: () => revokeSession(s),
+      }, 'Revoke'))))
+  $('#session-rows').replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colspan: 4 }, 'No active session.'))]))
+}
+
+async function revokeSession(session) {
+  $('#sessions-error').hidden = true
+  try {
+    await call('/authsvc/me/sessions/revoke', { method: 'POST', body: { jti: session.jti } })
+    if (session.is_current) { location.assign('/login'); return }
+    await loadSessions()
+  } catch (error) { listError($('#sessions-error'), error) }
+}
+
+async function loadTokens() {
+  const { data } = await call('/authsvc/api/tokens')
+  const rows = data.tokens.map((t) => el('tr', { dataset: { prefix: t.token_hash_prefix } },
+    el('td', {}, t.label || '—'),
+    el('td', { class: 'mono' }, `${t.token_hash_prefix}…`),
+    el('td', {}, when(t.created_at_iso)),
+    el('td', {}, when(t.expires_iso)),
+    el('td', {}, when(t.last_used_at_iso)),
+    el('td', { class: 'actions' }, el('button', {
+      type: 'button', class: 'danger small', 'aria-label': `Revoke the token ${t.label || t.token_hash_prefix}`,
+      onclick: () => revokeToken(t),
+    }, 'Revoke'))))
+  $('#token-rows').replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colspan: 6 }, 'No API token.'))]))
+}
+
+async function revokeToken(token) {
+  $('#tokens-error').hidden = true
+  try {
+    await call('/authsvc/api/tokens', { method: 'DELETE', body: { token_hash_prefix: token.token_hash_prefix } })
+    await loadTokens()
+  } catch (error) { listError($('#tokens-error'), error) }
+}
+
+onSubmit($('#token-form'), async (data) => {
+  const { data: answer } = await call('/authsvc/generate_token', { method: 'POST', body: { label: data.label, expire_hours: data.expire_hours.trim() } })
+  $('#token-value').textContent = answer.token
+  $('#token-copied').hidden = true
+  $('#token-created').hidden = false
+  $('#token-form').reset()
+  await loadTokens()
+  $('#token-copy').focus()
+})
+$('#token-copy').addEventListener('click', async () => {
+  await navigator.clipboard.writeText($('#token-value').textContent)
+  $('#token-copied').hidden = false
+})
+
+function showSetup(setup) {
+  $('#qr').innerHTML = setup.qr_svg
+  $('#secret').textContent = setup.secret
+  $('#backup-codes').replaceChildren(...setup.backup_codes.map((code) => el('li', {}, code)))
+  $('#mfa-setup').hidden = false
+  $('#mfa-done').hidden = true
+  $('#mfa-confirm-code').focus()
+}
+
+$('#mfa-start').addEventListener('click', async () => {
+  try {
+    showSetup((await call('/authsvc/api/mfa/setup', { method: 'POST', body: {} })).data)
+    $('#mfa-off').hidden = true
+  } catch (error) { say($('#mfa-done'), error.message) }
+})
+onSubmit($('#mfa-renew-form'), async (data) => {
+  showSetup((await call('/authsvc/api/mfa/setup', { method: 'POST', body: factor(data.code) })).data)
+  $('#mfa-renew-form').reset()
+})
+onSubmit($('#mfa-confirm-form'), async (data) => {
+  await call('/authsvc/api/mfa/verify-setup', { method: 'POST', body: { code: digits(data.code) } })
+  $('#mfa-setup').hidden = true
+  $('#mfa-confirm-form').reset()
+  await loadMe()
+  say($('#mfa-done'), 'Two-factor authentication is on. Your next sign-in asks for a code.')
+})
+onSubmit($('#mfa-disable-form'), async (data) => {
+  await call('/authsvc/api/mfa/disable', { method: 'POST', body: factor(data.code) })
+  $('#mfa-disable-form').reset()
+  $('#mfa-setup').hidden = true
+  await Promise.all([loadMe(), loadSessions()])
+  say($('#mfa-done'), 'Two-factor authentication is off. Your other sessions were signed out.')
+})
+
+onSubmit($('#password-form'), async (data) => {
+  if (data.new_password !== data.confirm_password) throw new ApiError(400, { error: 'The two new passwords differ.', code: 'PASSWORD_MISMATCH' })
+  const { data: answer } = await call('/authsvc/api/me/password', { method: 'POST', body: { current_password: data.current_password, new_password: data.new_password } })
+  $('#password-form').reset()
+  const others = answer.sessions_revoked
+  say($('#password-done'), `Password changed. ${others === 1 ? '1 other session was' : `${others} other sessions were`} signed out; this one stays signed in.`)
+  await loadSessions()
+})
+
+loadMe()
+  .then(() => Promise.all([loadSessions(), loadTokens()]))
+  .then(() => { if (location.hash === '#mfa') $('#mfa').scrollIntoView() })
+  .catch((error) => say($('#sessions-error'), error.message))
