@@ -187,21 +187,35 @@ function freePort(): Promise<number> {
 // ---------------------------------------------------------------------------------------
 // processes
 
-/** Pids whose process group is `pgid` (from /proc/<pid>/stat field 5). */
-function groupMembers(pgid: number): number[] {
-  const out: number[] = []
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-      // fields[0] state, [1] ppid, [2] pgrp; a zombie is already dead (its parent has not reaped it yet)
-      if (Number(fields[2]) === pgid && fields[0] !== 'Z') out.push(Number(entry))
-    } catch {
-      // exited meanwhile
-    }
+/** State and process group of `pid` from /proc/<pid>/stat (fields 3 and 5), or null once it is gone. */
+function procStat(pid: number): { state: string; pgid: number } | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return { state: fields[0], pgid: Number(fields[2]) }
+  } catch {
+    return null
   }
-  return out
+}
+
+/** True while `pid` runs: a zombie (exited, not yet reaped by its new parent) does not count. */
+export function running(pid: number): boolean {
+  const stat = procStat(pid)
+  return stat !== null && stat.state !== 'Z'
+}
+
+/** The process group of `pid` (ComfyUI leads its own: the sidecar and its workers are in it). */
+export function processGroup(pid: number): number | null {
+  return procStat(pid)?.pgid ?? null
+}
+
+/** Running pids whose process group is `pgid`. */
+function groupMembers(pgid: number): number[] {
+  return readdirSync('/proc').filter((e) => /^\d+$/.test(e)).map(Number)
+    .filter((pid) => {
+      const stat = procStat(pid)
+      return stat !== null && stat.pgid === pgid && stat.state !== 'Z'
+    })
 }
 
 const liveGroups = new Set<number>()
