@@ -67,6 +67,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
         from . import host_facts
         from .decision_client import DecisionClient
         from .gate import Gate
+        from .host_events import HostEvents
         from .host_users import HostUsers
         from .protocol import PROTOCOL_VERSION
         from .sidecar_process import ExternalSidecar, SidecarSupervisor
@@ -85,7 +86,11 @@ def _install(app: Any, prompt_server: Any = None) -> None:
             runner = SidecarSupervisor(client, socket_path, data_dir)
         app.on_startup.append(runner.start)
         app.on_cleanup.append(runner.stop)
-        app.on_cleanup.append(gate.close)
+        gate.attach(app)
+        if prompt_server is not None:
+            events = HostEvents(client.send_event)
+            events.install(prompt_server)
+            client.hello_extra = events.hello_fields
         app.middlewares[app.middlewares.index(deny)] = gate.middleware
         log.info("authsvc: gate installed (sidecar socket %s)", socket_path)
     except Exception:

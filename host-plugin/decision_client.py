@@ -21,13 +21,16 @@ import itertools
 import logging
 import socket
 import time
-from typing import Any
+from collections import deque
+from typing import Any, Callable
 
 from .protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode_frame
 
 log = logging.getLogger("authsvc")
 
 _RECV_SIZE = 256 * 1024
+# Host events kept while the sidecar is away (a restart): ownership of what ran meanwhile is not lost.
+_EVENT_BACKLOG = 10_000
 
 
 class Unavailable(Exception):
@@ -108,14 +111,18 @@ class _Connection:
             self.abort(f"sidecar sent garbage: {exc}")
             return True
         pending = self.pending
-        for message in messages:
-            entry = pending.pop(message.get("id"), None)  # type: ignore[arg-type]
+        for message, payload in messages:
+            request_id = message.get("id")
+            if request_id is None:
+                self.owner._pushed(message)
+                continue
+            entry = pending.pop(request_id, None)  # type: ignore[arg-type]
             if entry is None:
                 continue  # the answer to a call that already timed out
             future, timer = entry
             timer.cancel()
             if not future.done():
-                future.set_result(message)
+                future.set_result((message, payload))
         return True
 
     def spin(self, future: asyncio.Future | None, budget: float) -> None:
@@ -165,6 +172,11 @@ class DecisionClient:
         self._mismatch_logged = False
         self._connect_lock: asyncio.Lock | None = None
         self.sidecar_info: dict[str, Any] = {}
+        self._backlog: deque[bytes] = deque(maxlen=_EVENT_BACKLOG)
+        # unasked messages from the sidecar (close_ws), by type
+        self.push_handlers: dict[str, Callable[[dict[str, Any]], None]] = {}
+        # extra hello fields computed at each (re)connect (the running prompt)
+        self.hello_extra: Callable[[], dict[str, Any]] | None = None
 
     @property
     def ready(self) -> bool:
@@ -194,8 +206,9 @@ class DecisionClient:
             sock.close()
             raise Unavailable(f"cannot connect to sidecar: {exc}") from None
         conn = _Connection(loop, sock, self)
+        hello = {"type": "hello", **self._hello, **(self.hello_extra() if self.hello_extra else {})}
         try:
-            answer = await self._call(conn, {"type": "hello", **self._hello}, spin=False)
+            answer, _ = await self._call(conn, hello, spin=False)
         except BaseException:
             conn.abort("closed")  # an unanswered hello must not leave its socket open
             raise
@@ -212,6 +225,8 @@ class DecisionClient:
         self._mismatch_logged = False
         self.sidecar_info = answer
         self._conn = conn
+        while self._backlog and not conn.closed:
+            conn.queue(self._backlog.popleft())
 
     def ensure_connecting(self) -> None:
         """Start one background reconnect if none is running."""
@@ -228,19 +243,51 @@ class DecisionClient:
         if self._conn is conn:
             self._conn = None
 
-    async def call(self, message: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, message: dict[str, Any], payload: bytes = b"") -> dict[str, Any]:
+        """One exchange; the answer's payload, if any, is dropped (see ``exchange``)."""
+        answer, _ = await self.exchange(message, payload)
+        return answer
+
+    async def exchange(self, message: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
+        """Sends ``message`` with ``payload``; returns the answer and its payload."""
         conn = self._conn
         if conn is None or conn.closed:
             self.ensure_connecting()
             raise Unavailable("sidecar not connected")
-        return await self._call(conn, message, spin=True)
+        return await self._call(conn, message, spin=True, payload=payload)
 
-    def _call(self, conn: _Connection, message: dict[str, Any], spin: bool) -> "asyncio.Future[dict[str, Any]]":
+    def send_event(self, message: dict[str, Any]) -> None:
+        """A host fact for the sidecar; never answered. Kept (bounded) while the sidecar is away."""
+        try:
+            frame = encode_frame({"type": "event", **message})
+        except (ProtocolError, TypeError, ValueError) as exc:
+            log.error("authsvc: cannot encode host event %s: %s", message.get("name"), exc)
+            return
+        conn = self._conn
+        if conn is None or conn.closed:
+            self._backlog.append(frame)
+            self.ensure_connecting()
+            return
+        conn.queue(frame)
+
+    def _pushed(self, message: dict[str, Any]) -> None:
+        handler = self.push_handlers.get(str(message.get("type")))
+        if handler is None:
+            log.error("authsvc: sidecar sent an unknown message %r; ignored", message.get("type"))
+            return
+        try:
+            handler(message)
+        except Exception:  # a bug here must not drop the decision connection
+            log.exception("authsvc: handling the sidecar's %s message failed", message.get("type"))
+
+    def _call(
+        self, conn: _Connection, message: dict[str, Any], spin: bool, payload: bytes = b""
+    ) -> "asyncio.Future[tuple[dict[str, Any], bytes]]":
         loop = conn.loop
         request_id = next(self._ids)
         message["id"] = request_id
         try:
-            frame = encode_frame(message)
+            frame = encode_frame(message, payload)
         except (ProtocolError, TypeError, ValueError) as exc:
             raise Unavailable(f"cannot encode request: {exc}") from None
         future: asyncio.Future = loop.create_future()

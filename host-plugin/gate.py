@@ -11,7 +11,9 @@ Guarantees (DESIGN §2):
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from typing import Any, Awaitable, Callable
 
 from aiohttp import ClientError, ClientSession, DummyCookieJar, UnixConnector, web
@@ -34,6 +36,8 @@ VERSION_HEADER = "X-Authsvc-Version"
 _NO_AUTO_HEADERS = frozenset(("Content-Type", "User-Agent", "Accept", "Accept-Encoding"))
 _CHUNK = 64 * 1024
 _WANTED_HEADERS = frozenset(REQUEST_HEADERS)
+_WS_TAG_KEY = "authsvc_ws_tag"
+_WS_KEY = "authsvc_ws"
 
 
 def describe(request: web.Request) -> dict[str, Any]:
@@ -54,8 +58,10 @@ def describe(request: web.Request) -> dict[str, Any]:
         if lower in _WANTED_HEADERS:
             if lower not in headers:
                 headers[lower] = value
-            elif lower == "cookie":
-                headers[lower] = f"{headers[lower]}; {value}"
+            else:
+                # every line of a repeated header, in order, joined as RFC 9110 combines them: a proxy's
+                # appended X-Forwarded-For line must never hide behind the client's first one
+                headers[lower] = f"{headers[lower]}{'; ' if lower == 'cookie' else ', '}{value}"
     rel_url = request.rel_url
     return {
         "type": "decide",
@@ -93,6 +99,9 @@ class Gate:
         self.version = plugin_version
         self._on_host_user = on_host_user
         self._proxy_session: ClientSession | None = None
+        # open WebSockets by the tag of their pass decision, so the sidecar can close them (close_ws)
+        self._sockets: dict[str, set[web.WebSocketResponse]] = {}
+        client.push_handlers["close_ws"] = self._close_sockets
 
         @web.middleware
         async def authsvc_gate(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -100,9 +109,16 @@ class Gate:
 
         self.middleware = authsvc_gate
 
+    def attach(self, app: web.Application) -> None:
+        """Hooks the gate needs beyond the middleware: seeing WebSocket responses as they open."""
+        app.on_response_prepare.append(self._on_response_prepare)
+        app.on_cleanup.append(self.close)
+
     async def handle(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             decision = await self.client.call(describe(request))
+            if REFUSALS.cause is not None:
+                REFUSALS.recovered()
             action = decision.get("action")
             if action == "respond":
                 return self._stamped(respond(decision))
@@ -111,7 +127,7 @@ class Gate:
             if action != "pass":
                 log.error("authsvc: sidecar answered an unknown action %r; refusing", action)
                 return self._stamped(unavailable_response())
-            if decision.get("need_body") is None:
+            if decision.get("need_body") is None and decision.get("need_form") is None:
                 prepared: Any = (self._edited(request, decision), decision)
             else:
                 prepared = await self._prepare_pass(request, decision)
@@ -125,12 +141,18 @@ class Gate:
             user_id, name = host_user.get("id"), host_user.get("name")
             if isinstance(user_id, str) and isinstance(name, str):
                 self._on_host_user(user_id, name)
+        ws_tag = decision.get("ws_tag")
+        if isinstance(ws_tag, str):
+            req[_WS_TAG_KEY] = ws_tag
         # The host handler runs outside the try above: its own errors are the host's, not ours.
         try:
             response = await handler(req)
         except web.HTTPException as exc:
             exc.headers[VERSION_HEADER] = self.version
             raise
+        finally:
+            if isinstance(ws_tag, str):
+                self._forget_socket(req, ws_tag)
         filter_spec = decision.get("filter")
         if filter_spec is not None:
             try:
@@ -148,13 +170,17 @@ class Gate:
     async def _prepare_pass(
         self, request: web.Request, decision: dict[str, Any]
     ) -> tuple[web.Request, dict[str, Any]] | web.StreamResponse:
-        """After a `need_body` pass: the edited request, and the decision whose filter applies (the body step may set one)."""
+        """After a `need_body`/`need_form` pass: the edited request, and the decision whose filter applies (the second step may set one)."""
         req = self._edited(request, decision)
-        outcome = await self._decide_on_body(req, decision["need_body"])
+        if decision.get("need_body") is not None:
+            outcome = await self._decide_on_body(req, decision["need_body"])
+        else:
+            outcome = await self._decide_on_form(req, decision["need_form"])
         if isinstance(outcome, web.StreamResponse):
             return outcome
-        if "filter" not in outcome and "filter" in decision:
-            outcome = {**outcome, "filter": decision["filter"]}
+        for key in ("filter", "ws_tag", "host_user"):
+            if key not in outcome and key in decision:
+                outcome = {**outcome, key: decision[key]}
         return req, outcome
 
     @staticmethod
@@ -192,17 +218,34 @@ class Gate:
             chunks.append(chunk)
         raw = b"".join(chunks)
         req._read_bytes = raw  # the handler's read()/json() reuse these bytes (HOST.md)
-        decision = await self.client.call(
-            {"type": "body", "ctx": need_body.get("ctx"), "body_text": raw.decode("utf-8", "replace")}
-        )
+        decision, payload = await self.client.exchange({"type": "body", "ctx": need_body.get("ctx")}, raw)
         action = decision.get("action")
         if action == "respond":
             return respond(decision)
         if action != "pass":
             return unavailable_response()
-        body_text = decision.get("body_text")
-        if isinstance(body_text, str):
-            req._read_bytes = body_text.encode("utf-8")
+        if decision.get("body_replaced") is True:
+            req._read_bytes = payload  # the sidecar's edit: the client's bytes with its keys set, never re-serialised
+        return decision
+
+    async def _decide_on_form(self, req: web.Request, need_form: dict[str, Any]) -> dict[str, Any] | web.StreamResponse:
+        """Parses a multipart form the way the handler will (``post()``: files spooled to disk by aiohttp,
+        never held in memory) on the very request the handler gets, which reuses it; the sidecar sees the
+        text fields and the file names, never file contents."""
+        form = await req.post()
+        fields: dict[str, str] = {}
+        files: dict[str, str] = {}
+        for name, value in form.items():
+            if isinstance(value, str):
+                fields.setdefault(name, value)
+            elif hasattr(value, "filename"):
+                files.setdefault(name, str(value.filename or ""))
+        decision = await self.client.call({"type": "form", "ctx": need_form.get("ctx"), "fields": fields, "files": files})
+        action = decision.get("action")
+        if action == "respond":
+            return respond(decision)
+        if action != "pass":
+            return unavailable_response()
         return decision
 
     async def _filter(self, response: web.StreamResponse, spec: dict[str, Any]) -> web.StreamResponse:
@@ -213,19 +256,48 @@ class Gate:
         body = response.body
         if not isinstance(body, (bytes, bytearray)):
             return unavailable_response()
-        answer = await self.client.call({
+        answer, payload = await self.client.exchange({
             "type": "filter", "name": spec.get("name"), "ctx": spec.get("ctx"), "status": response.status,
-            "content_type": response.content_type, "body_text": bytes(body).decode("utf-8", "replace"),
-        })
+            "content_type": response.content_type,
+        }, bytes(body))
         action = answer.get("action")
         if action == "keep":
             return response
         if action == "replace":
-            response.body = answer["body_text"].encode("utf-8")
+            response.body = payload
             return response
         if action == "respond":
             return respond(answer)
         return unavailable_response()
+
+    async def _on_response_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
+        tag = request.get(_WS_TAG_KEY)
+        if isinstance(tag, str) and isinstance(response, web.WebSocketResponse):
+            self._sockets.setdefault(tag, set()).add(response)
+            request[_WS_KEY] = response
+
+    def _forget_socket(self, req: web.Request, tag: str) -> None:
+        ws = req.get(_WS_KEY)
+        sockets = self._sockets.get(tag)
+        if sockets is not None and ws is not None:
+            sockets.discard(ws)
+            if not sockets:
+                del self._sockets[tag]
+        # always, even when the upgrade never happened: the sidecar then stops watching the tag
+        self.client.send_event({"name": "ws_closed", "t": time.time(), "data": {"tag": tag}})
+
+    def _close_sockets(self, message: dict[str, Any]) -> None:
+        """close_ws from the sidecar: the credential behind these sockets ended or changed."""
+        tags = message.get("tags")
+        code = message.get("code")
+        reason = message.get("reason")
+        if not isinstance(tags, list) or not isinstance(code, int) or not 4000 <= code <= 4999:
+            log.error("authsvc: malformed close_ws message from the sidecar; ignored")
+            return
+        text = (reason if isinstance(reason, str) else "")[:120].encode("utf-8")
+        for tag in tags:
+            for ws in list(self._sockets.get(str(tag), ())):
+                asyncio.ensure_future(ws.close(code=code, message=text))
 
     async def _proxy(self, request: web.Request) -> web.StreamResponse:
         session = self._proxy_session
@@ -274,9 +346,40 @@ class Gate:
 _DECISION_FAILURES = (Unavailable, KeyError, TypeError, ValueError, AttributeError)
 
 
+class RefusalLog:
+    """One log line when refusals start (with the cause), then a count per interval, then one line
+    when decisions work again: an outage under load must not write a line per request."""
+
+    def __init__(self, interval: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.clock = clock
+        self.cause: str | None = None
+        self.count = 0
+        self.since = 0.0
+
+    def refused(self, cause: str) -> None:
+        now = self.clock()
+        if self.cause is None:
+            log.warning("authsvc: refusing requests (503): %s", cause)
+            self.cause, self.count, self.since = cause, 0, now
+            return
+        self.count += 1
+        if cause != self.cause or now - self.since >= self.interval:
+            log.warning("authsvc: refused %d more request(s) in %.0f s: %s", self.count, now - self.since, self.cause)
+            self.cause, self.count, self.since = cause, 0, now
+
+    def recovered(self) -> None:
+        if self.cause is not None:
+            log.warning("authsvc: decisions work again (%d request(s) refused since the last report)", self.count)
+            self.cause = None
+
+
+REFUSALS = RefusalLog()
+
+
 def _refuse(request: web.Request, exc: Exception) -> web.Response:
     if isinstance(exc, Unavailable):
-        log.warning("authsvc: refusing %s %s: %s", request.method, request.rel_url.raw_path, exc)
+        REFUSALS.refused(str(exc))
     else:
         log.error("authsvc: malformed sidecar answer (%s); refusing", type(exc).__name__)
     return unavailable_response()

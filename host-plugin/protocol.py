@@ -20,7 +20,7 @@ PROTOCOL_VERSION: int = int(_SPEC["version"])
 MAX_FRAME_BYTES: int = int(_SPEC["max_frame_bytes"])
 REQUEST_HEADERS: tuple[str, ...] = tuple(_SPEC["request_headers"])
 
-_HEADER = struct.Struct(">I")
+_HEADER = struct.Struct(">II")  # total length, then the length of the JSON part
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
@@ -28,38 +28,41 @@ class ProtocolError(Exception):
     """The peer sent something that is not a valid frame or message."""
 
 
-def encode_frame(message: dict[str, Any]) -> bytes:
-    payload = _dumps(message).encode("utf-8", "surrogatepass")
-    if len(payload) > MAX_FRAME_BYTES:
+def encode_frame(message: dict[str, Any], payload: bytes = b"") -> bytes:
+    """One frame: the message as JSON, then ``payload`` as raw bytes (bodies never travel as JSON strings)."""
+    head = _dumps(message).encode("utf-8", "surrogatepass")
+    total = 4 + len(head) + len(payload)
+    if total > MAX_FRAME_BYTES:
         raise ProtocolError("frame too large")
-    return _HEADER.pack(len(payload)) + payload
+    return _HEADER.pack(total, len(head)) + head + payload
 
 
 class FrameDecoder:
-    """Incremental decoder: feed bytes, get complete messages."""
+    """Incremental decoder: feed bytes, get complete (message, payload) pairs."""
 
     __slots__ = ("_buf",)
 
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[dict[str, Any]]:
+    def feed(self, data: bytes) -> list[tuple[dict[str, Any], bytes]]:
         buf = self._buf
         buf += data
-        out: list[dict[str, Any]] = []
-        while len(buf) >= 4:
-            (length,) = _HEADER.unpack_from(buf, 0)
-            if length > MAX_FRAME_BYTES:
-                raise ProtocolError("frame too large")
-            end = 4 + length
+        out: list[tuple[dict[str, Any], bytes]] = []
+        while len(buf) >= 8:
+            total, head_length = _HEADER.unpack_from(buf, 0)
+            if total > MAX_FRAME_BYTES or head_length > total - 4:
+                raise ProtocolError("frame too large or malformed")
+            end = 4 + total
             if len(buf) < end:
                 break
             try:
-                message = json.loads(bytes(buf[4:end]))
+                message = json.loads(bytes(buf[8:8 + head_length]))
             except ValueError as exc:
                 raise ProtocolError("frame is not JSON") from exc
+            payload = bytes(buf[8 + head_length:end])
             del buf[:end]
             if not isinstance(message, dict):
                 raise ProtocolError("message is not an object")
-            out.append(message)
+            out.append((message, payload))
         return out

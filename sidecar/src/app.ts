@@ -10,14 +10,21 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import fastifyCookie from '@fastify/cookie'
 import fastifyFormbody from '@fastify/formbody'
 import FindMyWay from 'find-my-way'
-import { ClientIdBindings, HostBehaviours } from './decide/behaviours.js'
+import { RouteBehaviours } from './behaviours/index.js'
+import { ClientIdBindings } from './isolation/client-ids.js'
+import { credentialState } from './isolation/credential-state.js'
+import { HostFileWatcher } from './isolation/file-watcher.js'
+import { applyHostEvent } from './isolation/host-events.js'
+import { LiveSockets } from './isolation/live-sockets.js'
 import { createDecider, type OwnedRoutes } from './decide/decide.js'
-import { PROTOCOL_VERSION, type HelloMessage } from './decide/protocol.js'
+import { PROTOCOL_VERSION, type CloseSocketsMessage, type HelloMessage } from './decide/protocol.js'
 import type { DecisionHandlers } from './decide/server.js'
 import { AuthsvcError } from './errors.js'
 import { registerErrorHandling } from './http/errors.js'
 import { registerRequestContext } from './http/request-context.js'
 import { adminRoutes } from './routes/admin.js'
+import { adminCredentialRoutes } from './routes/admin-credentials.js'
+import { accountRoutes } from './routes/account.js'
 import { authRoutes } from './routes/auth.js'
 import { healthRoutes } from './routes/health.js'
 import { meRoutes } from './routes/me.js'
@@ -32,6 +39,11 @@ export interface BuiltApp {
   app: FastifyInstance
   owned: OwnedRoutes
   handlers: (httpSocket: string) => DecisionHandlers
+  /** where unasked messages to the plugin go (the decision server's push), set once it listens */
+  setPush(push: (message: CloseSocketsMessage) => void): void
+  liveSockets: LiveSockets
+  /** stops the host-folder watcher and the WebSocket checks */
+  stop(): Promise<void>
 }
 
 export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltApp {
@@ -74,6 +86,8 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
         await family.register(tokenRoutes(services))
         await family.register(meRoutes(services))
         await family.register(adminRoutes(services))
+        await family.register(adminCredentialRoutes(services))
+        await family.register(accountRoutes(services))
         await family.register(healthRoutes(services))
         await family.register(mfaRoutes(services))
         await family.register(assetRoutes)
@@ -88,7 +102,23 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     },
   }
 
-  const behaviours = new HostBehaviours(services.config.max_json_body_bytes, new ClientIdBindings())
+  let push: (message: CloseSocketsMessage) => void = () => {}
+  const liveSockets = new LiveSockets(
+    credentialState({ sessions: services.sessions, tokens: services.tokens, users: services.users, clock: services.clock }),
+    (tags, code, reason) => {
+      logger.info({ sockets: tags.length, code, reason }, 'closing WebSockets whose access ended')
+      push({ type: 'close_ws', tags, code, reason })
+    },
+  )
+  const watcher = new HostFileWatcher(services.ownership, logger)
+  const behaviours = new RouteBehaviours({
+    config: services.config,
+    clock: services.clock,
+    ownership: services.ownership,
+    clientIds: new ClientIdBindings(),
+    liveSockets,
+    host: services.host,
+  })
   const decide = createDecider({
     config: services.config,
     net: services.net,
@@ -104,15 +134,36 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     hello(msg: HelloMessage) {
       if (msg.protocol !== PROTOCOL_VERSION) {
         logger.error({ plugin_protocol: msg.protocol, sidecar_protocol: PROTOCOL_VERSION }, 'protocol version mismatch with the plugin; every request on its connection is refused')
-      } else if (msg.host) {
-        services.host.facts = msg.host
+      } else {
+        if (msg.host) {
+          services.host.facts = msg.host
+          const { output_dir: output, input_dir: input, temp_dir: temp } = msg.host
+          watcher.watch({ output, input, temp }).catch((err: unknown) => logger.error({ err }, 'cannot watch the host folders'))
+        }
+        for (const run of Array.isArray(msg.running) ? msg.running : []) {
+          if (typeof run?.prompt_id === 'string' && typeof run.t === 'number') services.ownership.runStarted(run.prompt_id, run.t * 1000)
+        }
       }
       return { type: 'hello', protocol: PROTOCOL_VERSION, sidecar_version: SERVICE_VERSION, http_socket: httpSocket }
     },
     decide,
-    body: (msg) => behaviours.body(msg),
-    filter: (msg) => behaviours.filter(msg),
+    body: (msg, payload) => behaviours.body(msg.ctx, payload),
+    form: (msg) => behaviours.form(msg.ctx, msg),
+    filter: (msg, payload) => behaviours.filter(msg, payload),
+    event: (msg) => applyHostEvent(msg, { ownership: services.ownership, watcher, liveSockets, log: logger, now: services.clock }),
   })
 
-  return { app, owned, handlers }
+  return {
+    app,
+    owned,
+    handlers,
+    liveSockets,
+    setPush(fn) {
+      push = fn
+    },
+    async stop() {
+      liveSockets.stop()
+      await watcher.close()
+    },
+  }
 }

@@ -30,7 +30,8 @@ async function main(): Promise<void> {
   const decisionSocket = process.env.AUTHSVC_SOCKET || join(dataDir, 'authsvc.sock')
   const httpSocket = decisionSocket.replace(/\.sock$/, '') + '-http.sock'
   const services = await openServices({ config, dataDir, env: process.env, log })
-  const { app, handlers } = buildApp(services, log)
+  const built = buildApp(services, log)
+  const { app, handlers } = built
   removeStaleSocket(httpSocket)
   const oldMask = process.umask(0o177)
   try {
@@ -43,6 +44,7 @@ async function main(): Promise<void> {
     windowMs: Number(process.env.AUTHSVC_BUSY_POLL_US ?? 2000) / 1000,
     cpuIsFree: () => !services.passwords.hashing,
   })
+  built.setPush(decisionServer.push)
   const pidFile = join(dataDir, 'sidecar.pid')
   writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o600 })
   chmodSync(pidFile, 0o600) // a leftover file keeps its mode through writeFileSync
@@ -59,7 +61,8 @@ async function main(): Promise<void> {
     stopping = true
     log.info({ reason }, 'stopping')
     clearInterval(pruning)
-    decisionServer.close()
+    decisionServer.server.close()
+    await built.stop().catch((err: unknown) => log.error({ err }, 'stopping the host watchers failed'))
     await app.close().catch(() => {})
     await services.close().catch((err: unknown) => log.error({ err }, 'store close failed'))
     rmSync(pidFile, { force: true })

@@ -24,6 +24,7 @@ import { IpSet } from './policy/ip.js'
 import { IpListGate } from './policy/ip-lists.js'
 import { RoleStore } from './policy/roles.js'
 import { Collection } from './store/collection.js'
+import { Ownership, type FileRecord, type PromptRecord } from './isolation/ownership.js'
 import { openSqliteStore, sqlitePath, type KeyValueStore } from './store/kv.js'
 import { SettingsRepository } from './store/settings.js'
 
@@ -50,6 +51,8 @@ export interface Services {
   /** env RECOVERY_MODE: the MFA recovery route works (for local clients) */
   recoveryMode: boolean
   host: { facts: HostFacts }
+  /** who owns which prompt and host file (per-user isolation) */
+  ownership: Ownership
   /** turns a user's MFA off (admin mfa_reset, recovery, operator command) */
   resetMfa(userId: string): Promise<void>
   flush(): Promise<void>
@@ -82,6 +85,11 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     Collection.load<unknown>(kv, 'setting'),
     Collection.load<MfaRecord>(kv, 'mfa'),
   ])
+  const [promptRecords, fileRecords] = await Promise.all([
+    Collection.load<PromptRecord>(kv, 'prompt'),
+    Collection.load<FileRecord>(kv, 'file'),
+  ])
+  const ownership = new Ownership(promptRecords, fileRecords)
   const users = new UserRepository(userRecords)
   const sessions = new SessionService(sessionRecords, keys.jwt, clock, {
     lifetimeHours: config.access_token_expiration_hours,
@@ -102,7 +110,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const throttle = await Throttle.open(kv, clock)
   const passwords = new PasswordHasher(config.argon2)
   await passwords.ready
-  const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords]
+  const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, promptRecords, fileRecords]
   const flushAll = async (): Promise<void> => {
     await Promise.all([...all.map((c) => c.flush()), throttle.flush()])
   }
@@ -114,6 +122,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     throttle,
     recoveryMode: parseBoolean(env.RECOVERY_MODE ?? '') === true,
     host: { facts: {} },
+    ownership,
     async resetMfa(userId) {
       await mfa.disable(userId)
       if (users.byId(userId)) await users.update(userId, { mfa_enabled: false })

@@ -17,6 +17,23 @@ import {
 } from './fixtures.js'
 
 const API = { accept: 'application/json' }
+
+/** The answer of a body or filter step, with a replacement body (the frame's payload) as `body_text`. */
+type Stepped = Decision & { body_text?: string }
+function unwrap(result: unknown): Stepped {
+  const r = result as { answer?: Decision; payload?: Buffer }
+  return r.answer !== undefined && Buffer.isBuffer(r.payload) ? { ...r.answer, body_text: r.payload.toString('utf8') } : (result as Stepped)
+}
+function passedWithBody(d: Stepped): { body_text?: string } {
+  assertPass(d)
+  return d
+}
+async function bodyStep(sc: Sidecar, ctx: unknown, body: string): Promise<Stepped & { action: string }> {
+  return unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx }, Buffer.from(body, 'utf8'))) as Stepped & { action: string }
+}
+async function filterStep(sc: Sidecar, name: string, ctx: unknown, body: string): Promise<Stepped & { action: string }> {
+  return unwrap(await sc.handlers.filter({ type: 'filter', id: 1, name, ctx, status: 200, content_type: 'application/json' }, Buffer.from(body, 'utf8'))) as Stepped & { action: string }
+}
 const NAVIGATE = { 'sec-fetch-mode': 'navigate', accept: 'text/html,application/xhtml+xml' }
 const HTML_ACCEPT = { accept: 'text/html,application/xhtml+xml,*/*;q=0.8' }
 const SAME_ORIGIN = { origin: 'http://comfy.test:8188' }
@@ -623,6 +640,8 @@ describe('headers and query the host must never see', () => {
   it('every passing host route sets comfy-user for a user', async () => {
     for (const r of hostRouteRequests()) {
       if (r.pattern.includes('internal') || r.pattern.endsWith('/free')) continue
+      // another user's history entry is answered {} without asking the host (isolation.test.ts)
+      if (r.pattern.endsWith('/history/{prompt_id}')) continue
       const d = await decide(w.sc, { method: r.method, path: r.path, pattern: r.pattern, match_info: r.match_info, headers: { ...bearer(w.aliceToken), 'comfy-user': 'admin' } })
       const pass = assertPass(d, `${r.method} ${r.path}`)
       assert.equal(pass.set_headers?.['comfy-user'], w.alice.user_id, `${r.method} ${r.path}`)
@@ -704,8 +723,8 @@ describe('permissions and admin routes', () => {
     })
   }
 
-  it('a role with can_access_api only still reads (GET /queue, /object_info, /api/history/{id})', async () => {
-    for (const [path, pattern] of [['/queue', '/queue'], ['/object_info', '/object_info'], ['/api/history/x', '/api/history/{prompt_id}']]) {
+  it('a role with can_access_api only still reads (GET /queue, /object_info, /api/history)', async () => {
+    for (const [path, pattern] of [['/queue', '/queue'], ['/object_info', '/object_info'], ['/api/history', '/api/history']]) {
       assertPass(await decide(w.sc, { path, pattern, headers: bearer(w.viewerJwt) }), path)
     }
   })
@@ -909,12 +928,12 @@ describe('WebSocket clientId binding', () => {
     assertPass(await decide(w.sc, ws('clientId=tab-3', bearer(w.aliceJwt))))
     const d = assertPass(await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(w.bobJwt) }))
     const ctx = JSON.parse(JSON.stringify(d.need_body!.ctx)) as unknown
-    assertDenied(await w.sc.handlers.body({ type: 'body', id: 1, ctx, body_text: JSON.stringify({ prompt: {}, client_id: 'tab-3' }) }), 'CLIENT_ID_TAKEN')
+    assertDenied(await bodyStep(w.sc, ctx, JSON.stringify({ prompt: {}, client_id: 'tab-3' })), 'CLIENT_ID_TAKEN')
   })
 
   it('a clientId first used by a prompt binds it for the WebSocket too', async () => {
     const d = assertPass(await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(w.bobJwt) }))
-    assertPass(await w.sc.handlers.body({ type: 'body', id: 2, ctx: d.need_body!.ctx, body_text: JSON.stringify({ prompt: {}, client_id: 'bob-tab-9' }) }))
+    assertPass(await bodyStep(w.sc, d.need_body!.ctx, JSON.stringify({ prompt: {}, client_id: 'bob-tab-9' })))
     assertDenied(await decide(w.sc, ws('clientId=bob-tab-9', bearer(w.aliceJwt))), 'CLIENT_ID_TAKEN')
   })
 })
@@ -928,16 +947,16 @@ describe('prompt body stamping (handlers.body)', () => {
   })
   after(() => w.sc.close())
 
-  async function stamp(jwt: string, body: string): Promise<Decision> {
+  async function stamp(jwt: string, body: string): Promise<Stepped> {
     const d = assertPass(await decide(w.sc, { method: 'POST', path: '/api/prompt', pattern: '/api/prompt', headers: bearer(jwt) }))
     assert.ok(d.need_body, 'the prompt route asks for the body')
     assert.equal(d.need_body.max_bytes, 65536)
     const ctx = JSON.parse(JSON.stringify(d.need_body.ctx)) as unknown // the plugin echoes it as JSON
-    return w.sc.handlers.body({ type: 'body', id: 7, ctx, body_text: body })
+    return bodyStep(w.sc, ctx, body)
   }
 
   it('spoofed authsvc_user / authsvc_user_id are replaced by the owner; other extra_data kept', async () => {
-    const d = assertPass(await stamp(w.aliceJwt, JSON.stringify({
+    const d = passedWithBody(await stamp(w.aliceJwt, JSON.stringify({
       prompt: { 1: { class_type: 'X' } },
       extra_data: { authsvc_user: 'admin', authsvc_user_id: w.admin.user_id, extra_pnginfo: { a: 1 } },
     })))
@@ -948,20 +967,22 @@ describe('prompt body stamping (handlers.body)', () => {
     assert.deepEqual(out.prompt, { 1: { class_type: 'X' } })
   })
 
-  for (const [name, extra] of [['missing', undefined], ['null', null], ['an array', ['authsvc_user']], ['a string', 'admin']] as const) {
-    it(`extra_data ${name} → an object holding only the owner`, async () => {
-      const body: Record<string, unknown> = { prompt: {} }
-      if (extra !== undefined) body.extra_data = extra
-      const out = JSON.parse(assertPass(await stamp(w.bobJwt, JSON.stringify(body))).body_text!) as { extra_data: unknown }
-      assert.deepEqual(out.extra_data, { authsvc_user: 'bob', authsvc_user_id: w.bob.user_id })
+  it('extra_data missing → an object holding only the owner', async () => {
+    const out = JSON.parse(passedWithBody(await stamp(w.bobJwt, JSON.stringify({ prompt: {} }))).body_text!) as { extra_data: unknown }
+    assert.deepEqual(out.extra_data, { authsvc_user: 'bob', authsvc_user_id: w.bob.user_id })
+  })
+
+  for (const [name, extra] of [['null', null], ['an array', ['authsvc_user']], ['a string', 'admin']] as const) {
+    it(`extra_data ${name} → 400 VALIDATION_FAILED (the host would fail on it)`, async () => {
+      assertDenied(await stamp(w.bobJwt, JSON.stringify({ prompt: {}, extra_data: extra })), 'VALIDATION_FAILED')
     })
   }
 
   it('a duplicated authsvc_user key in the raw JSON cannot survive', async () => {
     const raw = `{"prompt":{},"extra_data":{"authsvc_user":"admin","authsvc_user":"root"}}`
-    const out = JSON.parse(assertPass(await stamp(w.bobJwt, raw)).body_text!) as { extra_data: Record<string, unknown> }
+    const out = JSON.parse(passedWithBody(await stamp(w.bobJwt, raw)).body_text!) as { extra_data: Record<string, unknown> }
     assert.equal(out.extra_data.authsvc_user, 'bob')
-    assert.doesNotMatch(assertPass(await stamp(w.bobJwt, raw)).body_text!, /root|"admin"/)
+    assert.doesNotMatch(passedWithBody(await stamp(w.bobJwt, raw)).body_text!, /root|"admin"/)
   })
 
   for (const [name, body] of [['invalid JSON', '{"prompt": '], ['empty body', ''], ['a JSON array', '[]'], ['JSON null', 'null'], ['a JSON string', '"x"'], ['a number', '1']]) {
@@ -972,7 +993,7 @@ describe('prompt body stamping (handlers.body)', () => {
 
   it('a body message without a prompt ctx → 400, never a pass', async () => {
     for (const ctx of [null, {}, { kind: 'other' }, 'prompt']) {
-      assertDenied(await w.sc.handlers.body({ type: 'body', id: 9, ctx, body_text: '{"prompt":{}}' }), 'VALIDATION_FAILED', JSON.stringify(ctx))
+      assertDenied(await bodyStep(w.sc, ctx, '{"prompt":{}}'), 'VALIDATION_FAILED', JSON.stringify(ctx))
     }
   })
 
@@ -980,7 +1001,7 @@ describe('prompt body stamping (handlers.body)', () => {
     const sc = await openSidecar({ config: { local_anonymous_role: 'user' } })
     try {
       const d = assertPass(await decide(sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: { 'comfy-user': 'someone' } }))
-      const out = JSON.parse(assertPass(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx, body_text: '{"prompt":{},"extra_data":{"authsvc_user_id":"x"}}' })).body_text!) as { extra_data: Record<string, unknown> }
+      const out = JSON.parse(passedWithBody(await bodyStep(sc, d.need_body!.ctx, '{"prompt":{},"extra_data":{"authsvc_user_id":"x"}}')).body_text!) as { extra_data: Record<string, unknown> }
       assert.deepEqual(out.extra_data, { authsvc_user: 'user', authsvc_user_id: null })
     } finally {
       await sc.close()
@@ -1005,7 +1026,7 @@ describe('system_stats filter', () => {
     it(`${path}: non-admins get the answer without argv; admins unfiltered`, async () => {
       const user = assertPass(await decide(w.sc, { path, pattern: path, headers: bearer(w.aliceJwt) }))
       assert.equal(user.filter?.name, 'system_stats')
-      const filtered = await w.sc.handlers.filter({ type: 'filter', id: 1, name: user.filter!.name, ctx: user.filter!.ctx, status: 200, content_type: 'application/json', body_text: JSON.stringify(STATS) })
+      const filtered = await filterStep(w.sc, user.filter!.name, user.filter!.ctx, JSON.stringify(STATS))
       assert.equal(filtered.action, 'replace')
       const out = JSON.parse((filtered as { body_text: string }).body_text) as typeof STATS
       assert.equal('argv' in out.system, false)
@@ -1032,7 +1053,8 @@ describe('system_stats filter', () => {
   })
 
   it('a malformed host answer is never passed through unfiltered', async () => {
-    const out = await w.sc.handlers.filter({ type: 'filter', id: 1, name: 'system_stats', ctx: null, status: 200, content_type: 'application/json', body_text: '{"system": {"argv": ["x"]' })
+    const d = assertPass(await decide(w.sc, { path: '/system_stats', pattern: '/system_stats', headers: bearer(w.aliceJwt) }))
+    const out = await filterStep(w.sc, 'system_stats', d.filter!.ctx, '{"system": {"argv": ["x"]')
     assert.equal(out.action, 'respond')
     assert.doesNotMatch(JSON.stringify(out), /argv/)
   })

@@ -28,7 +28,7 @@ describe('decision socket: protocol agreement per connection', () => {
     const alice = await addUser(sc, 'alice', 'alice-password-1')
     token = await apiToken(sc, alice)
     path = join(sc.dir, 'decide.sock')
-    server = await listenDecisionSocket(path, sc.handlers, log)
+    server = (await listenDecisionSocket(path, sc.handlers, log)).server
   })
   after(async () => {
     await new Promise((r) => server.close(r))
@@ -55,7 +55,7 @@ describe('decision socket: protocol agreement per connection', () => {
           const hello = await client.send(row.hello)
           assert.equal(hello.protocol, PROTOCOL_VERSION, 'the hello answer names the sidecar version')
         }
-        for (const msg of [decideMe(), { type: 'body', ctx: 'x', body_text: '{}' }, { type: 'filter', name: 'x', ctx: 'x', status: 200, content_type: 'application/json', body_text: '[]' }]) {
+        for (const msg of [decideMe(), { type: 'body', ctx: 'x' }, { type: 'filter', name: 'x', ctx: 'x', status: 200, content_type: 'application/json' }]) {
           const answer = await client.send(msg)
           if (row.served && msg.type === 'decide') assert.equal(answer.action, 'pass')
           if (!row.served) {

@@ -33,13 +33,23 @@ export interface RequestDescription {
   scheme: string
 }
 
+/** After `need_body`: the raw request body travels as the frame's payload. */
 export interface BodyMessage {
   type: 'body'
   id: number
   ctx: unknown
-  body_text: string
 }
 
+/** After `need_form`: the text fields and file names of a multipart form (never file contents). */
+export interface FormMessage {
+  type: 'form'
+  id: number
+  ctx: unknown
+  fields: Record<string, string>
+  files: Record<string, string>
+}
+
+/** After the host answered a `pass` with `filter`: its body is the frame's payload. */
 export interface FilterMessage {
   type: 'filter'
   id: number
@@ -47,7 +57,15 @@ export interface FilterMessage {
   ctx: unknown
   status: number
   content_type: string
-  body_text: string
+}
+
+/** A host fact as it happened; never answered. */
+export interface EventMessage {
+  type: 'event'
+  name: string
+  /** unix seconds, taken by the host when it happened */
+  t: number
+  data: Record<string, unknown>
 }
 
 export interface HelloMessage {
@@ -56,6 +74,8 @@ export interface HelloMessage {
   protocol: number
   plugin_version: string
   host?: HostFacts
+  /** the prompt running at (re)connect, with its start time */
+  running?: Array<{ prompt_id: string; t: number }>
 }
 
 export interface HostFacts {
@@ -73,8 +93,12 @@ export interface PassDecision {
   strip_headers?: string[]
   drop_query?: string[]
   need_body?: { max_bytes: number; ctx: unknown }
-  body_text?: string
+  need_form?: { ctx: unknown }
+  /** the body step's edit: the new body is the answer's payload */
+  body_replaced?: true
   filter?: { name: string; ctx: unknown }
+  /** a WebSocket the sidecar may close later (close_ws) */
+  ws_tag?: string
   /** the user named in comfy-user, for hosts that must know their users (ComfyUI --multi-user) */
   host_user?: { id: string; name: string }
 }
@@ -87,4 +111,19 @@ export interface RespondDecision {
 }
 
 export type Decision = PassDecision | RespondDecision | { action: 'proxy' }
-export type FilterAnswer = { action: 'keep' } | { action: 'replace'; body_text: string } | RespondDecision
+/** `replace` carries the new body as the frame's payload */
+export type FilterAnswer = { action: 'keep' } | { action: 'replace' } | RespondDecision
+
+/** An answer and the raw bytes that travel after its JSON (a replacement body). */
+export interface WithPayload<T> {
+  answer: T
+  payload: Buffer
+}
+
+/** Unasked, sidecar → plugin: close these WebSockets. */
+export interface CloseSocketsMessage {
+  type: 'close_ws'
+  tags: string[]
+  code: number
+  reason: string
+}

@@ -12,25 +12,32 @@ import { chmodSync, lstatSync, unlinkSync } from 'node:fs'
 import { createServer, type Server, type Socket } from 'node:net'
 import type { FastifyBaseLogger } from 'fastify'
 import { errorBody } from '../errors.js'
+import { checkMessage, encodeFrame, FrameDecoder, FrameError } from './frames.js'
 import {
   MAX_FRAME_BYTES,
   PROTOCOL_VERSION,
   type BodyMessage,
+  type CloseSocketsMessage,
   type Decision,
+  type EventMessage,
   type FilterAnswer,
   type FilterMessage,
+  type FormMessage,
   type HelloMessage,
   type RequestDescription,
+  type WithPayload,
 } from './protocol.js'
 
 export interface DecisionHandlers {
   hello(msg: HelloMessage): object
   decide(msg: RequestDescription): Decision | Promise<Decision>
-  body(msg: BodyMessage): Decision | Promise<Decision>
-  filter(msg: FilterMessage): FilterAnswer | Promise<FilterAnswer>
+  body(msg: BodyMessage, payload: Buffer): Decision | WithPayload<Decision> | Promise<Decision | WithPayload<Decision>>
+  form(msg: FormMessage): Decision | Promise<Decision>
+  filter(msg: FilterMessage, payload: Buffer): FilterAnswer | WithPayload<FilterAnswer> | Promise<FilterAnswer | WithPayload<FilterAnswer>>
+  event(msg: EventMessage): void
 }
 
-type Answer = object & { id?: unknown }
+type Answer = object | WithPayload<object>
 
 const FAILED = {
   action: 'respond',
@@ -39,14 +46,14 @@ const FAILED = {
   body_text: JSON.stringify(errorBody('AUTHSVC_UNAVAILABLE')),
 } as const
 
-function writeFrame(socket: Socket, answer: Answer): void {
-  if (socket.destroyed) return
-  const json = JSON.stringify(answer)
-  const length = Buffer.byteLength(json)
-  const frame = Buffer.allocUnsafe(4 + length)
-  frame.writeUInt32BE(length, 0)
-  frame.write(json, 4)
-  socket.write(frame)
+const isWithPayload = (a: Answer): a is WithPayload<object> => 'payload' in a && Buffer.isBuffer((a as WithPayload<object>).payload)
+
+/** The frame of one answer; an answer too large for a frame is a 503 for that request only. */
+function answerFrame(id: unknown, result: Answer, log: FastifyBaseLogger): Buffer {
+  const frame = isWithPayload(result) ? encodeFrame({ ...result.answer, id }, result.payload) : encodeFrame({ ...result, id })
+  if (frame.length - 4 <= MAX_FRAME_BYTES) return frame
+  log.error({ bytes: frame.length }, 'decision answer larger than a frame; answering 503 for that request')
+  return encodeFrame({ ...FAILED, id })
 }
 
 export function removeStaleSocket(path: string): void {
@@ -57,16 +64,21 @@ export function removeStaleSocket(path: string): void {
   }
 }
 
-export function dispatch(handlers: DecisionHandlers, msg: Record<string, unknown>): Answer | Promise<Answer> {
+export function dispatch(handlers: DecisionHandlers, msg: Record<string, unknown>, payload: Buffer): Answer | Promise<Answer> | undefined {
   switch (msg.type) {
     case 'decide':
       return handlers.decide(msg as unknown as RequestDescription)
     case 'body':
-      return handlers.body(msg as unknown as BodyMessage)
+      return handlers.body(msg as unknown as BodyMessage, payload)
+    case 'form':
+      return handlers.form(msg as unknown as FormMessage)
     case 'filter':
-      return handlers.filter(msg as unknown as FilterMessage)
+      return handlers.filter(msg as unknown as FilterMessage, payload)
     case 'hello':
       return handlers.hello(msg as unknown as HelloMessage)
+    case 'event':
+      handlers.event(msg as unknown as EventMessage)
+      return undefined
     default:
       throw new Error(`unknown message type ${String(msg.type)}`)
   }
@@ -108,8 +120,8 @@ class BusyPoll {
   }
 }
 
-function serveConnection(socket: Socket, handlers: DecisionHandlers, log: FastifyBaseLogger, busy: BusyPoll): void {
-  let buffer: Buffer = Buffer.alloc(0)
+function serveConnection(socket: Socket, handlers: DecisionHandlers, log: FastifyBaseLogger, busy: BusyPoll, agreedSockets: Set<Socket>): void {
+  const decoder = new FrameDecoder()
   let agreed = false
   // answers produced in one turn leave in one write
   let corked = false
@@ -118,56 +130,56 @@ function serveConnection(socket: Socket, handlers: DecisionHandlers, log: Fastif
     socket.uncork()
   }
   const answer = (id: unknown, result: Answer): void => {
+    if (socket.destroyed) return
     if (!corked) {
       corked = true
       socket.cork()
       process.nextTick(uncork)
     }
-    writeFrame(socket, { ...result, id })
+    socket.write(answerFrame(id, result, log))
   }
   const fail = (id: unknown, err: unknown): void => {
     log.error({ err }, 'decision failed; answering 503')
     answer(id, FAILED)
   }
   socket.on('data', (chunk: Buffer) => {
-    let frames = 0
-    buffer = buffer.length === 0 ? chunk : Buffer.concat([buffer, chunk])
-    while (buffer.length >= 4) {
-      const length = buffer.readUInt32BE(0)
-      if (length > MAX_FRAME_BYTES) {
-        log.warn('decision frame too large; closing connection')
-        socket.destroy()
-        return
-      }
-      if (buffer.length < 4 + length) break
-      const payload = buffer.subarray(4, 4 + length)
-      buffer = buffer.subarray(4 + length)
-      let msg: Record<string, unknown>
-      try {
-        msg = JSON.parse(payload.toString('utf8')) as Record<string, unknown>
-        if (typeof msg !== 'object' || msg === null) throw new Error('not an object')
-      } catch {
-        log.warn('malformed decision frame; closing connection')
-        socket.destroy()
-        return
-      }
+    let frames
+    try {
+      frames = decoder.feed(chunk)
+    } catch (err) {
+      log.warn({ reason: err instanceof FrameError ? err.message : String(err) }, 'unreadable decision frame; closing connection')
+      socket.destroy()
+      return
+    }
+    for (const { message: msg, payload } of frames) {
       const id = msg.id
-      frames++
-      if (msg.type === 'hello') agreed = msg.protocol === PROTOCOL_VERSION
-      else if (!agreed) {
-        answer(id, FAILED)
+      const refusal = checkMessage(msg)
+      if (refusal !== null) {
+        log.error({ type: String(msg.type), reason: refusal }, 'malformed message from the plugin; answering 503 for it')
+        if (msg.type !== 'event') answer(id, FAILED)
+        continue
+      }
+      if (msg.type === 'hello') {
+        agreed = msg.protocol === PROTOCOL_VERSION
+        if (agreed) agreedSockets.add(socket)
+        else agreedSockets.delete(socket)
+      } else if (!agreed) {
+        if (msg.type !== 'event') answer(id, FAILED)
         continue
       }
       try {
-        const result = dispatch(handlers, msg)
+        const result = dispatch(handlers, msg, payload)
+        if (result === undefined) continue
         if (result instanceof Promise) result.then((r) => answer(id, r), (err) => fail(id, err))
         else answer(id, result)
       } catch (err) {
-        fail(id, err)
+        if (msg.type === 'event') log.error({ err, event: msg.name }, 'host event could not be applied')
+        else fail(id, err)
       }
     }
-    if (frames > 0) busy.touch(frames)
+    if (frames.length > 0) busy.touch(frames.length)
   })
+  socket.on('close', () => agreedSockets.delete(socket))
   socket.on('error', (err) => log.debug({ err }, 'decision connection error'))
 }
 
@@ -177,15 +189,22 @@ export interface BusyPollOptions {
   cpuIsFree: () => boolean
 }
 
+export interface DecisionServer {
+  server: Server
+  /** Sends an unasked message to every plugin connection that agreed on the protocol. */
+  push(message: CloseSocketsMessage): void
+}
+
 export async function listenDecisionSocket(
   path: string,
   handlers: DecisionHandlers,
   log: FastifyBaseLogger,
   busyPoll: BusyPollOptions = { windowMs: 0, cpuIsFree: () => true },
-): Promise<Server> {
+): Promise<DecisionServer> {
   removeStaleSocket(path)
   const busy = new BusyPoll(busyPoll.windowMs, busyPoll.cpuIsFree)
-  const server = createServer((socket) => serveConnection(socket, handlers, log, busy))
+  const agreedSockets = new Set<Socket>()
+  const server = createServer((socket) => serveConnection(socket, handlers, log, busy, agreedSockets))
   const oldMask = process.umask(0o177)
   try {
     await new Promise<void>((resolve, reject) => {
@@ -199,5 +218,11 @@ export async function listenDecisionSocket(
     process.umask(oldMask)
   }
   chmodSync(path, 0o600)
-  return server
+  return {
+    server,
+    push(message) {
+      const frame = encodeFrame(message)
+      for (const socket of agreedSockets) if (!socket.destroyed) socket.write(frame)
+    },
+  }
 }

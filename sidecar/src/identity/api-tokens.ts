@@ -57,6 +57,11 @@ export class ApiTokenService {
     return { record }
   }
 
+  /** The live record of a token by its hash (no use is recorded): for re-checking open WebSockets. */
+  byHash(hash: string): ApiTokenRecord | undefined {
+    return this.tokens.get(hash)
+  }
+
   activeForUser(userId: string): ApiTokenRecord[] {
     const now = this.clock()
     return [...this.tokens.values()]

@@ -15,9 +15,19 @@ export type Requirement =
   | { kind: 'permission'; key: PermissionKey }
   | { kind: 'admin' }
 
-/** What the decision does beyond the requirement; interpreted by decide/host.ts. */
+/** What the decision does beyond the requirement: a route behaviour of sidecar/src/behaviours/. */
 export type HostRouteBehaviour =
   | 'prompt'
+  | 'queue-read'
+  | 'queue-write'
+  | 'history-list'
+  | 'history-entry'
+  | 'history-write'
+  | 'interrupt'
+  | 'view'
+  | 'upload-image'
+  | 'upload-mask'
+  | 'object-info'
   | 'userdata-write'
   | 'system-stats'
   | 'websocket'
@@ -46,22 +56,22 @@ const TABLE: Record<string, Entry> = {
   'GET /i18n': { require: principal, page: true },
   'GET /features': { require: principal, page: true },
   'GET /workflow_templates': { require: principal, page: true },
-  'POST /upload/image': { require: perm('can_upload') },
-  'POST /upload/mask': { require: perm('can_upload') },
-  'GET /view': { require: principal },
+  'POST /upload/image': { require: perm('can_upload'), behaviour: 'upload-image' },
+  'POST /upload/mask': { require: perm('can_upload'), behaviour: 'upload-mask' },
+  'GET /view': { require: principal, behaviour: 'view' },
   'GET /view_metadata/{folder_name}': { require: perm('can_access_api') },
   'GET /system_stats': { require: perm('can_access_api'), behaviour: 'system-stats' },
   'GET /prompt': { require: perm('can_access_api') },
   'POST /prompt': { require: perm('can_run'), behaviour: 'prompt' },
   'PUT /prompt': { require: perm('can_run'), behaviour: 'prompt' },
-  'GET /object_info': { require: perm('can_access_api') },
-  'GET /object_info/{node_class}': { require: perm('can_access_api') },
-  'GET /history': { require: perm('can_access_api') },
-  'GET /history/{prompt_id}': { require: perm('can_access_api') },
-  'GET /queue': { require: perm('can_access_api') },
-  'POST /queue': { require: perm('can_run') },
-  'POST /history': { require: perm('can_run') },
-  'POST /interrupt': { require: perm('can_run') },
+  'GET /object_info': { require: perm('can_access_api'), behaviour: 'object-info' },
+  'GET /object_info/{node_class}': { require: perm('can_access_api'), behaviour: 'object-info' },
+  'GET /history': { require: perm('can_access_api'), behaviour: 'history-list' },
+  'GET /history/{prompt_id}': { require: perm('can_access_api'), behaviour: 'history-entry' },
+  'GET /queue': { require: perm('can_access_api'), behaviour: 'queue-read' },
+  'POST /queue': { require: perm('can_run'), behaviour: 'queue-write' },
+  'POST /history': { require: perm('can_run'), behaviour: 'history-write' },
+  'POST /interrupt': { require: perm('can_run'), behaviour: 'interrupt' },
   'POST /free': { require: admin },
   'GET /settings': { require: principal },
   'GET /settings/{id}': { require: principal },

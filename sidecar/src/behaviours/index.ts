@@ -1,0 +1,86 @@
+/**
+ * The route behaviours, by the name their policy row gives (policy/host-routes.ts),
+ * and the dispatch of the later steps (body, form, filter) by the `kind` their
+ * context names. A step whose behaviour does not have it is refused.
+ */
+import { AuthsvcError } from '../errors.js'
+import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
+import type { HostRouteBehaviour, HostRoutePolicy } from '../policy/host-routes.js'
+import type { BehaviourHandlers } from '../decide/decide.js'
+import { denyDecision } from '../decide/answers.js'
+import type { Decision, FilterMessage, FormMessage, PassDecision, RequestDescription } from '../decide/protocol.js'
+import type { BehaviourDeps, BodyAnswer, FilterResult, RouteBehaviour, StepContext } from './context.js'
+import { ownerKey } from './context.js'
+import { historyEntryBehaviour, historyListBehaviour, historyWriteBehaviour } from './history.js'
+import { interruptBehaviour } from './interrupt.js'
+import { objectInfoBehaviour } from './object-info.js'
+import { promptBehaviour } from './prompt.js'
+import { queueReadBehaviour, queueWriteBehaviour } from './queue.js'
+import { systemStatsBehaviour } from './system-stats.js'
+import { uploadBehaviour } from './upload.js'
+import { userdataWriteBehaviour } from './userdata-write.js'
+import { viewBehaviour } from './view.js'
+import { websocketBehaviour } from './websocket.js'
+
+export class RouteBehaviours implements BehaviourHandlers {
+  private readonly byName: Record<HostRouteBehaviour, RouteBehaviour>
+  /** the later steps: the kind a behaviour puts in its step context → the behaviour */
+  private readonly byKind: Map<string, RouteBehaviour>
+
+  constructor(private readonly deps: BehaviourDeps) {
+    this.byName = {
+      prompt: promptBehaviour(deps),
+      'queue-read': queueReadBehaviour(deps),
+      'queue-write': queueWriteBehaviour(deps),
+      'history-list': historyListBehaviour(deps),
+      'history-entry': historyEntryBehaviour(deps),
+      'history-write': historyWriteBehaviour(deps),
+      interrupt: interruptBehaviour(deps),
+      view: viewBehaviour(deps),
+      'upload-image': uploadBehaviour(deps, false),
+      'upload-mask': uploadBehaviour(deps, true),
+      'object-info': objectInfoBehaviour(deps),
+      'userdata-write': userdataWriteBehaviour(),
+      'system-stats': systemStatsBehaviour(),
+      websocket: websocketBehaviour(deps),
+    }
+    this.byKind = new Map(Object.entries(this.byName))
+  }
+
+  /** Whether this principal sees and acts on everyone's things. */
+  seesAll(principal: Principal): boolean {
+    return (principal.isAdmin && principal.role === ADMIN_ROLE) || !this.deps.config.seperate_users
+  }
+
+  apply(policy: HostRoutePolicy, desc: RequestDescription, principal: Principal, pass: PassDecision): Decision | Promise<Decision> {
+    const behaviour = policy.behaviour === undefined ? undefined : this.byName[policy.behaviour]
+    if (behaviour === undefined) return pass
+    return behaviour.decide({ desc, principal, pass, owner: ownerKey(principal), seesAll: this.seesAll(principal) })
+  }
+
+  private step(ctx: unknown): { behaviour: RouteBehaviour; ctx: StepContext } | null {
+    if (typeof ctx !== 'object' || ctx === null) return null
+    const c = ctx as StepContext
+    if (typeof c.kind !== 'string' || typeof c.owner !== 'string' || typeof c.seesAll !== 'boolean') return null
+    const behaviour = this.byKind.get(c.kind)
+    return behaviour ? { behaviour, ctx: c } : null
+  }
+
+  body(ctx: unknown, payload: Buffer): BodyAnswer | Promise<BodyAnswer> {
+    const found = this.step(ctx)
+    if (!found?.behaviour.body) return denyDecision('VALIDATION_FAILED', 'Unexpected body')
+    return found.behaviour.body(found.ctx, payload)
+  }
+
+  form(ctx: unknown, msg: FormMessage): Decision | Promise<Decision> {
+    const found = this.step(ctx)
+    if (!found?.behaviour.form) return denyDecision('VALIDATION_FAILED', 'Unexpected form')
+    return found.behaviour.form(found.ctx, msg)
+  }
+
+  filter(msg: FilterMessage, payload: Buffer): FilterResult | Promise<FilterResult> {
+    const found = this.step(msg.ctx)
+    if (!found?.behaviour.filter) throw new AuthsvcError('INTERNAL_ERROR', `unknown filter ${msg.name}`)
+    return found.behaviour.filter(found.ctx, msg, payload)
+  }
+}

@@ -1,0 +1,94 @@
+/**
+ * POST/PUT /prompt: the body is read (capped), checked and stamped with its owner.
+ *
+ * - `extra_data.authsvc_user` / `authsvc_user_id` are set (client spoofs overwritten);
+ * - `prompt_id` is the client's only when nobody else owns it (else 409
+ *   PROMPT_ID_TAKEN), or one the sidecar assigns;
+ * - both `client_id` fields must be the caller's own (else 403 CLIENT_ID_TAKEN); a
+ *   prompt without one gets a fresh id of the owner's, so its events never go to
+ *   every socket (ComfyUI broadcasts a prompt without client_id);
+ * - the owner is stored before the host sees the prompt;
+ * - the body is edited, never re-serialised: every byte outside those keys stays.
+ */
+import { randomUUID } from 'node:crypto'
+import { denyDecision } from '../decide/answers.js'
+import { applySplices, lastMember, objectMembers, rootStart, setMembers, type Splice } from '../isolation/json-spans.js'
+import type { BehaviourDeps, RouteBehaviour, StepContext } from './context.js'
+import { passWithBody, textOf } from './context.js'
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
+const nonEmptyString = (v: unknown): v is string => typeof v === 'string' && v !== ''
+
+export function promptBehaviour(deps: BehaviourDeps): RouteBehaviour {
+  return {
+    decide({ pass, principal, owner, seesAll }) {
+      const ctx: StepContext = { kind: 'prompt', owner, seesAll, user_id: principal.userId, username: principal.username }
+      return { ...pass, need_body: { max_bytes: deps.config.max_json_body_bytes, ctx } }
+    },
+
+    async body(ctx, payload) {
+      const text = textOf(payload)
+      if (text === null) return denyDecision('VALIDATION_FAILED', 'The prompt body is not UTF-8')
+      let parsed: unknown
+      try {
+        parsed = JSON.parse(text)
+      } catch {
+        return denyDecision('VALIDATION_FAILED', 'The prompt body is not valid JSON')
+      }
+      if (!isObject(parsed)) return denyDecision('VALIDATION_FAILED', 'The prompt body must be a JSON object')
+      const extra = parsed.extra_data
+      if (extra !== undefined && !isObject(extra)) return denyDecision('VALIDATION_FAILED', 'extra_data must be an object')
+      const owner = ctx.owner
+
+      let promptId: string
+      if ('prompt_id' in parsed) {
+        if (!nonEmptyString(parsed.prompt_id)) return denyDecision('VALIDATION_FAILED', 'prompt_id must be a non-empty string')
+        const taken = deps.ownership.ownerOfPrompt(parsed.prompt_id)
+        if (taken !== undefined && taken !== owner) return denyDecision('PROMPT_ID_TAKEN')
+        promptId = parsed.prompt_id
+      } else {
+        promptId = randomUUID()
+      }
+
+      for (const candidate of [parsed.client_id, extra?.client_id]) {
+        if (nonEmptyString(candidate) && !deps.clientIds.claim(candidate, owner)) return denyDecision('CLIENT_ID_TAKEN')
+      }
+      // the id ComfyUI will send events to: the top-level key when present (whatever its value), else extra_data's
+      const effective = 'client_id' in parsed ? parsed.client_id : extra?.client_id
+      let clientId: string
+      if (nonEmptyString(effective)) {
+        clientId = effective
+      } else {
+        clientId = `authsvc-${randomUUID()}`
+        deps.clientIds.claim(clientId, owner)
+      }
+
+      const root = objectMembers(text, rootStart(text))
+      const stamp: Array<[string, string]> = [
+        ['authsvc_user', JSON.stringify(ctx.username)],
+        ['authsvc_user_id', JSON.stringify(ctx.user_id ?? null)],
+      ]
+      const top: Array<[string, string]> = []
+      if (!('prompt_id' in parsed)) top.push(['prompt_id', JSON.stringify(promptId)])
+      if (clientId !== effective) top.push(['client_id', JSON.stringify(clientId)])
+      const splices: Splice[] = []
+      const extraMember = lastMember(root.members, 'extra_data')
+      if (extraMember === undefined) {
+        top.push(['extra_data', `{${stamp.map(([k, v]) => `${JSON.stringify(k)}:${v}`).join(',')}}`])
+      } else {
+        splices.push(...setMembers(objectMembers(text, extraMember.valueStart), stamp))
+      }
+      splices.push(...setMembers(root, top))
+
+      await deps.ownership.recordPrompt({
+        prompt_id: promptId,
+        owner,
+        user_id: (ctx.user_id as string | null) ?? null,
+        username: String(ctx.username),
+        client_id: clientId,
+        created_at_iso: new Date(deps.clock()).toISOString(),
+      })
+      return passWithBody(applySplices(text, splices))
+    },
+  }
+}

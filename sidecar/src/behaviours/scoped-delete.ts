@@ -1,0 +1,43 @@
+/**
+ * The body step shared by POST /queue and POST /history (`{"delete": [ids]}`,
+ * `{"clear": true}`): for a caller who does not see everything, every id to
+ * delete must be theirs (else 403 NOT_OWNER, and the host is never asked), and
+ * `clear` becomes a delete of their own ids, so nobody else's item can go.
+ */
+import { denyDecision } from '../decide/answers.js'
+import type { BehaviourDeps, RouteBehaviour } from './context.js'
+import { passWithBody, textOf } from './context.js'
+
+/** Bodies of these routes are a few ids; a larger one is refused with 413 by the plugin. */
+export const SMALL_BODY_BYTES = 1024 * 1024
+
+export function scopedDeleteBody(deps: BehaviourDeps, kind: string): RouteBehaviour {
+  return {
+    decide({ pass, owner, seesAll }) {
+      if (seesAll) return pass
+      return { ...pass, need_body: { max_bytes: SMALL_BODY_BYTES, ctx: { kind, owner, seesAll } } }
+    },
+    body(ctx, payload) {
+      const text = textOf(payload)
+      let body: unknown
+      try {
+        body = text === null ? undefined : JSON.parse(text)
+      } catch {
+        body = undefined
+      }
+      if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+        return denyDecision('VALIDATION_FAILED', 'The body must be a JSON object with "delete" and/or "clear"')
+      }
+      const { delete: toDelete, clear } = body as { delete?: unknown; clear?: unknown }
+      if (toDelete !== undefined && !(Array.isArray(toDelete) && toDelete.every((id) => typeof id === 'string'))) {
+        return denyDecision('VALIDATION_FAILED', '"delete" must be a list of prompt ids')
+      }
+      const own = deps.ownership.promptIdsOf(ctx.owner)
+      const ids = (toDelete ?? []) as string[]
+      const foreign = ids.filter((id) => !own.has(id))
+      if (foreign.length > 0) return denyDecision('NOT_OWNER', `Not your prompt: ${foreign.slice(0, 5).join(', ')}`)
+      const scoped = clear ? [...own] : ids
+      return passWithBody(JSON.stringify({ delete: scoped }))
+    },
+  }
+}

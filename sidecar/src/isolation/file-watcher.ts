@@ -1,0 +1,93 @@
+/**
+ * New files in the host's output, input and temp folders find their owner: the
+ * owner of the prompt whose run was in progress when the file was created.
+ *
+ * This covers every node that writes files, whatever it reports to the client
+ * (the `executed` event names only what a node chooses to show). A file whose
+ * creation time is later than the newest host event we know of waits for the
+ * next event (the run's start may still be on its way from the plugin), at most
+ * PENDING_MS; a file created outside any run keeps no owner (outputs and temp:
+ * administrators only; inputs: shared).
+ */
+import { relative, sep } from 'node:path'
+import chokidar, { type FSWatcher } from 'chokidar'
+import type { FastifyBaseLogger } from 'fastify'
+import { fileKey, type FileType, type Ownership } from './ownership.js'
+
+const PENDING_MS = 2000
+
+interface Pending {
+  key: string
+  ctimeMs: number
+  since: number
+}
+
+export class HostFileWatcher {
+  private watcher: FSWatcher | null = null
+  private dirs: Array<[FileType, string]> = []
+  private pending: Pending[] = []
+  private timer: NodeJS.Timeout | null = null
+
+  constructor(
+    private readonly ownership: Ownership,
+    private readonly log: FastifyBaseLogger,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** (Re)starts watching the folders the host named; a no-op when they did not change. */
+  async watch(dirs: Partial<Record<FileType, string>>): Promise<void> {
+    const next = (Object.entries(dirs) as Array<[FileType, string | undefined]>).filter((e): e is [FileType, string] => typeof e[1] === 'string' && e[1] !== '')
+    if (JSON.stringify(next) === JSON.stringify(this.dirs)) return
+    await this.close()
+    this.dirs = next
+    if (next.length === 0) return
+    const watcher = chokidar.watch(next.map(([, dir]) => dir), { ignoreInitial: true, alwaysStat: true, ignorePermissionErrors: true })
+    watcher.on('add', (path, stats) => {
+      const key = this.keyOf(path)
+      if (key === null || !stats) return
+      this.attribute({ key, ctimeMs: stats.ctimeMs, since: this.now() })
+    })
+    watcher.on('error', (err) => this.log.warn({ err }, 'host folder watcher error'))
+    this.watcher = watcher
+    await new Promise<void>((resolve) => watcher.once('ready', () => resolve()))
+  }
+
+  private keyOf(path: string): string | null {
+    for (const [type, dir] of this.dirs) {
+      const rel = relative(dir, path)
+      if (rel !== '' && !rel.startsWith('..') && !rel.startsWith(sep)) return fileKey(type, '', rel.split(sep).join('/'))
+    }
+    return null
+  }
+
+  private attribute(file: Pending): void {
+    if (file.ctimeMs > this.ownership.latestEventMs && this.now() - file.since < PENDING_MS) {
+      this.pending.push(file)
+      this.timer ??= setTimeout(() => this.retry(), 100)
+      return
+    }
+    const promptId = this.ownership.promptRunningAt(file.ctimeMs)
+    const owner = promptId === undefined ? undefined : this.ownership.ownerOfPrompt(promptId)
+    if (owner === undefined) return
+    this.ownership.addFileOwner(file.key, owner, promptId, new Date(this.now())).catch((err: unknown) => {
+      this.log.error({ err, key: file.key }, 'could not store the owner of a host file')
+    })
+  }
+
+  /** A host event arrived (or time passed): files that waited for it are attributed now. */
+  retry(): void {
+    if (this.timer !== null) clearTimeout(this.timer)
+    this.timer = null
+    const waiting = this.pending
+    this.pending = []
+    for (const file of waiting) this.attribute(file)
+  }
+
+  async close(): Promise<void> {
+    if (this.timer !== null) clearTimeout(this.timer)
+    this.timer = null
+    const watcher = this.watcher
+    this.watcher = null
+    if (watcher) await watcher.close()
+  }
+}

@@ -1,0 +1,66 @@
+/**
+ * Host events (plugin → sidecar, never answered) applied to what the sidecar
+ * knows: runs (for file attribution and /interrupt), the files a run reported,
+ * and WebSockets that closed.
+ */
+import type { FastifyBaseLogger } from 'fastify'
+import type { EventMessage } from '../decide/protocol.js'
+import type { HostFileWatcher } from './file-watcher.js'
+import type { LiveSockets } from './live-sockets.js'
+import { fileKey, type FileType, type Ownership } from './ownership.js'
+
+const TYPES: ReadonlySet<string> = new Set(['output', 'input', 'temp'])
+
+/** `{filename, subfolder, type}` entries anywhere in a node's UI output (images, gifs, audio, 3d...). */
+function reportedFiles(output: unknown): Array<{ filename: string; subfolder: string; type: FileType }> {
+  const out: Array<{ filename: string; subfolder: string; type: FileType }> = []
+  if (typeof output !== 'object' || output === null) return out
+  for (const value of Object.values(output)) {
+    if (!Array.isArray(value)) continue
+    for (const item of value) {
+      if (typeof item !== 'object' || item === null) continue
+      const { filename, subfolder, type } = item as Record<string, unknown>
+      if (typeof filename === 'string' && typeof type === 'string' && TYPES.has(type)) {
+        out.push({ filename, subfolder: typeof subfolder === 'string' ? subfolder : '', type: type as FileType })
+      }
+    }
+  }
+  return out
+}
+
+export function applyHostEvent(
+  msg: EventMessage,
+  deps: { ownership: Ownership; watcher: HostFileWatcher; liveSockets: LiveSockets; log: FastifyBaseLogger; now: () => number },
+): void {
+  const atMs = msg.t * 1000
+  const promptId = typeof msg.data.prompt_id === 'string' ? msg.data.prompt_id : undefined
+  switch (msg.name) {
+    case 'execution_start':
+      if (promptId) deps.ownership.runStarted(promptId, atMs)
+      break
+    case 'executed': {
+      if (!promptId) break
+      deps.ownership.seen(atMs)
+      const owner = deps.ownership.ownerOfPrompt(promptId)
+      if (owner === undefined) break
+      for (const f of reportedFiles(msg.data.output)) {
+        const key = fileKey(f.type, f.subfolder, f.filename)
+        if (key === null) continue
+        deps.ownership.addFileOwner(key, owner, promptId, new Date(deps.now())).catch((err: unknown) => {
+          deps.log.error({ err, key }, 'could not store the owner of a host file')
+        })
+      }
+      break
+    }
+    case 'execution_end':
+      if (promptId) deps.ownership.runEnded(promptId, atMs)
+      break
+    case 'ws_closed':
+      if (typeof msg.data.tag === 'string') deps.liveSockets.closed(msg.data.tag)
+      return
+    default:
+      deps.log.debug({ event: msg.name }, 'host event ignored')
+      return
+  }
+  deps.watcher.retry()
+}

@@ -1,0 +1,94 @@
+/**
+ * Open WebSockets follow their credential: a socket stays open only while what
+ * opened it would still be let in. Logout, a revoked session or token, a
+ * disabled or deleted user close it with 4401; a changed role with 4403.
+ *
+ * Rather than hooking every path that can end a credential, the registry
+ * re-checks each open socket's credential against the live records a few times
+ * a second while any socket is open (nothing runs while none is), so no way of
+ * ending access can be forgotten. Each close is sent to the plugin (close_ws).
+ */
+import type { Principal } from '../identity/principal.js'
+
+export interface CredentialState {
+  /** 'ok', or the close code and reason that apply now */
+  check(entry: SocketEntry): 'ok' | { code: number; reason: string }
+}
+
+export interface SocketEntry {
+  tag: string
+  userId: string | null
+  role: string
+  authType: Principal['authType']
+  credentialId?: string
+}
+
+export const CHECK_INTERVAL_MS = 250
+const MAX_SOCKETS = 10_000
+
+export class LiveSockets {
+  private readonly entries = new Map<string, SocketEntry & { at: number }>()
+  private timer: NodeJS.Timeout | null = null
+
+  constructor(
+    private readonly state: CredentialState,
+    private readonly close: (tags: string[], code: number, reason: string) => void,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  get size(): number {
+    return this.entries.size
+  }
+
+  register(entry: SocketEntry): void {
+    if (this.entries.size >= MAX_SOCKETS) {
+      const oldest = this.entries.keys().next().value as string
+      this.entries.delete(oldest)
+    }
+    this.entries.set(entry.tag, { ...entry, at: this.now() })
+    if (this.timer === null) {
+      this.timer = setInterval(() => this.sweep(), CHECK_INTERVAL_MS)
+      this.timer.unref()
+    }
+  }
+
+  /** The plugin says the socket is gone (its handler returned). */
+  closed(tag: string): void {
+    this.entries.delete(tag)
+    this.stopIfIdle()
+  }
+
+  /** Closes every socket whose credential no longer admits it; returns how many. */
+  sweep(): number {
+    const byCode = new Map<string, string[]>()
+    for (const entry of this.entries.values()) {
+      const verdict = this.state.check(entry)
+      if (verdict === 'ok') continue
+      const key = `${verdict.code} ${verdict.reason}`
+      const tags = byCode.get(key) ?? []
+      tags.push(entry.tag)
+      byCode.set(key, tags)
+    }
+    let closed = 0
+    for (const [key, tags] of byCode) {
+      const space = key.indexOf(' ')
+      this.close(tags, Number(key.slice(0, space)), key.slice(space + 1))
+      for (const tag of tags) this.entries.delete(tag)
+      closed += tags.length
+    }
+    this.stopIfIdle()
+    return closed
+  }
+
+  private stopIfIdle(): void {
+    if (this.entries.size === 0 && this.timer !== null) {
+      clearInterval(this.timer)
+      this.timer = null
+    }
+  }
+
+  stop(): void {
+    if (this.timer !== null) clearInterval(this.timer)
+    this.timer = null
+  }
+}
