@@ -14,12 +14,12 @@ import type { RoleStore } from '../policy/roles.js'
 import type { SettingsRepository } from '../store/settings.js'
 import type { ApiTokenService } from './api-tokens.js'
 import { presentedCredential, type Channel } from './credentials.js'
+import { GUEST_ROLE, GUEST_SUBJECT } from './guest-sessions.js'
 import { ADMIN_ROLE, type AuthType, type Principal } from './principal.js'
 import type { SessionCheck, SessionService } from './sessions.js'
 import type { UserRecord, UserRepository } from './users.js'
 
-export const GUEST_SUBJECT = 'guest'
-export const GUEST_ROLE = 'guest'
+export { GUEST_ROLE, GUEST_SUBJECT }
 
 export interface ResolverDeps {
   config: Config

@@ -3,12 +3,17 @@
  * jti, iat, exp, typ "session". The session record, not the signature alone,
  * decides validity: a missing, revoked, expired or idle record refuses the
  * token. `last_used` is persisted at most once a minute per session.
+ * Guest sessions are bounded (identity/guest-sessions.ts): their number per
+ * address and in all never exceeds the limits, also right after a start.
  */
 import { randomUUID } from 'node:crypto'
 import { SignJWT, jwtVerify, errors as joseErrors } from 'jose'
 import type { ErrorCode } from '../errors.js'
 import type { Collection } from '../store/collection.js'
+import { AuthsvcError } from '../errors.js'
 import { iso, type Clock } from './clock.js'
+import { GUEST_LIMITS, GUEST_ROLE, GUEST_SUBJECT, GuestLoginRate, guestEvictions, type GuestLimits } from './guest-sessions.js'
+import { addressKey } from './throttle.js'
 
 export interface SessionRecord {
   jti: string
@@ -18,6 +23,8 @@ export interface SessionRecord {
   exp_at_iso: string
   remember_me: boolean
   revoked: boolean
+  /** guest sessions only: the throttle bucket of the address that logged in */
+  guest_key?: string
 }
 
 export interface SessionSettings {
@@ -40,18 +47,63 @@ export type SessionCheck = { record: SessionRecord } | { error: ErrorCode }
 export class SessionService {
   private readonly lastUsed = new Map<string, number>()
   private readonly verified = new Map<string, VerifiedClaims>()
+  /** guest session jti → its address bucket, oldest first */
+  private readonly guests = new Map<string, string>()
+  private readonly guestRate: GuestLoginRate
 
   constructor(
     private readonly sessions: Collection<SessionRecord>,
     private readonly key: Uint8Array,
     private readonly clock: Clock,
     private readonly settings: SessionSettings,
-  ) {}
+    private readonly guestLimits: GuestLimits = GUEST_LIMITS,
+  ) {
+    this.guestRate = new GuestLoginRate(clock, guestLimits)
+    const guests = [...sessions.values()].filter((s) => s.user_id === GUEST_SUBJECT)
+    guests.sort((a, b) => a.created_at_iso.localeCompare(b.created_at_iso))
+    // a guest record written before addresses were kept counts only against the total bound
+    for (const s of guests) this.guests.set(s.jti, s.guest_key ?? `unknown:${s.jti}`)
+  }
 
   async issue(user: { user_id: string; username: string }, rememberMe: boolean): Promise<{ token: string; record: SessionRecord }> {
+    return this.issueSession(user, rememberMe, this.settings.lifetimeHours)
+  }
+
+  /**
+   * A guest session for a client at `ip`: refused with 429 beyond the
+   * per-address login rate; short-lived; the oldest guest sessions beyond the
+   * per-address and total bounds are removed before this one is handed out.
+   */
+  async issueGuest(ip: string): Promise<{ token: string; record: SessionRecord }> {
+    const rate = this.guestRate.take(ip)
+    if (!rate.allowed) throw new AuthsvcError('TOO_MANY_ATTEMPTS', 'Too many guest logins from this address; try again later', { 'Retry-After': String(rate.retryAfterSeconds) })
+    const lifetime = Math.min(this.settings.lifetimeHours, this.guestLimits.lifetimeHours)
+    const issued = await this.issueSession({ user_id: GUEST_SUBJECT, username: GUEST_ROLE }, false, lifetime, addressKey(ip))
+    await this.enforceGuestBounds()
+    return issued
+  }
+
+  /** Guest sessions held now (for the bounds' tests and the operator). */
+  get guestCount(): number {
+    return this.guests.size
+  }
+
+  private async enforceGuestBounds(): Promise<number> {
+    const evict = guestEvictions(this.guests, this.guestLimits)
+    await Promise.all(evict.map((jti) => this.drop(jti)))
+    return evict.length
+  }
+
+  private async drop(jti: string): Promise<void> {
+    this.guests.delete(jti)
+    this.lastUsed.delete(jti)
+    await this.sessions.remove(jti)
+  }
+
+  private async issueSession(user: { user_id: string; username: string }, rememberMe: boolean, lifetimeHours: number, guestKey?: string): Promise<{ token: string; record: SessionRecord }> {
     const now = this.clock()
     const jti = randomUUID()
-    const expMs = now + this.settings.lifetimeHours * 3600_000
+    const expMs = now + lifetimeHours * 3600_000
     const token = await new SignJWT({ username: user.username, typ: 'session' })
       .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
       .setSubject(user.user_id)
@@ -67,9 +119,11 @@ export class SessionService {
       exp_at_iso: iso(expMs),
       remember_me: rememberMe,
       revoked: false,
+      ...(guestKey === undefined ? {} : { guest_key: guestKey }),
     }
     this.lastUsed.set(jti, now)
     await this.sessions.put(jti, record)
+    if (guestKey !== undefined) this.guests.set(jti, guestKey)
     return { token, record }
   }
 
@@ -155,15 +209,18 @@ export class SessionService {
 
   async deleteAllForUser(userId: string): Promise<void> {
     const targets = [...this.sessions.values()].filter((s) => s.user_id === userId)
-    await Promise.all(targets.map((s) => this.sessions.remove(s.jti)))
+    await Promise.all(targets.map((s) => this.drop(s.jti)))
   }
 
-  /** Drops records past their expiry (revoked or not): they can never validate again. */
+  /**
+   * Drops records past their expiry (revoked or not): they can never validate
+   * again; then the oldest guest sessions beyond the bounds (a store written
+   * before the bounds existed is brought within them at start).
+   */
   async prune(): Promise<number> {
     const now = this.clock()
     const expired = [...this.sessions.values()].filter((s) => Date.parse(s.exp_at_iso) <= now)
-    await Promise.all(expired.map((s) => this.sessions.remove(s.jti)))
-    for (const s of expired) this.lastUsed.delete(s.jti)
-    return expired.length
+    await Promise.all(expired.map((s) => this.drop(s.jti)))
+    return expired.length + (await this.enforceGuestBounds())
   }
 }

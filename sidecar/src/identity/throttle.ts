@@ -266,7 +266,8 @@ export class Throttle {
   }
 }
 
-function addressKey(ip: string): `ip:${string}` {
+/** The throttling bucket of a client address: the address itself, or its /64 for IPv6. */
+export function addressKey(ip: string): `ip:${string}` {
   const address = normalizeIp(ip)
   if (isIP(address) === 6) return `ip:${ipv6Network64(address)}`
   // Not an address at all (the caller's fault): still one bounded bucket.

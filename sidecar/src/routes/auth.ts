@@ -8,7 +8,7 @@ import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
 import { passwordProblem } from '../identity/passwords.js'
 import { ADMIN_ROLE } from '../identity/principal.js'
-import { GUEST_ROLE, GUEST_SUBJECT } from '../identity/resolver.js'
+import { GUEST_ROLE, GUEST_SUBJECT } from '../identity/guest-sessions.js'
 import { usernameProblem } from '../identity/users.js'
 import { clearSessionCookie, safeRedirectPath, setSessionCookie } from '../http/session-cookie.js'
 import { checkPassword, mfaStep, refuseIfThrottled } from '../http/password-check.js'
@@ -71,9 +71,12 @@ export function authRoutes(services: Services) {
       const rememberMe = truthy(body.remember_me)
       const redirectUrl = safeRedirectPath(body.next ?? request.queryParams.get('next'))
       let subject: { user_id: string; username: string }
+      let issued: { token: string }
       if (truthy(body.guest_login)) {
         if (!services.settings.get('allow_guest_jwt')) throw new AuthsvcError('GUEST_DISABLED')
         subject = { user_id: GUEST_SUBJECT, username: GUEST_ROLE }
+        // throttled per address, bounded in number, short-lived; never remembered
+        issued = await services.sessions.issueGuest(request.facts.ip)
       } else {
         if (typeof body.username !== 'string' || typeof body.password !== 'string') {
           throw new AuthsvcError('VALIDATION_FAILED', 'username and password are required')
@@ -86,12 +89,14 @@ export function authRoutes(services: Services) {
           return step
         }
         subject = user
+        issued = await services.sessions.issue(subject, rememberMe)
       }
-      const { token } = await services.sessions.issue(subject, rememberMe)
-      setSessionCookie(request, reply, token, rememberMe, services.sessions.lifetimeSeconds)
+      const { token } = issued
+      const remembered = rememberMe && subject.user_id !== GUEST_SUBJECT
+      setSessionCookie(request, reply, token, remembered, services.sessions.lifetimeSeconds)
       request.log.info({ event: 'user_login', username: subject.username }, 'login')
       if (request.facts.isNavigation) return reply.code(302).header('Location', redirectUrl).send()
-      return { message: 'Login successful', jwt_token: token, redirect_url: redirectUrl, remember_me: rememberMe }
+      return { message: 'Login successful', jwt_token: token, redirect_url: redirectUrl, remember_me: remembered }
     })
 
     const logout = async (request: import('fastify').FastifyRequest, reply: import('fastify').FastifyReply) => {

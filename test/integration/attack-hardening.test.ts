@@ -1,0 +1,113 @@
+/**
+ * Attack rows of issue 9 (the holes found from outside), through the owned
+ * routes with real services, the real sqlite file and an injected clock. Each
+ * row is one request shape that did the wrong thing before its fix; the row's
+ * name says the shape, the comment above each table names the hole.
+ */
+import assert from 'node:assert/strict'
+import { describe, it } from 'node:test'
+import { decodeJwt } from 'jose'
+import { openSqliteStore } from '../../sidecar/src/store/kv.js'
+import { GUEST_LIMITS } from '../../sidecar/src/identity/guest-sessions.js'
+import { bearer, openHarness, type Harness } from './harness.js'
+
+const guestLogin = (h: Harness, peer: string, extra: Record<string, unknown> = {}) =>
+  h.call('POST', '/login', { body: { guest_login: true, ...extra }, peer })
+
+const asGuest = (h: Harness, token: string) => h.call('GET', '/authsvc/api/me', { headers: bearer(token) })
+
+// Hole 2: guest logins were unbounded (300 logins from one address, 300 persisted sessions, all reloaded at start).
+describe('hole 2: guest logins are throttled, bounded and short-lived', () => {
+  const rows: Array<[string, (h: Harness) => Promise<void>]> = [
+    ['300 guest logins from one address: 429 after the per-address budget, with Retry-After', async (h) => {
+      const statuses: number[] = []
+      let refused: Awaited<ReturnType<typeof guestLogin>> | undefined
+      for (let i = 0; i < 300; i++) {
+        const res = await guestLogin(h, '198.51.100.7')
+        statuses.push(res.status)
+        if (res.status !== 200) refused ??= res
+      }
+      assert.equal(statuses.filter((s) => s === 200).length, GUEST_LIMITS.loginsPerWindow)
+      assert.equal(statuses.filter((s) => s === 429).length, 300 - GUEST_LIMITS.loginsPerWindow)
+      assert.equal(refused?.body.code, 'TOO_MANY_ATTEMPTS')
+      assert.equal(refused?.headers['retry-after'], '600')
+      assert.equal(h.services.sessions.guestCount, GUEST_LIMITS.sessionsPerAddress)
+      h.clock.advance(GUEST_LIMITS.windowMs)
+      assert.equal((await guestLogin(h, '198.51.100.7')).status, 200, 'the window slides')
+    }],
+    ['IPv6 guest logins from fresh addresses of one /64 share one budget', async (h) => {
+      const statuses: number[] = []
+      for (let i = 1; i <= GUEST_LIMITS.loginsPerWindow + 1; i++) statuses.push((await guestLogin(h, `2001:db8:1:2::${i.toString(16)}`)).status)
+      assert.deepEqual(statuses, [...Array<number>(GUEST_LIMITS.loginsPerWindow).fill(200), 429])
+    }],
+    ['guest logins from one address beyond its session bound evict its oldest session first', async (h) => {
+      const tokens: string[] = []
+      for (let i = 0; i < GUEST_LIMITS.sessionsPerAddress + 1; i++) tokens.push((await guestLogin(h, '198.51.100.8')).body.jwt_token)
+      assert.equal((await asGuest(h, tokens[0])).body.code, 'TOKEN_REVOKED', 'the oldest is gone')
+      for (const t of tokens.slice(1)) assert.equal((await asGuest(h, t)).status, 200)
+      const other = await guestLogin(h, '198.51.100.9')
+      assert.equal((await asGuest(h, other.body.jwt_token)).status, 200, 'another address keeps its own sessions')
+      assert.equal((await asGuest(h, tokens[1])).status, 200)
+    }],
+    ['guest logins from many addresses never hold more than the total bound', async (h) => {
+      const first = (await guestLogin(h, '203.0.113.1')).body.jwt_token
+      for (let i = 0; i < GUEST_LIMITS.sessionsTotal + 5; i++) {
+        const res = await guestLogin(h, `198.18.${Math.floor(i / 200)}.${(i % 200) + 1}`)
+        assert.equal(res.status, 200)
+      }
+      assert.equal(h.services.sessions.guestCount, GUEST_LIMITS.sessionsTotal)
+      assert.equal((await asGuest(h, first)).body.code, 'TOKEN_REVOKED', 'the oldest overall went first')
+      await h.services.flush()
+      const kv = await openSqliteStore(`${h.dir}/authsvc.sqlite`)
+      const stored = (await kv.entries<{ user_id: string }>('session')).filter(([, s]) => s.user_id === 'guest')
+      await kv.close()
+      assert.equal(stored.length, GUEST_LIMITS.sessionsTotal, 'evicted sessions are gone from the store too')
+    }],
+    ['guest login with remember_me: still a short session cookie and a short JWT', async (h) => {
+      const res = await guestLogin(h, '198.51.100.10', { remember_me: true })
+      assert.equal(res.status, 200)
+      assert.equal(res.body.remember_me, false)
+      const claims = decodeJwt(res.body.jwt_token)
+      assert.equal((claims.exp as number) - (claims.iat as number), GUEST_LIMITS.lifetimeHours * 3600)
+      assert.doesNotMatch(String(res.headers['set-cookie']), /Max-Age/i)
+      h.clock.advance(GUEST_LIMITS.lifetimeHours * 3600_000)
+      assert.equal((await asGuest(h, res.body.jwt_token)).body.code, 'TOKEN_EXPIRED')
+    }],
+  ]
+  for (const [name, row] of rows) {
+    it(name, async () => {
+      const h = await openHarness({ config: { allow_guest_jwt: true } })
+      try {
+        await row(h)
+      } finally {
+        await h.close()
+      }
+    })
+  }
+
+  it('a store holding thousands of guest sessions (written before the bound) is brought within it at start', async () => {
+    const h = await openHarness({ config: { allow_guest_jwt: true } })
+    const dir = h.dir
+    const now = h.clock()
+    const kv = await openSqliteStore(`${dir}/authsvc.sqlite`)
+    for (let i = 0; i < 2000; i++) {
+      const created = new Date(now - (2000 - i) * 1000).toISOString()
+      await kv.set(`session:g-${i}`, { jti: `g-${i}`, user_id: 'guest', created_at_iso: created, last_used_at_iso: created, exp_at_iso: new Date(now + 3600_000).toISOString(), remember_me: false, revoked: false })
+    }
+    await kv.close()
+    await h.app.close()
+    await h.services.close()
+    const again = await openHarness({ config: { allow_guest_jwt: true }, dir, clock: h.clock })
+    try {
+      assert.equal(again.services.sessions.guestCount, GUEST_LIMITS.sessionsTotal)
+      await again.services.flush()
+      const check = await openSqliteStore(`${dir}/authsvc.sqlite`)
+      const stored = (await check.entries<{ jti: string }>('session')).map(([, s]) => s.jti)
+      await check.close()
+      assert.equal(stored.length, GUEST_LIMITS.sessionsTotal)
+      assert.ok(stored.includes('g-1999') && !stored.includes('g-0'), 'the newest are kept')
+    } finally {
+      await again.close()
+    }
+  })
+})
