@@ -9,7 +9,7 @@ import { describe, it } from 'node:test'
 import { decodeJwt } from 'jose'
 import { openSqliteStore } from '../../sidecar/src/store/kv.js'
 import { GUEST_LIMITS } from '../../sidecar/src/identity/guest-sessions.js'
-import { bearer, openHarness, type Harness } from './harness.js'
+import { bearer, openHarness, registerAndLogin, type Harness } from './harness.js'
 
 const guestLogin = (h: Harness, peer: string, extra: Record<string, unknown> = {}) =>
   h.call('POST', '/login', { body: { guest_login: true, ...extra }, peer })
@@ -110,4 +110,58 @@ describe('hole 2: guest logins are throttled, bounded and short-lived', () => {
       await again.close()
     }
   })
+})
+
+// Hole 4: two parallel admin PUTs (demote admin1, disable admin2) both saw two admins and left none.
+describe('hole 4: the last enabled admin survives parallel admin changes', () => {
+  type Change = { method: 'PUT' | 'DELETE'; target: number; body?: Record<string, unknown> }
+  const NEW_PASSWORD = 'parallel-reset-password-9'
+  const rows: Array<[string, number, Change[]]> = [
+    ['PUT demote admin1 (with a password reset) ∥ PUT disable admin2', 2, [
+      { method: 'PUT', target: 1, body: { role: 'user', password: NEW_PASSWORD } },
+      { method: 'PUT', target: 2, body: { disabled: true } },
+    ]],
+    ['PUT disable admin1 (with a password reset) ∥ PUT demote admin2 (with a password reset)', 2, [
+      { method: 'PUT', target: 1, body: { disabled: true, password: NEW_PASSWORD } },
+      { method: 'PUT', target: 2, body: { role: 'user', password: NEW_PASSWORD } },
+    ]],
+    ['PUT demote admin1 (with a password reset) ∥ DELETE admin2', 2, [
+      { method: 'PUT', target: 1, body: { role: 'user', password: NEW_PASSWORD } },
+      { method: 'DELETE', target: 2 },
+    ]],
+    ['DELETE admin2 ∥ PUT disable admin1 (with a password reset)', 2, [
+      { method: 'DELETE', target: 2 },
+      { method: 'PUT', target: 1, body: { disabled: true, password: NEW_PASSWORD } },
+    ]],
+    ['three admins, three parallel demotes with password resets', 3, [
+      { method: 'PUT', target: 1, body: { role: 'user', password: NEW_PASSWORD } },
+      { method: 'PUT', target: 2, body: { role: 'user', password: NEW_PASSWORD } },
+      { method: 'PUT', target: 3, body: { role: 'user', password: NEW_PASSWORD } },
+    ]],
+  ]
+  for (const [name, admins, changes] of rows) {
+    it(name, async () => {
+      const h = await openHarness()
+      try {
+        const root = await registerAndLogin(h, 'root-admin')
+        const names = ['root-admin']
+        for (let i = 2; i <= admins; i++) {
+          await registerAndLogin(h, `admin${i}`, { admin: root, role: 'admin' })
+          names.push(`admin${i}`)
+        }
+        // admin1's own session drives every request; a row never deletes admin1, so the bearer
+        // is still valid when each request is authenticated, whichever change runs first
+        const driver = await h.services.sessions.issue(h.services.users.byUsername('root-admin')!, false)
+        const results = await Promise.all(changes.map((c) =>
+          h.call(c.method, `/authsvc/api/users/${names[c.target - 1]}`, { headers: bearer(driver.token), ...(c.body ? { body: c.body } : {}) })))
+        const ok = results.filter((r) => r.status === 200).length
+        assert.equal(ok, changes.length - 1, JSON.stringify(results.map((r) => [r.status, r.body.code])))
+        const refused = results.filter((r) => r.status !== 200)
+        assert.deepEqual(refused.map((r) => [r.status, r.body.code]), [[409, 'CONFLICT']])
+        assert.equal(h.services.users.enabledAdmins().length, 1, 'exactly one enabled admin is left')
+      } finally {
+        await h.close()
+      }
+    })
+  }
 })

@@ -31,6 +31,8 @@ export function usernameProblem(username: unknown): string | null {
 
 export class UserRepository {
   private readonly byName = new Map<string, string>()
+  /** the tail of the queue of changes that may remove an admin */
+  private adminChanges: Promise<unknown> = Promise.resolve()
 
   constructor(private readonly users: Collection<UserRecord>) {
     for (const user of users.values()) this.byName.set(user.username.toLowerCase(), user.user_id)
@@ -55,6 +57,28 @@ export class UserRepository {
 
   enabledAdmins(): UserRecord[] {
     return this.list().filter((u) => u.role === 'admin' && !u.disabled)
+  }
+
+  /**
+   * Runs `change` after every change queued before it has finished, writes
+   * included. Every change that can remove an admin (demote, disable, delete)
+   * runs here and checks `assertAdminRemains` inside: two parallel requests
+   * can then never both see two admins and leave none.
+   */
+  serialised<T>(change: () => Promise<T>): Promise<T> {
+    const run = this.adminChanges.then(change, change)
+    this.adminChanges = run.catch(() => {})
+    return run
+  }
+
+  /** Refuses (409) a change that would leave no enabled admin; `after` is the target's record after it (null: deleted). */
+  assertAdminRemains(userId: string, after: Pick<UserRecord, 'role' | 'disabled'> | null): void {
+    const remains = (u: Pick<UserRecord, 'role' | 'disabled'> | null) => u !== null && u.role === 'admin' && !u.disabled
+    const others = this.enabledAdmins().filter((u) => u.user_id !== userId).length
+    const before = this.users.get(userId)
+    if (before !== undefined && remains(before) && !remains(after) && others === 0) {
+      throw new AuthsvcError('CONFLICT', after === null ? 'The last enabled admin cannot be deleted' : 'The last enabled admin cannot be demoted or disabled')
+    }
   }
 
   async create(fields: Pick<UserRecord, 'username' | 'role' | 'password_hash'>, now: Date): Promise<UserRecord> {

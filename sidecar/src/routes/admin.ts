@@ -1,6 +1,8 @@
 /**
  * The admin API for roles, users, IP lists and guest login (SPEC §5.4).
- * Invariants: the last enabled admin cannot be deleted, disabled or demoted;
+ * Invariants: the last enabled admin cannot be deleted, disabled or demoted:
+ * every user change and deletion runs in the users' serialised queue and
+ * checks that at least one enabled admin remains inside it;
  * a role, password or disable change revokes the user's sessions (a password
  * reset or disable also revokes the user's API tokens); every write is
  * validated whole before anything is stored.
@@ -9,7 +11,6 @@ import type { FastifyInstance } from 'fastify'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
 import { passwordProblem } from '../identity/passwords.js'
-import { ADMIN_ROLE } from '../identity/principal.js'
 import type { UserRecord } from '../identity/users.js'
 import { ipListsProblems } from '../policy/ip-lists.js'
 import { validateGroups, type GroupMap } from '../policy/roles.js'
@@ -61,10 +62,6 @@ export function adminRoutes(services: Services) {
     if (!user) throw new AuthsvcError('NOT_FOUND', 'User not found')
     return user
   }
-  const isLastAdmin = (user: UserRecord): boolean => {
-    const admins = services.users.enabledAdmins()
-    return admins.length === 1 && admins[0].user_id === user.user_id
-  }
 
   return async function (app: FastifyInstance): Promise<void> {
     app.get('/api/settings/guest-jwt', { config: { auth: 'principal' } }, async () => ({
@@ -89,42 +86,50 @@ export function adminRoutes(services: Services) {
     app.get('/api/users', { config: { auth: 'admin' } }, async () => ({ users: services.users.list().map(publicUser) }))
 
     app.put('/api/users/:target_user', { config: { auth: 'admin' }, schema: { body: UserPatch } }, async (request) => {
-      const user = findUser((request.params as { target_user: string }).target_user)
+      const target = findUser((request.params as { target_user: string }).target_user).user_id
       const body = request.body as { role?: string; sfw_check?: boolean; disabled?: boolean; password?: string; mfa_reset?: boolean }
       if (body.role !== undefined && !services.roles.has(body.role)) throw new AuthsvcError('VALIDATION_FAILED', 'Unknown role')
       if (body.password !== undefined) {
         const problem = passwordProblem(body.password)
         if (problem) throw new AuthsvcError('VALIDATION_FAILED', problem)
       }
-      const demotes = body.role !== undefined && body.role !== ADMIN_ROLE && user.role === ADMIN_ROLE
-      if ((demotes || body.disabled === true) && isLastAdmin(user)) {
-        throw new AuthsvcError('CONFLICT', 'The last enabled admin cannot be demoted or disabled')
-      }
-      const patch: Partial<UserRecord> = {}
-      if (body.role !== undefined) patch.role = body.role
-      if (body.sfw_check !== undefined) patch.sfw_check = body.sfw_check
-      if (body.disabled !== undefined) patch.disabled = body.disabled
-      if (body.password !== undefined) patch.password_hash = await services.passwords.hash(body.password)
-      const roleChanged = body.role !== undefined && body.role !== user.role
-      await services.users.update(user.user_id, patch)
-      // the secret and backup codes go too, not only the flag
-      if (body.mfa_reset === true) await services.resetMfa(user.user_id)
-      const updated = services.users.byId(user.user_id)!
-      if (roleChanged || body.password !== undefined || body.disabled === true) await services.sessions.revokeAllForUser(user.user_id)
-      if (body.password !== undefined || body.disabled === true) await services.tokens.revokeAllForUser(user.user_id)
-      if (roleChanged) request.log.info({ event: 'user_role_changed', username: user.username, role: updated.role }, 'role changed')
-      return { status: 'ok', user: publicUser(updated) }
+      // the slow hash runs before the queue, so it never holds up other admin changes
+      const passwordHash = body.password === undefined ? undefined : await services.passwords.hash(body.password)
+      return services.users.serialised(async () => {
+        // read again inside the queue: a change queued before this one may have touched the user
+        const user = services.users.byId(target)
+        if (!user) throw new AuthsvcError('NOT_FOUND', 'User not found')
+        const patch: Partial<UserRecord> = {}
+        if (body.role !== undefined) patch.role = body.role
+        if (body.sfw_check !== undefined) patch.sfw_check = body.sfw_check
+        if (body.disabled !== undefined) patch.disabled = body.disabled
+        if (passwordHash !== undefined) patch.password_hash = passwordHash
+        services.users.assertAdminRemains(user.user_id, { ...user, ...patch })
+        const roleChanged = body.role !== undefined && body.role !== user.role
+        await services.users.update(user.user_id, patch)
+        // the secret and backup codes go too, not only the flag
+        if (body.mfa_reset === true) await services.resetMfa(user.user_id)
+        const updated = services.users.byId(user.user_id)!
+        if (roleChanged || body.password !== undefined || body.disabled === true) await services.sessions.revokeAllForUser(user.user_id)
+        if (body.password !== undefined || body.disabled === true) await services.tokens.revokeAllForUser(user.user_id)
+        if (roleChanged) request.log.info({ event: 'user_role_changed', username: user.username, role: updated.role }, 'role changed')
+        return { status: 'ok', user: publicUser(updated) }
+      })
     })
 
     app.delete('/api/users/:target_user', { config: { auth: 'admin' } }, async (request) => {
-      const user = findUser((request.params as { target_user: string }).target_user)
-      if (user.role === ADMIN_ROLE && isLastAdmin(user)) throw new AuthsvcError('CONFLICT', 'The last enabled admin cannot be deleted')
-      await services.users.delete(user.user_id)
-      await services.sessions.deleteAllForUser(user.user_id)
-      await services.tokens.revokeAllForUser(user.user_id)
-      await services.mfa.disable(user.user_id)
-      request.log.info({ event: 'user_deleted', username: user.username }, 'user deleted')
-      return { status: 'ok', message: `User ${user.username} deleted` }
+      const target = findUser((request.params as { target_user: string }).target_user).user_id
+      return services.users.serialised(async () => {
+        const user = services.users.byId(target)
+        if (!user) throw new AuthsvcError('NOT_FOUND', 'User not found')
+        services.users.assertAdminRemains(user.user_id, null)
+        await services.users.delete(user.user_id)
+        await services.sessions.deleteAllForUser(user.user_id)
+        await services.tokens.revokeAllForUser(user.user_id)
+        await services.mfa.disable(user.user_id)
+        request.log.info({ event: 'user_deleted', username: user.username }, 'user deleted')
+        return { status: 'ok', message: `User ${user.username} deleted` }
+      })
     })
 
     app.get('/api/ip-lists', { config: { auth: 'admin' } }, async () => services.settings.get('ip_lists'))
