@@ -17,21 +17,11 @@ for arg in "$@"; do
 done
 say() { [ "$QUIET" = 1 ] || echo "install.sh: $*"; }
 
-node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
-if [ "$node_major" -lt 20 ]; then echo "install.sh: Node.js >= 20 is required" >&2; exit 1; fi
+PYTHON=${AUTHSVC_PYTHON:-/usr/bin/python3}
 
-# npm dependencies: reinstall when the lockfile changed since the last install
-if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  say "installing npm dependencies"
-  npm ci --no-audit --no-fund --loglevel=error >/dev/null
-fi
-
-# sidecar build: when any source is newer than the build
-if [ ! -f sidecar/dist/main.js ] || [ -n "$(find sidecar/src sidecar/tsconfig.json -newer sidecar/dist/main.js -print -quit)" ]; then
-  say "building the sidecar"
-  rm -rf sidecar/dist
-  npx --no-install tsc -p sidecar/tsconfig.json
-fi
+# npm dependencies and the sidecar build: one implementation, the one ComfyUI-Manager runs
+# (install.py: idempotent, checks Node.js >= 20, stamps the build so the plugin can tell it is current)
+if [ "$QUIET" = 1 ]; then "$PYTHON" install.py --quiet; else "$PYTHON" install.py; fi
 
 apt_install() {
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
@@ -44,7 +34,6 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
-PYTHON=${AUTHSVC_PYTHON:-/usr/bin/python3}
 if ! "$PYTHON" -c 'import aiohttp' 2>/dev/null; then
   apt_install python3-aiohttp
 fi

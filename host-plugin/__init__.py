@@ -13,7 +13,7 @@ import logging
 import os
 from typing import Any
 
-from .failsafe import deny_all_middleware
+from .failsafe import deny_all_middleware, refuse_unsupported_platform
 
 log = logging.getLogger("authsvc")
 
@@ -64,6 +64,8 @@ def _install(app: Any, prompt_server: Any = None) -> None:
     deny = deny_all_middleware()
     app.middlewares.insert(0, deny)
     try:
+        if refuse_unsupported_platform():  # deny-all stays, with a page saying why (docs/platforms.md)
+            return
         from . import host_facts
         from .decision_client import DecisionClient
         from .gate import Gate

@@ -382,7 +382,7 @@ def _refuse(request: web.Request, exc: Exception) -> web.Response:
         REFUSALS.refused(str(exc))
     else:
         log.error("authsvc: malformed sidecar answer (%s); refusing", type(exc).__name__)
-    return unavailable_response()
+    return unavailable_response(request)
 
 
 def _too_large(max_bytes: int) -> web.Response:

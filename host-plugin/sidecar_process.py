@@ -4,8 +4,19 @@ Guarantees:
 - the sidecar is a child of this process and stops with it (SIGTERM on
   cleanup; it also exits by itself when its stdin pipe closes, so a crash of
   the host never leaves an orphan serving stale policy);
-- if it dies it is restarted with exponential backoff (0.1 s doubling to 5 s),
-  and the decision client reconnects as soon as it answers the hello;
+- it is started only from a build that matches this package's sources, on a
+  Node.js >= 20 (install_state.check, before every start): a plain clone, an
+  interrupted install or an update that was not built never runs. When only the
+  install is missing and Node is there, install.py runs in the background first
+  (AUTHSVC_AUTO_INSTALL=0 turns that off) and the page says so;
+- a cause that a restart will not fix (no build, no Node, a refused config, a
+  start that keeps failing the same way) is logged once, names itself on the
+  503 page, and is retried slowly (every ``slow_retry_s``, or as soon as one of
+  the files it depends on changes); the sidecar's own output of the repeated
+  failing attempts is dropped, so the log has one report per cause, not per retry;
+- a sidecar that dies after it was ready is restarted with exponential backoff
+  (0.1 s doubling to 5 s), and the decision client reconnects as soon as it
+  answers the hello;
 - while it is down, the gate refuses every request (the client is not ready).
 """
 from __future__ import annotations
@@ -13,79 +24,249 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
-from typing import Any
+import sys
+from typing import IO, Any
 
+from . import install_state
 from .decision_client import DecisionClient, Unavailable
+from .failsafe import STARTING, Outage, problem_page, set_outage
+from .install_state import Problem
 
 log = logging.getLogger("authsvc")
 
-PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SIDECAR_ENTRY = os.path.join(PACKAGE_ROOT, "sidecar", "dist", "main.js")
+PACKAGE_ROOT = install_state.package_root()
+CONFIG_EXIT_STATUS = 2  # sidecar/src/main.ts: invalid configuration
+_EARLY_FAILURES_BEFORE_SLOW = 3
+_MUTED_LINES = 500
+
+INSTALLING = Outage(
+    "authsvc is finishing its installation",
+    "The authentication service of this ComfyUI server is installing its dependencies and building itself "
+    "after an install or an update. This takes a minute or two; every request is refused until it is done.",
+    reload_s=5,
+)
 
 
 class SidecarSupervisor:
-    def __init__(self, client: DecisionClient, socket_path: str, data_dir: str) -> None:
+    def __init__(self, client: DecisionClient, socket_path: str, data_dir: str, root: str = PACKAGE_ROOT,
+                 slow_retry_s: float = 30.0) -> None:
         self.client = client
         self.socket_path = socket_path
         self.data_dir = data_dir
+        self.root = root
+        self.slow_retry_s = slow_retry_s
+        self.auto_install = os.environ.get("AUTHSVC_AUTO_INSTALL", "1") != "0"
         self.process: asyncio.subprocess.Process | None = None
         self._task: asyncio.Task | None = None
         self._stopping = False
+        self._stop_event: asyncio.Event | None = None
+        self._reported: str | None = None  # the cause already in the log, so a retry says nothing new
+        self._failed_installs: set[str] = set()  # sources the background install already failed on
+        self._muted: list[tuple[IO[str], str]] | None = None
+        self._last_early_status: int | None = None  # exit status of the last start that never got ready
+        self._acted = False  # a watched file changed: the next failure may say something new
+        # at import, so a broken install is in the log before ComfyUI even listens
+        self.problem = install_state.check(root)
+        if self.problem is not None:
+            if self._will_install(self.problem):
+                log.warning("authsvc: %s; finishing the installation in the background (install.py); every request "
+                            "is refused (503) until it is done", self.problem.what)
+                self._reported = self.problem.log_line()
+                set_outage(INSTALLING)
+            else:
+                self._report(self.problem)
 
-    @staticmethod
-    def node_binary() -> str:
-        # read at every spawn: the host's environment is the configuration
-        node = os.environ.get("AUTHSVC_NODE") or shutil.which("node")
-        if not node:
-            raise RuntimeError("node (>= 20) not found on PATH; set AUTHSVC_NODE")
-        return node
+    def _will_install(self, problem: Problem) -> bool:
+        return problem.installable and self.auto_install and self._inputs_key() not in self._failed_installs
+
+    def _inputs_key(self) -> str:
+        try:
+            return repr(install_state.expected_stamp(self.root))
+        except (OSError, ValueError, KeyError):
+            return "unreadable"
+
+    def _report(self, problem: Problem) -> None:
+        """Logs a cause once per streak and puts it on the page."""
+        set_outage(problem_page(problem))
+        line = problem.log_line()
+        if line != self._reported:
+            self._reported = line
+            log.error("authsvc: cannot start the sidecar: %s. Every request is refused (503) until then.", line)
 
     async def start(self, _app: Any = None) -> None:
         self._stopping = False
+        self._stop_event = asyncio.Event()
         self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
         backoff = 0.1
+        early_failures: list[int] = []
         while not self._stopping:
+            problem = install_state.check(self.root)
+            if problem is not None:
+                if self._will_install(problem):
+                    if await self._install():
+                        continue
+                    self._failed_installs.add(self._inputs_key())
+                    problem = Problem("install_failed", "the automatic installation failed (its output is in the log)",
+                                      f"run {install_state.install_command(self.root)}, then restart ComfyUI")
+                self._report(problem)
+                await self._wait_slowly()
+                continue
             started = asyncio.get_running_loop().time()
-            try:
-                await self._spawn_and_wait()
-            except Exception:  # a failed spawn must not kill the supervisor
-                log.exception("authsvc: sidecar failed to start")
+            status, was_ready = await self._spawn_and_wait()
             if self._stopping:
                 break
-            if asyncio.get_running_loop().time() - started > 30:
-                backoff = 0.1
-            log.error("authsvc: sidecar exited; restarting in %.1f s (requests are refused meanwhile)", backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+            if was_ready:
+                early_failures.clear()
+                if asyncio.get_running_loop().time() - started > 30:
+                    backoff = 0.1
+                set_outage(STARTING)
+                log.error("authsvc: sidecar exited (status %s); restarting in %.1f s (requests are refused meanwhile)",
+                          status, backoff)
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            early_failures.append(status)
+            if status == CONFIG_EXIT_STATUS:
+                self._report(Problem("bad_config", "the sidecar refused its configuration (config.json in its data "
+                                     "folder, or an AUTHSVC_ variable; its errors are in the log)",
+                                     "correct the configuration; it is tried again as soon as config.json changes"))
+                await self._wait_slowly()
+            elif len(early_failures) >= _EARLY_FAILURES_BEFORE_SLOW and len(set(early_failures[-3:])) == 1:
+                self._report(Problem("start_failed", f"the sidecar fails at start (exit status {status}; its error "
+                                     "is in the log)", "fix the cause the log names, then restart ComfyUI"))
+                await self._wait_slowly()
+            else:
+                if len(early_failures) == 1:
+                    log.error("authsvc: sidecar exited before it was ready (status %s); retrying", status)
+                set_outage(STARTING)
+                await self._sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
 
-    async def _spawn_and_wait(self) -> None:
+    async def _install(self) -> bool:
+        """install.py with this very Python (ComfyUI's), its lines in our log; True when the build is usable."""
+        set_outage(INSTALLING)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, os.path.join(self.root, "install.py"), cwd=self.root,
+            env={**os.environ, "AUTHSVC_INSTALL_BY_PLUGIN": "1"}, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )
+        self.process = process
+        assert process.stdout is not None
+        async for raw in process.stdout:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                log.info("%s", line)
+        status = await process.wait()
+        if self._stopping:
+            return False
+        if status == 0 and install_state.check(self.root) is None:
+            log.info("authsvc: installation finished; starting the sidecar")
+            return True
+        return False
+
+    async def _spawn_and_wait(self) -> tuple[int | None, bool]:
+        """One run of the sidecar: its exit status, and whether it was ever ready."""
         env = dict(os.environ)
         env["AUTHSVC_SOCKET"] = self.socket_path
         env["AUTHSVC_DATA_DIR"] = self.data_dir
         env["AUTHSVC_EXIT_ON_STDIN_EOF"] = "1"
+        node = install_state.find_node()
+        assert node is not None  # install_state.check passed just before
+        # a retry after a failed start holds the sidecar's output until it turns out to be a different failure
+        self._muted = [] if self._last_early_status is not None and not self._acted else None
+        self._acted = False
         self.process = await asyncio.create_subprocess_exec(
-            self.node_binary(), SIDECAR_ENTRY, stdin=asyncio.subprocess.PIPE, env=env,
+            node, os.path.join(self.root, "sidecar", "dist", "main.js"),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
         )
+        pumps = [asyncio.ensure_future(self._pump(self.process.stdout, sys.stdout)),
+                 asyncio.ensure_future(self._pump(self.process.stderr, sys.stderr))]
         waiter = asyncio.ensure_future(self.process.wait())
-        await self._connect_until_ready(waiter)
-        await waiter
+        ready = await self._connect_until_ready(waiter)
+        if ready:
+            self._unmute()
+            self._reported = None
+            self._last_early_status = None
+            set_outage(STARTING)  # what the page says if a decision fails from now on
+        status = await waiter
+        await asyncio.gather(*pumps)
+        if not ready:
+            if status == self._last_early_status:
+                self._muted = None  # the same failure again: its output is in the log once already
+            self._last_early_status = status
+        self._unmute()
+        return status, ready
 
-    async def _connect_until_ready(self, exited: "asyncio.Future[int]") -> None:
+    async def _pump(self, stream: asyncio.StreamReader | None, out: IO[str]) -> None:
+        """The sidecar's output into the host's own streams (ComfyUI's log shows them), line by line."""
+        if stream is None:
+            return
+        async for raw in stream:
+            line = raw.decode("utf-8", "replace")
+            muted = self._muted
+            if muted is not None:
+                if len(muted) < _MUTED_LINES:
+                    muted.append((out, line))
+                continue
+            out.write(line)
+            out.flush()
+
+    def _unmute(self) -> None:
+        muted, self._muted = self._muted, None
+        for out, line in muted or ():
+            out.write(line)
+        if muted:
+            sys.stdout.flush()
+            sys.stderr.flush()
+
+    async def _connect_until_ready(self, exited: "asyncio.Future[int]") -> bool:
         delay = 0.02
         while not exited.done() and not self._stopping:
             try:
                 await self.client.connect()
                 log.info("authsvc: sidecar ready (pid %s)", self.process.pid if self.process else "?")
-                return
+                return True
             except Unavailable:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
+        return False
+
+    def _watched(self) -> tuple[tuple[str, float, int] | None, ...]:
+        """What a slow retry waits on besides the clock: a change means someone acted on the cause."""
+        paths = (os.path.join(self.data_dir, "config.json"),
+                 install_state.stamp_path(os.path.join(self.root, "sidecar", "dist")),
+                 os.path.join(self.root, "node_modules", ".package-lock.json"),
+                 os.path.join(self.root, "package-lock.json"))
+        seen: list[tuple[str, float, int] | None] = []
+        for path in paths:
+            try:
+                st = os.stat(path)
+                seen.append((path, st.st_mtime, st.st_size))
+            except OSError:
+                seen.append(None)
+        return tuple(seen)
+
+    async def _wait_slowly(self) -> None:
+        before = self._watched()
+        deadline = asyncio.get_running_loop().time() + self.slow_retry_s
+        while not self._stopping and asyncio.get_running_loop().time() < deadline:
+            await self._sleep(min(1.0, self.slow_retry_s))
+            if self._watched() != before:
+                self._acted = True
+                return
+
+    async def _sleep(self, seconds: float) -> None:
+        assert self._stop_event is not None
+        try:
+            await asyncio.wait_for(self._stop_event.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
 
     async def stop(self, _app: Any = None) -> None:
         self._stopping = True
+        if self._stop_event is not None:
+            self._stop_event.set()
         self.client.close()
         process = self.process
         if process is not None and process.returncode is None:
