@@ -30,6 +30,7 @@ export const ERRORS = {
   METHOD_NOT_ALLOWED: { status: 405, message: 'Method not allowed' },
   CONFLICT: { status: 409, message: 'Conflict' },
   PROMPT_ID_TAKEN: { status: 409, message: 'This prompt_id belongs to another user' },
+  PRECONDITION_FAILED: { status: 412, message: 'Changed since you read it; reload and try again' },
   PAYLOAD_TOO_LARGE: { status: 413, message: 'Request body too large' },
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Unsupported content type' },
   TOO_MANY_ATTEMPTS: { status: 429, message: 'Too many attempts; try again later' },

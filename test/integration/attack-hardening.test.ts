@@ -165,3 +165,76 @@ describe('hole 4: the last enabled admin survives parallel admin changes', () =>
     })
   }
 })
+
+// Hole 6: PUT groups / ip-lists replaced the whole map with no version check; admins overwrote each other.
+describe('hole 6: whole-map admin settings are versioned (ETag / If-Match)', () => {
+  const GROUPS = '/authsvc/api/groups'
+  const LISTS = '/authsvc/api/ip-lists'
+  const groupsWith = (body: any, role: string) => ({ groups: { ...body.groups, [role]: { can_access_api: true } } })
+  const listsWith = (ip: string) => ({ whitelist: [], blacklist: [{ ip, permanent: true }] })
+
+  const rows: Array<[string, (h: Harness, admin: Record<string, string>) => Promise<void>]> = [
+    ['groups: B saves with the version it read after A saved → 412 PRECONDITION_FAILED, A\'s change kept', async (h, admin) => {
+      const read = await h.call('GET', GROUPS, { headers: admin })
+      const tag = String(read.headers.etag)
+      assert.match(tag, /^"[A-Za-z0-9_-]{22}"$/)
+      const a = await h.call('PUT', GROUPS, { headers: { ...admin, 'if-match': tag }, body: groupsWith(read.body, 'editors') })
+      assert.equal(a.status, 200)
+      assert.notEqual(a.headers.etag, tag)
+      const b = await h.call('PUT', GROUPS, { headers: { ...admin, 'if-match': tag }, body: groupsWith(read.body, 'viewers') })
+      assert.equal(b.status, 412)
+      assert.equal(b.body.code, 'PRECONDITION_FAILED')
+      assert.equal(b.headers.etag, a.headers.etag, 'the refusal names the current version')
+      const now = await h.call('GET', GROUPS, { headers: admin })
+      assert.ok('editors' in now.body.groups && !('viewers' in now.body.groups))
+      assert.equal(now.headers.etag, a.headers.etag)
+    }],
+    ['ip-lists: B saves with the version it read after A saved → 412, A\'s blacklist kept and enforced', async (h, admin) => {
+      const tag = String((await h.call('GET', LISTS, { headers: admin })).headers.etag)
+      const a = await h.call('PUT', LISTS, { headers: { ...admin, 'if-match': tag }, body: listsWith('203.0.113.5') })
+      assert.equal(a.status, 200)
+      const b = await h.call('PUT', LISTS, { headers: { ...admin, 'if-match': tag }, body: listsWith('203.0.113.6') })
+      assert.equal(b.status, 412)
+      assert.equal(b.body.code, 'PRECONDITION_FAILED')
+      assert.deepEqual((await h.call('GET', LISTS, { headers: admin })).body, listsWith('203.0.113.5'))
+      assert.equal(h.services.ipGate.refuse('203.0.113.5'), 'IP_DENIED')
+      assert.equal(h.services.ipGate.refuse('203.0.113.6'), null)
+    }],
+    ['ip-lists: two truly parallel PUTs with the same If-Match → one 200, one 412', async (h, admin) => {
+      const tag = String((await h.call('GET', LISTS, { headers: admin })).headers.etag)
+      const results = await Promise.all(['203.0.113.7', '203.0.113.8'].map((ip) => h.call('PUT', LISTS, { headers: { ...admin, 'if-match': tag }, body: listsWith(ip) })))
+      assert.deepEqual(results.map((r) => r.status).sort(), [200, 412])
+      const winner = results.find((r) => r.status === 200)!
+      assert.deepEqual((await h.call('GET', LISTS, { headers: admin })).body, winner.body)
+    }],
+    ['groups: a weak If-Match of the current version never matches → 412', async (h, admin) => {
+      const read = await h.call('GET', GROUPS, { headers: admin })
+      const res = await h.call('PUT', GROUPS, { headers: { ...admin, 'if-match': `W/${String(read.headers.etag)}` }, body: read.body })
+      assert.equal(res.status, 412)
+    }],
+    ['groups: an edit of the groups file on disk changes the version → 412 for the old one', async (h, admin) => {
+      const read = await h.call('GET', GROUPS, { headers: admin })
+      const { writeFileSync } = await import('node:fs')
+      writeFileSync(`${h.dir}/authsvc_groups.json`, JSON.stringify(groupsWith(read.body, 'from-disk').groups))
+      assert.equal(h.services.roles.reload(), true)
+      const res = await h.call('PUT', GROUPS, { headers: { ...admin, 'if-match': String(read.headers.etag) }, body: read.body })
+      assert.equal(res.status, 412)
+    }],
+    ['If-Match: * and no If-Match are accepted (decision: scripts of the replaced service send none)', async (h, admin) => {
+      assert.equal((await h.call('PUT', LISTS, { headers: { ...admin, 'if-match': '*' }, body: listsWith('203.0.113.9') })).status, 200)
+      assert.equal((await h.call('PUT', LISTS, { headers: admin, body: listsWith('203.0.113.10') })).status, 200)
+      const read = await h.call('GET', GROUPS, { headers: admin })
+      assert.equal((await h.call('PUT', GROUPS, { headers: admin, body: read.body })).status, 200)
+    }],
+  ]
+  for (const [name, row] of rows) {
+    it(name, async () => {
+      const h = await openHarness()
+      try {
+        await row(h, bearer(await registerAndLogin(h, 'root-admin')))
+      } finally {
+        await h.close()
+      }
+    })
+  }
+})

@@ -26,11 +26,14 @@ const SNAPSHOT: Array<[string, number]> = [
   ['WORKFLOW_DENIED', 403],
   ['NSFW_BLOCKED', 403],
   ['CLIENT_ID_TAKEN', 403],
+  ['NOT_OWNER', 403],
   ['COOKIE_TOKEN_HIDDEN', 403],
   ['VALIDATION_FAILED', 400],
   ['NOT_FOUND', 404],
   ['METHOD_NOT_ALLOWED', 405],
   ['CONFLICT', 409],
+  ['PROMPT_ID_TAKEN', 409],
+  ['PRECONDITION_FAILED', 412],
   ['PAYLOAD_TOO_LARGE', 413],
   ['UNSUPPORTED_MEDIA_TYPE', 415],
   ['TOO_MANY_ATTEMPTS', 429],
@@ -49,7 +52,7 @@ const SPEC_REQUIRED = [
 /** SPEC §2: what each status class means. */
 const STATUS_MEANING: Record<number, string> = {
   400: 'bad input', 401: 'no/invalid credential', 403: 'not allowed', 404: 'unknown object', 405: 'method',
-  409: 'conflict', 413: 'too large', 415: 'media type', 429: 'throttled', 500: 'internal', 503: 'unavailable',
+  409: 'conflict', 412: 'stale version', 413: 'too large', 415: 'media type', 429: 'throttled', 500: 'internal', 503: 'unavailable',
 }
 
 describe('error catalogue', () => {

@@ -5,13 +5,15 @@
  * checks that at least one enabled admin remains inside it;
  * a role, password or disable change revokes the user's sessions (a password
  * reset or disable also revokes the user's API tokens); every write is
- * validated whole before anything is stored.
+ * validated whole before anything is stored; the whole-map settings (groups,
+ * IP lists) carry an ETag and a PUT with a stale `If-Match` is refused (412).
  */
 import type { FastifyInstance } from 'fastify'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
 import { passwordProblem } from '../identity/passwords.js'
 import type { UserRecord } from '../identity/users.js'
+import { etagOf, ifMatchAdmits, staleVersion } from '../http/etag.js'
 import { ipListsProblems } from '../policy/ip-lists.js'
 import { validateGroups, type GroupMap } from '../policy/roles.js'
 import type { IpListsSetting } from '../store/settings.js'
@@ -74,13 +76,22 @@ export function adminRoutes(services: Services) {
       return { allow_guest_jwt }
     })
 
-    app.get('/api/groups', { config: { auth: 'admin' } }, async () => ({ groups: services.roles.snapshot() }))
-    app.put('/api/groups', { config: { auth: 'admin' }, schema: { body: Type.Object({ groups: Type.Record(Type.String(), Type.Unknown()) }, { additionalProperties: false }) } }, async (request) => {
+    app.get('/api/groups', { config: { auth: 'admin' } }, async (_request, reply) => {
+      const groups = services.roles.snapshot()
+      reply.header('ETag', etagOf(groups))
+      return { groups }
+    })
+    app.put('/api/groups', { config: { auth: 'admin' }, schema: { body: Type.Object({ groups: Type.Record(Type.String(), Type.Unknown()) }, { additionalProperties: false }) } }, async (request, reply) => {
       const result = validateGroups((request.body as { groups: unknown }).groups)
       if ('problems' in result) throw new AuthsvcError('VALIDATION_FAILED', result.problems.join('; '))
+      // compare and replace with no await in between: nothing can change the groups between the two
+      const current = etagOf(services.roles.snapshot())
+      if (!ifMatchAdmits(request.headers['if-match'], current)) throw staleVersion(current)
       services.roles.replace(result.groups as GroupMap)
       request.log.info({ event: 'settings_changed', setting: 'groups' }, 'groups replaced')
-      return { groups: services.roles.snapshot() }
+      const groups = services.roles.snapshot()
+      reply.header('ETag', etagOf(groups))
+      return { groups }
     })
 
     app.get('/api/users', { config: { auth: 'admin' } }, async () => ({ users: services.users.list().map(publicUser) }))
@@ -132,14 +143,21 @@ export function adminRoutes(services: Services) {
       })
     })
 
-    app.get('/api/ip-lists', { config: { auth: 'admin' } }, async () => services.settings.get('ip_lists'))
-    app.put('/api/ip-lists', { config: { auth: 'admin' }, schema: { body: IpLists } }, async (request) => {
+    app.get('/api/ip-lists', { config: { auth: 'admin' } }, async (_request, reply) => {
+      const lists = services.settings.get('ip_lists')
+      reply.header('ETag', etagOf(lists))
+      return lists
+    })
+    app.put('/api/ip-lists', { config: { auth: 'admin' }, schema: { body: IpLists } }, async (request, reply) => {
       const lists = request.body as IpListsSetting
       const problems = ipListsProblems(lists)
       if (problems.length > 0) throw new AuthsvcError('VALIDATION_FAILED', problems.join('; '))
-      await services.settings.set('ip_lists', lists)
+      const ifMatch = request.headers['if-match']
+      const stored = await services.settings.compareAndSet('ip_lists', (current) => ifMatchAdmits(ifMatch, etagOf(current)), lists)
+      if (!stored) throw staleVersion(etagOf(services.settings.get('ip_lists')))
       services.ipGate.update(lists)
       request.log.info({ event: 'settings_changed', setting: 'ip_lists' }, 'ip lists replaced')
+      reply.header('ETag', etagOf(lists))
       return lists
     })
   }

@@ -18,6 +18,9 @@ export interface SettingsShape {
 }
 
 export class SettingsRepository {
+  /** the tail of the queue of compare-and-set changes */
+  private changes: Promise<unknown> = Promise.resolve()
+
   constructor(
     private readonly settings: Collection<unknown>,
     private readonly defaults: SettingsShape,
@@ -30,5 +33,21 @@ export class SettingsRepository {
 
   async set<K extends keyof SettingsShape>(key: K, value: SettingsShape[K]): Promise<void> {
     await this.settings.put(key, value)
+  }
+
+  /**
+   * Stores `value` only if `isCurrent` accepts the value held when this change's
+   * turn comes (changes run one at a time, writes included), so two admins who
+   * read the same version cannot both replace it. Resolves false when refused.
+   */
+  compareAndSet<K extends keyof SettingsShape>(key: K, isCurrent: (current: SettingsShape[K]) => boolean, value: SettingsShape[K]): Promise<boolean> {
+    const change = async (): Promise<boolean> => {
+      if (!isCurrent(this.get(key))) return false
+      await this.set(key, value)
+      return true
+    }
+    const run = this.changes.then(change, change)
+    this.changes = run.catch(() => {})
+    return run
   }
 }
