@@ -55,44 +55,33 @@ class PromptQueue:
         self.currently_running: dict = {}
         self.history: dict = {}
         self.flags: dict = {}
-        self._event: asyncio.Event | None = None
-
-    # -- internal wake-up of the asyncio worker (put may come from any thread)
-    def _wake(self) -> None:
-        loop = getattr(self.server, "loop", None)
-        if self._event is not None and loop is not None:
-            try:
-                loop.call_soon_threadsafe(self._event.set)
-            except RuntimeError:
-                pass
+        self.closed = False  # stand-in only: set by close() so that the worker thread ends
 
     def put(self, item) -> None:
         with self.mutex:
             heapq.heappush(self.queue, item)
             self.server.queue_updated()
             self.not_empty.notify()
-        self._wake()
 
-    def get_nowait(self):
-        with self.mutex:
-            if len(self.queue) == 0:
+    def get(self, timeout=None):
+        """Blocks the calling (worker) thread until a prompt is queued; marks it running.
+        None after `timeout` seconds without one, or once the queue is closed."""
+        with self.not_empty:
+            if not self.queue and not self.closed:
+                self.not_empty.wait_for(lambda: self.queue or self.closed, timeout=timeout)
+            if not self.queue or self.closed:
                 return None
             item = heapq.heappop(self.queue)
-            i = self.task_counter
-            self.currently_running[i] = copy.deepcopy(item)
+            number = self.task_counter
             self.task_counter += 1
+            self.currently_running[number] = copy.deepcopy(item)
             self.server.queue_updated()
-            return (item, i)
+            return (item, number)
 
-    async def get_async(self):
-        if self._event is None:
-            self._event = asyncio.Event()
-        while True:
-            self._event.clear()
-            got = self.get_nowait()
-            if got is not None:
-                return got
-            await self._event.wait()
+    def close(self) -> None:
+        with self.not_empty:
+            self.closed = True
+            self.not_empty.notify_all()
 
     def task_done(self, item_id, history_result, status: "PromptQueue.ExecutionStatus | None", process_item=None) -> None:
         with self.mutex:
@@ -653,16 +642,19 @@ class PromptExecutor:
 
                 states[nid] = {"value": 0.0, "max": 1.0, "state": "running"}
                 self._progress_state(prompt_id, states)
-                server.last_node_id = nid
-                server.send_sync("executing", {"node": nid, "display_node": nid, "prompt_id": prompt_id}, server.client_id)
+                # like ComfyUI: no client_id, no `executing` (progress_state is what broadcasts)
+                if server.client_id is not None:
+                    server.last_node_id = nid
+                    server.send_sync("executing", {"node": nid, "display_node": nid, "prompt_id": prompt_id}, server.client_id)
 
                 outs, ui = await self._run_node(prompt, prompt_id, nid, class_type, inputs, extra_data)
                 values[nid] = outs
                 if ui is not None:
                     ui_outputs[nid] = ui
                     meta_outputs[nid] = {"node_id": nid, "display_node": nid, "parent_node": None, "real_node_id": nid}
-                    server.send_sync("executed", {"node": nid, "display_node": nid, "output": ui, "prompt_id": prompt_id},
-                                     server.client_id)
+                    if server.client_id is not None:
+                        server.send_sync("executed", {"node": nid, "display_node": nid, "output": ui, "prompt_id": prompt_id},
+                                         server.client_id)
                 self.cache[sigs[nid]] = {"outputs": outs, "ui": ui}
                 executed.add(nid)
                 states[nid] = {"value": 1.0, "max": 1.0, "state": "finished"}
@@ -784,19 +776,22 @@ class PromptExecutor:
         return {"images": results}
 
 
-async def prompt_worker(q: PromptQueue, server) -> None:
-    """ComfyUI's prompt_worker, on the event loop: one prompt at a time."""
+def prompt_worker(q: PromptQueue, server) -> None:
+    """Runs in its own thread, as ComfyUI's does (`threading.Thread(target=prompt_worker)`, so the
+    thread is named "Thread-N (prompt_worker)"): one prompt at a time, each in a fresh event loop
+    of this thread. So every executor `send_sync` comes from this thread, not the server's loop."""
     e = PromptExecutor(server)
-    while True:
-        item, item_id = await q.get_async()
-        await asyncio.sleep(EXEC_DELAY_SECONDS)
+    while not q.closed:
+        got = q.get(timeout=1000.0)
+        if got is None:
+            continue
+        item, item_id = got
+        time.sleep(EXEC_DELAY_SECONDS)
         prompt_id = item[1]
         server.last_prompt_id = prompt_id
         extra_data = item[3]
         try:
-            await e.execute(item[2], prompt_id, extra_data, item[4])
-        except asyncio.CancelledError:
-            raise
+            asyncio.run(e.execute(item[2], prompt_id, extra_data, item[4]))
         except Exception:
             logging.exception("stand-in executor failed")
             e.success = False
@@ -808,3 +803,16 @@ async def prompt_worker(q: PromptQueue, server) -> None:
                     process_item=remove_sensitive)
         if server.client_id is not None:
             server.send_sync("executing", {"node": None, "prompt_id": prompt_id}, server.client_id)
+
+
+def start_prompt_worker(q: PromptQueue, server) -> threading.Thread:
+    thread = threading.Thread(target=prompt_worker, args=(q, server), daemon=True)
+    thread.start()
+    return thread
+
+
+def stop_prompt_worker(q: PromptQueue, thread: threading.Thread, timeout: float = 5.0) -> None:
+    """Stand-in only (ComfyUI just exits): interrupt what runs, end the worker thread."""
+    q.close()
+    nodes.interrupt_processing(True)
+    thread.join(timeout)

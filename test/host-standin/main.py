@@ -125,7 +125,7 @@ async def run(ps, ns) -> int:
             pass
 
     await ps.setup()
-    worker = asyncio.ensure_future(execution.prompt_worker(ps.prompt_queue, ps))
+    worker = execution.start_prompt_worker(ps.prompt_queue, ps)
     publisher = asyncio.ensure_future(ps.publish_loop())
 
     shutdown_timeout = 5.0
@@ -152,11 +152,7 @@ async def run(ps, ns) -> int:
     await stop.wait()
     logging.info("stand-in: stopping")
 
-    worker.cancel()
-    try:
-        await worker
-    except (asyncio.CancelledError, Exception):
-        pass
+    await loop.run_in_executor(None, execution.stop_prompt_worker, ps.prompt_queue, worker)
     await runner.cleanup()  # on_shutdown (closes sockets), then on_cleanup
     if control_runner is not None:
         await control_runner.cleanup()
