@@ -926,5 +926,181 @@ class CustomNodesTest(StandinCase):
         self.assertEqual(await self.get_json("/settings", headers={"comfy-user": new_id}), {})
 
 
+
+# =========================================================================== behaviours compared with the real host
+SEND_SYNC_PROBE = os.path.join(FIXTURES, "send_sync_probe")
+EXECUTOR_EVENTS = ("execution_start", "execution_cached", "executing", "executed", "progress_state", "execution_success")
+
+
+def tiny_graph(prefix, color):
+    return {
+        "1": {"class_type": "EmptyImage", "inputs": {"width": 8, "height": 8, "batch_size": 1, "color": color}},
+        "2": {"class_type": "SaveImage", "inputs": {"images": ["1", 0], "filename_prefix": prefix}},
+    }
+
+
+class RealHostBehaviourTest(StandinCase):
+    """What the real ComfyUI 0.3.64 does, seen by running the same requests against it and the
+    stand-in (README.md, "Compared with the real host"). The send_sync probe is the custom node
+    fixtures/send_sync_probe, loaded by both hosts alike."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="standin-test-real-")
+        base = cls.base = os.path.join(cls.tmp, "host")
+        os.makedirs(os.path.join(base, "custom_nodes"))
+        os.symlink(SEND_SYNC_PROBE, os.path.join(base, "custom_nodes", "send_sync_probe"))
+        cls.standin = Standin(base).start()
+        cls.color = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.standin.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        assert rc == 0, f"stand-in exit code {rc}:\n{cls.standin.output()}"
+
+    def graph(self, prefix):
+        type(self).color += 1  # a graph of its own: nothing is served from the cache
+        return tiny_graph(prefix, type(self).color)
+
+    async def open_ws(self, client_id):
+        ws = await self.http.ws_connect(self.u(f"/ws?clientId={client_id}"))
+        self.assertEqual((await ws.receive_json(timeout=5))["type"], "status")
+        return ws
+
+    async def drain(self, ws, client_id):
+        """Every text frame `ws` gets until a prompt of its own (queued last) ends: messages are
+        published in order, so everything sent for earlier prompts has arrived by then."""
+        resp = await self.post_json("/prompt", {"prompt": self.graph("sentinel"), "client_id": client_id})
+        frames = await self.ws_collect_until_idle(ws, resp["prompt_id"])
+        return [f for f in frames if "_binary" not in f]
+
+    @staticmethod
+    def of(frames, prompt_id):
+        return [f["type"] + (":" + str(f["data"]["node"]) if f["type"] == "executing" else "")
+                for f in frames if isinstance(f.get("data"), dict) and f["data"].get("prompt_id") == prompt_id]
+
+    async def test_client_id_routing_and_precedence(self):
+        # real host: execution messages go to the prompt's client_id only; top-level client_id wins over
+        # extra_data.client_id; "client_id": null wins too and means none. Without a client_id the
+        # executor sends no execution_start/executing/executed/execution_success at all: only
+        # progress_state is broadcast (the stand-in broadcast executing/executed until this was fixed).
+        await self.wait_idle()
+        ws_a, ws_b = await self.open_ws("route-a"), await self.open_ws("route-b")
+        try:
+            top = await self.post_json("/prompt", {"prompt": self.graph("top"), "client_id": "route-a",
+                                                   "extra_data": {"client_id": "route-b"}})
+            extra = await self.post_json("/prompt", {"prompt": self.graph("extra"), "extra_data": {"client_id": "route-b"}})
+            null = await self.post_json("/prompt", {"prompt": self.graph("null"), "client_id": None,
+                                                    "extra_data": {"client_id": "route-b"}})
+            none = await self.post_json("/prompt", {"prompt": self.graph("none")})
+            frames_a = await self.drain(ws_a, "route-a")
+            frames_b = await self.drain(ws_b, "route-b")
+        finally:
+            await ws_a.close()
+            await ws_b.close()
+        full = ["execution_start", "execution_cached", "progress_state", "executing:1", "progress_state",
+                "progress_state", "executing:2", "executed", "progress_state", "execution_success", "executing:None"]
+        self.assertEqual(self.of(frames_a, top["prompt_id"]), full)
+        self.assertEqual(self.of(frames_b, top["prompt_id"]), [])
+        self.assertEqual(self.of(frames_a, extra["prompt_id"]), [])
+        self.assertEqual(self.of(frames_b, extra["prompt_id"]), full)
+        for broadcast in (null, none):
+            for frames in (frames_a, frames_b):
+                self.assertEqual(self.of(frames, broadcast["prompt_id"]), ["progress_state"] * 4)
+        self.assertEqual((await self.wait_history(top["prompt_id"]))["prompt"][3], {"client_id": "route-a"})
+        self.assertEqual((await self.wait_history(null["prompt_id"]))["prompt"][3], {"client_id": None})
+        self.assertEqual((await self.wait_history(none["prompt_id"]))["prompt"][3], {})
+
+    async def test_send_sync_comes_from_the_worker_thread(self):
+        # real host: the executor calls PromptServer.send_sync from the prompt_worker thread (not the
+        # server's loop); a prompt without client_id produces only progress_state calls (sid None).
+        await self.wait_idle()
+        await self.post_json("/send_sync_probe/reset", {})
+        ws = await self.open_ws("probe-a")
+        try:
+            mine = await self.post_json("/prompt", {"prompt": self.graph("probe"), "client_id": "probe-a"})
+            await self.ws_collect_until_idle(ws, mine["prompt_id"])
+            anonymous = await self.post_json("/prompt", {"prompt": self.graph("probe-none")})
+            await self.drain(ws, "probe-a")
+        finally:
+            await ws.close()
+        calls = await self.get_json("/send_sync_probe/calls")
+        for_mine = [c for c in calls if isinstance(c["data"], dict) and c["data"].get("prompt_id") == mine["prompt_id"]]
+        self.assertEqual(sorted({c["event"] for c in for_mine}), sorted(EXECUTOR_EVENTS))
+        for c in for_mine:
+            self.assertEqual((c["sid"], c["on_server_loop"]), ("probe-a", False), c)
+            self.assertRegex(c["thread"], r"^Thread-\d+ \(prompt_worker\)$")
+        executed = next(c["data"] for c in for_mine if c["event"] == "executed")
+        self.assertEqual(set(executed), {"node", "display_node", "output", "prompt_id"})
+        self.assertEqual(executed["output"]["images"][0]["type"], "output")
+        self.assertRegex(executed["output"]["images"][0]["filename"], r"^probe_\d{5}_\.png$")
+        success = next(c["data"] for c in for_mine if c["event"] == "execution_success")
+        self.assertEqual(set(success), {"prompt_id", "timestamp"})
+        self.assertEqual([c["data"] for c in for_mine if c["event"] == "executing"][-1], {"node": None, "prompt_id": mine["prompt_id"]})
+        for_anonymous = [c for c in calls if isinstance(c["data"], dict) and c["data"].get("prompt_id") == anonymous["prompt_id"]]
+        self.assertEqual({(c["event"], c["sid"]) for c in for_anonymous}, {("progress_state", None)})
+        status = [c for c in calls if c["event"] == "status"]
+        self.assertEqual({c["on_server_loop"] for c in status}, {True, False}, "status from POST /prompt (loop) and the worker")
+
+    async def test_client_chosen_prompt_id(self):
+        # real host: a client's prompt_id is taken as is (str() of it), and reusing one is accepted:
+        # the later prompt's history entry replaces the earlier one under that key.
+        first = await self.post_json("/prompt", {"prompt": self.graph("chosen"), "prompt_id": "chosen-id"})
+        self.assertEqual(first["prompt_id"], "chosen-id")
+        await self.wait_history("chosen-id")
+        again_graph = self.graph("chosen-again")
+        again = await self.post_json("/prompt", {"prompt": again_graph, "prompt_id": "chosen-id"})
+        self.assertEqual(again["prompt_id"], "chosen-id")
+        numeric = await self.post_json("/prompt", {"prompt": self.graph("numeric"), "prompt_id": 12345})
+        self.assertEqual(numeric["prompt_id"], "12345")
+        await self.wait_history("12345")
+        entry = (await self.get_json("/history/chosen-id"))["chosen-id"]
+        self.assertEqual((entry["prompt"][0], entry["prompt"][2]), (again["number"], again_graph))
+
+    async def test_interrupt_by_prompt_id(self):
+        # real host: {"prompt_id": X} interrupts only when X runs (a pending X: nothing happens);
+        # without prompt_id whatever runs is interrupted; when idle, the next prompt still runs.
+        await self.wait_idle()
+        ws = await self.open_ws("intr")
+        try:
+            short = await self.post_json("/prompt", {"prompt": sleep_graph(0.4), "client_id": "intr"})
+            long = await self.post_json("/prompt", {"prompt": sleep_graph(30), "client_id": "intr"})
+            await self.post_json("/interrupt", {"prompt_id": long["prompt_id"]})  # pending: no effect
+            frames = await self.ws_collect_until_idle(ws, short["prompt_id"])
+            self.assertIn("execution_success", [f.get("type") for f in frames])
+            frames = []
+            while not any(f.get("type") == "executing" and f["data"]["node"] == "1" for f in frames):
+                frames.append(await ws.receive_json(timeout=10))
+            await self.post_json("/interrupt", {"prompt_id": short["prompt_id"]})  # finished: no effect
+            await self.post_json("/interrupt", {"prompt_id": long["prompt_id"]})
+            frames = await self.ws_collect_until_idle(ws, long["prompt_id"])
+            self.assertIn("execution_interrupted", [f.get("type") for f in frames])
+            entry = await self.wait_history(long["prompt_id"])
+            self.assertEqual((entry["status"]["status_str"], entry["status"]["completed"]), ("error", False))
+            await self.post_json("/interrupt", {})  # idle: the flag is cleared when the next prompt starts
+            after = await self.post_json("/prompt", {"prompt": sleep_graph(0), "client_id": "intr"})
+            frames = await self.ws_collect_until_idle(ws, after["prompt_id"])
+            self.assertIn("execution_success", [f.get("type") for f in frames])
+        finally:
+            await ws.close()
+
+    async def test_history_paging(self):
+        # real host: offset counts from the oldest entry; max_items alone (or with a negative offset)
+        # gives the newest max_items; a negative offset alone gives everything; unknown id -> {}.
+        await self.wait_idle()
+        for i in range(4):
+            await self.wait_history((await self.post_json("/prompt", {"prompt": self.graph(f"page{i}")}))["prompt_id"])
+        ids = list(await self.get_json("/history"))
+        self.assertGreaterEqual(len(ids), 4)
+        rows = {"max_items=2": ids[-2:], "max_items=2&offset=1": ids[1:3], "offset=2": ids[2:], "offset=-1": ids,
+                "offset=-3": ids, "max_items=2&offset=-1": ids[-2:], "max_items=2&offset=-50": ids[-2:],
+                "max_items=0": [], "offset=100000": []}
+        for query, want in rows.items():
+            self.assertEqual(list(await self.get_json("/history?" + query)), want, query)
+        async with self.http.get(self.u("/history?max_items=x")) as r:
+            self.assertEqual(r.status, 500)
+        self.assertEqual(await self.get_json("/history/no-such-prompt"), {})
+
 if __name__ == "__main__":
     unittest.main()
