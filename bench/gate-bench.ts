@@ -19,60 +19,21 @@
  *
  * Ends with one verdict line per target; exits 1 when a target is missed.
  */
-import { execFile, execFileSync, spawn } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { existsSync, mkdtempSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
 import { once } from 'node:events'
-import { promisify } from 'node:util'
 import { FrameClient } from '../test/helpers/decision-socket.js'
 import { destroyStack, PYTHON, ROOT, startStack } from '../test/helpers/stack.js'
+import { ensureWrk, median, percentile, run, wrk as wrkFor, type Verdict, type WrkResult } from './lib.js'
 
 const DURATION = Number(process.env.BENCH_SECONDS ?? 4)
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5)
 const STORM_CONNECTIONS = 200
 const VICTIMS = 100
-const run = promisify(execFile)
-
-function ensureWrk(): void {
-  try {
-    execFileSync('wrk', ['--version'], { stdio: 'ignore' })
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') return // wrk --version exits 1 but exists
-    execFileSync('apt-get', ['install', '-y', '-qq', 'wrk'], { stdio: 'ignore', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } })
-  }
-}
-
-function toMs(value: string, unit: string): number {
-  const n = Number(value)
-  return unit === 'us' ? n / 1000 : unit === 'ms' ? n : n * 1000
-}
-
-interface WrkResult {
-  p50: number
-  p99: number
-  rps: number
-}
-
-/** wrk as a child process (asynchronous: the bench's own loop keeps running meanwhile). */
-async function wrk(url: string, connections: number, headers: string[], seconds = DURATION): Promise<WrkResult> {
-  const args = ['-t', connections > 1 ? '2' : '1', '-c', String(connections), '-d', `${seconds}s`, '--latency']
-  for (const h of headers) args.push('-H', h)
-  const { stdout: out } = await run('wrk', [...args, url], { encoding: 'utf8' })
-  const pct = (p: string) => {
-    const m = new RegExp(`^\\s+${p}%\\s+([\\d.]+)(us|ms|s)`, 'm').exec(out)
-    if (!m) throw new Error(`wrk output without ${p}%:\n${out}`)
-    return toMs(m[1], m[2])
-  }
-  const rps = /Requests\/sec:\s+([\d.]+)/.exec(out)
-  const non2xx = /Non-2xx or 3xx responses: (\d+)/.exec(out)
-  if (non2xx) throw new Error(`wrk saw ${non2xx[1]} error responses from ${url}`)
-  return { p50: pct('50'), p99: pct('99'), rps: Number(rps?.[1] ?? 0) }
-}
-
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * p))]
+const wrk = (url: string, connections: number, headers: string[], seconds = DURATION) => wrkFor(url, connections, headers, seconds)
 
 async function startBare(): Promise<{ url: string; stop: () => Promise<void>; dir: string }> {
   const dir = mkdtempSync(join(tmpdir(), 'as-bench-bare-'))
@@ -135,12 +96,6 @@ function storeDigest(dataDir: string): string {
   return hash.digest('hex')
 }
 
-interface Verdict {
-  name: string
-  value: string
-  target: string
-  ok: boolean
-}
 
 async function main(): Promise<void> {
   ensureWrk()

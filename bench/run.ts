@@ -1,0 +1,20 @@
+/**
+ * `npm run bench`: the stand-in bench (bench/gate-bench.ts), then the same gate
+ * inside the real ComfyUI (bench/real-host-bench.ts, which skips with one line
+ * when no real ComfyUI is available). Each runs in its own process; exits 1
+ * when either missed a target. BENCH_ONLY=standin or BENCH_ONLY=real runs one.
+ */
+import { spawnSync } from 'node:child_process'
+import { join } from 'node:path'
+
+const only = process.env.BENCH_ONLY
+const parts = [
+  ['standin', 'gate-bench.ts'],
+  ['real', 'real-host-bench.ts'],
+].filter(([name]) => !only || only === name)
+let failed = false
+for (const [, file] of parts) {
+  const result = spawnSync(process.execPath, ['--import', 'tsx', join(import.meta.dirname, file)], { stdio: 'inherit' })
+  if (result.status !== 0) failed = true
+}
+process.exitCode = failed ? 1 : 0
