@@ -31,7 +31,10 @@ class HostEvents:
         self.running: dict[str, float] = {}
 
     def install(self, prompt_server: Any) -> None:
-        original = prompt_server.send_sync
+        original = getattr(prompt_server, "send_sync", None)
+        if not callable(original):
+            log.warning("authsvc: this host has no PromptServer.send_sync; outputs cannot be attributed to their owners")
+            return
         loop_of = lambda: getattr(prompt_server, "loop", None)  # noqa: E731 - ComfyUI sets .loop at start
 
         def send_sync(event: Any, data: Any, sid: Any = None) -> Any:

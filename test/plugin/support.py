@@ -87,12 +87,23 @@ logging.getLogger("aiohttp").setLevel(logging.CRITICAL)
 
 # --------------------------------------------------------------------------- framing
 
-_HEADER = struct.Struct(">I")
+_HEADER = struct.Struct(">II")  # protocol v2: total length, JSON length; then JSON, then the raw payload
 
 
-def encode_frame(message: Any) -> bytes:
-    payload = json.dumps(message, separators=(",", ":")).encode("utf-8")
-    return _HEADER.pack(len(payload)) + payload
+def encode_frame(message: Any, payload: bytes = b"") -> bytes:
+    head = json.dumps(message, separators=(",", ":")).encode("utf-8")
+    return _HEADER.pack(4 + len(head) + len(payload), len(head)) + head + payload
+
+
+def encode_answer(answer: dict) -> bytes:
+    """A scripted answer as the real sidecar frames it: a `pass` (body step) or `replace` with
+    `body_text` sends that text as the payload (`body_replaced` on a pass), never as JSON."""
+    if answer.get("action") in ("pass", "replace") and isinstance(answer.get("body_text"), str):
+        rest = {k: v for k, v in answer.items() if k != "body_text"}
+        if rest.get("action") == "pass":
+            rest["body_replaced"] = True
+        return encode_frame(rest, answer["body_text"].encode("utf-8"))
+    return encode_frame(answer)
 
 
 @dataclass
@@ -150,6 +161,7 @@ class FakeSidecar:
         self.hello: Optional[Callable[[dict], Answer]] = None  # None: the correct answer
         self.messages: list[dict] = []  # every non-hello, non-probe message, in arrival order
         self.hellos: list[dict] = []
+        self.events: list[dict] = []  # host events (never answered)
         self.connects = 0
         self.open_connections: set[asyncio.StreamWriter] = set()
         self._server: Optional[asyncio.AbstractServer] = None
@@ -196,13 +208,20 @@ class FakeSidecar:
         try:
             while True:
                 try:
-                    header = await reader.readexactly(4)
-                    (length,) = _HEADER.unpack(header)
-                    payload = await reader.readexactly(length)
+                    header = await reader.readexactly(8)
+                    total, head_length = _HEADER.unpack(header)
+                    frame = await reader.readexactly(total - 4)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 # lenient like the real sidecar (Node's Buffer.toString('utf8'))
-                message = json.loads(payload.decode("utf-8", "replace"))
+                message = json.loads(frame[:head_length].decode("utf-8", "replace"))
+                if message.get("type") == "event":
+                    self.events.append(message)
+                    continue
+                if message.get("type") in ("body", "filter"):
+                    # the raw payload, seen as the text the tests compare (bytes kept in body_bytes)
+                    message["body_bytes"] = frame[head_length:]
+                    message["body_text"] = frame[head_length:].decode("utf-8", "replace")
                 if message.get("type") == "hello":
                     self.hellos.append(message)
                     answer: Any = self.hello(message) if self.hello is not None else self.good_hello(message)
@@ -233,14 +252,14 @@ class FakeSidecar:
         elif isinstance(answer, Drop):
             writer.close()
         elif isinstance(answer, Split):
-            frame = encode_frame({**answer.answer, "id": message["id"]})
+            frame = encode_answer({**answer.answer, "id": message["id"]})
             step = max(1, len(frame) // answer.pieces)
             for start in range(0, len(frame), step):
                 writer.write(frame[start:start + step])
                 await writer.drain()
                 await asyncio.sleep(0.01)
         else:
-            writer.write(encode_frame({**answer, "id": message["id"]}))
+            writer.write(encode_answer({**answer, "id": message["id"]}))
 
 
 # --------------------------------------------------------------------------- sidecar HTTP side

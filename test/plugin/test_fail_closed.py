@@ -73,16 +73,16 @@ class Garbage(PluginCase):
         self.assertGreater(s.fake.connects, connects, "the plugin must drop a connection that sent garbage")
 
     async def test_non_json_frame(self) -> None:
-        await self._garbage_then_fixed(struct.pack(">I", 9) + b"not json!")
+        await self._garbage_then_fixed(struct.pack(">II", 13, 9) + b"not json!")
 
     async def test_frame_length_over_max(self) -> None:
-        await self._garbage_then_fixed(struct.pack(">I", MAX_FRAME_BYTES + 1) + b"{}")
+        await self._garbage_then_fixed(struct.pack(">II", MAX_FRAME_BYTES + 1, 2) + b"{}")
 
     async def test_json_array(self) -> None:
         await self._garbage_then_fixed(encode_frame([1, 2, 3]))
 
     async def test_invalid_utf8(self) -> None:
-        await self._garbage_then_fixed(struct.pack(">I", 4) + b"\xff\xfe\xfd\xfc")
+        await self._garbage_then_fixed(struct.pack(">II", 8, 4) + b"\xff\xfe\xfd\xfc")
 
 
 class VersionMismatch(PluginCase):

@@ -124,7 +124,8 @@ class Filter(PluginCase):
         assert_unavailable(self, status, body)
 
     async def test_bad_filter_answer_fails_closed(self) -> None:
-        for answer in ({"action": "shrug"}, {"action": "replace"}):
+        # (protocol v2: a `replace` carries its body as the frame's payload, so a bare replace is an empty body)
+        for answer in ({"action": "shrug"}, {"action": None}, {"body_text": "[]"}):
             with self.subTest(answer=answer):
                 s = await self.start(filtering("queue", None, answer))
                 status, _, body = await s.get("/queue")
