@@ -929,6 +929,99 @@ class CustomNodesTest(StandinCase):
 
 # =========================================================================== behaviours compared with the real host
 SEND_SYNC_PROBE = os.path.join(FIXTURES, "send_sync_probe")
+REPO = os.path.dirname(os.path.dirname(HERE))
+REAL_COMFYUI = os.path.join(os.path.dirname(REPO), "shared", "real-comfyui")
+REAL_TARBALL = os.path.join(REAL_COMFYUI, "ComfyUI-0.3.64.tar.gz")
+REAL_CACHE = os.path.join(REPO, ".cache", "real-comfyui", "ComfyUI-0.3.64")  # made by test/helpers/real-host.ts
+
+
+def real_host_skip_reason():
+    if os.environ.get("COMFYUI_DIR"):
+        if os.path.isfile(os.path.join(os.environ["COMFYUI_DIR"], "main.py")):
+            return None
+        return f"real ComfyUI: COMFYUI_DIR={os.environ['COMFYUI_DIR']} has no main.py"
+    if os.path.isfile(REAL_TARBALL):
+        return None
+    return f"real ComfyUI not available: neither {REAL_COMFYUI} nor COMFYUI_DIR exists"
+
+
+class RealComfyUI:
+    """The real ComfyUI 0.3.64 in a subprocess, the same interface as `Standin` (url, start, stop,
+    output), started like test/helpers/real-host.ts does: run.sh's command line plus its own
+    --base-directory and --database-url, the stubs first on PYTHONPATH."""
+
+    def __init__(self, base_dir, extra_args=()):
+        self.base_dir = base_dir
+        self.extra_args = list(extra_args)
+        self.lines: list[str] = []
+        self.url = self.control = None
+
+    def source(self):
+        if os.environ.get("COMFYUI_DIR"):
+            return os.path.abspath(os.environ["COMFYUI_DIR"])
+        if os.path.isfile(os.path.join(REAL_CACHE, ".authsvc-complete")):
+            return REAL_CACHE
+        target = os.path.join(os.path.dirname(self.base_dir), "comfyui")
+        os.makedirs(target, exist_ok=True)
+        subprocess.run(["tar", "-xzf", REAL_TARBALL, "-C", target, "--strip-components=1"], check=True)
+        return target
+
+    def start(self, timeout=90.0):
+        import socket
+        src = self.source()
+        for d in ("input", "output", "user", "custom_nodes", "models/checkpoints"):
+            os.makedirs(os.path.join(self.base_dir, d), exist_ok=True)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        paths = [os.path.join(REAL_COMFYUI, "stubs")] if os.path.isdir(REAL_COMFYUI) else []
+        env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        for _attempt in range(5):
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            args = [os.environ.get("COMFYUI_PYTHON", PYTHON), "main.py", "--cpu", "--listen", "127.0.0.1", "--port", str(port),
+                    "--base-directory", self.base_dir,
+                    "--database-url", "sqlite:///" + os.path.join(self.base_dir, "user", "comfyui.db"), *self.extra_args]
+            if os.path.isdir(REAL_COMFYUI):
+                args += ["--front-end-root", os.path.join(REAL_COMFYUI, "frontend")]
+            self.lines = []
+            self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=src,
+                                         start_new_session=True)
+            self.listening = threading.Event()
+            self._reader = threading.Thread(target=self._read, daemon=True)
+            self._reader.start()
+            # the line ComfyUI logs once its site listens (so another process on the port cannot fool us)
+            while not self.listening.wait(0.05):
+                if self.proc.poll() is not None:
+                    break
+            else:
+                self.url = f"http://127.0.0.1:{port}"
+                return self
+            self._reader.join(5)
+            if "address already in use" not in self.output():
+                raise RuntimeError("ComfyUI exited during start:\n" + self.output())
+        raise RuntimeError("ComfyUI: no free port after 5 attempts:\n" + self.output())
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            line = raw.decode("utf-8", "replace")
+            self.lines.append(line)
+            if "To see the GUI go to:" in line:
+                self.listening.set()
+
+    def output(self):
+        return "".join(self.lines)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self._reader.join(5)
+        self.proc.stdout.close()
+        return 0  # ComfyUI has no clean shutdown on SIGTERM: only the stand-in's exit code means something
 EXECUTOR_EVENTS = ("execution_start", "execution_cached", "executing", "executed", "progress_state", "execution_success")
 
 
@@ -942,7 +1035,10 @@ def tiny_graph(prefix, color):
 class RealHostBehaviourTest(StandinCase):
     """What the real ComfyUI 0.3.64 does, seen by running the same requests against it and the
     stand-in (README.md, "Compared with the real host"). The send_sync probe is the custom node
-    fixtures/send_sync_probe, loaded by both hosts alike."""
+    fixtures/send_sync_probe, loaded by both hosts alike. RealComfyUIBehaviourTest runs these same
+    tests against the real host, so they hold there too."""
+
+    HOST = Standin
 
     @classmethod
     def setUpClass(cls):
@@ -950,8 +1046,12 @@ class RealHostBehaviourTest(StandinCase):
         base = cls.base = os.path.join(cls.tmp, "host")
         os.makedirs(os.path.join(base, "custom_nodes"))
         os.symlink(SEND_SYNC_PROBE, os.path.join(base, "custom_nodes", "send_sync_probe"))
-        cls.standin = Standin(base).start()
+        cls.standin = cls.HOST(base).start()
         cls.color = 0
+
+    def busy_graph(self, long):
+        """A prompt that keeps the worker busy: about 0.5 s (long=False) or far longer than any test."""
+        return sleep_graph(30 if long else 0.5)
 
     @classmethod
     def tearDownClass(cls):
@@ -1064,8 +1164,11 @@ class RealHostBehaviourTest(StandinCase):
         await self.wait_idle()
         ws = await self.open_ws("intr")
         try:
-            short = await self.post_json("/prompt", {"prompt": sleep_graph(0.4), "client_id": "intr"})
-            long = await self.post_json("/prompt", {"prompt": sleep_graph(30), "client_id": "intr"})
+            short = await self.post_json("/prompt", {"prompt": self.busy_graph(False), "client_id": "intr"})
+            long = await self.post_json("/prompt", {"prompt": self.busy_graph(True), "client_id": "intr"})
+            queue = await self.get_json("/queue")
+            self.assertEqual(([q[1] for q in queue["queue_running"]], [q[1] for q in queue["queue_pending"]]),
+                             ([short["prompt_id"]], [long["prompt_id"]]))
             await self.post_json("/interrupt", {"prompt_id": long["prompt_id"]})  # pending: no effect
             frames = await self.ws_collect_until_idle(ws, short["prompt_id"])
             self.assertIn("execution_success", [f.get("type") for f in frames])
@@ -1079,7 +1182,7 @@ class RealHostBehaviourTest(StandinCase):
             entry = await self.wait_history(long["prompt_id"])
             self.assertEqual((entry["status"]["status_str"], entry["status"]["completed"]), ("error", False))
             await self.post_json("/interrupt", {})  # idle: the flag is cleared when the next prompt starts
-            after = await self.post_json("/prompt", {"prompt": sleep_graph(0), "client_id": "intr"})
+            after = await self.post_json("/prompt", {"prompt": self.graph("after-idle-interrupt"), "client_id": "intr"})
             frames = await self.ws_collect_until_idle(ws, after["prompt_id"])
             self.assertIn("execution_success", [f.get("type") for f in frames])
         finally:
@@ -1101,6 +1204,27 @@ class RealHostBehaviourTest(StandinCase):
         async with self.http.get(self.u("/history?max_items=x")) as r:
             self.assertEqual(r.status, 500)
         self.assertEqual(await self.get_json("/history/no-such-prompt"), {})
+
+
+@unittest.skipIf(real_host_skip_reason(), real_host_skip_reason() or "")
+class RealComfyUIBehaviourTest(RealHostBehaviourTest):
+    """The same tests against the real ComfyUI 0.3.64 (../shared/real-comfyui or COMFYUI_DIR)."""
+
+    HOST = RealComfyUI
+
+    def busy_graph(self, long):
+        # no sleep node there: lanczos rescales of a 3072x3072 image, about 0.9 s each on this VM;
+        # an interrupt is seen before the next node starts
+        type(self).color += 1
+        graph = {"1": {"class_type": "EmptyImage", "inputs": {"width": 1024, "height": 1024, "batch_size": 1, "color": type(self).color}}}
+        previous = "1"
+        for i in range(40 if long else 2):
+            size = 3072 if i % 2 == 0 else 1024
+            graph[str(10 + i)] = {"class_type": "ImageScale", "inputs": {"image": [previous, 0], "upscale_method": "lanczos",
+                                                                        "width": size, "height": size, "crop": "disabled"}}
+            previous = str(10 + i)
+        graph["99"] = {"class_type": "SaveImage", "inputs": {"images": [previous, 0], "filename_prefix": "busy"}}
+        return graph
 
 if __name__ == "__main__":
     unittest.main()
