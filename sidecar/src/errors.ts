@@ -36,6 +36,7 @@ export const ERRORS = {
   TOO_MANY_ATTEMPTS: { status: 429, message: 'Too many attempts; try again later' },
   INTERNAL_ERROR: { status: 500, message: 'Internal error' },
   AUTHSVC_UNAVAILABLE: { status: 503, message: 'Authentication service unavailable' },
+  STORE_UNAVAILABLE: { status: 503, message: 'The store is unavailable; try again shortly' },
 } as const satisfies Record<string, { status: number; message: string }>
 
 export type ErrorCode = keyof typeof ERRORS
@@ -52,8 +53,9 @@ export class AuthsvcError extends Error {
   readonly statusCode: number
   readonly headers: Record<string, string>
 
-  constructor(code: ErrorCode, message?: string, headers: Record<string, string> = {}) {
-    super(message ?? ERRORS[code].message)
+  /** `cause`: what went wrong underneath (logged, never sent to the client) */
+  constructor(code: ErrorCode, message?: string, headers: Record<string, string> = {}, cause?: unknown) {
+    super(message ?? ERRORS[code].message, cause === undefined ? undefined : { cause })
     this.code = code
     this.statusCode = ERRORS[code].status
     this.headers = headers

@@ -66,6 +66,8 @@ export interface OpenOptions {
   log: FastifyBaseLogger
   clock?: Clock
   watchGroups?: boolean
+  /** wraps the opened store (tests: a store that fails on demand) */
+  wrapStore?: (kv: KeyValueStore) => KeyValueStore
 }
 
 export async function openServices(options: OpenOptions): Promise<Services> {
@@ -77,13 +79,15 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   }
   const cipher = new FieldCipher(keys.encryption)
   const rawKv = await openSqliteStore(sqlitePath(config, dataDir))
-  const kv = config.store.encryption_level === 'all' ? sealedStore(rawKv, cipher) : rawKv
+  const sealedKv = config.store.encryption_level === 'all' ? sealedStore(rawKv, cipher) : rawKv
+  const kv = options.wrapStore ? options.wrapStore(sealedKv) : sealedKv
+  const storeLog = { log }
   const [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords] = await Promise.all([
-    Collection.load<UserRecord>(kv, 'user'),
-    Collection.load<SessionRecord>(kv, 'session'),
-    Collection.load<ApiTokenRecord>(kv, 'token'),
-    Collection.load<unknown>(kv, 'setting'),
-    Collection.load<MfaRecord>(kv, 'mfa'),
+    Collection.load<UserRecord>(kv, 'user', storeLog),
+    Collection.load<SessionRecord>(kv, 'session', storeLog),
+    Collection.load<ApiTokenRecord>(kv, 'token', storeLog),
+    Collection.load<unknown>(kv, 'setting', storeLog),
+    Collection.load<MfaRecord>(kv, 'mfa', storeLog),
   ])
   const [promptRecords, fileRecords] = await Promise.all([
     Collection.load<PromptRecord>(kv, 'prompt'),
@@ -107,7 +111,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const ipGate = new IpListGate(settings.get('ip_lists'), clock)
   const resolver = new IdentityResolver({ config, users, sessions, tokens, roles, settings })
   const mfa = new MfaService(mfaRecords, cipher, keys.backupCodes, clock)
-  const throttle = await Throttle.open(kv, clock)
+  const throttle = await Throttle.open(kv, clock, {}, storeLog)
   const passwords = new PasswordHasher(config.argon2)
   await passwords.ready
   const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, promptRecords, fileRecords]

@@ -5,11 +5,15 @@
  * name says the shape, the comment above each table names the hole.
  */
 import assert from 'node:assert/strict'
+import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { decodeJwt } from 'jose'
-import { openSqliteStore } from '../../sidecar/src/store/kv.js'
 import { GUEST_LIMITS } from '../../sidecar/src/identity/guest-sessions.js'
-import { bearer, openHarness, registerAndLogin, type Harness } from './harness.js'
+import { createLogger } from '../../sidecar/src/log.js'
+import { openSqliteStore, type KeyValueStore } from '../../sidecar/src/store/kv.js'
+import { PASSWORD, bearer, openHarness, registerAndLogin, type Harness } from './harness.js'
 
 const guestLogin = (h: Harness, peer: string, extra: Record<string, unknown> = {}) =>
   h.call('POST', '/login', { body: { guest_login: true, ...extra }, peer })
@@ -234,6 +238,196 @@ describe('hole 6: whole-map admin settings are versioned (ETag / If-Match)', () 
         await row(h, bearer(await registerAndLogin(h, 'root-admin')))
       } finally {
         await h.close()
+      }
+    })
+  }
+})
+
+// Hole 7: memory changed before the write was durable and write failures were swallowed, so a
+// revocation whose write failed came back after a restart (and a grant held without being stored).
+describe('hole 7: narrowing changes hold at once and are retried; widening ones apply once stored', () => {
+  const INJECTED = 'SQLITE_IOERR: disk I/O error (injected by the test)'
+
+  /** The real sqlite store, whose writes fail while `failing` is set. */
+  function failingStore() {
+    const control = {
+      failing: false,
+      wrap(kv: KeyValueStore): KeyValueStore {
+        const refuse = () => {
+          if (control.failing) throw new Error(INJECTED)
+        }
+        return {
+          get: (key) => kv.get(key),
+          entries: (kind) => kv.entries(kind),
+          close: () => kv.close(),
+          async set(key, value) {
+            refuse()
+            await kv.set(key, value)
+          },
+          async delete(key) {
+            refuse()
+            return kv.delete(key)
+          },
+        }
+      },
+    }
+    return control
+  }
+
+  interface World {
+    h: Harness
+    store: ReturnType<typeof failingStore>
+    logs: string[]
+    admin: Record<string, string>
+    restart(): Promise<Harness>
+  }
+
+  const me = (h: Harness, token: string) => h.call('GET', '/authsvc/api/me', { headers: bearer(token) })
+  const expect503 = (w: World, res: { status: number; body: any; headers: Record<string, unknown> }, cause = INJECTED) => {
+    assert.equal(res.status, 503, JSON.stringify(res.body))
+    assert.equal(res.body.code, 'STORE_UNAVAILABLE')
+    assert.equal(res.headers['retry-after'], '5')
+    assert.doesNotMatch(JSON.stringify(res.body), /SQLITE|injected/, 'the cause stays in the log')
+    const line = w.logs.find((l) => l.includes('"STORE_UNAVAILABLE"'))
+    assert.ok(line?.includes(cause), `the cause is logged: ${line}`)
+  }
+
+  const rows: Array<[string, (w: World) => Promise<void>]> = [
+    ['session revoke while the store fails: 503, revoked at once, still revoked after the store returns and a restart', async (w) => {
+      const keep = await registerAndLogin(w.h, 'alice', { admin: w.admin.authorization.slice(7) })
+      const gone = (await w.h.call('POST', '/login', { body: { username: 'alice', password: PASSWORD }, peer: '198.51.100.20' })).body.jwt_token
+      const jti = String(decodeJwt(gone).jti)
+      w.store.failing = true
+      expect503(w, await w.h.call('POST', '/authsvc/me/sessions/revoke', { headers: bearer(keep), body: { jti } }))
+      assert.equal((await me(w.h, gone)).body.code, 'TOKEN_REVOKED', 'in effect at once')
+      w.store.failing = false
+      const h = await w.restart()
+      assert.equal((await me(h, gone)).body.code, 'TOKEN_REVOKED', 'still revoked after a restart')
+      assert.equal((await me(h, keep)).status, 200)
+    }],
+    ['API token revoke while the store fails: 503, refused at once and after a restart', async (w) => {
+      const jwt = await registerAndLogin(w.h, 'bob', { admin: w.admin.authorization.slice(7) })
+      const made = await w.h.call('POST', '/authsvc/generate_token', { headers: bearer(jwt), body: { label: 'phone' } })
+      assert.equal(made.status, 200)
+      w.store.failing = true
+      expect503(w, await w.h.call('DELETE', '/authsvc/api/tokens', { headers: bearer(jwt), body: { token_hash_prefix: made.body.token_hash_prefix } }))
+      assert.equal((await me(w.h, made.body.token)).status, 401, 'in effect at once')
+      w.store.failing = false
+      const h = await w.restart()
+      assert.equal((await me(h, made.body.token)).status, 401, 'still revoked after a restart')
+    }],
+    ['admin disables a user while the store fails: 503, refused at once and after a restart', async (w) => {
+      const jwt = await registerAndLogin(w.h, 'carol', { admin: w.admin.authorization.slice(7) })
+      w.store.failing = true
+      expect503(w, await w.h.call('PUT', '/authsvc/api/users/carol', { headers: w.admin, body: { disabled: true } }))
+      assert.equal((await me(w.h, jwt)).body.code, 'TOKEN_REVOKED')
+      assert.equal(w.h.services.users.byUsername('carol')?.disabled, true)
+      w.store.failing = false
+      const h = await w.restart()
+      assert.equal(h.services.users.byUsername('carol')?.disabled, true, 'still disabled after a restart')
+      assert.equal((await me(h, jwt)).body.code, 'TOKEN_REVOKED')
+    }],
+    ['admin demotes an admin while the store fails: 503, demoted at once and after a restart', async (w) => {
+      await registerAndLogin(w.h, 'dave', { admin: w.admin.authorization.slice(7), role: 'admin' })
+      w.store.failing = true
+      expect503(w, await w.h.call('PUT', '/authsvc/api/users/dave', { headers: w.admin, body: { role: 'user' } }))
+      assert.equal(w.h.services.users.byUsername('dave')?.role, 'user')
+      w.store.failing = false
+      const h = await w.restart()
+      assert.equal(h.services.users.byUsername('dave')?.role, 'user', 'still demoted after a restart')
+    }],
+    ['admin deletes a user while the store fails: 503, gone at once and after a restart', async (w) => {
+      const jwt = await registerAndLogin(w.h, 'erin', { admin: w.admin.authorization.slice(7) })
+      w.store.failing = true
+      expect503(w, await w.h.call('DELETE', '/authsvc/api/users/erin', { headers: w.admin }))
+      assert.equal((await me(w.h, jwt)).body.code, 'TOKEN_REVOKED')
+      w.store.failing = false
+      const h = await w.restart()
+      assert.equal(h.services.users.byUsername('erin'), undefined, 'still deleted after a restart')
+    }],
+    ['the narrowing write is retried until stored (no second request needed)', async (w) => {
+      const jwt = await registerAndLogin(w.h, 'fay', { admin: w.admin.authorization.slice(7) })
+      w.store.failing = true
+      expect503(w, await w.h.call('POST', '/logout', { headers: bearer(jwt) }))
+      assert.equal((await me(w.h, jwt)).body.code, 'TOKEN_REVOKED')
+      await w.h.services.flush()
+      assert.equal((await me(w.h, jwt)).body.code, 'TOKEN_REVOKED', 'a failed retry changes nothing in memory')
+      w.store.failing = false
+      await w.h.services.flush()
+      const kv = await openSqliteStore(`${w.h.dir}/authsvc.sqlite`)
+      const stored = await kv.get<{ revoked: boolean }>(`session:${String(decodeJwt(jwt).jti)}`)
+      await kv.close()
+      assert.equal(stored?.revoked, true, 'stored by the retry, before any restart')
+    }],
+    ['admin promotes a user to admin while the store fails: 503, still a user (a role up applies only once stored)', async (w) => {
+      const jwt = await registerAndLogin(w.h, 'gil', { admin: w.admin.authorization.slice(7) })
+      w.store.failing = true
+      expect503(w, await w.h.call('PUT', '/authsvc/api/users/gil', { headers: w.admin, body: { role: 'admin' } }))
+      assert.equal(w.h.services.users.byUsername('gil')?.role, 'user')
+      assert.equal((await w.h.call('GET', '/authsvc/api/users', { headers: bearer(jwt) })).body.code, 'ADMIN_REQUIRED')
+    }],
+    ['login while the store fails: 503, no cookie, no session', async (w) => {
+      await registerAndLogin(w.h, 'hal', { admin: w.admin.authorization.slice(7) })
+      const userId = w.h.services.users.byUsername('hal')!.user_id
+      const before = w.h.services.sessions.activeForUser(userId).length
+      w.store.failing = true
+      const res = await w.h.call('POST', '/login', { body: { username: 'hal', password: PASSWORD }, peer: '198.51.100.21' })
+      expect503(w, res)
+      assert.equal(res.headers['set-cookie'], undefined)
+      assert.equal(w.h.services.sessions.activeForUser(userId).length, before)
+    }],
+    ['generate_token while the store fails: 503, no token exists', async (w) => {
+      const jwt = await registerAndLogin(w.h, 'ida', { admin: w.admin.authorization.slice(7) })
+      w.store.failing = true
+      expect503(w, await w.h.call('POST', '/authsvc/generate_token', { headers: bearer(jwt), body: { label: 'x' } }))
+      w.store.failing = false
+      assert.deepEqual((await w.h.call('GET', '/authsvc/api/tokens', { headers: bearer(jwt) })).body.tokens, [])
+    }],
+    ['register while the store fails: 503, the user does not exist and the name is free again', async (w) => {
+      w.store.failing = true
+      expect503(w, await w.h.call('POST', '/register', { headers: w.admin, body: { username: 'jan', password: PASSWORD } }))
+      assert.equal(w.h.services.users.byUsername('jan'), undefined)
+      w.store.failing = false
+      assert.equal((await w.h.call('POST', '/register', { headers: w.admin, body: { username: 'jan', password: PASSWORD } })).status, 201)
+    }],
+    ['PUT groups while the groups file cannot be written: 503, the old groups stay in force', async (w) => {
+      const read = await w.h.call('GET', '/authsvc/api/groups', { headers: w.admin })
+      // a directory where the file was: the rename of the new file fails, for root too
+      const path = join(w.h.dir, 'authsvc_groups.json')
+      rmSync(path)
+      mkdirSync(path)
+      const res = await w.h.call('PUT', '/authsvc/api/groups', { headers: w.admin, body: { groups: { ...read.body.groups, extra: {} } } })
+      rmSync(path, { recursive: true })
+      expect503(w, res, 'EISDIR')
+      assert.equal(w.h.services.roles.has('extra'), false)
+      assert.deepEqual(readdirSync(w.h.dir).filter((f) => f.endsWith('.tmp')), [], 'no temp file left behind')
+      assert.deepEqual((await w.h.call('GET', '/authsvc/api/groups', { headers: w.admin })).body, read.body)
+    }],
+  ]
+
+  for (const [name, row] of rows) {
+    it(name, async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'as-hole7-'))
+      const store = failingStore()
+      const logs: string[] = []
+      const log = createLogger({ level: 'info', destination: { write: (line: string) => void logs.push(line) } })
+      let h = await openHarness({ dir, wrapStore: (kv) => store.wrap(kv), log })
+      const w: World = {
+        h, store, logs,
+        admin: bearer(await registerAndLogin(h, 'root-admin')),
+        async restart() {
+          await h.close()
+          h = await openHarness({ dir, wrapStore: (kv) => store.wrap(kv), log, clock: h.clock })
+          w.h = h
+          return h
+        },
+      }
+      try {
+        await row(w)
+      } finally {
+        store.failing = false
+        await w.h.close()
+        rmSync(dir, { recursive: true, force: true })
       }
     })
   }

@@ -6,7 +6,8 @@
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type { FastifyInstance } from 'fastify'
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
+import type { KeyValueStore } from '../../sidecar/src/store/kv.js'
 import { buildApp } from '../../sidecar/src/app.js'
 import { validateConfig } from '../../sidecar/src/config/load.js'
 import { createLogger } from '../../sidecar/src/log.js'
@@ -35,12 +36,12 @@ export interface Harness {
   close(): Promise<void>
 }
 
-export async function openHarness(options: { config?: Record<string, unknown>; env?: Record<string, string>; dir?: string; clock?: Clock } = {}): Promise<Harness> {
+export async function openHarness(options: { config?: Record<string, unknown>; env?: Record<string, string>; dir?: string; clock?: Clock; wrapStore?: (kv: KeyValueStore) => KeyValueStore; log?: FastifyBaseLogger } = {}): Promise<Harness> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'as-int-'))
   const clock = options.clock ?? clockAt()
-  const log = createLogger({ level: 'silent' })
+  const log = options.log ?? createLogger({ level: 'silent' })
   const config = validateConfig({ argon2: { memory_kib: 256, time_cost: 1, parallelism: 1 }, ...options.config })
-  const services = await openServices({ config, dataDir: dir, env: { AUTHSVC_SECRET: 'integration-secret-0123456789abcdefghij', ...options.env }, log, clock, watchGroups: false })
+  const services = await openServices({ config, dataDir: dir, env: { AUTHSVC_SECRET: 'integration-secret-0123456789abcdefghij', ...options.env }, log, clock, watchGroups: false, wrapStore: options.wrapStore })
   const { app } = buildApp(services, log)
   await app.ready()
   return {

@@ -39,6 +39,7 @@ const SNAPSHOT: Array<[string, number]> = [
   ['TOO_MANY_ATTEMPTS', 429],
   ['INTERNAL_ERROR', 500],
   ['AUTHSVC_UNAVAILABLE', 503],
+  ['STORE_UNAVAILABLE', 503],
 ]
 
 /** SPEC §2 "Required codes include". */

@@ -28,7 +28,8 @@ function frameworkCode(err: FastifyError): ErrorCode | null {
 export function registerErrorHandling(app: FastifyInstance): void {
   app.setErrorHandler((err: FastifyError, request, reply) => {
     if (err instanceof AuthsvcError) {
-      if (err.statusCode >= 500) request.log.error({ code: err.code }, err.message)
+      // the cause (a store error, say) goes to the log only; the client gets the catalogue message
+      if (err.statusCode >= 500) request.log.error({ error_code: err.code, err: err.cause }, err.message) // not `code`: that field is redacted (MFA codes)
       return reply.code(err.statusCode).headers(err.headers).send(err.body())
     }
     const code = frameworkCode(err)

@@ -52,7 +52,7 @@ export class ApiTokenService {
     const now = this.clock()
     if (Date.parse(record.expires_at_iso) <= now) return { error: 'TOKEN_EXPIRED' }
     if (record.last_used_at_iso === null || now - Date.parse(record.last_used_at_iso) >= LAST_USED_PERSIST_MS) {
-      void this.tokens.put(record.hash, { ...record, last_used_at_iso: iso(now) }).catch(() => {})
+      this.tokens.touch(record.hash, { ...record, last_used_at_iso: iso(now) })
     }
     return { record }
   }
@@ -74,11 +74,11 @@ export class ApiTokenService {
     const matches = [...this.tokens.values()].filter((t) => t.user_id === userId && t.hash.startsWith(prefix))
     if (matches.length === 0) throw new AuthsvcError('NOT_FOUND', 'Token not found')
     if (matches.length > 1) throw new AuthsvcError('CONFLICT', 'Token prefix is ambiguous; give more characters')
-    await this.tokens.remove(matches[0].hash)
+    await this.tokens.narrowRemove(matches[0].hash)
   }
 
   async revokeAllForUser(userId: string): Promise<void> {
     const targets = [...this.tokens.values()].filter((t) => t.user_id === userId)
-    await Promise.all(targets.map((t) => this.tokens.remove(t.hash)))
+    await Promise.all(targets.map((t) => this.tokens.narrowRemove(t.hash)))
   }
 }

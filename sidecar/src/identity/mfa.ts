@@ -137,14 +137,15 @@ export class MfaService {
       const secret = this.cipher.decrypt(record.secret, this.context(userId, 'secret'))
       const result = verifyTotp(secret, factor.code, this.clock(), record.last_step)
       if (!result.valid) return false
-      await this.records.put(userId, { ...record, last_step: result.timeStep })
+      // a spent code must stay spent even when the store fails: memory first, retried
+      await this.records.narrow(userId, { ...record, last_step: result.timeStep })
       return true
     }
     if (typeof factor.backup_code === 'string' && factor.backup_code !== '') {
       const hashes = JSON.parse(this.cipher.decrypt(record.backup, this.context(userId, 'backup'))) as string[]
       const used = consumeBackupCode(this.backupKey, hashes, factor.backup_code)
       if (!used.ok) return false
-      await this.records.put(userId, { ...record, backup: this.cipher.encrypt(JSON.stringify(used.remaining), this.context(userId, 'backup')) })
+      await this.records.narrow(userId, { ...record, backup: this.cipher.encrypt(JSON.stringify(used.remaining), this.context(userId, 'backup')) })
       return true
     }
     return false

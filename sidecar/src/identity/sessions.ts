@@ -94,10 +94,11 @@ export class SessionService {
     return evict.length
   }
 
+  /** Forgets a session: gone from memory at once, the deletion retried until stored. */
   private async drop(jti: string): Promise<void> {
     this.guests.delete(jti)
     this.lastUsed.delete(jti)
-    await this.sessions.remove(jti)
+    await this.sessions.narrowRemove(jti)
   }
 
   private async issueSession(user: { user_id: string; username: string }, rememberMe: boolean, lifetimeHours: number, guestKey?: string): Promise<{ token: string; record: SessionRecord }> {
@@ -121,8 +122,9 @@ export class SessionService {
       revoked: false,
       ...(guestKey === undefined ? {} : { guest_key: guestKey }),
     }
-    this.lastUsed.set(jti, now)
+    // a new session widens access: it exists only once stored
     await this.sessions.put(jti, record)
+    this.lastUsed.set(jti, now)
     if (guestKey !== undefined) this.guests.set(jti, guestKey)
     return { token, record }
   }
@@ -166,6 +168,8 @@ export class SessionService {
     if (Date.parse(record.exp_at_iso) <= now) return { error: 'TOKEN_EXPIRED' }
     const lastUsed = this.lastUsed.get(record.jti) ?? Date.parse(record.last_used_at_iso)
     if (this.settings.idleMinutes > 0 && now - lastUsed > this.settings.idleMinutes * 60_000) {
+      // The refusal does not depend on the write: the revocation holds in memory at once and is
+      // retried until stored (the collection logs the failure); the decision path never waits on it.
       void this.revoke(record.jti).catch(() => {})
       return { error: 'TOKEN_EXPIRED' }
     }
@@ -176,7 +180,7 @@ export class SessionService {
   private markUsed(record: SessionRecord, now: number): void {
     this.lastUsed.set(record.jti, now)
     if (now - Date.parse(record.last_used_at_iso) >= LAST_USED_PERSIST_MS) {
-      void this.sessions.put(record.jti, { ...record, last_used_at_iso: iso(now) }).catch(() => {})
+      this.sessions.touch(record.jti, { ...record, last_used_at_iso: iso(now) })
     }
   }
 
@@ -197,13 +201,13 @@ export class SessionService {
   async revoke(jti: string): Promise<boolean> {
     const record = this.sessions.get(jti)
     if (!record || record.revoked) return false
-    await this.sessions.put(jti, { ...record, revoked: true })
+    await this.sessions.narrow(jti, { ...record, revoked: true })
     return true
   }
 
   async revokeAllForUser(userId: string, exceptJti?: string): Promise<number> {
     const targets = [...this.sessions.values()].filter((s) => s.user_id === userId && !s.revoked && s.jti !== exceptJti)
-    await Promise.all(targets.map((s) => this.sessions.put(s.jti, { ...s, revoked: true })))
+    await Promise.all(targets.map((s) => this.sessions.narrow(s.jti, { ...s, revoked: true })))
     return targets.length
   }
 

@@ -25,7 +25,7 @@
 import { createHash } from 'node:crypto'
 import { isIP } from 'node:net'
 import { normalizeIp } from '../policy/ip.js'
-import { Collection } from '../store/collection.js'
+import { Collection, type CollectionOptions } from '../store/collection.js'
 import type { KeyValueStore } from '../store/kv.js'
 import type { Clock } from './clock.js'
 
@@ -86,11 +86,11 @@ export class Throttle {
     private readonly limits: ThrottleLimits,
   ) {}
 
-  static async open(kv: KeyValueStore, clock: Clock, limits: Partial<ThrottleLimits> = {}): Promise<Throttle> {
+  static async open(kv: KeyValueStore, clock: Clock, limits: Partial<ThrottleLimits> = {}, options: CollectionOptions = {}): Promise<Throttle> {
     const merged = { ...THROTTLE_LIMITS, ...limits }
     // Two keys are written per failure; a smaller cap would evict the one just written.
     if (!(merged.maxKeys >= 2)) throw new RangeError('throttle maxKeys must be at least 2')
-    const throttle = new Throttle(await Collection.load<ThrottleRecord>(kv, 'throttle'), clock, merged)
+    const throttle = new Throttle(await Collection.load<ThrottleRecord>(kv, 'throttle', options), clock, merged)
     await throttle.index()
     return throttle
   }
@@ -224,12 +224,13 @@ export class Throttle {
   private write(order: Map<string, number>, record: ThrottleRecord, now: number): Promise<void> {
     order.delete(record.key)
     order.set(record.key, now)
-    return this.records.put(record.key, record)
+    // a counter only ever narrows: it holds in memory at once and is retried until stored
+    return this.records.narrow(record.key, record)
   }
 
   private drop(order: Map<string, number>, key: string): Promise<void> {
     order.delete(key)
-    return this.records.remove(key)
+    return this.records.narrowRemove(key)
   }
 
   /** Drops expired keys, then the least recently written beyond maxKeys. */

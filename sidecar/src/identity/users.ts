@@ -93,23 +93,36 @@ export class UserRepository {
       created_at_iso: now.toISOString(),
       disabled: false,
     }
-    this.byName.set(user.username.toLowerCase(), user.user_id)
-    await this.users.put(user.user_id, user)
+    // the name is reserved at once (no second create of it meanwhile); the user exists once stored
+    const name = user.username.toLowerCase()
+    this.byName.set(name, user.user_id)
+    try {
+      await this.users.put(user.user_id, user)
+    } catch (err) {
+      if (this.byName.get(name) === user.user_id) this.byName.delete(name)
+      throw err
+    }
     return user
   }
 
-  async update(userId: string, patch: Partial<Omit<UserRecord, 'user_id' | 'username' | 'created_at_iso'>>): Promise<UserRecord> {
+  /**
+   * `effect` says what the patch does to the user's access: `narrows` (a
+   * disable, a role down) applies in memory at once and is retried until
+   * stored; `widens` (anything else) applies only once stored.
+   */
+  async update(userId: string, patch: Partial<Omit<UserRecord, 'user_id' | 'username' | 'created_at_iso'>>, effect: 'narrows' | 'widens' = 'widens'): Promise<UserRecord> {
     const current = this.users.get(userId)
     if (!current) throw new AuthsvcError('NOT_FOUND', 'User not found')
     const next = { ...current, ...patch }
-    await this.users.put(userId, next)
+    await (effect === 'narrows' ? this.users.narrow(userId, next) : this.users.put(userId, next))
     return next
   }
 
+  /** Gone at once (memory), the deletion retried until stored. */
   async delete(userId: string): Promise<void> {
     const current = this.users.get(userId)
     if (!current) return
     this.byName.delete(current.username.toLowerCase())
-    await this.users.remove(userId)
+    await this.users.narrowRemove(userId)
   }
 }

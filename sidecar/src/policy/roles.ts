@@ -12,6 +12,7 @@ import { readFileSync } from 'node:fs'
 import chokidar, { type FSWatcher } from 'chokidar'
 import type { FastifyBaseLogger } from 'fastify'
 import { writeFileAtomic } from '../store/atomic-file.js'
+import { storeUnavailable } from '../store/collection.js'
 import { ADMIN_ROLE, PERMISSION_KEYS, type Permissions } from '../identity/principal.js'
 
 export type GroupMap = Record<string, Record<string, boolean>>
@@ -109,8 +110,13 @@ export class RoleStore {
     return true
   }
 
+  /** Writes the file, then applies it: a write that fails (503) changes nothing. */
   replace(groups: GroupMap): void {
-    writeFileAtomic(this.path, `${JSON.stringify(groups, null, 2)}\n`, 0o600)
+    try {
+      writeFileAtomic(this.path, `${JSON.stringify(groups, null, 2)}\n`, 0o600)
+    } catch (err) {
+      throw storeUnavailable('groups', err)
+    }
     this.groups = groups
     this.compile()
   }
@@ -125,6 +131,15 @@ export class RoleStore {
 
   permissions(role: string): Permissions {
     return this.compiled.get(role) ?? allPermissions(false)
+  }
+
+  /** Whether moving a user from role `from` to role `to` grants anything `from` did not (a role up). */
+  widens(from: string, to: string): boolean {
+    if (to === ADMIN_ROLE) return from !== ADMIN_ROLE
+    const before = this.permissions(from)
+    const after = this.permissions(to)
+    if (PERMISSION_KEYS.some((k) => after[k] && !before[k])) return true
+    return this.mfaRequired(from) && !this.mfaRequired(to)
   }
 
   mfaRequired(role: string): boolean {

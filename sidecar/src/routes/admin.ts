@@ -58,6 +58,13 @@ const publicUser = (u: UserRecord) => ({
   created_at_iso: u.created_at_iso,
 })
 
+/** Waits for every step (none is abandoned half-way), then rejects with the first failure if any. */
+async function allOrFirstFailure(steps: Array<Promise<unknown>>): Promise<void> {
+  const results = await Promise.allSettled(steps)
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected')
+  if (failed) throw failed.reason
+}
+
 export function adminRoutes(services: Services) {
   const findUser = (target: string): UserRecord => {
     const user = services.users.byUsername(target) ?? services.users.byId(target)
@@ -71,7 +78,8 @@ export function adminRoutes(services: Services) {
     }))
     app.put('/api/settings/guest-jwt', { config: { auth: 'admin' }, schema: { body: Type.Object({ allow_guest_jwt: Type.Boolean() }, { additionalProperties: false }) } }, async (request) => {
       const { allow_guest_jwt } = request.body as { allow_guest_jwt: boolean }
-      await services.settings.set('allow_guest_jwt', allow_guest_jwt)
+      // turning guest login off narrows (at once, retried); turning it on widens (once stored)
+      await services.settings.set('allow_guest_jwt', allow_guest_jwt, allow_guest_jwt ? 'widens' : 'narrows')
       request.log.info({ event: 'settings_changed', setting: 'allow_guest_jwt', value: allow_guest_jwt }, 'setting changed')
       return { allow_guest_jwt }
     })
@@ -117,12 +125,25 @@ export function adminRoutes(services: Services) {
         if (passwordHash !== undefined) patch.password_hash = passwordHash
         services.users.assertAdminRemains(user.user_id, { ...user, ...patch })
         const roleChanged = body.role !== undefined && body.role !== user.role
-        await services.users.update(user.user_id, patch)
+        // A disable narrows whatever else the patch says; otherwise any grant (role up, re-enable,
+        // sfw_check off, a new password) makes the patch widening, and it applies only once stored.
+        const widens =
+          (roleChanged && services.roles.widens(user.role, body.role as string)) ||
+          (body.disabled === false && user.disabled) ||
+          (body.sfw_check === false && user.sfw_check) ||
+          passwordHash !== undefined
+        const narrows = body.disabled === true || !widens
+        // a widening patch first, durably: when the store refuses it, nothing at all has changed
+        if (!narrows) await services.users.update(user.user_id, patch, 'widens')
+        // then every narrowing step at once, so each holds even when the store fails on another
+        const narrowing: Array<Promise<unknown>> = []
+        if (narrows) narrowing.push(services.users.update(user.user_id, patch, 'narrows'))
+        if (roleChanged || body.password !== undefined || body.disabled === true) narrowing.push(services.sessions.revokeAllForUser(user.user_id))
+        if (body.password !== undefined || body.disabled === true) narrowing.push(services.tokens.revokeAllForUser(user.user_id))
+        await allOrFirstFailure(narrowing)
         // the secret and backup codes go too, not only the flag
         if (body.mfa_reset === true) await services.resetMfa(user.user_id)
         const updated = services.users.byId(user.user_id)!
-        if (roleChanged || body.password !== undefined || body.disabled === true) await services.sessions.revokeAllForUser(user.user_id)
-        if (body.password !== undefined || body.disabled === true) await services.tokens.revokeAllForUser(user.user_id)
         if (roleChanged) request.log.info({ event: 'user_role_changed', username: user.username, role: updated.role }, 'role changed')
         return { status: 'ok', user: publicUser(updated) }
       })
@@ -134,10 +155,12 @@ export function adminRoutes(services: Services) {
         const user = services.users.byId(target)
         if (!user) throw new AuthsvcError('NOT_FOUND', 'User not found')
         services.users.assertAdminRemains(user.user_id, null)
-        await services.users.delete(user.user_id)
-        await services.sessions.deleteAllForUser(user.user_id)
-        await services.tokens.revokeAllForUser(user.user_id)
-        await services.mfa.disable(user.user_id)
+        await allOrFirstFailure([
+          services.users.delete(user.user_id),
+          services.sessions.deleteAllForUser(user.user_id),
+          services.tokens.revokeAllForUser(user.user_id),
+          services.mfa.disable(user.user_id),
+        ])
         request.log.info({ event: 'user_deleted', username: user.username }, 'user deleted')
         return { status: 'ok', message: `User ${user.username} deleted` }
       })

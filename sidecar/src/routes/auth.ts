@@ -101,8 +101,9 @@ export function authRoutes(services: Services) {
 
     const logout = async (request: import('fastify').FastifyRequest, reply: import('fastify').FastifyReply) => {
       const principal = request.principal
-      if (principal?.authType === 'session' && principal.credentialId) await services.sessions.revoke(principal.credentialId)
+      // the cookie goes even when the store fails (503): the revocation already holds in memory
       clearSessionCookie(request, reply)
+      if (principal?.authType === 'session' && principal.credentialId) await services.sessions.revoke(principal.credentialId)
       if (principal) request.log.info({ event: 'user_logout', username: principal.username }, 'logout')
       if (request.facts.isNavigation) return reply.code(302).header('Location', '/login').send()
       return { message: 'Logged out' }

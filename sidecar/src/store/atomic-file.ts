@@ -14,5 +14,10 @@ export function writeFileAtomic(path: string, data: string | Buffer, mode = 0o60
     throw err
   }
   closeSync(fd)
-  renameSync(temp, path)
+  try {
+    renameSync(temp, path)
+  } catch (err) {
+    unlinkSync(temp)
+    throw err
+  }
 }

@@ -31,8 +31,9 @@ export class SettingsRepository {
     return value === undefined ? this.defaults[key] : (value as SettingsShape[K])
   }
 
-  async set<K extends keyof SettingsShape>(key: K, value: SettingsShape[K]): Promise<void> {
-    await this.settings.put(key, value)
+  /** `narrows`: applies in memory at once, retried until stored; `widens`: applies once stored. */
+  async set<K extends keyof SettingsShape>(key: K, value: SettingsShape[K], effect: 'narrows' | 'widens' = 'widens'): Promise<void> {
+    await (effect === 'narrows' ? this.settings.narrow(key, value) : this.settings.put(key, value))
   }
 
   /**
