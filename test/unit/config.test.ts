@@ -5,9 +5,11 @@
  */
 import { describe, it, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { rmSync, writeFileSync } from 'node:fs'
+import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { ConfigError, loadConfig, parseBoolean, validateConfig } from '../../sidecar/src/config/load.js'
+import { fileURLToPath } from 'node:url'
+import { ConfigError, UNBUILT_KEYS, loadConfig, parseBoolean, validateConfig } from '../../sidecar/src/config/load.js'
+import { ConfigSchema } from '../../sidecar/src/config/schema.js'
 import { tempDir } from './fixtures.js'
 
 const dirs: string[] = []
@@ -60,10 +62,10 @@ describe('config defaults (SPEC §10)', () => {
   })
 
   it('nested objects keep given values and fill the rest with defaults', () => {
-    const c = validateConfig({ argon2: { memory_kib: 64 }, ntfy: { topic: 't' } })
+    const c = validateConfig({ argon2: { memory_kib: 64 }, store: { sqlite_path: '/x.sqlite' } })
     assert.deepEqual(c.argon2, { memory_kib: 64, time_cost: 2, parallelism: 1, max_concurrent_hashes: 4 })
-    assert.equal(c.ntfy.topic, 't')
-    assert.equal(c.ntfy.base_url, 'https://ntfy.sh')
+    assert.equal(c.store.sqlite_path, '/x.sqlite')
+    assert.equal(c.store.encryption_level, 'fields')
   })
 
   it('does not mutate the raw object it validates', () => {
@@ -225,4 +227,48 @@ describe('config.json and env', () => {
     assert.equal(c.allow_guest_jwt, false)
     assert.equal(c.local_anonymous_role, null)
   })
+})
+
+// Issue 9, hole 8: force_https was accepted and read by nothing. Every key the schema accepts must
+// be read somewhere in the sidecar, or be refused as not built yet.
+describe('no configuration key is accepted but ignored', () => {
+  /** Every leaf key of the schema, as `section.key` paths. */
+  function schemaPaths(schema: { properties?: Record<string, unknown> }, prefix = ''): string[] {
+    return Object.entries(schema.properties ?? {}).flatMap(([key, sub]) => {
+      const path = prefix ? `${prefix}.${key}` : key
+      const nested = sub as { properties?: Record<string, unknown> }
+      return nested.properties ? schemaPaths(nested, path) : [path]
+    })
+  }
+  /** The sidecar's sources outside config/ (where the schema and its loader live). */
+  function sources(dir: string): string {
+    return readdirSync(dir, { withFileTypes: true })
+      .flatMap((e) => {
+        const path = join(dir, e.name)
+        if (e.isDirectory()) return e.name === 'config' ? [] : [sources(path)]
+        return e.name.endsWith('.ts') ? [readFileSync(path, 'utf8')] : []
+      })
+      .join('\n')
+  }
+  const code = sources(fileURLToPath(new URL('../../sidecar/src', import.meta.url)))
+  const unbuilt = (path: string) => Object.keys(UNBUILT_KEYS).some((k) => path === k || path.startsWith(`${k}.`))
+
+  it('every schema key is read outside config/ (as `.key` or a destructured `key`), or refused as unbuilt', () => {
+    const unread = schemaPaths(ConfigSchema as unknown as { properties: Record<string, unknown> })
+      .filter((path) => !unbuilt(path))
+      .filter((path) => {
+        const key = path.split('.').pop() as string
+        return !new RegExp(`\\.${key}\\b|[{,]\\s*${key}\\s*[,}:]`).test(code)
+      })
+    assert.deepEqual(unread, [])
+  })
+
+  for (const [path, why] of Object.entries(UNBUILT_KEYS)) {
+    it(`setting ${path} is refused, naming it and why`, () => {
+      const [section, key] = path.split('.')
+      const raw = key === undefined ? { [section]: {} } : { [section]: { [key]: '' } }
+      const problems = problemsOf(() => validateConfig(raw))
+      assert.deepEqual(problems, [`/${path.replace('.', '/')}: ${why}; remove it from the configuration`])
+    })
+  }
 })

@@ -1,7 +1,7 @@
 /**
  * The decision: request description → principal → policy → decision.
  *
- * Order (each step can only refuse, never widen): IP lists, OPTIONS, owned
+ * Order (each step can only refuse, never widen): IP lists, force_https, OPTIONS, owned
  * routes (proxied; the sidecar's HTTP side resolves identity itself), host
  * route policy, principal, CSRF, requirement, route behaviour. The host never
  * sees a client's `comfy-user` header or a query credential.
@@ -12,6 +12,7 @@ import { AuthsvcError, type ErrorCode } from '../errors.js'
 import { queryCredentialKeys, type Channel } from '../identity/credentials.js'
 import { ADMIN_ROLE, can, type Principal } from '../identity/principal.js'
 import { hostRoutePolicy, type HostRoutePolicy } from '../policy/host-routes.js'
+import { httpsUpgradeDecision } from '../http/force-https.js'
 import { denyDecision, errorDecision, loginRedirectDecision } from './answers.js'
 import { clientFacts, isSameOrigin, type ClientFacts, type NetworkPolicy } from './client-facts.js'
 import type { Decision, PassDecision, RequestDescription } from './protocol.js'
@@ -62,6 +63,8 @@ export function createDecider(deps: DecideDeps): (desc: RequestDescription) => D
     const facts = clientFacts(desc.peer, desc.scheme, desc.headers, deps.net)
     const ipRefusal = deps.ipGate.refuse(facts.ip)
     if (ipRefusal) return denyDecision(ipRefusal)
+    const upgrade = httpsUpgradeDecision(deps.config, desc, facts)
+    if (upgrade) return upgrade
     // Preflights carry no credential; answered here, with no CORS grant (same-origin only).
     if (desc.method === 'OPTIONS') return OPTIONS_ANSWER
     if (deps.owned.has(desc.method, desc.path)) return { action: 'proxy' }

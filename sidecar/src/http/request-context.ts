@@ -4,13 +4,15 @@
  *
  * The plugin adds `x-authsvc-peer` / `x-authsvc-scheme` (and strips any a
  * client sent); the HTTP socket is reachable only through the plugin (0600),
- * so those headers are the real peer.
+ * so those headers are the real peer. Under `force_https`, plain-HTTP browser
+ * navigations are redirected here too, before any identity work.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { clientFacts, isSameOrigin, type ClientFacts } from '../decide/client-facts.js'
 import { AuthsvcError, type ErrorCode } from '../errors.js'
 import type { Channel } from '../identity/credentials.js'
 import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
+import { HSTS_VALUE, httpsUpgrade } from './force-https.js'
 import type { Services } from '../services.js'
 
 export type AuthLevel = 'public' | 'principal' | 'user' | 'admin'
@@ -60,6 +62,9 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     const queryIndex = request.url.indexOf('?')
     request.queryParams = new URLSearchParams(queryIndex >= 0 ? request.url.slice(queryIndex + 1) : '')
     request.facts = clientFacts(peer, scheme, headers, services.net)
+    const upgrade = httpsUpgrade(services.config, request.method, request.facts, headers.host, request.url.split('?')[0], queryIndex >= 0 ? request.url.slice(queryIndex + 1) : '')
+    if (upgrade?.status === 400) throw new AuthsvcError('VALIDATION_FAILED', 'force_https: the request has no usable Host header')
+    if (upgrade?.status === 301) return reply.code(301).header('Location', upgrade.location).header('Cache-Control', 'no-store').send()
     const resolution = await services.resolver.resolve(headers, request.queryParams, request.facts)
     if ('error' in resolution) {
       request.credentialError = resolution.error
@@ -69,6 +74,13 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
     }
     return enforceAuthLevel(request, reply, headers)
   })
+
+  // force_https: the browser learns to use https only from this host's answers over https
+  if (services.config.force_https) {
+    app.addHook('onSend', async (request, reply) => {
+      if (request.facts?.isHttps) reply.header('Strict-Transport-Security', HSTS_VALUE)
+    })
+  }
 }
 
 async function enforceAuthLevel(request: FastifyRequest, reply: FastifyReply, headers: Record<string, string | undefined>): Promise<FastifyReply | undefined> {
