@@ -219,7 +219,14 @@ def build_problem(root: str) -> Problem | None:
     stamp = read_stamp(dist)
     if stamp is None or not os.path.isfile(os.path.join(dist, "main.js")):
         return Problem("no_build", "the sidecar is not built (a plain clone or an interrupted install)", fix, installable=True)
-    if {k: stamp.get(k) for k in ("version", "lockfile_sha256", "sources_sha256")} != expected_stamp(root):
+    try:
+        expected = expected_stamp(root)
+    except (OSError, ValueError, KeyError) as exc:
+        return Problem("broken_package", "the package's files are incomplete (package.json, package-lock.json or "
+                       "the sidecar's sources cannot be read)",
+                       "reinstall authsvc (a fresh git clone, or reinstall it in ComfyUI-Manager), then restart ComfyUI",
+                       detail=f"{type(exc).__name__}: {exc}")
+    if {k: stamp.get(k) for k in ("version", "lockfile_sha256", "sources_sha256")} != expected:
         return Problem("stale_build", "the sidecar build is older than this package's sources (an update that was not installed)",
                        fix, installable=True)
     return None

@@ -114,7 +114,14 @@ class SidecarSupervisor:
                 await self._wait_slowly()
                 continue
             started = asyncio.get_running_loop().time()
-            status, was_ready = await self._spawn_and_wait()
+            try:
+                status, was_ready = await self._spawn_and_wait()
+            except OSError as exc:  # node vanished or is not executable since the check: no restart fixes that
+                self._report(Problem("spawn_failed", "the sidecar process could not be started",
+                                     "check AUTHSVC_NODE or the node on PATH, then restart ComfyUI",
+                                     detail=f"{type(exc).__name__}: {exc}"))
+                await self._wait_slowly()
+                continue
             if self._stopping:
                 break
             if was_ready:
