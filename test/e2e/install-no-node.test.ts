@@ -27,7 +27,7 @@ describe('no usable Node.js, on the real ComfyUI', { skip: REAL_HOST_SKIP }, () 
   })
 
   const withoutNode = (): NodeJS.ProcessEnv => {
-    const env = { ...process.env, PATH: noNodePath }
+    const env: NodeJS.ProcessEnv = { ...process.env, PATH: noNodePath }
     delete env.AUTHSVC_NODE
     return env
   }
