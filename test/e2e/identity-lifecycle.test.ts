@@ -51,8 +51,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       fetch(stack.url + path, { method: 'PUT', headers: { ...bearer(admin), 'Content-Type': 'application/json' }, body: JSON.stringify(body) })
 
     // Codes: a session whose record is revoked answers TOKEN_REVOKED; a revoked API token (by
-    // its owner, or by a disable or password reset) is deleted, since only its hash was ever
-    // stored, so it is indistinguishable from an unknown one and answers TOKEN_INVALID.
+    // its owner, or by a disable or password reset) leaves a tombstone of its hash until its
+    // expiry, so it answers TOKEN_REVOKED too (issue 9, hole 10), never TOKEN_INVALID.
     it('revocation is immediate: logout, session revoke, token revoke, disable, role change, password reset', async () => {
       assert.equal((await register(stack, 'bob', { bearer: admin })).status, 201)
 
@@ -78,7 +78,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(list.tokens.length, 1)
       const del = await fetch(`${stack.url}/authsvc/api/tokens`, { method: 'DELETE', headers: { ...bearer(s3), 'Content-Type': 'application/json' }, body: JSON.stringify({ token_hash_prefix: `${list.tokens[0].token_hash_prefix}...` }) })
       assert.equal(del.status, 200)
-      await assertRefused(stack, t1, 'TOKEN_INVALID', 'token after token revoke')
+      await assertRefused(stack, t1, 'TOKEN_REVOKED', 'token after token revoke')
 
       const s4 = (await login(stack, 'bob')).jwt
       const t2 = await apiToken(stack, 'bob')
@@ -86,11 +86,11 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       await assertWorks(stack, t2, 'token before disable')
       assert.equal((await adminPut('/authsvc/api/users/bob', { disabled: true })).status, 200)
       await assertRefused(stack, s4, 'TOKEN_REVOKED', 'session after disable')
-      await assertRefused(stack, t2, 'TOKEN_INVALID', 'token after disable')
+      await assertRefused(stack, t2, 'TOKEN_REVOKED', 'token after disable')
       assert.equal((await adminPut('/authsvc/api/users/bob', { disabled: false })).status, 200)
       // re-enabling the user revives none of the credentials the disable killed
       await assertRefused(stack, s4, 'TOKEN_REVOKED', 'session after re-enable')
-      await assertRefused(stack, t2, 'TOKEN_INVALID', 'token after re-enable')
+      await assertRefused(stack, t2, 'TOKEN_REVOKED', 'token after re-enable')
 
       // docs/decisions.md: a role change revokes sessions; API tokens stay and take the new role
       const s5 = (await login(stack, 'bob')).jwt
@@ -115,8 +115,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       await assertWorks(stack, t3, 'token before password reset')
       assert.equal((await adminPut('/authsvc/api/users/bob', { password: 'another-long-password' })).status, 200)
       await assertRefused(stack, s6, 'TOKEN_REVOKED', 'session after password reset')
-      await assertRefused(stack, t3, 'TOKEN_INVALID', 'token after password reset')
-      await assertRefused(stack, t4, 'TOKEN_INVALID', 'every token of the user after password reset')
+      await assertRefused(stack, t3, 'TOKEN_REVOKED', 'token after password reset')
+      await assertRefused(stack, t4, 'TOKEN_REVOKED', 'every token of the user after password reset')
       const oldPassword = await fetch(`${stack.url}/login`, { method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json' }, body: JSON.stringify({ username: 'bob', password: PASSWORD }) })
       assert.equal(oldPassword.status, 401)
       assert.equal((await json(oldPassword)).code, 'INVALID_CREDENTIALS')

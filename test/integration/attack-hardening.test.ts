@@ -432,3 +432,72 @@ describe('hole 7: narrowing changes hold at once and are retried; widening ones 
     })
   }
 })
+
+// Hole 10: a revoked API token answered TOKEN_INVALID, so a phone could not tell "revoked" from "mistyped".
+describe('hole 10: a revoked API token answers TOKEN_REVOKED until it would have expired', () => {
+  interface World { h: Harness; jwt: string; token: string; prefix: string; restart(): Promise<Harness> }
+  const me = (h: Harness, headers: Record<string, string>, query = '') => h.call('GET', `/authsvc/api/me${query}`, { headers })
+
+  const rows: Array<[string, (w: World) => Promise<void>]> = [
+    ['bearer token revoked by its owner (DELETE /authsvc/api/tokens) → TOKEN_REVOKED, on every channel', async (w) => {
+      assert.equal((await w.h.call('DELETE', '/authsvc/api/tokens', { headers: bearer(w.jwt), body: { token_hash_prefix: w.prefix } })).status, 200)
+      assert.equal((await me(w.h, bearer(w.token))).body.code, 'TOKEN_REVOKED')
+      assert.equal((await me(w.h, {}, `?token=${w.token}`)).body.code, 'TOKEN_REVOKED')
+      assert.equal((await me(w.h, {}, `?access_token=${w.token}`)).body.code, 'TOKEN_REVOKED')
+    }],
+    ['a mistyped token (one character changed) still answers TOKEN_INVALID', async (w) => {
+      const last = w.token.at(-1) === 'A' ? 'B' : 'A'
+      assert.equal((await me(w.h, bearer(w.token.slice(0, -1) + last))).body.code, 'TOKEN_INVALID')
+    }],
+    ['token revoked by an admin\'s password reset → TOKEN_REVOKED', async (w) => {
+      const admin = bearer(await registerAndLogin(w.h, 'root-admin-2', { admin: w.jwt, role: 'admin' }))
+      assert.equal((await w.h.call('PUT', '/authsvc/api/users/owner', { headers: admin, body: { password: 'a-brand-new-password-7' } })).status, 200)
+      assert.equal((await me(w.h, bearer(w.token))).body.code, 'TOKEN_REVOKED')
+    }],
+    ['the tombstone survives a restart; a revoked token is gone from the list and cannot be revoked twice', async (w) => {
+      await w.h.call('DELETE', '/authsvc/api/tokens', { headers: bearer(w.jwt), body: { token_hash_prefix: w.prefix } })
+      const h = await w.restart()
+      assert.equal((await me(h, bearer(w.token))).body.code, 'TOKEN_REVOKED')
+      assert.deepEqual((await h.call('GET', '/authsvc/api/tokens', { headers: bearer(w.jwt) })).body.tokens, [])
+      assert.equal((await h.call('DELETE', '/authsvc/api/tokens', { headers: bearer(w.jwt), body: { token_hash_prefix: w.prefix } })).body.code, 'NOT_FOUND')
+    }],
+    ['past the token\'s expiry the tombstone is dropped at start: the store forgets the hash', async (w) => {
+      await w.h.call('DELETE', '/authsvc/api/tokens', { headers: bearer(w.jwt), body: { token_hash_prefix: w.prefix } })
+      w.h.clock.advance(2 * 3600_000)
+      const h = await w.restart()
+      await h.services.flush()
+      assert.equal((await me(h, bearer(w.token))).body.code, 'TOKEN_INVALID')
+      const kv = await openSqliteStore(`${h.dir}/authsvc.sqlite`)
+      const hashes = (await kv.entries<{ hash: string }>('token')).map(([, t]) => t.hash)
+      await kv.close()
+      assert.ok(!hashes.some((x) => x.startsWith(w.prefix)), 'the tombstone is gone')
+    }],
+  ]
+
+  for (const [name, row] of rows) {
+    it(name, async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'as-hole10-'))
+      let h = await openHarness({ dir })
+      try {
+        const jwt = await registerAndLogin(h, 'owner')
+        const made = await h.call('POST', '/authsvc/generate_token', { headers: bearer(jwt), body: { label: 'phone', expire_hours: 1 } })
+        assert.equal(made.status, 200)
+        assert.equal((await me(h, bearer(made.body.token))).status, 200)
+        const w: World = {
+          h, jwt, token: made.body.token, prefix: made.body.token_hash_prefix,
+          async restart() {
+            const clock = h.clock
+            await h.close()
+            h = await openHarness({ dir, clock })
+            w.h = h
+            return h
+          },
+        }
+        await row(w)
+      } finally {
+        await h.close()
+        rmSync(dir, { recursive: true, force: true })
+      }
+    })
+  }
+})

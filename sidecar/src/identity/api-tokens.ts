@@ -2,6 +2,10 @@
  * Long-lived API tokens (SPEC §3): `ast_` + 43 base64url chars (256 bits).
  * Only the SHA-256 hex of a token is stored; lookups hash the presented
  * value, so the raw token exists only in the creation response.
+ *
+ * A revoked token leaves a tombstone (its record marked `revoked`) until the
+ * token would have expired, so a phone can tell "revoked" (TOKEN_REVOKED) from
+ * "mistyped" (TOKEN_INVALID); tombstones past their expiry are dropped at start.
  */
 import { createHash, randomBytes } from 'node:crypto'
 import { AuthsvcError, type ErrorCode } from '../errors.js'
@@ -15,6 +19,8 @@ export interface ApiTokenRecord {
   created_at_iso: string
   expires_at_iso: string
   last_used_at_iso: string | null
+  /** a tombstone: the token was revoked; kept until `expires_at_iso` */
+  revoked?: boolean
 }
 
 export const API_TOKEN_PATTERN = /^ast_[A-Za-z0-9_-]{43}$/
@@ -28,7 +34,13 @@ export class ApiTokenService {
   constructor(
     private readonly tokens: Collection<ApiTokenRecord>,
     private readonly clock: Clock,
-  ) {}
+  ) {
+    const now = clock()
+    for (const t of [...tokens.values()]) {
+      // a failed deletion is retried by the collection until stored; nothing waits on it here
+      if (t.revoked === true && Date.parse(t.expires_at_iso) <= now) void tokens.narrowRemove(t.hash).catch(() => {})
+    }
+  }
 
   async issue(userId: string, label: string, expireHours: number): Promise<{ token: string; record: ApiTokenRecord }> {
     const now = this.clock()
@@ -49,6 +61,7 @@ export class ApiTokenService {
     if (!API_TOKEN_PATTERN.test(token)) return { error: 'TOKEN_INVALID' }
     const record = this.tokens.get(hashToken(token))
     if (!record) return { error: 'TOKEN_INVALID' }
+    if (record.revoked === true) return { error: 'TOKEN_REVOKED' }
     const now = this.clock()
     if (Date.parse(record.expires_at_iso) <= now) return { error: 'TOKEN_EXPIRED' }
     if (record.last_used_at_iso === null || now - Date.parse(record.last_used_at_iso) >= LAST_USED_PERSIST_MS) {
@@ -65,20 +78,25 @@ export class ApiTokenService {
   activeForUser(userId: string): ApiTokenRecord[] {
     const now = this.clock()
     return [...this.tokens.values()]
-      .filter((t) => t.user_id === userId && Date.parse(t.expires_at_iso) > now)
+      .filter((t) => t.user_id === userId && t.revoked !== true && Date.parse(t.expires_at_iso) > now)
       .sort((a, b) => a.created_at_iso.localeCompare(b.created_at_iso))
   }
 
   /** Revokes the caller's token whose hash starts with `prefix` (>= 8 hex chars). */
   async revokeByPrefix(userId: string, prefix: string): Promise<void> {
-    const matches = [...this.tokens.values()].filter((t) => t.user_id === userId && t.hash.startsWith(prefix))
+    const matches = [...this.tokens.values()].filter((t) => t.user_id === userId && t.revoked !== true && t.hash.startsWith(prefix))
     if (matches.length === 0) throw new AuthsvcError('NOT_FOUND', 'Token not found')
     if (matches.length > 1) throw new AuthsvcError('CONFLICT', 'Token prefix is ambiguous; give more characters')
-    await this.tokens.narrowRemove(matches[0].hash)
+    await this.tombstone(matches[0])
   }
 
   async revokeAllForUser(userId: string): Promise<void> {
-    const targets = [...this.tokens.values()].filter((t) => t.user_id === userId)
-    await Promise.all(targets.map((t) => this.tokens.narrowRemove(t.hash)))
+    const targets = [...this.tokens.values()].filter((t) => t.user_id === userId && t.revoked !== true)
+    await Promise.all(targets.map((t) => this.tombstone(t)))
+  }
+
+  /** Narrows at once (memory first, retried until stored); the label goes, the hash and expiry stay. */
+  private tombstone(record: ApiTokenRecord): Promise<void> {
+    return this.tokens.narrow(record.hash, { ...record, label: '', revoked: true })
   }
 }
