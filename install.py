@@ -14,6 +14,7 @@ Exit status 0 when the sidecar is ready to run, 1 with one clear error line othe
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib.util
 import os
 import shutil
@@ -102,7 +103,8 @@ def build_sidecar(node: str, env: dict[str, str]) -> None:
     sidecar = os.path.join(ROOT, "sidecar")
     fresh = os.path.join(sidecar, f"dist.new-{os.getpid()}")
     old = os.path.join(sidecar, f"dist.old-{os.getpid()}")
-    shutil.rmtree(fresh, ignore_errors=True)
+    for leftover in glob.glob(os.path.join(sidecar, "dist.new-*")) + glob.glob(os.path.join(sidecar, "dist.old-*")):
+        shutil.rmtree(leftover, ignore_errors=True)  # from a run that was killed; we hold the lock, so none is live
     tsc = os.path.join(ROOT, "node_modules", "typescript", "bin", "tsc")
     try:
         run([node, tsc, "-p", os.path.join(sidecar, "tsconfig.json"), "--outDir", fresh], "the sidecar build (tsc)", env)

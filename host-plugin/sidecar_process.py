@@ -29,7 +29,7 @@ from typing import IO, Any
 
 from . import install_state
 from .decision_client import DecisionClient, Unavailable
-from .failsafe import STARTING, Outage, problem_page, set_outage
+from .failsafe import STARTING, UNKNOWN, Outage, problem_page, set_outage
 from .install_state import Problem
 
 log = logging.getLogger("authsvc")
@@ -195,7 +195,7 @@ class SidecarSupervisor:
             self._unmute()
             self._reported = None
             self._last_early_status = None
-            set_outage(STARTING)  # what the page says if a decision fails from now on
+            set_outage(UNKNOWN)  # what the page says if a decision fails from now on
         status = await waiter
         await asyncio.gather(*pumps)
         if not ready:
