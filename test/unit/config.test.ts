@@ -272,3 +272,19 @@ describe('no configuration key is accepted but ignored', () => {
     })
   }
 })
+
+// Issue 9, hole 11: a bad enum value read "must be equal to constant" three times.
+describe('a value outside a union is one line naming the key, the value and what is allowed', () => {
+  const rows: Array<[string, unknown, string[]]> = [
+    ['store.backend "mysql"', { store: { backend: 'mysql' } }, ['/store/backend: got "mysql", must be one of "sqlite", "postgres", "redis"']],
+    ['store.encryption_level "none"', { store: { encryption_level: 'none' } }, ['/store/encryption_level: got "none", must be one of "fields", "all"']],
+    ['store.backend 3 (not even a string)', { store: { backend: 3 } }, ['/store/backend: got 3, must be one of "sqlite", "postgres", "redis"']],
+    ['local_anonymous_role 5 (string or null)', { local_anonymous_role: 5 }, ['/local_anonymous_role: got 5, must be string or null']],
+    ['two bad enums at once', { store: { backend: 'x', encryption_level: 'y' } }, ['/store/backend: got "x", must be one of "sqlite", "postgres", "redis"', '/store/encryption_level: got "y", must be one of "fields", "all"']],
+  ]
+  for (const [name, raw, expected] of rows) {
+    it(name, () => {
+      assert.deepEqual(problemsOf(() => validateConfig(raw)), expected)
+    })
+  }
+})

@@ -69,12 +69,7 @@ export function validateConfig(raw: unknown, problems: string[] = []): Config {
   }
   problems.push(...unbuiltProblems(raw as Record<string, unknown>))
   const withDefaults = Value.Default(ConfigSchema, structuredClone(raw)) as Config
-  for (const error of Value.Errors(ConfigSchema, withDefaults)) {
-    if (error.keyword === 'boolean' && error.message === 'schema is false') continue // reported by additionalProperties
-    const where = error.instancePath || '(root)'
-    const extra = error.keyword === 'additionalProperties' ? ` (${JSON.stringify(error.params)})` : ''
-    problems.push(`${where}: ${error.message}${extra}`)
-  }
+  problems.push(...schemaProblems(withDefaults))
   for (const key of ['local_network_cidrs', 'trusted_proxies'] as const) {
     const list: unknown = withDefaults[key]
     if (!Array.isArray(list)) continue
@@ -84,6 +79,57 @@ export function validateConfig(raw: unknown, problems: string[] = []): Config {
   }
   if (problems.length > 0) throw new ConfigError(problems)
   return withDefaults
+}
+
+interface SchemaError {
+  keyword: string
+  schemaPath: string
+  instancePath: string
+  params: Record<string, unknown>
+  message: string
+}
+
+/**
+ * One line per problem. A value that matches no branch of a union is one
+ * line naming the key, the value given and what is allowed (an enum: its
+ * values), never one "must be equal to constant" per branch.
+ */
+function schemaProblems(value: unknown): string[] {
+  const errors = [...Value.Errors(ConfigSchema, value)] as SchemaError[]
+  const unions = errors.filter((e) => e.keyword === 'anyOf')
+  const branchOf = (e: SchemaError) => unions.find((u) => u.instancePath === e.instancePath && e.schemaPath.startsWith(`${u.schemaPath}/anyOf/`))
+  const problems: string[] = []
+  for (const error of errors) {
+    if (error.keyword === 'boolean' && error.message === 'schema is false') continue // reported by additionalProperties
+    if (branchOf(error) !== undefined) continue // folded into its union's line
+    const where = error.instancePath || '(root)'
+    if (error.keyword === 'anyOf') {
+      const branches = errors.filter((e) => branchOf(e) === error)
+      const given = JSON.stringify(valueAt(value, error.instancePath))
+      const allowed = branches.filter((b) => b.keyword === 'const').map((b) => JSON.stringify(b.params.allowedValue))
+      if (allowed.length > 0) {
+        // an enum of literals: its values are what is allowed, whatever the type given
+        problems.push(`${where}: got ${given}, must be one of ${[...new Set(allowed)].join(', ')}`)
+      } else {
+        const kinds = [...new Set(branches.map((b) => b.message.replace(/^must be /, '')))]
+        problems.push(`${where}: got ${given}, must be ${kinds.join(' or ') || 'something else'}`)
+      }
+      continue
+    }
+    const extra = error.keyword === 'additionalProperties' ? ` (${JSON.stringify(error.params)})` : ''
+    problems.push(`${where}: ${error.message}${extra}`)
+  }
+  return problems
+}
+
+/** The value at a JSON pointer (`/store/backend`). */
+function valueAt(root: unknown, pointer: string): unknown {
+  let node = root
+  for (const raw of pointer.split('/').slice(1)) {
+    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~')
+    node = typeof node === 'object' && node !== null ? (node as Record<string, unknown>)[key] : undefined
+  }
+  return node
 }
 
 export function loadConfig(dataDir: string, env: NodeJS.ProcessEnv): Config {
