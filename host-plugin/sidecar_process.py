@@ -104,10 +104,13 @@ class SidecarSupervisor:
         while not self._stopping:
             problem = install_state.check(self.root)
             if problem is not None:
-                if self._will_install(problem):
-                    if await self._install():
-                        continue
-                    self._failed_installs.add(self._inputs_key())
+                if problem.installable and self.auto_install:
+                    key = self._inputs_key()
+                    if key not in self._failed_installs:
+                        if await self._install():
+                            continue
+                        self._failed_installs.add(key)
+                    # the same sources again: the page keeps saying that the install failed, not just "not built"
                     problem = Problem("install_failed", "the automatic installation failed (its output is in the log)",
                                       f"run {install_state.install_command(self.root)}, then restart ComfyUI")
                 self._report(problem)

@@ -205,7 +205,8 @@ class QuietRestarts(unittest.IsolatedAsyncioTestCase):
     @contextlib.contextmanager
     def captured(self) -> Iterator[None]:
         with mock.patch.object(sys, "stdout", self.out), mock.patch.object(sys, "stderr", self.err), \
-                mock.patch.dict(os.environ, {"STARTS": self.starts, "AUTHSVC_NODE": NODE or ""}):
+                mock.patch.dict(os.environ, {"STARTS": self.starts, "AUTHSVC_NODE": NODE or "",
+                                             "FAKE_MAIN_JS": FAILS_WITH_CONFIG}):
             yield
 
     def start_times(self) -> list[float]:
@@ -216,6 +217,7 @@ class QuietRestarts(unittest.IsolatedAsyncioTestCase):
             return []
 
     async def supervise(self, main_js: str, slow_retry_s: float, *, built: bool = True) -> Any:
+        """A supervisor for a package made here (not built: no dist at all)."""
         root = os.path.join(self.tmp, "pkg")
         make_package(root, main_js, built=built)
         sp = self.plugin.sidecar_process
@@ -278,6 +280,64 @@ class QuietRestarts(unittest.IsolatedAsyncioTestCase):
         self.assertIn("pkg/install.py", errors[0])
         page = self.plugin.failsafe.outage_page(self.plugin.failsafe.OUTAGE.outage)
         self.assertIn("python pkg/install.py", page)
+
+    def write_install_py(self, body: str) -> None:
+        root = os.path.join(self.tmp, "pkg")
+        os.makedirs(root, exist_ok=True)
+        with open(os.path.join(root, "install.py"), "w") as f:
+            f.write(INSTALL_PY_HEAD.format(state=os.path.join(ROOT, "host-plugin", "install_state.py")) + body)
+
+    async def test_the_plugin_finishes_an_unbuilt_install_in_the_background_then_starts(self) -> None:
+        self.write_install_py(INSTALL_PY_BUILDS)
+        with self.captured():
+            supervisor = await self.supervise(FAILS_WITH_CONFIG, slow_retry_s=60.0, built=False)
+            self.assertEqual(self.plugin.failsafe.OUTAGE.outage.title, "authsvc is finishing its installation")
+            await wait_for(lambda: len(self.start_times()) == 1, timeout=15, what=lambda: repr(LOGS.lines()))
+        del supervisor
+        self.assertEqual(len(LOGS.lines(logging.WARNING, "finishing the installation in the background")), 1)
+        self.assertEqual(LOGS.lines(logging.INFO, "authsvc install: building the sidecar (fake)"),
+                         ["authsvc install: building the sidecar (fake)"])
+        self.assertEqual(len(LOGS.lines(logging.INFO, "installation finished; starting the sidecar")), 1)
+
+    async def test_a_failed_background_install_is_reported_once_and_not_repeated_for_the_same_sources(self) -> None:
+        self.write_install_py(INSTALL_PY_FAILS)
+        state = self.plugin.sidecar_process.install_state
+        checks = mock.Mock(wraps=state.check)
+        with self.captured(), mock.patch.object(state, "check", checks):
+            await self.supervise(FAILS_AT_START, slow_retry_s=0.2, built=False)
+            await wait_for(lambda: checks.call_count >= 5, timeout=15)
+        with open(os.path.join(self.tmp, "installs")) as f:
+            self.assertEqual(f.read().count("x"), 1, "the same sources were installed twice")
+        failed = LOGS.lines(logging.ERROR, "automatic installation failed")
+        self.assertEqual(len(failed), 1, LOGS.lines())
+        self.assertEqual(len(LOGS.lines(logging.ERROR)), 1, LOGS.lines())
+        self.assertIn("pkg/install.py", failed[0])
+        self.assertIn("automatic installation failed", self.plugin.failsafe.OUTAGE.outage.what)
+        self.assertEqual(self.start_times(), [])
+
+
+INSTALL_PY_HEAD = """
+import importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("fake_install_state", {state!r})
+state = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = state
+spec.loader.exec_module(state)
+ROOT = os.path.dirname(os.path.abspath(__file__))
+"""
+INSTALL_PY_BUILDS = """
+print("authsvc install: building the sidecar (fake)", flush=True)
+dist = os.path.join(ROOT, "sidecar", "dist")
+os.makedirs(dist, exist_ok=True)
+with open(os.path.join(dist, "main.js"), "w") as f:
+    f.write(os.environ["FAKE_MAIN_JS"])
+state.write_stamp(dist, state.expected_stamp(ROOT))
+"""
+INSTALL_PY_FAILS = """
+with open(os.path.join(ROOT, "..", "installs"), "a") as f:
+    f.write("x")
+print("authsvc install: ERROR: npm ci failed (exit status 1); the output is above", file=sys.stderr)
+sys.exit(1)
+"""
 
 
 if __name__ == "__main__":
