@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import socket
 import time
 from collections import deque
@@ -29,8 +30,116 @@ from .protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode_fram
 log = logging.getLogger("authsvc")
 
 _RECV_SIZE = 256 * 1024
+# How often the CPUs this process may use are looked at again (taskset, cpusets, cgroup quotas change).
+_CPU_CHECK_SECONDS = 1.0
+try:
+    _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+except (AttributeError, ValueError, OSError):
+    _CLOCK_TICKS = 100
 # Host events kept while the sidecar is away (a restart): ownership of what ran meanwhile is not lost.
 _EVENT_BACKLOG = 10_000
+
+
+def _cgroup_quota() -> float | None:
+    """The CPU quota of this process's cgroup in CPUs (cgroup v2 cpu.max or v1 cfs), None when unlimited or unknown."""
+    try:
+        with open("/proc/self/cgroup", encoding="ascii") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            files = [("/sys/fs/cgroup" + path.rstrip("/") + "/cpu.max", None), ("/sys/fs/cgroup/cpu.max", None)]
+        elif "cpu" in controllers.split(","):
+            base = "/sys/fs/cgroup/" + controllers
+            files = [(f"{base}{path.rstrip('/')}/cpu.cfs_quota_us", f"{base}{path.rstrip('/')}/cpu.cfs_period_us"),
+                     (f"{base}/cpu.cfs_quota_us", f"{base}/cpu.cfs_period_us")]
+        else:
+            continue
+        for quota_file, period_file in files:
+            try:
+                with open(quota_file, encoding="ascii") as f:
+                    fields = f.read().split()
+                if period_file is not None:
+                    with open(period_file, encoding="ascii") as f:
+                        fields.append(f.read().strip())
+            except OSError:
+                continue
+            if len(fields) < 2 or fields[0] in ("max", "-1"):
+                return None
+            try:
+                return int(fields[0]) / int(fields[1])
+            except (ValueError, ZeroDivisionError):
+                return None
+    return None
+
+
+def usable_cpus() -> float:
+    """How many CPUs this process can run on at once: its affinity, capped by its cgroup's quota."""
+    try:
+        count: float = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    return min(count, quota) if quota is not None else count
+
+
+def _idle_ticks(cpus: set[int]) -> int | None:
+    """Idle + iowait clock ticks of the given CPUs since boot (/proc/stat), None when unreadable."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            lines = f.read().split("\n", 1 + max(cpus, default=0) + 1)
+    except OSError:
+        return None
+    total = 0
+    for line in lines:
+        if line.startswith("cpu") and line[3:4].isdigit():
+            fields = line.split()
+            if int(fields[0][3:]) in cpus:
+                total += int(fields[4]) + int(fields[5])
+    return total
+
+
+class CpuRoom:
+    """Whether polling for an answer would use a core nobody else needs.
+
+    Polling pays only while another core is free to compute the answer: this process
+    may use at least 2 CPUs (affinity, cgroup quota) and, over the last second, those
+    CPUs were idle for at least half a core, counting this process's own polling as
+    idle (it stops the moment anything else is ready). On a core shared with the
+    sidecar, or beside a sampler that keeps the other core busy, every microsecond
+    spent polling delays the answer and takes CPU from the host, so no polling then.
+    """
+
+    def __init__(self, usable: Callable[[], float] = usable_cpus) -> None:
+        self._usable = usable
+        self._checked = float("-inf")
+        self._idle: int | None = None
+        self._cpus: set[int] = set()
+        self.spun = 0.0  # seconds spent polling since the last check
+        self.free = False
+
+    def check(self) -> bool:
+        now = time.monotonic()
+        elapsed = now - self._checked
+        if elapsed < _CPU_CHECK_SECONDS:
+            return self.free
+        spun, self.spun = self.spun, 0.0
+        try:
+            cpus = os.sched_getaffinity(0)
+        except (AttributeError, OSError):
+            cpus = set(range(os.cpu_count() or 1))
+        idle = _idle_ticks(cpus) if self._usable() >= 2 else None
+        if idle is None:
+            self.free = False
+        elif self._idle is None or cpus != self._cpus or elapsed > 10 * _CPU_CHECK_SECONDS:
+            self.free = True  # no recent sample yet: let the next second decide
+        else:
+            idle_cores = (idle - self._idle) / _CLOCK_TICKS / elapsed
+            self.free = idle_cores + spun / elapsed >= 0.5
+        self._checked, self._idle, self._cpus = now, idle, cpus
+        return self.free
 
 
 class Unavailable(Exception):
@@ -60,7 +169,7 @@ class _Connection:
         if self.outbox and not self.closed:
             frames, self.outbox = self.outbox, []
             self.send(b"".join(frames) if len(frames) > 1 else frames[0])
-            if self.owner.spin > 0 and not getattr(self.loop, "_ready", True):
+            if self.owner.spin > 0 and not getattr(self.loop, "_ready", True) and self.owner.may_spin():
                 self.spin(None, self.owner.spin)
 
     def send(self, frame: bytes) -> None:
@@ -132,16 +241,20 @@ class _Connection:
         file descriptor of the loop becomes ready, or when the budget is spent.
         """
         selector = getattr(self.loop, "_selector", None)
-        deadline = time.perf_counter() + budget
-        while self.pending and not self.closed:
-            if self._receive():
-                if future is None or future.done():
+        started = time.perf_counter()
+        deadline = started + budget
+        try:
+            while self.pending and not self.closed:
+                if self._receive():
+                    if future is None or future.done():
+                        return
+                    continue
+                if selector is not None and selector.select(0):
                     return
-                continue
-            if selector is not None and selector.select(0):
-                return
-            if time.perf_counter() >= deadline:
-                return
+                if time.perf_counter() >= deadline:
+                    return
+        finally:
+            self.owner.cpu_room.spun += time.perf_counter() - started
 
     def abort(self, reason: str) -> None:
         if self.closed:
@@ -177,6 +290,11 @@ class DecisionClient:
         self.push_handlers: dict[str, Callable[[dict[str, Any]], None]] = {}
         # extra hello fields computed at each (re)connect (the running prompt)
         self.hello_extra: Callable[[], dict[str, Any]] | None = None
+        self.cpu_room = CpuRoom()
+
+    def may_spin(self) -> bool:
+        """True while polling for an answer uses a core nobody else needs (see CpuRoom)."""
+        return self.cpu_room.check()
 
     @property
     def ready(self) -> bool:
@@ -295,7 +413,7 @@ class DecisionClient:
         conn.pending[request_id] = (future, timer)
         # Alone and idle: send now and poll for the answer. Otherwise batch the frame with
         # the other requests of this loop iteration: one write, one wake-up of the sidecar.
-        if spin and self.spin > 0 and len(conn.pending) == 1 and not getattr(loop, "_ready", True):
+        if spin and self.spin > 0 and len(conn.pending) == 1 and not getattr(loop, "_ready", True) and self.may_spin():
             conn.send(frame)
             conn.spin(future, self.spin)
         else:
