@@ -16,3 +16,5 @@ _spec.loader.exec_module(_module)
 
 NODE_CLASS_MAPPINGS = _module.NODE_CLASS_MAPPINGS
 NODE_DISPLAY_NAME_MAPPINGS = _module.NODE_DISPLAY_NAME_MAPPINGS
+# ComfyUI serves this folder at /extensions/<folder>/ and loads its scripts: the account menu (web/authsvc-menu.js).
+WEB_DIRECTORY = "./web"

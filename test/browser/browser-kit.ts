@@ -1,0 +1,72 @@
+/**
+ * What the browser suites share: chromium (Debian's, via playwright-core), screenshots of a
+ * page at 1280 px and 390 px in light and dark (test-results/screenshots/, gitignored), the
+ * axe-core accessibility check (injected through DevTools, so the pages' CSP stays as sent),
+ * and a watch for Content-Security-Policy violations.
+ */
+import assert from 'node:assert/strict'
+import { mkdirSync, readFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { join } from 'node:path'
+import { chromium, type Browser, type Page } from 'playwright-core'
+import { ROOT } from '../helpers/stack.js'
+
+export const SCREENSHOTS = join(ROOT, 'test-results', 'screenshots')
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
+
+export function launchChromium(): Promise<Browser> {
+  return chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  })
+}
+
+export const VIEWS = [
+  { width: 1280, height: 900, scheme: 'light' },
+  { width: 1280, height: 900, scheme: 'dark' },
+  { width: 390, height: 844, scheme: 'light' },
+  { width: 390, height: 844, scheme: 'dark' },
+] as const
+
+interface AxeViolation { id: string; impact: string | null; help: string; nodes: Array<{ target: string[]; failureSummary?: string }> }
+
+/** axe-core on the page as it is now: the serious and critical violations. */
+export async function axeViolations(page: Page): Promise<AxeViolation[]> {
+  if (!(await page.evaluate(() => 'axe' in window))) await page.evaluate(AXE_SOURCE)
+  const result = await page.evaluate(async () => {
+    const axe = (window as unknown as { axe: { run(ctx: Document, opts: object): Promise<{ violations: AxeViolation[] }> } }).axe
+    return axe.run(document, { resultTypes: ['violations'] })
+  })
+  return result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical')
+}
+
+/**
+ * Screenshots of the page in every view (`<name>-<width>-<scheme>.png`) and the axe check in
+ * each; the page is left at the first view. Returns the files written.
+ */
+export async function shootAndCheck(page: Page, name: string): Promise<string[]> {
+  mkdirSync(SCREENSHOTS, { recursive: true })
+  const files: string[] = []
+  for (const view of VIEWS) {
+    await page.setViewportSize({ width: view.width, height: view.height })
+    await page.emulateMedia({ colorScheme: view.scheme })
+    const file = join(SCREENSHOTS, `${name}-${view.width}-${view.scheme}.png`)
+    await page.screenshot({ path: file, fullPage: true })
+    files.push(file)
+    const violations = await axeViolations(page)
+    assert.deepEqual(violations.map((v) => `${v.id} (${v.impact}): ${v.help} at ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`), [], `axe on ${name} at ${view.width} px ${view.scheme}`)
+  }
+  await page.setViewportSize({ width: VIEWS[0].width, height: VIEWS[0].height })
+  await page.emulateMedia({ colorScheme: 'light' })
+  return files
+}
+
+/** Collects CSP violations the page reports (an inline script or style, a foreign origin). */
+export function watchCsp(page: Page): string[] {
+  const seen: string[] = []
+  page.on('console', (message) => {
+    if (/Content Security Policy/i.test(message.text())) seen.push(message.text())
+  })
+  return seen
+}
