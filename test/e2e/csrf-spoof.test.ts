@@ -217,6 +217,39 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.deepEqual(wrong, [])
     })
 
+    // issue 9, hole 3: a cross-site page can open a WebSocket with the user's cookie and read it
+    const upgrade = (headers: OutgoingHttpHeaders): Promise<number> => new Promise((resolve, reject) => {
+      const { hostname, port } = new URL(stack.url)
+      const key = Buffer.from('authsvc-test-key').toString('base64')
+      const req = request({ host: hostname, port, path: '/ws?clientId=csrf-probe', headers: { Connection: 'Upgrade', Upgrade: 'websocket', 'Sec-WebSocket-Version': '13', 'Sec-WebSocket-Key': key, ...headers } })
+      req.on('upgrade', (_res, socket) => {
+        socket.destroy()
+        resolve(101)
+      })
+      req.on('response', (res) => {
+        res.resume()
+        resolve(res.statusCode ?? 0)
+      })
+      req.on('error', reject)
+      req.end()
+    })
+    const WS_ROWS: Array<[string, () => OutgoingHttpHeaders, number]> = [
+      ['cookie, cross-site Origin', () => ({ Cookie: alice.cookie, Origin: 'https://evil.example' }), 403],
+      ['cookie, a sibling port of the same host', () => ({ Cookie: alice.cookie, Origin: stack.url.replace(/:(\d+)$/, (_m, p: string) => `:${Number(p) + 1}`) }), 403],
+      ['cookie, a sibling subdomain', () => ({ Cookie: alice.cookie, Origin: 'http://evil.127.0.0.1.nip.io' }), 403],
+      ['cookie, no Origin at all', () => ({ Cookie: alice.cookie }), 403],
+      ['cookie, Sec-Fetch-Site cross-site with our Origin', () => ({ Cookie: alice.cookie, Origin: stack.url, 'Sec-Fetch-Site': 'cross-site' }), 403],
+      ['cookie, same origin', () => ({ Cookie: alice.cookie, Origin: stack.url }), 101],
+      // (a public Host name: ComfyUI's own origin check refuses any cross-origin request to a loopback Host)
+      ['bearer, foreign Origin (exempt)', () => ({ Authorization: `Bearer ${alice.token}`, Origin: 'https://evil.example', Host: 'comfy.example' }), 101],
+      ['cookie, foreign Origin, public Host (the control of the row above)', () => ({ Cookie: alice.cookie, Origin: 'https://evil.example', Host: 'comfy.example' }), 403],
+    ]
+    for (const [name, headers, expected] of WS_ROWS) {
+      it(`WebSocket upgrade with ${name} → ${expected}`, async () => {
+        assert.equal(await upgrade(headers()), expected)
+      })
+    }
+
     it('a principal without a user id (a guest session) passes no comfy-user at all', async () => {
       const setGuest = (allow: boolean) => send(stack, 'PUT', '/authsvc/api/settings/guest-jwt', { Authorization: `Bearer ${root.jwt}` }, { allow_guest_jwt: allow })
       assert.equal((await setGuest(true)).status, 200)
@@ -306,6 +339,15 @@ describe('forwarded-address headers from a trusted proxy', () => {
   it('make a client local', async () => {
     assert.equal((await send(stack, 'GET', '/queue')).status, 401, 'the proxy itself is not local')
     assert.equal((await send(stack, 'GET', '/queue', { 'X-Forwarded-For': LAN_CLIENT })).status, 200)
+  })
+
+  // issue 9, hole 1: a proxy that appends its own X-Forwarded-For line (HAProxy's option forwardfor)
+  it('a repeated X-Forwarded-For: the line the proxy appended counts, not the client\'s first one', async () => {
+    const spoofed = await send(stack, 'GET', '/queue', { 'X-Forwarded-For': [LAN_CLIENT, '203.0.113.9'] })
+    assert.equal(spoofed.status, 401, `the client's own line made it local: ${spoofed.text}`)
+    assert.equal(spoofed.body.code, 'AUTH_REQUIRED')
+    const honest = await send(stack, 'GET', '/queue', { 'X-Forwarded-For': ['203.0.113.9', LAN_CLIENT] })
+    assert.equal(honest.status, 200, 'control: the proxy saw a local client')
   })
 
   it('set the throttle key', async () => {

@@ -75,7 +75,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         const wsUrl = channel === 'bearer-token'
           ? `${stack.url}/ws?clientId=${clientId}&token=${token}`
           : url(`/ws?clientId=${clientId}`)
-        const wsHeaders = channel === 'cookie' ? { Cookie: cookie, ...SPOOF } : SPOOF
+        // a browser sends its page's Origin with the upgrade; a cookie upgrade must come from the same origin
+        const wsHeaders = channel === 'cookie' ? { Cookie: cookie, Origin: stack.url, ...SPOOF } : SPOOF
         const ws = await WsClient.open(wsUrl.replace('http', 'ws'), wsHeaders)
         try {
           await assertHostSawPrincipalOnly('GET /ws')

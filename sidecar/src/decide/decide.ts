@@ -93,7 +93,10 @@ function decideHost(
     return denyDecision('error' in resolution ? resolution.error : 'AUTH_REQUIRED')
   }
   const principal = resolution.principal
-  if (resolution.channel === 'cookie' && UNSAFE.has(desc.method) && !isSameOrigin(desc.headers, facts.isHttps)) {
+  // a cookie rides along on cross-site requests: unsafe methods and WebSocket upgrades (which a
+  // cross-site page can open and then read) must come from our own origin
+  const crossSiteRisk = UNSAFE.has(desc.method) || desc.headers.upgrade?.toLowerCase() === 'websocket'
+  if (resolution.channel === 'cookie' && crossSiteRisk && !isSameOrigin(desc.headers, facts.isHttps)) {
     return denyDecision('CSRF_REJECTED')
   }
   const refusal = requirementRefusal(policy, principal)
