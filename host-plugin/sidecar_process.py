@@ -102,6 +102,8 @@ class SidecarSupervisor:
         backoff = 0.1
         early_failures: list[int] = []
         while not self._stopping:
+            # taken before the attempt: a fix made while it runs (before its failure is even reported) counts
+            watched = self._watched()
             problem = install_state.check(self.root)
             if problem is not None:
                 if problem.installable and self.auto_install:
@@ -114,7 +116,7 @@ class SidecarSupervisor:
                     problem = Problem("install_failed", "the automatic installation failed (its output is in the log)",
                                       f"run {install_state.install_command(self.root)}, then restart ComfyUI")
                 self._report(problem)
-                await self._wait_slowly()
+                await self._wait_slowly(watched)
                 continue
             started = asyncio.get_running_loop().time()
             try:
@@ -123,7 +125,7 @@ class SidecarSupervisor:
                 self._report(Problem("spawn_failed", "the sidecar process could not be started",
                                      "check AUTHSVC_NODE or the node on PATH, then restart ComfyUI",
                                      detail=f"{type(exc).__name__}: {exc}"))
-                await self._wait_slowly()
+                await self._wait_slowly(watched)
                 continue
             if self._stopping:
                 break
@@ -142,11 +144,11 @@ class SidecarSupervisor:
                 self._report(Problem("bad_config", "the sidecar refused its configuration (config.json in its data "
                                      "folder, or an AUTHSVC_ variable; its errors are in the log)",
                                      "correct the configuration; it is tried again as soon as config.json changes"))
-                await self._wait_slowly()
+                await self._wait_slowly(watched)
             elif len(early_failures) >= _EARLY_FAILURES_BEFORE_SLOW and len(set(early_failures[-3:])) == 1:
                 self._report(Problem("start_failed", f"the sidecar fails at start (exit status {status}; its error "
                                      "is in the log)", "fix the cause the log names, then restart ComfyUI"))
-                await self._wait_slowly()
+                await self._wait_slowly(watched)
             else:
                 if len(early_failures) == 1:
                     log.error("authsvc: sidecar exited before it was ready (status %s); retrying", status)
@@ -257,8 +259,10 @@ class SidecarSupervisor:
                 seen.append(None)
         return tuple(seen)
 
-    async def _wait_slowly(self) -> None:
-        before = self._watched()
+    async def _wait_slowly(self, before: tuple[tuple[str, float, int] | None, ...]) -> None:
+        if self._watched() != before:
+            self._acted = True
+            return
         deadline = asyncio.get_running_loop().time() + self.slow_retry_s
         while not self._stopping and asyncio.get_running_loop().time() < deadline:
             await self._sleep(min(1.0, self.slow_retry_s))

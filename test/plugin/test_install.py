@@ -254,6 +254,15 @@ class QuietRestarts(unittest.IsolatedAsyncioTestCase):
                            what=lambda: f"the second attempt's output in {self.out.getvalue()!r}")
         self.assertEqual(len(LOGS.lines(logging.ERROR, "refused its configuration")), 1, LOGS.lines())
 
+    async def test_a_config_fixed_while_the_failing_attempt_still_runs_is_tried_at_once(self) -> None:
+        # the owner's fix can land before the plugin has even seen the exit: it must not wait the slow interval
+        fixes_then_fails = FAILS_WITH_CONFIG.replace(
+            "process.exit(2)",
+            f"fs.writeFileSync({json.dumps(os.path.join(self.data, 'config.json'))}, '{{}}'); process.exit(2)")
+        with self.captured():
+            await self.supervise(fixes_then_fails, slow_retry_s=60.0)
+            await wait_for(lambda: len(self.start_times()) >= 2, timeout=10)
+
     async def test_a_start_that_keeps_failing_the_same_way_is_reported_once_and_its_output_shown_once(self) -> None:
         with self.captured():
             await self.supervise(FAILS_AT_START, slow_retry_s=1.0)
