@@ -59,7 +59,7 @@ function userRow(u, roles, lastSeen) {
     el('td', {}, when(u.created_at_iso)),
     el('td', {}, when(lastSeen)),
     el('td', { class: 'actions' },
-      el('button', { type: 'button', class: 'secondary small', id: `${id}-detail`, 'aria-label': `Sessions and tokens of ${u.username}`, onclick: () => openDetail(u.username) }, 'Sessions & tokens'),
+      el('button', { type: 'button', class: 'secondary small', id: `${id}-detail`, 'aria-label': `Sessions and tokens of ${u.username}`, onclick: () => openDetail(u.username) }, 'Sessions and tokens'),
       el('button', { type: 'button', class: 'secondary small', id: `${id}-toggle`, 'aria-label': `${u.disabled ? 'Enable' : 'Disable'} ${u.username}`, onclick: () => put({ disabled: !u.disabled }, `${u.username} is ${u.disabled ? 'enabled' : 'disabled'}.`) }, u.disabled ? 'Enable' : 'Disable'),
       el('button', { type: 'button', class: 'danger small', id: `${id}-delete`, 'aria-label': `Delete ${u.username}`, onclick: () => confirmDelete(u.username) }, 'Delete')))
 }
@@ -191,7 +191,7 @@ function renderIpLists() {
   const rows = state.ip.blacklist.map((entry, i) => el('tr', { dataset: { ip: entry.ip } },
     el('td', { class: 'mono' }, entry.ip),
     el('td', {}, entry.expires_at_iso ? when(entry.expires_at_iso) : 'permanently'),
-    el('td', { class: 'actions' }, el('button', { type: 'button', class: 'danger small', 'aria-label': `Unblock ${entry.ip}`, onclick: () => { state.ip.blacklist.splice(i, 1); renderIpLists(); say($('#ip-status'), `${entry.ip} removed; save to apply.`) } }, 'Remove'))))
+    el('td', { class: 'actions' }, el('button', { type: 'button', class: 'danger small', 'aria-label': `Unblock ${entry.ip}`, onclick: () => { state.ip.blacklist.splice(i, 1); renderIpLists(); say($('#ip-status'), `${entry.ip} removed; save to apply.`) } }, 'Unblock'))))
   $('#blacklist-rows').replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colspan: 3 }, 'Nobody is blocked.'))]))
 }
 
