@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { FastifyInstance, LightMyRequestResponse, RouteOptions } from 'fastify'
-import { buildApp } from '../../sidecar/src/app.js'
+import { buildApp, type BuiltApp } from '../../sidecar/src/app.js'
 import { validateConfig } from '../../sidecar/src/config/load.js'
 import type { Config } from '../../sidecar/src/config/schema.js'
 import type { DecisionHandlers } from '../../sidecar/src/decide/server.js'
@@ -57,6 +57,8 @@ export interface Sidecar {
   services: Services
   app: FastifyInstance
   handlers: DecisionHandlers
+  /** the built app's live-socket registry and push hook (isolation tests) */
+  built: BuiltApp
   close(options?: { keepDir?: boolean }): Promise<void>
 }
 
@@ -83,7 +85,9 @@ export async function openSidecar(options: SidecarOptions = {}): Promise<Sidecar
     services,
     app: built.app,
     handlers: built.handlers('/tmp/x-http.sock'),
+    built,
     async close({ keepDir = false } = {}) {
+      await built.stop()
       await built.app.close()
       await services.close()
       if (!keepDir) rmSync(dir, { recursive: true, force: true })

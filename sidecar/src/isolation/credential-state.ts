@@ -23,7 +23,7 @@ export function credentialState(deps: { sessions: SessionService; tokens: ApiTok
       }
       if (entry.authType === 'api_token' && entry.credentialId !== undefined) {
         const record = deps.tokens.byHash(entry.credentialId)
-        if (!record) return ended('token revoked')
+        if (!record || record.revoked === true) return ended('token revoked')
         if (Date.parse(record.expires_at_iso) <= now) return ended('token expired')
       }
       if (entry.userId !== null) {

@@ -1,0 +1,362 @@
+/**
+ * Per-user isolation through the real decider and its later steps (body, form,
+ * filter, host events), with the real services and sqlite file: an attack table
+ * of what bob must not do to alice's things, and what alice can still do with
+ * them. End to end on the real ComfyUI: test/e2e/real-host-isolation.test.ts.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import type { Decision } from '../../sidecar/src/decide/protocol.js'
+import type { UserRecord } from '../../sidecar/src/identity/users.js'
+import { CLOSE_ACCESS_CHANGED, CLOSE_CREDENTIAL_ENDED } from '../../sidecar/src/isolation/credential-state.js'
+import { addUser, apiToken, assertDenied, assertPass, decide, openSidecar, sessionJwt, type DescOptions, type Sidecar } from './fixtures.js'
+
+const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
+type Stepped = Decision & { body_text?: string }
+
+function unwrap(result: unknown): Stepped {
+  const r = result as { answer?: Decision; payload?: Buffer }
+  return r.answer !== undefined && Buffer.isBuffer(r.payload) ? { ...r.answer, body_text: r.payload.toString('utf8') } : (result as Stepped)
+}
+
+interface World {
+  sc: Sidecar
+  admin: UserRecord
+  alice: UserRecord
+  bob: UserRecord
+  adminJwt: string
+  aliceJwt: string
+  bobJwt: string
+}
+
+async function world(config: Record<string, unknown> = {}): Promise<World> {
+  const sc = await openSidecar({ config })
+  const admin = await addUser(sc, 'admin', 'admin-password-1', 'admin')
+  const alice = await addUser(sc, 'alice', 'alice-password-1')
+  const bob = await addUser(sc, 'bob', 'bob-password-12')
+  return {
+    sc, admin, alice, bob,
+    adminJwt: await sessionJwt(sc, admin), aliceJwt: await sessionJwt(sc, alice), bobJwt: await sessionJwt(sc, bob),
+  }
+}
+
+/** POST /prompt as `jwt` with this raw body: the body step's answer. */
+async function postPrompt(sc: Sidecar, jwt: string, body: string): Promise<Stepped> {
+  const d = assertPass(await decide(sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(jwt) }))
+  return unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(body, 'utf8')))
+}
+
+/** The prompt_id a passed prompt body carries. */
+async function ownPrompt(sc: Sidecar, jwt: string, extra = ''): Promise<string> {
+  const out = await postPrompt(sc, jwt, `{"prompt":{"1":{}}${extra}}`)
+  assert.equal(out.action, 'pass', JSON.stringify(out))
+  return (JSON.parse(out.body_text!) as { prompt_id: string }).prompt_id
+}
+
+async function withBody(sc: Sidecar, o: DescOptions, body: string): Promise<Stepped> {
+  const d = await decide(sc, o)
+  if (d.action !== 'pass' || !('need_body' in d) || d.need_body === undefined) return d as Stepped
+  return unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body.ctx }, Buffer.from(body, 'utf8')))
+}
+
+async function filtered(sc: Sidecar, o: DescOptions, hostAnswer: string): Promise<string | 'unchanged'> {
+  const d = assertPass(await decide(sc, o))
+  if (!d.filter) return 'unchanged'
+  const out = unwrap(await sc.handlers.filter({ type: 'filter', id: 1, name: d.filter.name, ctx: d.filter.ctx, status: 200, content_type: 'application/json' }, Buffer.from(hostAnswer, 'utf8')))
+  return (out.action as string) === 'keep' ? 'unchanged' : out.body_text!
+}
+
+const event = (sc: Sidecar, name: string, data: Record<string, unknown>, t = Date.now() / 1000) => sc.handlers.event({ type: 'event', name, t, data })
+
+describe('prompt ownership at POST /prompt', () => {
+  let w: World
+  before(async () => {
+    w = await world()
+  })
+  after(() => w.sc.close())
+
+  it('the body reaches the host byte for byte but for the keys authsvc sets (64-bit seed, 1e400, \\u escapes, key order)', async () => {
+    const raw = '{"prompt": {"3": {"class_type": "KSampler", "inputs": {"seed": 18446744073709551615, "cfg": 1e400, "text": "caf\\u00e9 \\ud83d\\ude00"}}}, "client_id": "alice-tab", "extra_data": {"extra_pnginfo": {"n": 12345678901234567890}}}'
+    const out = await postPrompt(w.sc, w.aliceJwt, raw)
+    assert.equal(out.action, 'pass')
+    const sent = out.body_text!
+    const promptId = (JSON.parse(sent) as { prompt_id: string }).prompt_id
+    assert.match(promptId, /^[0-9a-f-]{36}$/)
+    const expected = raw
+      .replace('{"extra_pnginfo": {"n": 12345678901234567890}}', `{"extra_pnginfo": {"n": 12345678901234567890},"authsvc_user":"alice","authsvc_user_id":"${w.alice.user_id}"}`)
+      .replace(/}$/, `,"prompt_id":"${promptId}"}`)
+    assert.equal(sent, expected)
+  })
+
+  it('a prompt without client_id gets a fresh id of its owner (no broadcast), bound to her', async () => {
+    const out = await postPrompt(w.sc, w.aliceJwt, '{"prompt":{}}')
+    const clientId = (JSON.parse(out.body_text!) as { client_id: string }).client_id
+    assert.match(clientId, /^authsvc-/)
+    assertDenied(await decide(w.sc, { path: '/ws', pattern: '/ws', query: `clientId=${clientId}`, headers: bearer(w.bobJwt) }), 'CLIENT_ID_TAKEN')
+    assertPass(await decide(w.sc, { path: '/ws', pattern: '/ws', query: `clientId=${clientId}`, headers: bearer(w.aliceJwt) }))
+  })
+
+  const HIJACKS: Array<[string, string]> = [
+    ['top-level client_id', '{"prompt":{},"client_id":"alice-tab"}'],
+    ['extra_data.client_id', '{"prompt":{},"extra_data":{"client_id":"alice-tab"}}'],
+    ['extra_data.client_id behind a top-level one of his own', '{"prompt":{},"client_id":"bob-tab","extra_data":{"client_id":"alice-tab"}}'],
+  ]
+  for (const [name, body] of HIJACKS) {
+    it(`bob naming alice's socket in ${name} → 403 CLIENT_ID_TAKEN`, async () => {
+      assertDenied(await postPrompt(w.sc, w.bobJwt, body), 'CLIENT_ID_TAKEN')
+    })
+  }
+
+  it('"client_id": null (which ComfyUI would broadcast) is replaced by a fresh id', async () => {
+    const out = JSON.parse((await postPrompt(w.sc, w.bobJwt, '{"prompt":{},"client_id":null,"extra_data":{"client_id":null}}')).body_text!) as { client_id: string }
+    assert.match(out.client_id, /^authsvc-/)
+  })
+
+  it('a client prompt_id is accepted only when nobody else owns it', async () => {
+    const out = JSON.parse((await postPrompt(w.sc, w.aliceJwt, '{"prompt":{},"prompt_id":"mine-1"}')).body_text!) as { prompt_id: string }
+    assert.equal(out.prompt_id, 'mine-1')
+    assertDenied(await postPrompt(w.sc, w.bobJwt, '{"prompt":{},"prompt_id":"mine-1"}'), 'PROMPT_ID_TAKEN')
+    assert.equal((await postPrompt(w.sc, w.aliceJwt, '{"prompt":{},"prompt_id":"mine-1"}')).action, 'pass', 'her own again')
+    for (const bad of ['null', '7', '""', '["x"]']) assertDenied(await postPrompt(w.sc, w.bobJwt, `{"prompt":{},"prompt_id":${bad}}`), 'VALIDATION_FAILED', bad)
+  })
+
+  it('ownership is in the store: a restarted sidecar still knows whose prompt it is', async () => {
+    const id = await ownPrompt(w.sc, w.aliceJwt)
+    await w.sc.services.flush()
+    const again = await openSidecar({ dir: w.sc.dir })
+    try {
+      assert.equal(again.services.ownership.ownerOfPrompt(id), w.alice.user_id)
+    } finally {
+      await again.close({ keepDir: true })
+    }
+  })
+
+  it('a body that is not UTF-8 is refused, never mangled', async () => {
+    const d = assertPass(await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(w.aliceJwt) }))
+    assertDenied(unwrap(await w.sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from([0x7b, 0xff, 0x7d]))), 'VALIDATION_FAILED')
+  })
+})
+
+describe('queue, history and actions per owner', () => {
+  let w: World
+  let alicePrompt: string
+  let bobPrompt: string
+  const queueItem = (id: string, extra: string) => `[1, "${id}", {"1": {"inputs": {"seed": 18446744073709551615}}}, ${extra}, ["1"]]`
+  let queue: string
+  before(async () => {
+    w = await world()
+    alicePrompt = await ownPrompt(w.sc, w.aliceJwt)
+    bobPrompt = await ownPrompt(w.sc, w.bobJwt)
+    queue = `{"queue_running": [${queueItem(alicePrompt, '{"client_id": "a", "api_key_comfy_org": "ALICE-KEY"}')}], "queue_pending": [${queueItem(bobPrompt, '{"client_id": "b"}')}, ${queueItem('before-authsvc', '{}')}]}`
+  })
+  after(() => w.sc.close())
+
+  it('GET /queue: bob sees only his item; alice only hers, with her own secret', async () => {
+    const forBob = await filtered(w.sc, { path: '/queue', pattern: '/queue', headers: bearer(w.bobJwt) }, queue)
+    assert.equal(forBob, `{"queue_running": [], "queue_pending": [${queueItem(bobPrompt, '{"client_id": "b"}')}]}`)
+    const forAlice = JSON.parse(await filtered(w.sc, { path: '/api/queue', pattern: '/api/queue', headers: bearer(w.aliceJwt) }, queue) as string) as { queue_running: unknown[][]; queue_pending: unknown[] }
+    assert.equal(forAlice.queue_running[0][1], alicePrompt)
+    assert.equal((forAlice.queue_running[0][3] as Record<string, unknown>).api_key_comfy_org, 'ALICE-KEY')
+    assert.equal(forAlice.queue_pending.length, 0)
+  })
+
+  it('GET /queue: the admin sees everything, but not alice\'s secret; numbers stay as the host wrote them', async () => {
+    const forAdmin = await filtered(w.sc, { path: '/queue', pattern: '/queue', headers: bearer(w.adminJwt) }, queue) as string
+    assert.doesNotMatch(forAdmin, /ALICE-KEY/)
+    assert.match(forAdmin, /18446744073709551615/)
+    const parsed = JSON.parse(forAdmin) as { queue_running: unknown[]; queue_pending: unknown[] }
+    assert.equal(parsed.queue_running.length + parsed.queue_pending.length, 3)
+  })
+
+  const history = () => `{"${alicePrompt}": {"prompt": [1]}, "${bobPrompt}": {"prompt": [2]}, "old": {"prompt": [3]}}`
+
+  it('GET /history: bob gets only his entries; max_items/offset apply to his own', async () => {
+    const d = assertPass(await decide(w.sc, { path: '/history', pattern: '/history', query: 'max_items=1&offset=0', headers: bearer(w.bobJwt) }))
+    assert.deepEqual(d.drop_query, ['max_items', 'offset'], 'the host is asked for everything')
+    assert.equal(await filtered(w.sc, { path: '/history', pattern: '/history', query: 'max_items=1', headers: bearer(w.bobJwt) }, history()), `{"${bobPrompt}": {"prompt": [2]}}`)
+    assert.equal(await filtered(w.sc, { path: '/history', pattern: '/history', query: 'max_items=1&offset=1', headers: bearer(w.bobJwt) }, history()), '{}')
+    assert.equal(await filtered(w.sc, { path: '/history', pattern: '/history', headers: bearer(w.adminJwt) }, history()), 'unchanged')
+  })
+
+  it('GET /history/{id}: someone else\'s entry answers {} without asking the host', async () => {
+    const d = await decide(w.sc, { path: `/history/${alicePrompt}`, pattern: '/history/{prompt_id}', match_info: { prompt_id: alicePrompt }, headers: bearer(w.bobJwt) })
+    assert.equal(d.action, 'respond')
+    assert.equal((d as { body_text: string }).body_text, '{}')
+    assertPass(await decide(w.sc, { path: `/history/${alicePrompt}`, pattern: '/history/{prompt_id}', match_info: { prompt_id: alicePrompt }, headers: bearer(w.aliceJwt) }))
+  })
+
+  const writes: Array<[string, string]> = [['/queue', '/queue'], ['/history', '/history'], ['/api/queue', '/api/queue']]
+  for (const [path, pattern] of writes) {
+    it(`POST ${path}: bob deleting alice's id → 403 NOT_OWNER; clear → a delete of his own ids only`, async () => {
+      const o = { method: 'POST', path, pattern, headers: bearer(w.bobJwt) }
+      assertDenied(await withBody(w.sc, o, JSON.stringify({ delete: [alicePrompt] })), 'NOT_OWNER')
+      assertDenied(await withBody(w.sc, o, JSON.stringify({ delete: [bobPrompt, alicePrompt] })), 'NOT_OWNER', 'one foreign id in the list')
+      const own = await withBody(w.sc, o, JSON.stringify({ delete: [bobPrompt] }))
+      assert.deepEqual(JSON.parse(own.body_text!), { delete: [bobPrompt] })
+      const clear = await withBody(w.sc, o, JSON.stringify({ clear: true }))
+      assert.deepEqual(JSON.parse(clear.body_text!), { delete: [bobPrompt] })
+      for (const bad of ['[]', '{"delete": "abc"}', '{"delete": [1]}', 'nonsense']) assertDenied(await withBody(w.sc, o, bad), 'VALIDATION_FAILED', bad)
+      assertPass(await decide(w.sc, { ...o, headers: bearer(w.adminJwt) }), 'the admin clears for everyone')
+    })
+  }
+
+  it('POST /interrupt: only a running prompt of the caller', async () => {
+    const o = (jwt: string) => ({ method: 'POST', path: '/interrupt', pattern: '/interrupt', headers: bearer(jwt) })
+    assertDenied(await withBody(w.sc, o(w.bobJwt), ''), 'NOT_OWNER', 'nothing of his runs')
+    event(w.sc, 'execution_start', { prompt_id: alicePrompt })
+    assertDenied(await withBody(w.sc, o(w.bobJwt), ''), 'NOT_OWNER', 'without prompt_id')
+    assertDenied(await withBody(w.sc, o(w.bobJwt), JSON.stringify({ prompt_id: alicePrompt })), 'NOT_OWNER', 'naming hers')
+    assert.deepEqual(JSON.parse((await withBody(w.sc, o(w.aliceJwt), '')).body_text!), { prompt_id: alicePrompt }, 'hers, pinned to its id')
+    assert.deepEqual(JSON.parse((await withBody(w.sc, o(w.aliceJwt), 'not json')).body_text!), { prompt_id: alicePrompt })
+    event(w.sc, 'execution_end', { prompt_id: alicePrompt, status: 'success' })
+    assertDenied(await withBody(w.sc, o(w.aliceJwt), ''), 'NOT_OWNER', 'after her run ended')
+  })
+
+  it('with seperate_users false everything is shared, secrets still filtered', async () => {
+    const shared = await world({ seperate_users: false })
+    try {
+      const a = await ownPrompt(shared.sc, shared.aliceJwt)
+      const q = `{"queue_running": [], "queue_pending": [${queueItem(a, '{"auth_token_comfy_org": "SECRET"}')}]}`
+      const forBob = await filtered(shared.sc, { path: '/queue', pattern: '/queue', headers: bearer(shared.bobJwt) }, q) as string
+      assert.match(forBob, new RegExp(a))
+      assert.doesNotMatch(forBob, /SECRET/)
+      assertPass(await decide(shared.sc, { method: 'POST', path: '/queue', pattern: '/queue', headers: bearer(shared.bobJwt) }))
+    } finally {
+      await shared.sc.close()
+    }
+  })
+})
+
+describe('files: /view, uploads and the LoadImage lists', () => {
+  let w: World
+  let hostDir: string
+  before(async () => {
+    w = await world()
+    hostDir = join(w.sc.dir, 'host')
+    for (const d of ['output', 'input', 'temp']) mkdirSync(join(hostDir, d), { recursive: true })
+    w.sc.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 't', host: { output_dir: join(hostDir, 'output'), input_dir: join(hostDir, 'input'), temp_dir: join(hostDir, 'temp') } })
+    const p = await ownPrompt(w.sc, w.aliceJwt)
+    event(w.sc, 'execution_start', { prompt_id: p })
+    event(w.sc, 'executed', { prompt_id: p, output: { images: [{ filename: 'a_00001_.png', subfolder: '', type: 'output' }, { filename: 'prev.png', subfolder: 'x', type: 'temp' }] } })
+    event(w.sc, 'execution_end', { prompt_id: p, status: 'success' })
+    await w.sc.services.flush()
+  })
+  after(() => w.sc.close())
+
+  const view = (jwt: string, query: string) => decide(w.sc, { path: '/view', pattern: '/view', query, headers: bearer(jwt) })
+
+  const BOB_TRIES = [
+    'filename=a_00001_.png', 'filename=a_00001_.png&type=output', 'filename=a_00001_.png%20[output]', 'filename=a_00001_.png[output]',
+    'filename=sub/a_00001_.png', 'filename=a_00001_.png&subfolder=.', 'filename=a_00001_.png&subfolder=./', 'filename=prev.png&subfolder=x&type=temp',
+    'filename=prev.png&subfolder=x/./&type=temp', 'filename=prev.png&subfolder=y/../x&type=temp', 'filename=never-existed.png',
+  ]
+  for (const q of BOB_TRIES) {
+    it(`bob: /view?${q} → 404 NOT_FOUND`, async () => {
+      assertDenied(await view(w.bobJwt, q), 'NOT_FOUND')
+    })
+  }
+
+  it('alice views her output and temp preview; the admin views anything', async () => {
+    assertPass(await view(w.aliceJwt, 'filename=a_00001_.png&type=output'))
+    assertPass(await view(w.aliceJwt, 'filename=prev.png&subfolder=x&type=temp'))
+    assertPass(await view(w.adminJwt, 'filename=a_00001_.png'))
+  })
+
+  it('shapes the host refuses itself pass on to be refused there', async () => {
+    for (const q of ['filename=../x.png', 'filename=/etc/passwd', 'filename=a.png&type=nope']) assertPass(await view(w.bobJwt, q), q)
+  })
+
+  async function upload(jwt: string, fields: Record<string, string>, filename: string, mask = false): Promise<Stepped> {
+    const path = mask ? '/upload/mask' : '/upload/image'
+    const d = assertPass(await decide(w.sc, { method: 'POST', path, pattern: path, headers: bearer(jwt) }))
+    return (await w.sc.handlers.form({ type: 'form', id: 1, ctx: d.need_form!.ctx, fields, files: { image: filename } })) as Stepped
+  }
+  async function stored(jwt: string, answer: Record<string, string>): Promise<void> {
+    const d = assertPass(await decide(w.sc, { method: 'POST', path: '/upload/image', pattern: '/upload/image', headers: bearer(jwt) }))
+    const f = assertPass(await w.sc.handlers.form({ type: 'form', id: 1, ctx: d.need_form!.ctx, fields: {}, files: { image: answer.name } }))
+    await w.sc.handlers.filter({ type: 'filter', id: 1, name: f.filter!.name, ctx: f.filter!.ctx, status: 200, content_type: 'application/json' }, Buffer.from(JSON.stringify(answer)))
+  }
+
+  it('an upload belongs to its uploader: others cannot view it; a file that was in input/ before is shared', async () => {
+    await stored(w.aliceJwt, { name: 'cat.png', subfolder: 'pets', type: 'input' })
+    assertPass(await view(w.aliceJwt, 'filename=cat.png&subfolder=pets&type=input'))
+    assertDenied(await view(w.bobJwt, 'filename=cat.png&subfolder=pets&type=input'), 'NOT_FOUND')
+    assertPass(await view(w.bobJwt, 'filename=shared.png&type=input'), 'nobody owns it: shared')
+  })
+
+  it('bob cannot overwrite alice\'s upload nor a shared input; may overwrite his own or create', async () => {
+    writeFileSync(join(hostDir, 'input', 'shared.png'), 'x')
+    assertDenied(await upload(w.bobJwt, { subfolder: 'pets', overwrite: 'true' }, 'cat.png'), 'NOT_OWNER')
+    assertDenied(await upload(w.bobJwt, { overwrite: '1' }, 'shared.png'), 'NOT_OWNER')
+    assertDenied(await upload(w.bobJwt, { overwrite: 'true', type: 'output' }, 'a_00001_.png'), 'NOT_OWNER')
+    assert.equal((await upload(w.bobJwt, { overwrite: 'true' }, 'brand-new.png')).action, 'pass')
+    assert.equal((await upload(w.bobJwt, {}, 'cat.png')).action, 'pass', 'without overwrite the host renames')
+  })
+
+  it('a mask upload must reference a file its uploader may view', async () => {
+    const ref = (o: Record<string, string>) => ({ original_ref: JSON.stringify(o) })
+    assertDenied(await upload(w.bobJwt, ref({ filename: 'a_00001_.png', type: 'output' }), 'm.png', true), 'NOT_OWNER')
+    assertDenied(await upload(w.bobJwt, ref({ filename: 'cat.png', subfolder: 'pets', type: 'input' }), 'm.png', true), 'NOT_OWNER')
+    assert.equal((await upload(w.aliceJwt, ref({ filename: 'a_00001_.png', type: 'output' }), 'm.png', true)).action, 'pass')
+    assertDenied(await upload(w.bobJwt, { original_ref: '{nope' }, 'm.png', true), 'VALIDATION_FAILED')
+  })
+
+  it('/object_info: the LoadImage list shows each user their uploads and the shared inputs, nothing else changes', async () => {
+    const info = '{"LoadImage": {"input": {"required": {"image": [["pets/cat.png", "shared.png"], {"image_upload": true}]}}}, "KSampler": {"input": {"required": {"seed": ["INT", {"max": 18446744073709551615}]}}}}'
+    const forBob = await filtered(w.sc, { path: '/object_info', pattern: '/object_info', headers: bearer(w.bobJwt) }, info)
+    assert.equal(forBob, info.replace('["pets/cat.png", "shared.png"]', '["shared.png"]'))
+    assert.equal(await filtered(w.sc, { path: '/object_info/LoadImage', pattern: '/object_info/{node_class}', headers: bearer(w.aliceJwt) }, info), 'unchanged')
+    assert.equal(await filtered(w.sc, { path: '/object_info', pattern: '/object_info', headers: bearer(w.adminJwt) }, info), 'unchanged')
+  })
+})
+
+describe('live WebSockets follow their credential', () => {
+  let w: World
+  before(async () => {
+    w = await world()
+  })
+  after(() => w.sc.close())
+
+  /** Opens (decides) a socket for this credential; returns its tag. */
+  async function open(jwt: string): Promise<string> {
+    return assertPass(await decide(w.sc, { path: '/ws', pattern: '/ws', headers: bearer(jwt) })).ws_tag!
+  }
+  function pushes(): Array<{ tags: string[]; code: number }> {
+    const seen: Array<{ tags: string[]; code: number }> = []
+    w.sc.built.setPush((m) => seen.push({ tags: m.tags, code: m.code }))
+    return seen
+  }
+
+  it('a revoked session, a deleted token, a disabled user and a role change each close exactly their sockets', async () => {
+    const seen = pushes()
+    const aliceSession = await open(w.aliceJwt)
+    const bobSession = await open(w.bobJwt)
+    const aliceToken = await apiToken(w.sc, w.alice)
+    const tokenSocket = await open(aliceToken)
+    assert.equal(w.sc.built.liveSockets.sweep(), 0, 'nothing ended yet')
+
+    const jti = w.sc.services.sessions.activeForUser(w.alice.user_id)[0].jti
+    await w.sc.services.sessions.revoke(jti)
+    assert.equal(w.sc.built.liveSockets.sweep(), 1)
+    assert.deepEqual(seen.pop(), { tags: [aliceSession], code: CLOSE_CREDENTIAL_ENDED })
+
+    await w.sc.services.tokens.revokeAllForUser(w.alice.user_id)
+    assert.equal(w.sc.built.liveSockets.sweep(), 1)
+    assert.deepEqual(seen.pop(), { tags: [tokenSocket], code: CLOSE_CREDENTIAL_ENDED })
+
+    await w.sc.services.users.update(w.bob.user_id, { role: 'guest' })
+    assert.equal(w.sc.built.liveSockets.sweep(), 1)
+    assert.deepEqual(seen.pop(), { tags: [bobSession], code: CLOSE_ACCESS_CHANGED })
+    assert.equal(w.sc.built.liveSockets.size, 0)
+  })
+
+  it('a socket the plugin reports closed is no longer watched', async () => {
+    const before = w.sc.built.liveSockets.size
+    const tag = await open(w.adminJwt)
+    assert.equal(w.sc.built.liveSockets.size, before + 1)
+    event(w.sc, 'ws_closed', { tag })
+    assert.equal(w.sc.built.liveSockets.size, before)
+  })
+})
