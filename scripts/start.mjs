@@ -1,6 +1,8 @@
 // `npm start`: the gate in front of the bundled ComfyUI stand-in, or in front
 // of a real ComfyUI when COMFYUI_DIR is set (install.sh linked the package
 // into its custom_nodes). Listens on 127.0.0.1:$PORT (default 8188).
+// Guarantee: whatever stops `npm start` (TERM, INT, HUP, or npm's own death) stops the host and
+// the sidecar too; nothing is left holding the port.
 import { spawn } from 'node:child_process'
 import { mkdirSync, existsSync, symlinkSync } from 'node:fs'
 import { join, dirname, resolve } from 'node:path'
@@ -28,5 +30,31 @@ if (process.env.COMFYUI_DIR) {
 console.log(`authsvc: starting ${process.env.COMFYUI_DIR ? 'ComfyUI' : 'the ComfyUI stand-in'} on http://127.0.0.1:${port} (data dir ${dataDir})`)
 console.log(`authsvc: first run? open http://127.0.0.1:${port}/register to create the administrator`)
 const child = spawn(command, args, { cwd, env, stdio: 'inherit' })
-for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child.kill(signal))
-child.on('exit', (code, signal) => process.exit(code ?? (signal ? 0 : 1)))
+
+// Every way `npm start` can be stopped must stop the host, and with it the sidecar (the host's
+// cleanup stops it; it also exits when the host's pipe closes):
+// - INT and TERM reach this process (npm forwards them; package.json `exec`s so no shell sits
+//   in between to die first); HUP (a closed terminal, which npm does not forward) likewise;
+// - when npm itself dies (HUP, KILL, or a shell that died first), this process is re-parented:
+//   the parent watch below notices and stops the host instead of running on, orphaned, on the port.
+// A host that has not exited STOP_GRACE_MS after the stop is killed.
+const STOP_GRACE_MS = 10_000
+const parent = process.ppid
+let stopping = false
+function stop(signal, reason) {
+  if (stopping) return
+  stopping = true
+  console.log(`authsvc: stopping (${reason})`)
+  child.kill(signal)
+  setTimeout(() => child.kill('SIGKILL'), STOP_GRACE_MS).unref()
+}
+process.on('SIGINT', () => stop('SIGINT', 'SIGINT'))
+process.on('SIGTERM', () => stop('SIGTERM', 'SIGTERM'))
+process.on('SIGHUP', () => stop('SIGTERM', 'SIGHUP'))
+const parentWatch = setInterval(() => {
+  if (process.ppid !== parent) stop('SIGTERM', `parent ${parent} exited`)
+}, 200)
+child.on('exit', (code, signal) => {
+  clearInterval(parentWatch)
+  process.exit(stopping ? 0 : (code ?? (signal ? 0 : 1)))
+})

@@ -141,3 +141,72 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     })
   })
 }
+
+/** Every process below `pid` (children, their children...). */
+function descendants(pid: number): number[] {
+  const out: number[] = []
+  for (const child of childrenOf(pid)) out.push(child, ...descendants(child))
+  return out
+}
+
+async function portRefuses(url: string): Promise<boolean> {
+  try {
+    await fetch(`${url}/authsvc/health`)
+    return false
+  } catch {
+    return true // nothing listens any more
+  }
+}
+
+// Issue 9, hole 12: a TERM to `npm start` (a process manager, `timeout`) ended npm, but the host and
+// the sidecar kept running, orphaned, holding the port. Each row sends one stop signal to the npm
+// process alone (not its group) and expects every process it started to end and the port to be free.
+// One aiohttp version: the hole is in process management, not in the host's HTTP library.
+describe('`npm start` itself: every stop signal stops the whole tree', { concurrency: false }, () => {
+  const aiohttp = AIOHTTP_VERSIONS[0]
+  const rows: Array<[NodeJS.Signals, string]> = [
+    ['SIGTERM', 'a process manager or `timeout` stops npm'],
+    ['SIGINT', 'an interrupt sent to npm alone (not the terminal\'s whole group)'],
+    ['SIGHUP', 'the terminal running npm closes (npm does not forward HUP)'],
+  ]
+  for (const [signal, why] of rows) {
+    it(`${signal} to npm (${why}) ends npm, start.mjs, the host and the sidecar; the port is free`, async () => {
+      const dataDir = join(mkdtempSync(join(tmpdir(), 'as-npm-signal-')), 'data')
+      const port = await freePort()
+      const env: NodeJS.ProcessEnv = { ...process.env, ...pythonEnv(aiohttp), PORT: String(port), AUTHSVC_DATA_DIR: dataDir, PYTHONUNBUFFERED: '1' }
+      delete env.COMFYUI_DIR
+      delete env.AUTHSVC_SOCKET
+      const npm = spawn('npm', ['start', '--silent'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+      let out = ''
+      npm.stdout!.on('data', (d: Buffer) => (out += d.toString()))
+      npm.stderr!.on('data', (d: Buffer) => (out += d.toString()))
+      const url = `http://127.0.0.1:${port}`
+      let tree: number[] = []
+      try {
+        // install.sh runs first and may rebuild the sidecar: a generous limit, polled, never slept
+        const up = await poll(async () => npm.exitCode === null && existsSync(join(dataDir, 'sidecar.pid')) && !(await portRefuses(url)), 180_000)
+        assert.ok(up, `npm start did not come up on ${url}:\n${out}`)
+        tree = descendants(npm.pid!)
+        const sidecar = Number(readFileSync(join(dataDir, 'sidecar.pid'), 'utf8'))
+        assert.ok(tree.includes(sidecar), `the sidecar ${sidecar} is in npm's tree ${tree}`)
+        assert.ok(tree.length >= 3, `npm's tree holds start.mjs, the host and the sidecar: ${tree}`)
+        const exited = once(npm, 'exit')
+        process.kill(npm.pid!, signal)
+        await exited
+        const gone = await poll(async () => tree.every((pid) => !alive(pid)), 15_000)
+        assert.ok(gone, `still running after ${signal} to npm: ${tree.filter(alive)}\n${out}`)
+        assert.ok(await portRefuses(url), `port ${port} is still served`)
+      } finally {
+        // when the row fails, nothing it started may outlive it (the sidecar runs in its own session)
+        for (const pid of [-npm.pid!, ...tree]) {
+          try {
+            process.kill(pid, 'SIGKILL')
+          } catch {
+            // gone already
+          }
+        }
+        rmSync(join(dataDir, '..'), { recursive: true, force: true })
+      }
+    })
+  }
+})
