@@ -1,7 +1,7 @@
 // The account page: who am I, my sessions, my API tokens, two-factor authentication and my
 // password. Every change is one request to the service's own API; the lists are read again
 // after each change, so the page shows what the service holds, not what the script guessed.
-import { $, ApiError, api, el, onSubmit, say, when } from './common.js'
+import { $, ApiError, api, copyText, el, onSubmit, say, when } from './common.js'
 
 const call = (path, options = {}) => api(path, { ...options, sessionPage: true })
 const digits = (value) => String(value || '').replace(/\s/g, '')
@@ -80,10 +80,7 @@ onSubmit($('#token-form'), async (data) => {
   await loadTokens()
   $('#token-copy').focus()
 })
-$('#token-copy').addEventListener('click', async () => {
-  await navigator.clipboard.writeText($('#token-value').textContent)
-  $('#token-copied').hidden = false
-})
+$('#token-copy').addEventListener('click', () => copyText($('#token-value'), $('#token-copied')))
 
 function showSetup(setup) {
   $('#qr').innerHTML = setup.qr_svg

@@ -133,7 +133,7 @@ async function loadRoles() {
 }
 
 function renderRoles() {
-  $('#matrix-head').replaceChildren(el('tr', {}, el('th', { scope: 'col' }, 'Role'), ...KEYS.map((k) => el('th', { scope: 'col' }, k)), el('th', { scope: 'col' }, 'Actions')))
+  $('#matrix-head').replaceChildren(el('tr', {}, el('th', { scope: 'col' }, 'Role'), ...KEYS.map((k) => el('th', { scope: 'col' }, k.replaceAll('_', '_\u200b'))) /* a line may break after each _ */, el('th', { scope: 'col' }, 'Actions')))
   $('#matrix-rows').replaceChildren(...Object.entries(state.roles).map(([role, keys]) => el('tr', { dataset: { role } },
     el('th', { scope: 'row' }, role),
     ...KEYS.map((key) => el('td', {}, el('input', {

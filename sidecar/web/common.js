@@ -179,3 +179,17 @@ export function say(slot, text) {
   slot.textContent = text
   slot.hidden = false
 }
+
+/**
+ * Copies the text of `source`; without the clipboard API (plain HTTP on another machine is not
+ * a secure context) it selects the text so the person can copy it themselves.
+ */
+export async function copyText(source, status) {
+  try {
+    await navigator.clipboard.writeText(source.textContent)
+    say(status, 'Copied.')
+  } catch {
+    getSelection().selectAllChildren(source)
+    say(status, 'Selected: copy it with Ctrl+C (⌘C).')
+  }
+}

@@ -1,6 +1,6 @@
 // The API token page (SPEC §5.1, §5.2): username, password, label, expiry and, for a user with
 // two-factor authentication, a code. The token is shown once, with a copy button.
-import { $, ApiError, api, onSubmit, when } from './common.js'
+import { $, ApiError, api, copyText, onSubmit, when } from './common.js'
 
 const form = $('#token-form')
 let tempToken = null
@@ -25,7 +25,4 @@ onSubmit(form, async (data) => {
   $('#copy').focus()
 })
 
-$('#copy').addEventListener('click', async () => {
-  await navigator.clipboard.writeText($('#token-value').textContent)
-  $('#copied').hidden = false
-})
+$('#copy').addEventListener('click', () => copyText($('#token-value'), $('#copied')))

@@ -48,7 +48,7 @@ describe('every page: screenshots, axe, CSP', { concurrency: false }, () => {
 
   before(async () => {
     ;[stack, browser] = await Promise.all([startStack(), launchChromium()])
-    anon = await browser.newContext()
+    anon = await browser.newContext({ permissions: ['clipboard-read', 'clipboard-write'] })
   })
   after(async () => {
     console.log(`screenshots (${shots.length}):\n${shots.map((f) => `  ${f}`).join('\n')}`)
@@ -101,6 +101,9 @@ describe('every page: screenshots, axe, CSP', { concurrency: false }, () => {
     assert.match(raw, /^ast_/)
     const me = await fetch(`${stack.url}/authsvc/api/me`, { headers: { Authorization: `Bearer ${raw}`, Accept: 'application/json' } })
     assert.equal((await json(me)).username, 'bob', 'the token from the page works')
+    await token.getByRole('button', { name: 'Copy' }).click()
+    await token.locator('#copied', { hasText: 'Copied.' }).waitFor()
+    assert.equal(await token.evaluate(() => navigator.clipboard.readText()), raw, 'the copy button puts the token on the clipboard')
     shots.push(...(await shootAndCheck(token, 'generate-token-created')))
     await token.close()
 
