@@ -84,3 +84,22 @@ class SharedVectors(unittest.IsolatedAsyncioTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class FrameVectors(unittest.TestCase):
+    """Protocol v2 frames byte for byte (shared/vectors/frames.json): the plugin encodes each
+    message with its payload to exactly the shared bytes, and decodes them back."""
+
+    def test_frames_match_the_vectors(self) -> None:
+        protocol = _plugin_module("protocol")
+        with open(os.path.join(ROOT, "shared", "vectors", "frames.json"), encoding="utf-8") as f:
+            spec = json.load(f)
+        self.assertEqual(spec["protocol"], protocol.PROTOCOL_VERSION)
+        for vector in spec["vectors"]:
+            with self.subTest(vector["name"]):
+                frame = bytes.fromhex(vector["frame_hex"])
+                payload = vector["payload_utf8"].encode("utf-8")
+                self.assertEqual(protocol.encode_frame(vector["message"], payload), frame)
+                decoder = protocol.FrameDecoder()
+                self.assertEqual(decoder.feed(frame[:5]), [], "half a frame is no message")
+                self.assertEqual(decoder.feed(frame[5:]), [(vector["message"], payload)])

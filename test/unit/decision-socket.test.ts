@@ -81,4 +81,44 @@ describe('decision socket: protocol agreement per connection', () => {
       client.close()
     }
   })
+
+  // issue 9, hole 9: nothing from the plugin is cast and used before its shape is checked
+  const MALFORMED: Array<[string, (d: Frame) => Frame]> = [
+    ['route as a string', (d) => ({ ...d, route: '/prompt' })],
+    ['route without a pattern', (d) => ({ ...d, route: { kind: 'route' } })],
+    ['route of an unknown kind', (d) => ({ ...d, route: { pattern: '/prompt', kind: 'magic' } })],
+    ['a header value that is a number', (d) => ({ ...d, headers: { authorization: 5 } })],
+    ['headers as a list', (d) => ({ ...d, headers: [['authorization', 'x']] })],
+    ['no path', (d) => ({ ...d, path: undefined })],
+    ['method as an object', (d) => ({ ...d, method: { toString: 'GET' } })],
+    ['match_info holding an object', (d) => ({ ...d, match_info: { file: { a: 1 } } })],
+    ['peer missing', (d) => ({ ...d, peer: undefined })],
+    ['an unknown message type', (d) => ({ ...d, type: 'decide-please' })],
+  ]
+  for (const [name, spoil] of MALFORMED) {
+    it(`a decide message with ${name} → 503 for that request; the connection keeps deciding`, async () => {
+      const client = await FrameClient.open(path)
+      try {
+        await client.send({ type: 'hello', protocol: PROTOCOL_VERSION, plugin_version: 't' })
+        const bad = await client.send(spoil(decideMe()))
+        assert.equal(bad.action, 'respond')
+        assert.equal(bad.status, 503)
+        assert.equal((await client.send(decideMe())).action, 'pass')
+      } finally {
+        client.close()
+      }
+    })
+  }
+
+  it('a malformed host event is dropped without an answer; the connection keeps deciding', async () => {
+    const client = await FrameClient.open(path)
+    try {
+      await client.send({ type: 'hello', protocol: PROTOCOL_VERSION, plugin_version: 't' })
+      client.notify({ type: 'event', name: 'execution_start', data: 'not an object' })
+      client.notify({ type: 'event', t: 1, data: {} })
+      assert.equal((await client.send(decideMe())).action, 'pass')
+    } finally {
+      client.close()
+    }
+  })
 })

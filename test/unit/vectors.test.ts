@@ -13,6 +13,8 @@ import { ROOT } from '../helpers/stack.js'
 import { openHarness, type Harness } from '../integration/harness.js'
 import { buildApp } from '../../sidecar/src/app.js'
 import { createLogger } from '../../sidecar/src/log.js'
+import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
+import { checkMessage, encodeFrame, FrameDecoder } from '../../sidecar/src/decide/frames.js'
 
 interface Vector {
   name: string
@@ -52,6 +54,29 @@ describe('shared decision vectors', () => {
       if (vector.decision.location !== undefined) {
         assert.equal(new Map(decision.headers).get('Location'), vector.decision.location)
       }
+    })
+  }
+})
+
+describe('shared frame vectors (protocol v2, byte for byte)', () => {
+  const spec = JSON.parse(readFileSync(join(ROOT, 'shared/vectors/frames.json'), 'utf8')) as {
+    protocol: number
+    vectors: Array<{ name: string; message: Record<string, unknown>; payload_utf8: string; frame_hex: string }>
+  }
+  it('names this protocol version', () => {
+    assert.equal(spec.protocol, PROTOCOL_VERSION)
+  })
+  for (const v of spec.vectors) {
+    it(v.name, () => {
+      const frame = Buffer.from(v.frame_hex, 'hex')
+      const payload = Buffer.from(v.payload_utf8, 'utf8')
+      assert.deepEqual(encodeFrame(v.message, payload), frame)
+      const decoder = new FrameDecoder()
+      assert.deepEqual(decoder.feed(frame.subarray(0, 5)), [], 'half a frame is no message')
+      const [decoded] = decoder.feed(frame.subarray(5))
+      assert.deepEqual(decoded.message, v.message)
+      assert.deepEqual(decoded.payload, payload)
+      if (v.message.type !== undefined && v.message.type !== 'close_ws') assert.equal(checkMessage(decoded.message), null, 'a well-formed message')
     })
   }
 })
