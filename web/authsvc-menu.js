@@ -7,8 +7,8 @@
 // page with `next` set instead of leaving a broken canvas behind.
 //
 // Extension API used (ComfyUI frontend, types in @comfyorg/comfyui-frontend-types):
-// `window.comfyAPI.app.app.registerExtension({ name, commands, menuCommands, topbarBadges, setup })`
-// and `window.comfyAPI.api.api` (an EventTarget that fires `reconnecting` when its WebSocket drops).
+// `app.registerExtension({ name, commands, menuCommands, topbarBadges, setup })` and `api`
+// (an EventTarget that fires `reconnecting` when its WebSocket drops).
 
 const SESSION_ENDED = new Set(['AUTH_REQUIRED', 'TOKEN_EXPIRED', 'TOKEN_REVOKED', 'TOKEN_INVALID'])
 const CHECK_EVERY_MS = 60_000
@@ -59,23 +59,28 @@ async function logOut() {
   location.assign('/login')
 }
 
+// Frontend versions have exposed the app as `comfyAPI.app.app` (the usual shape), as
+// `comfyAPI.app` itself, or only as the legacy `window.app`; the api likewise.
+const isApp = (x) => typeof x?.registerExtension === 'function'
+const comfyApp = [window.comfyAPI?.app?.app, window.comfyAPI?.app, window.app].find(isApp)
+const comfyApi = [window.comfyAPI?.api?.api, window.comfyAPI?.api, comfyApp?.api].find((x) => typeof x?.addEventListener === 'function')
+
 const me = await whoAmI()
-const comfy = window.comfyAPI
-if (me && comfy?.app?.app?.registerExtension) {
+if (me && comfyApp) {
   const label = `${me.username} (${me.role})`
   const commands = [
     { id: 'authsvc.account', label: 'Account', menubarLabel: 'Account…', icon: 'pi pi-user', tooltip: 'Sessions, API tokens, two-factor authentication, password', function: () => location.assign('/authsvc/account') },
     ...(me.is_admin ? [{ id: 'authsvc.admin', label: 'Admin panel', menubarLabel: 'Admin panel…', icon: 'pi pi-users', tooltip: 'Users, roles, IP lists, settings', function: () => location.assign('/authsvc/admin') }] : []),
     { id: 'authsvc.logout', label: 'Log out', icon: 'pi pi-sign-out', function: logOut },
   ]
-  comfy.app.app.registerExtension({
+  comfyApp.registerExtension({
     name: 'authsvc.account-menu',
     commands,
     menuCommands: [{ path: [label], commands: commands.map((c) => c.id) }],
     topbarBadges: [{ text: label, label: 'USER', variant: 'info', tooltip: `Signed in as ${me.username}, role ${me.role}` }],
     setup() {
       // A dropped WebSocket is often the first sign of a revoked session; so is coming back to the tab.
-      comfy.api?.api?.addEventListener?.('reconnecting', () => { void whoAmI() })
+      comfyApi?.addEventListener('reconnecting', () => { void whoAmI() })
       document.addEventListener('visibilitychange', () => { if (document.visibilityState === 'visible') void whoAmI() })
       setInterval(() => { void whoAmI() }, CHECK_EVERY_MS)
     },
