@@ -15,11 +15,15 @@ describe('no usable Node.js, on the real ComfyUI', { skip: REAL_HOST_SKIP }, () 
   let dir = ''
   let pkg = ''
   let noNodePath = ''
+  let oldNode = ''  // a "node" that is too old
   let host: RealHost | undefined
   before(() => {
     dir = mkdtempSync(join(tmpdir(), 'as-nonode-'))
     pkg = clone(join(dir, 'clone', 'authsvc'))
     noNodePath = pathWithoutNode(join(dir, 'bin'))
+    oldNode = join(dir, 'node18')
+    writeFileSync(oldNode, '#!/bin/sh\necho v18.20.4\n')
+    chmodSync(oldNode, 0o755)
   })
   after(async () => {
     await host?.stop()
@@ -42,9 +46,6 @@ describe('no usable Node.js, on the real ComfyUI', { skip: REAL_HOST_SKIP }, () 
   })
 
   it('install.py with a Node.js older than 20 names the version it found', async () => {
-    const oldNode = join(dir, 'node18')
-    writeFileSync(oldNode, '#!/bin/sh\necho v18.20.4\n')
-    chmodSync(oldNode, 0o755)
     const run = await runInstallPy(pkg, { ...withoutNode(), AUTHSVC_NODE: oldNode })
     assert.equal(run.status, 1, run.stdout + run.stderr)
     assert.match(run.stderr, /Node\.js >= 20 is needed; the node found is v18\.20\.4/)
@@ -70,5 +71,19 @@ describe('no usable Node.js, on the real ComfyUI', { skip: REAL_HOST_SKIP }, () 
     assert.equal(lines(out, /cannot start the sidecar: Node\.js >= 20 is needed/).length, 1, out)
     assert.deepEqual(lines(out, /custom_nodes\/authsvc\/.*", line \d+|setup failed|IMPORT FAILED.*authsvc/), [])
     assert.ok(!existsSync(join(host.dataDir, 'sidecar.pid')))
+    await host.stop()
+    host = undefined
+  })
+
+  it('ComfyUI started with a Node.js older than 20: the page names the version found', { timeout: 120_000 }, async () => {
+    host = await startRealHost({ gate: false, customNodes: [pkg], noWait: true, env: { PATH: noNodePath, AUTHSVC_NODE: oldNode } })
+    const page = await until(async () => {
+      const res = await get(`${host!.url}/`, NAVIGATION)
+      return /cannot start/.test(res.body) ? res : undefined
+    }, 30_000, 'the page naming the old Node.js', host.output)
+    assert.match(page.body, /Node\.js &gt;= 20 is needed; the node found is v18\.20\.4/)
+    assert.doesNotMatch(page.body, /node18/, 'the page names no path')
+    const out = host.output()
+    assert.equal(lines(out, /cannot start the sidecar: Node\.js >= 20 is needed; the node found is v18\.20\.4 \(.*node18\)/).length, 1, out)
   })
 })
