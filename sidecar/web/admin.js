@@ -157,8 +157,14 @@ function matrixFromForm() {
   return groups
 }
 
+/** 412: another admin saved since this page read the version it edits. */
+const stale = (what) => (error) => {
+  if (error.code === 'PRECONDITION_FAILED') throw new ApiError(412, { error: `Another administrator changed the ${what} since this page loaded them. Reload the page to see their change, then make yours again.`, code: error.code })
+  throw error
+}
+
 onSubmit($('#roles-form'), async () => {
-  const { data, response } = await call('/authsvc/api/groups', { method: 'PUT', body: { groups: matrixFromForm() }, headers: ifMatch(state.rolesEtag) })
+  const { data, response } = await call('/authsvc/api/groups', { method: 'PUT', body: { groups: matrixFromForm() }, headers: ifMatch(state.rolesEtag) }).catch(stale('roles'))
   state.roles = data.groups
   state.rolesEtag = response.headers.get('ETag')
   renderRoles()
@@ -220,7 +226,7 @@ onSubmit($('#ip-form'), async (data) => {
     // "blacklist[2].ip: loopback can never be blacklisted" points at the row the admin just added
     if (error.code === 'VALIDATION_FAILED' && /blacklist/.test(error.message)) throw new ApiError(error.status, { error: error.message, code: 'BLOCK_IP' })
     if (error.code === 'VALIDATION_FAILED' && /whitelist/.test(error.message)) throw new ApiError(error.status, { error: error.message, code: 'WHITELIST' })
-    throw error
+    stale('IP lists')(error)
   }
   renderIpLists()
   say($('#ip-status'), 'IP lists saved.')

@@ -139,6 +139,31 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
     assert.equal(await row.getByLabel('Role of alice').inputValue(), 'viewer')
   })
 
+  step('1b. two admins edit the roles at once: the second save is refused (If-Match), nothing is overwritten', async () => {
+    const other = await adminContext.newPage()
+    csp.push(watchCsp(other))
+    const loaded = other.waitForResponse((r) => new URL(r.url()).pathname === '/authsvc/api/groups' && r.request().method() === 'GET')
+    await other.goto(`${stack.url}/authsvc/admin`)
+    const etag = (await loaded).headers()['etag']
+    assert.ok(etag, 'the roles come with an ETag')
+    await other.locator('body[data-ready=true]').waitFor()
+
+    await admin.getByLabel('viewer: can_upload').check()
+    const first = admin.waitForRequest((r) => new URL(r.url()).pathname === '/authsvc/api/groups' && r.method() === 'PUT')
+    await saveRoles(admin)
+    assert.equal((await first).headers()['if-match'], etag, 'the save names the version it edits')
+
+    await other.getByLabel('viewer: can_download_models').check()
+    const second = other.waitForResponse((r) => new URL(r.url()).pathname === '/authsvc/api/groups' && r.request().method() === 'PUT')
+    await other.getByRole('button', { name: 'Save roles' }).click()
+    assert.equal((await second).status(), 412)
+    await other.locator('#roles-error', { hasText: 'Another administrator changed the roles' }).waitFor()
+    const groups = (await json(await fetch(`${stack.url}/authsvc/api/groups`, { headers: { Cookie: await cookieHeader(adminContext), Accept: 'application/json' } }))).groups
+    assert.equal(groups.viewer.can_upload, true, 'the first save stands')
+    assert.equal(groups.viewer.can_download_models, false, 'the stale save changed nothing')
+    await other.close()
+  })
+
   step('2. alice is refused a prompt until the admin grants can_run in the matrix', async () => {
     aliceContext = await browser.newContext()
     alice = await aliceContext.newPage()
