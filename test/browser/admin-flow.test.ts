@@ -317,7 +317,7 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
     for (const path of ['/login', '/', '/authsvc/generate_token', '/register', '/extensions/authsvc/authsvc-menu.js']) {
       const answer = await remote.goto(`${stack.url}${path}`)
       assert.equal(answer?.status(), 403, path)
-      assert.equal((await json(new Response(await answer!.body()))).code, 'IP_DENIED', path)
+      assert.equal(JSON.parse(await answer!.text()).code, 'IP_DENIED', path)
     }
     await remoteContext.close()
     // and for scripts, even with a valid credential

@@ -1,0 +1,147 @@
+/**
+ * The account page's and the admin panel's other actions, clicked in chromium through the
+ * real stack: change password (other sessions signed out, and the page says so); MFA
+ * enrol → new secret and backup codes (a current code needed) → turn off with a backup code of
+ * the new set; the admin disables and enables a user, resets a password (sessions and tokens
+ * end), resets MFA, switches guest logins on, and deletes a user after confirming.
+ * TOTP codes come from oathtool, an independent implementation.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { execFileSync } from 'node:child_process'
+import type { Browser, BrowserContext, Page } from 'playwright-core'
+import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
+import { PASSWORD, apiToken, bearer, json, login, register } from '../helpers/client.js'
+import { launchChromium, watchCsp } from './browser-kit.js'
+
+const NEW_PASSWORD = 'bob-picked-a-new-long-one'
+
+function oathtool(secret: string, offsetSteps = 0): string {
+  const at = Math.floor(Date.now() / 1000) + offsetSteps * 30
+  return execFileSync('oathtool', ['--totp', '-b', '-N', `@${at}`, secret], { encoding: 'utf8' }).trim()
+}
+
+async function me(stack: Stack, credential: string): Promise<{ status: number; code?: string }> {
+  const res = await fetch(`${stack.url}/authsvc/api/me`, { headers: { ...bearer(credential), Accept: 'application/json' } })
+  return { status: res.status, code: res.status === 200 ? undefined : (await json(res)).code }
+}
+
+async function signIn(context: BrowserContext, stack: Stack, username: string, password: string, next: string): Promise<Page> {
+  const page = await context.newPage()
+  await page.goto(`${stack.url}${next}`)
+  await page.waitForURL(/\/login\?next=/)
+  await page.getByLabel('Username').fill(username)
+  await page.getByLabel('Password').fill(password)
+  await page.getByRole('button', { name: 'Sign in' }).click()
+  await page.waitForURL(`${stack.url}${next}`)
+  return page
+}
+
+describe('account and admin actions in chromium', { concurrency: false }, () => {
+  let stack: Stack
+  let browser: Browser
+  let bob: Page
+  let admin: Page
+  const csp: string[][] = []
+
+  before(async () => {
+    ;[stack, browser] = await Promise.all([startStack(), launchChromium()])
+    assert.equal((await register(stack, 'root')).status, 201)
+    const root = (await login(stack, 'root')).jwt
+    assert.equal((await register(stack, 'bob', { bearer: root })).status, 201)
+  })
+  after(async () => {
+    await browser?.close()
+    if (stack) await destroyStack(stack)
+  })
+
+  it('bob changes his password: his other sessions end, this one stays, and the page says so', async () => {
+    const phone = (await login(stack, 'bob')).jwt
+    bob = await signIn(await browser.newContext(), stack, 'bob', PASSWORD, '/authsvc/account')
+    csp.push(watchCsp(bob))
+    await bob.locator('#session-rows tr[data-jti]').nth(1).waitFor()
+    await bob.getByLabel('Current password').fill(PASSWORD)
+    await bob.getByLabel('New password', { exact: true }).fill(NEW_PASSWORD)
+    await bob.getByLabel('New password again').fill(NEW_PASSWORD + 'x')
+    await bob.getByRole('button', { name: 'Change password' }).click()
+    await bob.locator('#confirm_password-error', { hasText: 'The two new passwords differ.' }).waitFor()
+    await bob.getByLabel('New password again').fill(NEW_PASSWORD)
+    await bob.getByRole('button', { name: 'Change password' }).click()
+    await bob.locator('#password-done', { hasText: 'Password changed. 1 other session was signed out; this one stays signed in.' }).waitFor()
+    assert.deepEqual(await me(stack, phone), { status: 401, code: 'TOKEN_REVOKED' }, 'the other session ended')
+    assert.equal(await bob.locator('#session-rows tr[data-jti]').count(), 1, 'the list shows only this session now')
+    await bob.reload()
+    await bob.locator('#me-username', { hasText: 'bob' }).waitFor()
+    assert.equal((await login(stack, 'bob', NEW_PASSWORD)).jwt.split('.').length, 3, 'the new password signs in')
+  })
+
+  it('bob turns MFA on, makes a new secret and backup codes with a current code, and turns MFA off with a backup code of the new set', async () => {
+    await bob.getByRole('button', { name: 'Set up two-factor authentication' }).click()
+    await bob.locator('#qr svg').waitFor()
+    const first = (await bob.locator('#secret').innerText()).trim()
+    await bob.getByLabel('Code from the app').fill(oathtool(first))
+    await bob.getByRole('button', { name: 'Turn on' }).click()
+    await bob.locator('#mfa-done', { hasText: 'Two-factor authentication is on.' }).waitFor()
+
+    await bob.getByLabel('Current code (or a backup code)').last().fill(oathtool(first, 1))
+    await bob.getByRole('button', { name: 'Make new secret and backup codes' }).click()
+    await bob.locator('#mfa-setup').waitFor()
+    const second = (await bob.locator('#secret').innerText()).trim()
+    assert.notEqual(second, first, 'a new secret')
+    const codes = (await bob.locator('#backup-codes li').allInnerTexts()).map((c) => c.trim())
+    assert.equal(codes.length, 10)
+    await bob.getByLabel('Code from the app').fill(oathtool(second))
+    await bob.getByRole('button', { name: 'Turn on' }).click()
+    await bob.locator('#mfa-done', { hasText: 'Two-factor authentication is on.' }).waitFor()
+
+    await bob.getByLabel('Current code (or a backup code)').first().fill(codes[0])
+    await bob.getByRole('button', { name: 'Turn off two-factor authentication' }).click()
+    await bob.locator('#mfa-done', { hasText: 'Two-factor authentication is off.' }).waitFor()
+    assert.equal(await bob.locator('#mfa-status').innerText(), 'Two-factor authentication is off.')
+    assert.equal(await bob.getByRole('button', { name: 'Set up two-factor authentication' }).isVisible(), true)
+  })
+
+  it('the admin disables and enables bob, resets his password, switches guest logins on, and deletes him after confirming', async () => {
+    const token = await apiToken(stack, 'bob', NEW_PASSWORD)
+    admin = await signIn(await browser.newContext(), stack, 'root', PASSWORD, '/authsvc/admin')
+    csp.push(watchCsp(admin))
+    await admin.locator('body[data-ready=true]').waitFor()
+    const row = () => admin.locator('tr[data-username=bob]')
+
+    await admin.getByRole('button', { name: 'Disable bob' }).click()
+    await row().getByText('disabled', { exact: true }).waitFor()
+    assert.deepEqual(await me(stack, token), { status: 401, code: 'TOKEN_REVOKED' }, 'disabling ends his tokens')
+    await bob.reload()
+    await bob.waitForURL(/\/login\?next=%2Fauthsvc%2Faccount/)
+    await admin.getByRole('button', { name: 'Enable bob' }).click()
+    await row().getByText('enabled', { exact: true }).waitFor()
+
+    const second = await apiToken(stack, 'bob', NEW_PASSWORD)
+    await admin.getByRole('button', { name: 'Sessions and tokens of bob' }).click()
+    await admin.locator('#detail-tokens tr[data-prefix]').waitFor()
+    await admin.getByLabel('New password for bob').fill('short')
+    await admin.getByRole('button', { name: 'Reset password' }).click()
+    await admin.locator('#reset-password-error').waitFor()
+    await admin.getByLabel('New password for bob').fill('an-admin-chosen-password')
+    await admin.getByRole('button', { name: 'Reset password' }).click()
+    await admin.locator('#users-status', { hasText: 'The password of bob was reset' }).waitFor()
+    await admin.locator('#detail-tokens', { hasText: 'No API token.' }).waitFor()
+    assert.deepEqual(await me(stack, second), { status: 401, code: 'TOKEN_REVOKED' })
+    assert.equal((await login(stack, 'bob', 'an-admin-chosen-password')).jwt.split('.').length, 3)
+
+    await admin.getByLabel('Allow guest logins').check()
+    await admin.getByRole('button', { name: 'Save', exact: true }).click()
+    await admin.locator('#guest-status', { hasText: 'Guest logins are allowed.' }).waitFor()
+    const guest = await fetch(`${stack.url}/login`, { method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json' }, body: '{"guest_login":true}' })
+    assert.equal(guest.status, 200, 'a guest session can be had now')
+
+    await admin.getByRole('button', { name: 'Delete bob' }).click()
+    await admin.locator('#confirm-delete[open]').waitFor()
+    await admin.locator('#confirm-delete').getByRole('button', { name: 'Delete' }).click()
+    await admin.locator('#users-status', { hasText: 'bob was deleted.' }).waitFor()
+    assert.equal(await row().count(), 0)
+    const gone = await fetch(`${stack.url}/login`, { method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json' }, body: JSON.stringify({ username: 'bob', password: 'an-admin-chosen-password' }) })
+    assert.equal(gone.status, 401)
+    assert.deepEqual(csp.flat(), [], 'no Content-Security-Policy violation')
+  })
+})
