@@ -69,7 +69,8 @@ const me = await whoAmI()
 if (me && comfyApp) {
   const label = `${me.username} (${me.role})`
   const commands = [
-    { id: 'authsvc.account', label: 'Account', menubarLabel: 'Account…', icon: 'pi pi-user', tooltip: 'Sessions, API tokens, two-factor authentication, password', function: () => location.assign('/authsvc/account') },
+    // a guest session has no account of its own
+    ...(me.user_id ? [{ id: 'authsvc.account', label: 'Account', menubarLabel: 'Account…', icon: 'pi pi-user', tooltip: 'Sessions, API tokens, two-factor authentication, password', function: () => location.assign('/authsvc/account') }] : []),
     ...(me.is_admin ? [{ id: 'authsvc.admin', label: 'Admin panel', menubarLabel: 'Admin panel…', icon: 'pi pi-users', tooltip: 'Users, roles, IP lists, settings', function: () => location.assign('/authsvc/admin') }] : []),
     { id: 'authsvc.logout', label: 'Log out', icon: 'pi pi-sign-out', function: logOut },
   ]

@@ -95,7 +95,9 @@ export function pageRoutes(services: Services) {
 
   return async function (app: FastifyInstance): Promise<void> {
     app.get('/login', { config: { auth: 'public' } }, async (request, reply) => {
-      const main = services.users.count === 0 ? pages.login.fragment.replace('id="register-hint" hidden', 'id="register-hint"') : pages.login.fragment
+      let main = pages.login.fragment
+      if (services.users.count === 0) main = main.replace('id="register-hint" hidden', 'id="register-hint"')
+      if (services.settings.get('allow_guest_jwt')) main = main.replace('id="guest-form" hidden', 'id="guest-form"')
       return send(reply, render(request, pages.login, main))
     })
     // Public: the page works from the temp token in its fragment; a signed-in user is sent on to the account page by its script.
