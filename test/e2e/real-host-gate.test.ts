@@ -9,11 +9,12 @@
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
-import { existsSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import WebSocket from 'ws'
 import { AIOHTTP_VERSIONS, type Stack } from '../helpers/stack.js'
-import { REAL_HOST_SKIP, destroyRealHost, processGroup, running, startRealHost, type RealHost } from '../helpers/real-host.js'
+import { REAL_HOST_SKIP, destroyRealHost, processGroup, running, startRealHost, tinySafetensors, type RealHost } from '../helpers/real-host.js'
 import { WsClient, apiToken, bearer, json, login, register, tinyGraph } from '../helpers/client.js'
 
 const API = { Accept: 'application/json' }
@@ -43,9 +44,18 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     let stack: Stack
     let token: string
     let admin: string
+    let extraDir: string
 
     before(async () => {
-      host = await startRealHost({ aiohttp })
+      const extra = mkdtempSync(join(tmpdir(), 'as-real-extra-'))
+      extraDir = extra
+      mkdirSync(join(extra, 'ckpts'))
+      writeFileSync(join(extra, 'ckpts', 'elsewhere.safetensors'), tinySafetensors({ title: 'elsewhere' }))
+      host = await startRealHost({
+        aiohttp,
+        models: ['checkpoints/tiny.safetensors'],
+        extraModelPaths: `authsvc_test:\n  base_path: ${extra}\n  checkpoints: ckpts\n`,
+      })
       stack = host as unknown as Stack
       assert.equal((await register(stack, 'root')).status, 201)
       admin = (await login(stack, 'root')).jwt
@@ -54,6 +64,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     })
     after(async () => {
       if (host) await destroyRealHost(host)
+      rmSync(extraDir, { recursive: true, force: true })
     })
 
     it(`is the real ComfyUI on aiohttp ${aiohttp}`, async () => {
@@ -107,6 +118,11 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const info = await json(res)
       assert.ok(Object.keys(info).length > 300, `${Object.keys(info).length} node classes`)
       assert.equal(info.SaveImage.output_node, true)
+      // the harness's model files: one under models/, one from extra_model_paths.yaml
+      assert.deepEqual(info.CheckpointLoaderSimple.input.required.ckpt_name[0], ['elsewhere.safetensors', 'tiny.safetensors'])
+      const metadata = await fetch(`${host.url}/view_metadata/checkpoints?filename=tiny.safetensors`, { headers: { ...API, ...bearer(admin) } })
+      assert.equal(metadata.status, 200)
+      assert.deepEqual(await json(metadata), { 'modelspec.title': 'authsvc test model' })
     })
 
     it('a user with an API token runs a tiny graph and views the PNG it wrote', async () => {
