@@ -22,6 +22,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import codecs
 import logging
 import os
 import sys
@@ -37,7 +38,8 @@ log = logging.getLogger("authsvc")
 PACKAGE_ROOT = install_state.package_root()
 CONFIG_EXIT_STATUS = 2  # sidecar/src/main.ts: invalid configuration
 _EARLY_FAILURES_BEFORE_SLOW = 3
-_MUTED_LINES = 500
+_MUTED_CHUNKS = 64  # of up to _CHUNK bytes: what a failing start prints, kept until we know it repeats
+_CHUNK = 64 * 1024
 
 INSTALLING = Outage(
     "authsvc is finishing its installation",
@@ -210,27 +212,33 @@ class SidecarSupervisor:
         self._unmute()
         return status, ready
 
-    async def _pump(self, stream: asyncio.StreamReader | None, out: IO[str]) -> None:
-        """The sidecar's output into the host's own streams (ComfyUI's log shows them), line by line."""
+    async def _pump(self, stream: asyncio.StreamReader | None, out: IO[str] | None) -> None:
+        """The sidecar's output into the host's own streams (ComfyUI's log shows them).
+
+        Read in chunks, not lines: a line longer than the reader's limit would end a line reader,
+        and an unread pipe would block the sidecar's next write, decisions included."""
         if stream is None:
             return
-        async for raw in stream:
-            line = raw.decode("utf-8", "replace")
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while True:
+            chunk = await stream.read(_CHUNK)
+            text = decoder.decode(chunk, final=not chunk)
             muted = self._muted
-            if muted is not None:
-                if len(muted) < _MUTED_LINES:
-                    muted.append((out, line))
-                continue
-            out.write(line)
-            out.flush()
+            if text and out is not None:
+                if muted is not None:
+                    if len(muted) < _MUTED_CHUNKS:
+                        muted.append((out, text))
+                else:
+                    out.write(text)
+                    out.flush()
+            if not chunk:
+                return
 
     def _unmute(self) -> None:
         muted, self._muted = self._muted, None
-        for out, line in muted or ():
-            out.write(line)
-        if muted:
-            sys.stdout.flush()
-            sys.stderr.flush()
+        for out, text in muted or ():
+            out.write(text)
+            out.flush()
 
     async def _connect_until_ready(self, exited: "asyncio.Future[int]") -> bool:
         delay = 0.02

@@ -263,6 +263,16 @@ class QuietRestarts(unittest.IsolatedAsyncioTestCase):
             await self.supervise(fixes_then_fails, slow_retry_s=60.0)
             await wait_for(lambda: len(self.start_times()) >= 2, timeout=10)
 
+    async def test_a_line_longer_than_a_stream_reader_limit_is_passed_on_whole(self) -> None:
+        # exitCode, not exit(): node drops what a pipe has not taken yet when exit() follows a large write
+        long_line = FAILS_WITH_CONFIG.replace("console.log(", "console.log('x'.repeat(300000)); console.log(", 1) \
+            .replace("process.exit(2)", "process.exitCode = 2")
+        with self.captured():
+            await self.supervise(long_line, slow_retry_s=60.0)
+            await wait_for(lambda: bool(LOGS.lines(logging.ERROR, "refused its configuration")), timeout=10)
+        self.assertIn("x" * 300000 + "\n", self.out.getvalue())
+        self.assertIn("invalid configuration; not starting", self.out.getvalue())
+
     async def test_a_start_that_keeps_failing_the_same_way_is_reported_once_and_its_output_shown_once(self) -> None:
         with self.captured():
             await self.supervise(FAILS_AT_START, slow_retry_s=1.0)
