@@ -177,55 +177,8 @@ describe('throttle per username (existing or not, indistinguishable)', () => {
   })
 })
 
-describe('unknown and known usernames cost the same time (real argon2 cost)', () => {
-  it('median response times over 50 interleaved tries differ by less than 10 %', async () => {
-    // `argon2: {}` takes the config defaults (19 MiB, t=2) instead of the harness's cheap ones
-    const h = await openHarness({ config: { argon2: {} } })
-    try {
-      assert.equal(h.services.config.argon2.memory_kib, 19456, 'the default argon2 cost is in force')
-      assert.equal(h.services.config.argon2.time_cost, 2)
-      assert.equal((await h.call('POST', '/register', { body: { username: 'timed-user', password: PASSWORD } })).status, 201)
-
-      const attempt = async (username: string) => {
-        // each try from a fresh IP, and after the longest username wait, so neither throttle answers
-        h.clock.advance(901 * S)
-        const started = process.hrtime.bigint()
-        const res = await h.call('POST', '/login', { body: { username, password: 'wrong-password-x' }, peer: freshPeer() })
-        const ms = Number(process.hrtime.bigint() - started) / 1e6
-        return { ms, status: res.status, body: res.body }
-      }
-      // warm-up: the first unknown try also builds the dummy hash
-      for (let i = 0; i < 3; i++) {
-        await attempt('ghost-user')
-        await attempt('timed-user')
-      }
-      const known: number[] = []
-      const unknown: number[] = []
-      for (let i = 0; i < 50; i++) {
-        const order = i % 2 === 0 ? ['timed-user', 'ghost-user'] : ['ghost-user', 'timed-user']
-        for (const name of order) {
-          const r = await attempt(name)
-          assert.equal(r.status, 401, `${name}: ${JSON.stringify(r.body)}`)
-          assert.equal(r.body.code, 'INVALID_CREDENTIALS')
-          ;(name === 'timed-user' ? known : unknown).push(r.ms)
-        }
-      }
-      const median = (xs: number[]) => {
-        const s = [...xs].sort((a, b) => a - b)
-        return (s[(s.length - 1) >> 1] + s[s.length >> 1]) / 2
-      }
-      const mk = median(known)
-      const mu = median(unknown)
-      const diff = Math.abs(mk - mu) / Math.max(mk, mu)
-      const report = `known ${mk.toFixed(1)} ms, unknown ${mu.toFixed(1)} ms, difference ${(diff * 100).toFixed(1)} %`
-      console.log(`# timing: ${report}`)
-      assert.ok(mk > 5, `a default-cost argon2 verify takes measurable time (${report})`)
-      assert.ok(diff < 0.1, report)
-    } finally {
-      await h.close()
-    }
-  })
-})
+// "Unknown and known usernames cost the same" is proved by counting argon2 verifies in
+// test/unit/login-cost.test.ts; the timing itself is measured by `npm run bench` (load-sensitive).
 
 describe('other password and code checks are throttled too', () => {
   let h: Harness
