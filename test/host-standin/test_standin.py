@@ -1206,6 +1206,57 @@ class RealHostBehaviourTest(StandinCase):
         self.assertEqual(await self.get_json("/history/no-such-prompt"), {})
 
 
+    async def test_view_rows(self):
+        # real host: type defaults to output; an annotation needs its space; ".." anywhere in the name
+        # is a 400, a subfolder leaving the folder a 403; a name with a slash is not found
+        files = {"output/rv-a.png": b"A", "output/rv-sub/rv-b.png": b"B", "input/rv-c.png": b"C", "temp/rv-d.png": b"D"}
+        for rel, data in files.items():
+            os.makedirs(os.path.dirname(os.path.join(self.base, rel)), exist_ok=True)
+            with open(os.path.join(self.base, rel), "wb") as f:
+                f.write(data)
+        rows = {
+            "filename=rv-a.png": (200, b"A"), "filename=rv-c.png": (404, b""), "filename=rv-c.png&type=input": (200, b"C"),
+            "filename=rv-d.png&type=temp": (200, b"D"), "filename=rv-a.png&type=": (400, b""),
+            "filename=rv-a.png&type=bogus": (400, b""), "filename=rv-c.png%20%5Binput%5D&type=output": (200, b"C"),
+            "filename=rv-a.png%5Boutput%5D": (404, b""), "filename=rv-a.png%20%5Bbogus%5D": (404, b""),
+            "filename=rv-b.png&subfolder=rv-sub": (200, b"B"), "filename=rv-b.png&subfolder=rv-sub/": (200, b"B"),
+            "filename=rv-a.png&subfolder=rv-sub/..": (200, b"A"), "filename=rv-b.png&subfolder=/rv-sub": (403, b""),
+            "filename=rv-a.png&subfolder=..": (403, b""), "filename=rv-sub/rv-b.png": (404, b""),
+            "filename=rv-sub%2Frv-b.png": (404, b""), "filename=rv..a.png": (400, b""), "filename=": (400, b""), "": (404, b""),
+        }
+        got = {}
+        for query in rows:
+            async with self.http.get(self.u("/view?" + query)) as r:
+                got[query] = (r.status, await r.read())
+        self.assertEqual(got, rows)
+
+    async def test_upload_names_and_loadimage_list(self):
+        # real host: same content -> the existing name, other content -> "name (n).ext", overwrite=true or 1
+        # replaces, overwrite=false renames; LoadImage lists top-level image files of input/ only
+        async def upload(data, **fields):
+            form = aiohttp.FormData()
+            form.add_field("image", data, filename="ul.png", content_type="image/png")
+            for k, v in fields.items():
+                form.add_field(k, v)
+            async with self.http.post(self.u("/upload/image"), data=form) as r:
+                self.assertEqual(r.status, 200)
+                return (await r.json())["name"] if not fields.get("subfolder") else await r.json()
+
+        names = [await upload(b"one"), await upload(b"one"), await upload(b"two"), await upload(b"three"),
+                 await upload(b"two"), await upload(b"four", overwrite="true"), await upload(b"five", overwrite="1"),
+                 await upload(b"six", overwrite="false")]
+        self.assertEqual(names, ["ul.png", "ul.png", "ul (1).png", "ul (2).png", "ul (1).png", "ul.png", "ul.png", "ul (3).png"])
+        with open(os.path.join(self.base, "input", "ul.png"), "rb") as f:
+            self.assertEqual(f.read(), b"five")
+        self.assertEqual(await upload(b"sub", subfolder="ul-sf/deeper"), {"name": "ul.png", "subfolder": "ul-sf/deeper", "type": "input"})
+        with open(os.path.join(self.base, "input", "ul-note.txt"), "w") as f:
+            f.write("not an image")
+        listed = (await self.get_json("/object_info/LoadImage"))["LoadImage"]["input"]["required"]["image"]
+        self.assertEqual([n for n in listed[0] if n.startswith("ul")], ["ul (1).png", "ul (2).png", "ul (3).png", "ul.png"])
+        self.assertEqual(listed[1], {"image_upload": True})
+        masks = (await self.get_json("/object_info/LoadImageMask"))["LoadImageMask"]["input"]["required"]["image"][0]
+        self.assertIn("ul-note.txt", masks)
+
 @unittest.skipIf(real_host_skip_reason(), real_host_skip_reason() or "")
 class RealComfyUIBehaviourTest(RealHostBehaviourTest):
     """The same tests against the real ComfyUI 0.3.64 (../shared/real-comfyui or COMFYUI_DIR)."""
