@@ -23,11 +23,30 @@ import { apiToken, json, register } from '../helpers/client.js'
 const API = { Accept: 'application/json' }
 const NAVIGATE = { Accept: 'text/html,application/xhtml+xml', 'Sec-Fetch-Mode': 'navigate' }
 
-const ODD_PATHS = [
-  '/api%2Fprompt', '/%2e%2e/prompt', '/pro%6dpt', '/%252e%252e/prompt', '//prompt', '/prompt/', '/PROMPT',
-  '/api//prompt', '/api/prompt/', '/./prompt', '/static/../prompt', '/internal/../prompt', '/no/such/route',
-  '/view?filename=..%2F..%2Fetc%2Fpasswd', '/userdata/workflows%2F..%2F..%2Fx', '/extensions/authsvc/x.js',
-  '/assets/app.js', '/index.html', '/favicon.ico', '/authsvc%2Fapi/me', '/AUTHSVC/api/me', '//authsvc/api/me',
+/** Odd path shapes and the one answer each gets from an anonymous API client (none reaches the host). */
+const ODD_PATHS: Array<[string, number, string | undefined]> = [
+  ['/api%2Fprompt', 401, 'AUTH_REQUIRED'],
+  ['/%2e%2e/prompt', 401, 'AUTH_REQUIRED'],
+  ['/pro%6dpt', 401, 'AUTH_REQUIRED'],
+  ['/%252e%252e/prompt', 401, 'AUTH_REQUIRED'],
+  ['//prompt', 401, 'AUTH_REQUIRED'],
+  ['/prompt/', 401, 'AUTH_REQUIRED'],
+  ['/PROMPT', 401, 'AUTH_REQUIRED'],
+  ['/api//prompt', 401, 'AUTH_REQUIRED'],
+  ['/api/prompt/', 401, 'AUTH_REQUIRED'],
+  ['/./prompt', 401, 'AUTH_REQUIRED'],
+  ['/static/../prompt', 401, 'AUTH_REQUIRED'],
+  ['/internal/../prompt', 401, 'AUTH_REQUIRED'],
+  ['/no/such/route', 401, 'AUTH_REQUIRED'],
+  ['/view?filename=..%2F..%2Fetc%2Fpasswd', 401, 'AUTH_REQUIRED'],
+  ['/userdata/workflows%2F..%2F..%2Fx', 401, 'AUTH_REQUIRED'],
+  ['/extensions/authsvc/x.js', 401, 'AUTH_REQUIRED'],
+  ['/assets/app.js', 401, 'AUTH_REQUIRED'],
+  ['/index.html', 401, 'AUTH_REQUIRED'],
+  ['/favicon.ico', 401, 'AUTH_REQUIRED'],
+  ['/authsvc%2Fapi/me', 401, 'AUTH_REQUIRED'],
+  ['/AUTHSVC/api/me', 401, 'AUTH_REQUIRED'],
+  ['//authsvc/api/me', 401, 'AUTH_REQUIRED'],
 ]
 
 interface RawAnswer {
@@ -234,11 +253,14 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal((await stack.counter()).total, 0)
     })
 
-    it('odd and encoded path shapes are refused without reaching the host', async () => {
-      for (const path of ODD_PATHS) {
+    it('odd and encoded path shapes are refused without reaching the host, each with its one answer', async () => {
+      const got: Array<[string, number, string | undefined]> = []
+      for (const [path] of ODD_PATHS) {
         const res = await fetch(stack.url + path, { headers: API, redirect: 'manual' })
-        assert.ok([401, 404].includes(res.status), `${path}: ${res.status}`)
+        const text = await res.text()
+        got.push([path, res.status, (JSON.parse(text || '{}') as { code?: string }).code])
       }
+      assert.deepEqual(got, ODD_PATHS)
       assert.equal((await stack.counter()).total, 0)
     })
 
