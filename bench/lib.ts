@@ -22,6 +22,7 @@ export interface WrkResult {
   p50: number
   p99: number
   rps: number
+  requests: number
 }
 
 /** wrk as a child process (asynchronous: the bench's own loop keeps running meanwhile). */
@@ -37,7 +38,8 @@ export async function wrk(url: string, connections: number, headers: string[], s
   const rps = /Requests\/sec:\s+([\d.]+)/.exec(out)
   const non2xx = /Non-2xx or 3xx responses: (\d+)/.exec(out)
   if (non2xx) throw new Error(`wrk saw ${non2xx[1]} error responses from ${url}`)
-  return { p50: pct('50'), p99: pct('99'), rps: Number(rps?.[1] ?? 0) }
+  const requests = /(\d+) requests in/.exec(out)
+  return { p50: pct('50'), p99: pct('99'), rps: Number(rps?.[1] ?? 0), requests: Number(requests?.[1] ?? 0) }
 }
 
 export const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]

@@ -22,13 +22,21 @@
  *   the gate, or bare): its execution time by the host's own timestamps
  *   (execution_start → execution_success), gated / bare.
  * Once: the CPU the plugin and the sidecar use over 10 idle seconds (utime +
- * stime from /proc/<pid>/stat of the gated host's process group, minus the bare
- * host's own, which has no plugin).
+ * stime from /proc: the sidecar and its workers, and ComfyUI's event-loop thread,
+ * where the plugin runs, minus that thread of the bare host).
  *
  * Environment: BENCH_REAL_SECONDS (wrk run, default 3), BENCH_REAL_ROUNDS
- * (default 3), BENCH_REAL_PROMPT_ROUNDS (default 3), BENCH_REAL_LAYOUTS
- * (`pinned,free`), BENCH_REAL_AIOHTTP (`3.8` or `3.11`, default 3.8), and
- * AUTHSVC_* for the gated host (e.g. AUTHSVC_DECISION_SPIN_US).
+ * (default 3), BENCH_REAL_PROMPT_ROUNDS (default 3; 0 skips the prompt),
+ * BENCH_REAL_LAYOUTS (`pinned,free`), BENCH_REAL_AIOHTTP (`3.8` or `3.11`,
+ * default 3.8), and AUTHSVC_* for the gated host (e.g. AUTHSVC_DECISION_SPIN_US).
+ * BENCH_REAL_PACKAGE: the package the `gated` host loads instead of this
+ * checkout (a snapshot with its sidecar built by its own install.py, while this
+ * tree is being edited by others).
+ * BENCH_REAL_COMPARE: more gated hosts measured in the same alternating rounds
+ * (for before/after comparisons of a change), a JSON list of
+ * {"name", "env"?: {...}, "package"?: "<a checkout of this package, e.g. a git
+ * worktree of an older commit, with sidecar/dist built>"}; the verdicts are the
+ * `gated` host's.
  *
  * Ends with one PASS/FAIL line per target; exits 1 when a target is missed.
  */
@@ -43,6 +51,8 @@ const SECONDS = Number(process.env.BENCH_REAL_SECONDS ?? 3)
 const ROUNDS = Number(process.env.BENCH_REAL_ROUNDS ?? 3)
 const PROMPT_ROUNDS = Number(process.env.BENCH_REAL_PROMPT_ROUNDS ?? 3)
 const AIOHTTP = (process.env.BENCH_REAL_AIOHTTP ?? '3.8') as AiohttpVersion
+/** the package the `gated` host loads: this checkout, or a snapshot of it (BENCH_REAL_PACKAGE) */
+const PACKAGE = process.env.BENCH_REAL_PACKAGE
 const HISTORY_ENTRIES = 200
 const IDLE_SECONDS = 10
 const PASSWORD = 'bench-password-1'
@@ -62,9 +72,9 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 // ---------------------------------------------------------------------------------------
 // processes
 
-function stat(pid: number): string[] | null {
+function stat(pid: number, tid?: number): string[] | null {
   try {
-    const text = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const text = readFileSync(tid === undefined ? `/proc/${pid}/stat` : `/proc/${pid}/task/${tid}/stat`, 'utf8')
     return text.slice(text.lastIndexOf(')') + 2).split(' ') // [0] is field 3 (state)
   } catch {
     return null
@@ -79,11 +89,15 @@ function group(pgid: number): number[] {
   })
 }
 
-/** utime + stime of each pid, in clock ticks. */
-function cpuTicks(pids: number[]): Map<number, number> {
+/**
+ * utime + stime of each pid, in clock ticks; for `mainThreadOf`, only its main thread (the
+ * one running ComfyUI's event loop, and so the plugin): ComfyUI's prompt worker thread runs
+ * gc.collect() every 10 s after prompts (about 0.1 s each time), with or without a gate.
+ */
+function cpuTicks(pids: number[], mainThreadOf?: number): Map<number, number> {
   const out = new Map<number, number>()
   for (const pid of pids) {
-    const s = stat(pid)
+    const s = pid === mainThreadOf ? stat(pid, pid) : stat(pid)
     if (s) out.set(pid, Number(s[11]) + Number(s[12]))
   }
   return out
@@ -105,7 +119,8 @@ function pin(pids: number[], cpus: string): void {
 // requests
 
 interface Host {
-  name: 'bare' | 'gated'
+  /** 'bare', 'gated', or a compared variant's name */
+  name: string
   host: RealHost
   /** what the bench user sends (an API token on the gated host; the same header on the bare one, which ignores it) */
   headers: Record<string, string>
@@ -182,9 +197,44 @@ interface Figures {
   objectInfo: WrkResult[]
   history: WrkResult[]
   prompt: number[]
+  /** CPU of the host's process group (ComfyUI, sidecar, workers) per request, µs: less noisy than time on a shared machine */
+  cpuC1: number[]
+  cpuC32: number[]
+  /** CPU of the event-loop thread and the sidecar while the CPU-bound prompt ran, % of its execution time */
+  promptSideCpu: number[]
 }
 
-const emptyFigures = (): Figures => ({ c1: [], c32: [], objectInfo: [], history: [], prompt: [] })
+const emptyFigures = (): Figures => ({ c1: [], c32: [], objectInfo: [], history: [], prompt: [], cpuC1: [], cpuC32: [], promptSideCpu: [] })
+
+const sumTicks = (m: Map<number, number>) => [...m.values()].reduce((a, b) => a + b, 0)
+
+/** wrk, and the CPU µs the host's process group spent per request meanwhile. */
+async function measured(h: Host, path: string, connections: number, headers: string[]): Promise<[WrkResult, number]> {
+  const pids = group(h.host.host.pid!)
+  const before = sumTicks(cpuTicks(pids))
+  const result = await wrk(`${h.host.url}${path}`, connections, headers, SECONDS)
+  const ticks = sumTicks(cpuTicks(pids)) - before
+  return [result, (ticks / TICKS_PER_SECOND) * 1e6 / Math.max(1, result.requests)]
+}
+
+interface Variant {
+  name: string
+  env?: Record<string, string>
+  package?: string
+}
+
+function variants(): Variant[] {
+  const raw = process.env.BENCH_REAL_COMPARE
+  if (!raw) return []
+  const list = JSON.parse(raw) as Variant[]
+  for (const v of list) {
+    if (!v.name || v.name === 'bare' || v.name === 'gated') throw new Error(`BENCH_REAL_COMPARE: bad name ${v.name}`)
+  }
+  return list
+}
+
+/** Round r's order: a rotation of the hosts, so that none is always first or last. */
+const rotation = <T>(xs: T[], r: number): T[] => xs.map((_, i) => xs[(i + r) % xs.length])
 
 async function main(): Promise<void> {
   if (REAL_HOST_SKIP) {
@@ -200,133 +250,190 @@ async function main(): Promise<void> {
   }
   const allCpus = `0-${cpus - 1}`
   const started = Date.now()
-  const [bareHost, gatedHost] = await Promise.all([startRealHost({ gate: false, aiohttp: AIOHTTP }), startRealHost({ aiohttp: AIOHTTP })])
+  const compared = variants()
+  const realHosts = await Promise.all([
+    startRealHost({ gate: false, aiohttp: AIOHTTP }),
+    PACKAGE ? startRealHost({ aiohttp: AIOHTTP, gate: false, customNodes: [PACKAGE], noWait: true }) : startRealHost({ aiohttp: AIOHTTP }),
+    ...compared.map((v) => startRealHost({
+      aiohttp: AIOHTTP, env: v.env, ...(v.package ? { gate: false, customNodes: [v.package], noWait: true } : {}),
+    })),
+  ])
   const verdicts: Verdict[] = []
   const judge = (name: string, value: number, digits: number, target: string, ok: boolean) =>
     verdicts.push({ name, value: value.toFixed(digits), target, ok })
   try {
-    // the first account is the admin; the bench user is an ordinary user with an API token
-    await must(await fetch(`${gatedHost.url}/register`, {
-      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ username: 'root', password: PASSWORD }),
-    }), 'register root')
-    const login = await must(await fetch(`${gatedHost.url}/login`, {
-      method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json' }, body: JSON.stringify({ username: 'root', password: PASSWORD }),
-    }), 'login root')
-    await must(await fetch(`${gatedHost.url}/register`, {
-      method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${login.jwt_token}` },
-      body: JSON.stringify({ username: 'bench', password: PASSWORD }),
-    }), 'register bench')
-    const token = (await must(await fetch(`${gatedHost.url}/authsvc/generate_token`, {
-      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ username: 'bench', password: PASSWORD, label: 'bench' }),
-    }), 'generate_token')).token as string
-    const headers = { Authorization: `Bearer ${token}` }
-    const bare: Host = { name: 'bare', host: bareHost, headers }
-    const gated: Host = { name: 'gated', host: gatedHost, headers }
-    const wrkHeaders = [`Authorization: Bearer ${token}`]
+    if (PACKAGE) await waitHealth(realHosts[1].url)
+    for (const [i, v] of compared.entries()) {
+      // a package linked by path: wait for its sidecar like startRealHost does for this one
+      if (v.package) await waitHealth(realHosts[i + 2].url)
+    }
+    const gatedHosts = realHosts.slice(1)
+    const tokens = await Promise.all(gatedHosts.map((h) => benchUser(h.url)))
+    const bare: Host = { name: 'bare', host: realHosts[0], headers: { Authorization: `Bearer ${tokens[0]}` } }
+    const gated: Host[] = gatedHosts.map((h, i) => ({ name: i === 0 ? 'gated' : compared[i - 1].name, host: h, headers: { Authorization: `Bearer ${tokens[i]}` } }))
+    const hosts = [bare, ...gated]
+    const wrkHeaders = (h: Host) => [`Authorization: ${h.headers.Authorization}`]
 
     // 200 history entries on each host: tiny prompts, through the gate as the bench user
-    await Promise.all([bare, gated].map(async (h) => {
+    await Promise.all(hosts.map(async (h) => {
       for (let i = 0; i < HISTORY_ENTRIES; i++) await queuePrompt(h, graph(8, 8, 1, i, `bench-${h.name}`))
       await waitIdle(h, 120_000)
-      const history = await must(await fetch(`${h.host.url}/history`, { headers }), `${h.name} GET /history`)
+      const history = await must(await fetch(`${h.host.url}/history`, { headers: h.headers }), `${h.name} GET /history`)
       if (Object.keys(history).length !== HISTORY_ENTRIES) throw new Error(`${h.name}: ${Object.keys(history).length} history entries`)
     }))
 
-    // idle: the gated host's group (ComfyUI with the plugin, the sidecar) minus the bare ComfyUI
+    // idle: each gated host's group (ComfyUI with the plugin, the sidecar) minus the bare ComfyUI
     await sleep(1000)
-    const gatedPids = group(gatedHost.host.pid!)
-    const barePids = group(bareHost.host.pid!)
-    const sidecarPid = gatedHost.sidecarPid()
-    const before = { gated: cpuTicks(gatedPids), bare: cpuTicks(barePids) }
+    const groups = hosts.map((h) => group(h.host.host.pid!))
+    const before = groups.map((g, i) => cpuTicks(g, hosts[i].host.host.pid))
     await sleep(IDLE_SECONDS * 1000)
-    const after = { gated: cpuTicks(gatedPids), bare: cpuTicks(barePids) }
-    const pct = (b: Map<number, number>, a: Map<number, number>, only?: (pid: number) => boolean) => {
+    const after = groups.map((g, i) => cpuTicks(g, hosts[i].host.host.pid))
+    const pct = (i: number, only?: (pid: number) => boolean) => {
       let ticks = 0
-      for (const [pid, t] of a) if (!only || only(pid)) ticks += t - (b.get(pid) ?? t)
+      for (const [pid, t] of after[i]) if (!only || only(pid)) ticks += t - (before[i].get(pid) ?? t)
       return (100 * ticks) / TICKS_PER_SECOND / IDLE_SECONDS
     }
-    const idleGatedHost = pct(before.gated, after.gated, (pid) => pid === gatedHost.host.pid)
-    const idleSidecar = pct(before.gated, after.gated, (pid) => pid !== gatedHost.host.pid)
-    const idleBare = pct(before.bare, after.bare)
-    const idlePlugin = Math.max(0, idleGatedHost - idleBare)
-    console.log(`\nidle ${IDLE_SECONDS} s (% of one core): bare ComfyUI ${idleBare.toFixed(1)}, gated ComfyUI ${idleGatedHost.toFixed(1)}, sidecar and workers ${idleSidecar.toFixed(1)} (pid ${sidecarPid})`)
-    judge('idle: plugin + sidecar, % of a core over 10 s', idlePlugin + idleSidecar, 1, '<= 1.0', idlePlugin + idleSidecar <= 1)
+    const idleBare = pct(0)
+    const idle = hosts.map((h, i) => {
+      const hostPid = h.host.host.pid
+      const comfy = pct(i, (pid) => pid === hostPid)
+      const sidecar = pct(i, (pid) => pid !== hostPid)
+      return { comfy, sidecar, total: Math.max(0, comfy - idleBare) + sidecar }
+    })
+    console.log(`\nidle ${IDLE_SECONDS} s, % of one core (utime+stime): bare ComfyUI's event-loop thread ${idleBare.toFixed(1)}`)
+    for (const [i, h] of hosts.entries()) {
+      if (i > 0) console.log(`  ${h.name}: ComfyUI's event-loop thread ${idle[i].comfy.toFixed(1)}, sidecar and workers ${idle[i].sidecar.toFixed(1)}; plugin + sidecar ${idle[i].total.toFixed(1)}`)
+    }
+    judge('idle: plugin + sidecar, % of a core over 10 s', idle[1].total, 1, '<= 1.0', idle[1].total <= 1)
 
     const setLayout = (layout: Layout) => {
       const hostCpus = layout === 'pinned' ? '0' : allCpus
-      pin([...group(bareHost.host.pid!), ...group(gatedHost.host.pid!)], hostCpus)
+      pin(hosts.flatMap((h) => group(h.host.host.pid!)), hostCpus)
       // this process and the wrk it starts (children inherit the mask)
       pin([process.pid], layout === 'pinned' ? '1' : allCpus)
     }
 
-    const figures: Record<Layout, Record<'bare' | 'gated', Figures>> = {
-      pinned: { bare: emptyFigures(), gated: emptyFigures() },
-      free: { bare: emptyFigures(), gated: emptyFigures() },
+    const figures: Record<Layout, Map<string, Figures>> = {
+      pinned: new Map(hosts.map((h) => [h.name, emptyFigures()])),
+      free: new Map(hosts.map((h) => [h.name, emptyFigures()])),
     }
     for (const layout of layouts) {
       setLayout(layout)
-      for (const h of [bare, gated]) {
-        await wrk(`${h.host.url}/prompt`, 1, wrkHeaders, 1) // warm-up
-        await wrk(`${h.host.url}/object_info`, 1, wrkHeaders, 1)
+      for (const h of hosts) {
+        await wrk(`${h.host.url}/prompt`, 1, wrkHeaders(h), 1) // warm-up
+        await wrk(`${h.host.url}/object_info`, 1, wrkHeaders(h), 1)
       }
       for (let round = 0; round < ROUNDS; round++) {
-        const order = round % 2 === 0 ? [bare, gated] : [gated, bare]
-        for (const h of order) {
-          const f = figures[layout][h.name]
-          f.c1.push(await wrk(`${h.host.url}/prompt`, 1, wrkHeaders, SECONDS))
-          f.c32.push(await wrk(`${h.host.url}/prompt`, 32, wrkHeaders, SECONDS))
-          f.objectInfo.push(await wrk(`${h.host.url}/object_info`, 1, wrkHeaders, SECONDS))
-          f.history.push(await wrk(`${h.host.url}/history`, 1, wrkHeaders, SECONDS))
+        for (const h of rotation(hosts, round)) {
+          const f = figures[layout].get(h.name)!
+          const [c1, cpuC1] = await measured(h, '/prompt', 1, wrkHeaders(h))
+          const [c32, cpuC32] = await measured(h, '/prompt', 32, wrkHeaders(h))
+          f.c1.push(c1)
+          f.c32.push(c32)
+          f.cpuC1.push(cpuC1)
+          f.cpuC32.push(cpuC32)
+          f.objectInfo.push(await wrk(`${h.host.url}/object_info`, 1, wrkHeaders(h), SECONDS))
+          f.history.push(await wrk(`${h.host.url}/history`, 1, wrkHeaders(h), SECONDS))
         }
       }
     }
-    // every CPU-bound prompt has its own colour: ComfyUI would answer a repeated graph from its cache
-    let color = 1000
-    for (const h of [bare, gated]) await cpuBoundPrompt(h, color++) // warm-up (first large allocations)
-    for (const layout of layouts) {
-      setLayout(layout)
-      for (let round = 0; round < PROMPT_ROUNDS; round++) {
-        const order = round % 2 === 0 ? [bare, gated] : [gated, bare]
-        for (const h of order) figures[layout][h.name].prompt.push(await cpuBoundPrompt(h, color++))
+    if (PROMPT_ROUNDS > 0) {
+      // every CPU-bound prompt has its own colour: ComfyUI would answer a repeated graph from its cache
+      let color = 1000
+      for (const h of hosts) await cpuBoundPrompt(h, color++) // warm-up (first large allocations)
+      for (const layout of layouts) {
+        setLayout(layout)
+        for (let round = 0; round < PROMPT_ROUNDS; round++) {
+          for (const h of rotation(hosts, round)) {
+            const pid = h.host.host.pid!
+            const side = () => sumTicks(cpuTicks(group(pid).filter((p) => p !== pid))) + sumTicks(cpuTicks([pid], pid))
+            const before = side()
+            const f = figures[layout].get(h.name)!
+            f.prompt.push(await cpuBoundPrompt(h, color++))
+            f.promptSideCpu.push((100 * (side() - before) / TICKS_PER_SECOND * 1000) / f.prompt[f.prompt.length - 1])
+          }
+        }
       }
     }
     setLayout('free')
 
-    const row = (name: string, a: number, b: number, unit: string, extra = '') =>
-      console.log(`${name.padEnd(44)} ${a.toFixed(3).padStart(10)} ${b.toFixed(3).padStart(10)}  ${unit.padEnd(6)}${extra}`)
+    const names = hosts.map((h) => h.name)
+    const header = `${''.padEnd(46)}${names.map((n) => n.padStart(11)).join('')}`
+    const row = (name: string, values: number[], unit: string, extra: (v: number, base: number) => string) =>
+      console.log(`${name.padEnd(46)}${values.map((v) => v.toFixed(3).padStart(11)).join('')}  ${unit.padEnd(6)}` +
+        values.slice(1).map((v, i) => `${names[i + 1]} ${extra(v, values[0])}`).join(', '))
+    const added = (v: number, base: number) => `+${(v - base).toFixed(3)}`
+    const ratio = (v: number, base: number) => `${(v / base).toFixed(3)}x`
     for (const layout of layouts) {
-      const b = figures[layout].bare
-      const g = figures[layout].gated
-      const m = (f: Figures, key: 'c1' | 'c32' | 'objectInfo' | 'history', field: keyof WrkResult) => median(f[key].map((r) => r[field]))
-      const p50 = [m(b, 'c1', 'p50'), m(g, 'c1', 'p50')]
-      const p99 = [m(b, 'c1', 'p99'), m(g, 'c1', 'p99')]
-      const rps = [m(b, 'c32', 'rps'), m(g, 'c32', 'rps')]
-      const oi = [m(b, 'objectInfo', 'p50'), m(g, 'objectInfo', 'p50')]
-      const hist = [m(b, 'history', 'p50'), m(g, 'history', 'p50')]
-      const prompt = [median(b.prompt), median(g.prompt)]
+      const fs = hosts.map((h) => figures[layout].get(h.name)!)
+      const m = (key: 'c1' | 'c32' | 'objectInfo' | 'history', field: keyof WrkResult) => fs.map((f) => median(f[key].map((r) => r[field])))
+      const p50 = m('c1', 'p50')
+      const p99 = m('c1', 'p99')
+      const rps = m('c32', 'rps')
+      const oi = m('objectInfo', 'p50')
+      const hist = m('history', 'p50')
       console.log(`\nreal ComfyUI 0.3.64 (aiohttp ${AIOHTTP}), ${LAYOUT_NAMES[layout]}; wrk ${SECONDS}s x ${ROUNDS} alternating rounds, medians`)
-      console.log(`${''.padEnd(44)} ${'bare'.padStart(10)} ${'gated'.padStart(10)}`)
-      row('GET /prompt p50, 1 connection', p50[0], p50[1], 'ms', `added ${(p50[1] - p50[0]).toFixed(3)}`)
-      row('GET /prompt p99, 1 connection', p99[0], p99[1], 'ms', `added ${(p99[1] - p99[0]).toFixed(3)}`)
-      row('GET /prompt, 32 connections', rps[0], rps[1], 'req/s', `ratio ${(rps[1] / rps[0]).toFixed(3)}`)
-      row('GET /object_info p50, 1 connection', oi[0], oi[1], 'ms', `ratio ${(oi[1] / oi[0]).toFixed(3)}`)
-      row(`GET /history (${HISTORY_ENTRIES} entries, non-admin) p50`, hist[0], hist[1], 'ms', `ratio ${(hist[1] / hist[0]).toFixed(3)}`)
-      row(`CPU-bound prompt, /queue polled 20/s (x${PROMPT_ROUNDS})`, prompt[0], prompt[1], 'ms', `ratio ${(prompt[1] / prompt[0]).toFixed(3)}`)
-      console.log(`  rounds: prompt bare ${b.prompt.join(' ')} gated ${g.prompt.join(' ')}; c1 p50 bare ${b.c1.map((r) => r.p50).join(' ')} gated ${g.c1.map((r) => r.p50).join(' ')}`)
+      console.log(header)
+      row('GET /prompt p50, 1 connection', p50, 'ms', added)
+      row('GET /prompt p99, 1 connection', p99, 'ms', added)
+      row('GET /prompt, 32 connections', rps, 'req/s', ratio)
+      row('GET /object_info p50, 1 connection', oi, 'ms', ratio)
+      row(`GET /history (${HISTORY_ENTRIES} entries, non-admin) p50`, hist, 'ms', ratio)
+      row('host+sidecar CPU per request, 1 connection', fs.map((f) => median(f.cpuC1)), 'us', added)
+      row('host+sidecar CPU per request, 32 connections', fs.map((f) => median(f.cpuC32)), 'us', added)
       const t = TARGETS[layout]
       const tag = layout === 'pinned' ? 'one core' : 'nothing pinned'
       judge(`${tag}: added p50, GET /prompt, 1 connection (ms)`, p50[1] - p50[0], 3, `<= ${t.p50.toFixed(3)}`, p50[1] - p50[0] <= t.p50)
       judge(`${tag}: added p99, GET /prompt, 1 connection (ms)`, p99[1] - p99[0], 3, '<= 1.000', p99[1] - p99[0] <= 1)
       judge(`${tag}: throughput gated/bare, 32 connections`, rps[1] / rps[0], 3, `>= ${t.rps.toFixed(2)}`, rps[1] / rps[0] >= t.rps)
       judge(`${tag}: /object_info p50 gated/bare`, oi[1] / oi[0], 3, '<= 1.03', oi[1] / oi[0] <= 1.03)
-      judge(`${tag}: CPU-bound prompt time gated/bare, polled`, prompt[1] / prompt[0], 3, '<= 1.03', prompt[1] / prompt[0] <= 1.03)
+      if (PROMPT_ROUNDS > 0) {
+        const prompt = fs.map((f) => median(f.prompt))
+        row(`CPU-bound prompt ms, /queue polled 20/s (x${PROMPT_ROUNDS})`, prompt, 'ms', ratio)
+        row('  loop thread + sidecar CPU meanwhile, %', fs.map((f) => median(f.promptSideCpu)), '%', added)
+        judge(`${tag}: CPU-bound prompt time gated/bare, polled`, prompt[1] / prompt[0], 3, '<= 1.03', prompt[1] / prompt[0] <= 1.03)
+      }
+      for (const [i, h] of hosts.entries()) {
+        console.log(`  ${h.name} rounds: /prompt p50 ${fs[i].c1.map((r) => r.p50).join(' ')}; req/s ${fs[i].c32.map((r) => Math.round(r.rps)).join(' ')}` +
+          (PROMPT_ROUNDS > 0 ? `; prompt ms ${fs[i].prompt.join(' ')}` : ''))
+      }
     }
     console.log(`\n(real-host bench: ${((Date.now() - started) / 1000).toFixed(0)} s)`)
     printVerdicts('targets inside the real ComfyUI (DESIGN §7, issue 10)', verdicts)
     if (verdicts.some((v) => !v.ok)) process.exitCode = 1
   } finally {
-    await Promise.all([destroyRealHost(bareHost), destroyRealHost(gatedHost)])
+    await Promise.all(realHosts.map((h) => destroyRealHost(h)))
   }
+}
+
+async function waitHealth(url: string): Promise<void> {
+  const until = Date.now() + 30_000
+  while (Date.now() < until) {
+    try {
+      const res = await fetch(`${url}/authsvc/health`)
+      await res.arrayBuffer()
+      if (res.status === 200) return
+    } catch {
+      // not yet
+    }
+    await sleep(25)
+  }
+  throw new Error(`${url}: sidecar not ready in 30 s`)
+}
+
+/**
+ * On a gated host: the first account (the admin), then `bench`, an ordinary user, and
+ * its API token. On the bare host the token is sent too (and ignored).
+ */
+async function benchUser(url: string): Promise<string> {
+  const post = async (path: string, body: object, headers: Record<string, string> = {}) =>
+    must(await fetch(`${url}${path}`, {
+      method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json', ...headers }, body: JSON.stringify(body),
+    }), `POST ${path}`)
+  await post('/register', { username: 'root', password: PASSWORD })
+  const admin = (await post('/login', { username: 'root', password: PASSWORD })).jwt_token as string
+  await post('/register', { username: 'bench', password: PASSWORD }, { Authorization: `Bearer ${admin}` })
+  return (await post('/authsvc/generate_token', { username: 'bench', password: PASSWORD, label: 'bench' })).token as string
 }
 
 main().catch((err: unknown) => {
