@@ -108,7 +108,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const history = await json(await fetch(`${host.url}/history`, { headers: { ...API, ...bearer(admin) } }))
       const queue = await json(await fetch(`${host.url}/queue`, { headers: { ...API, ...bearer(admin) } }))
       const prefixes = [...Object.values(history).map((h: any) => h.prompt[2]), ...queue.queue_running.map((q: any) => q[2]), ...queue.queue_pending.map((q: any) => q[2])]
-        .map((graph: any) => graph['2'].inputs.filename_prefix)
+        .map((graph: any) => graph?.['2']?.inputs?.filename_prefix)
       assert.ok(!prefixes.includes('anonymous'), JSON.stringify(prefixes))
     })
 
