@@ -990,9 +990,13 @@ class RealComfyUI:
             self._reader = threading.Thread(target=self._read, daemon=True)
             self._reader.start()
             # the line ComfyUI logs once its site listens (so another process on the port cannot fool us)
+            deadline = time.monotonic() + timeout
             while not self.listening.wait(0.05):
                 if self.proc.poll() is not None:
                     break
+                if time.monotonic() > deadline:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                    raise RuntimeError(f"ComfyUI did not listen in {timeout} s:\n" + self.output())
             else:
                 self.url = f"http://127.0.0.1:{port}"
                 return self
