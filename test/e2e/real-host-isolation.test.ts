@@ -1,0 +1,668 @@
+/**
+ * Per-user isolation inside the REAL ComfyUI 0.3.64 (issue 8, SPEC §6), on aiohttp 3.8 and
+ * 3.11: two ordinary users (alice, bob) and an admin. Every leak and harm of the issue's
+ * first paragraph is one row that bob is refused, next to the rows where alice still sees
+ * and does everything with her own things and the admin sees everything. Also: a txt2img
+ * graph with seed 2^64-1 validates on the host, a prompt body reaches the host byte for
+ * byte apart from the stamped keys (recorded inside the host by the test node
+ * fixtures/raw-prompt-recorder), and ownership survives a sidecar kill and a ComfyUI
+ * restart.
+ *
+ * One ComfyUI start per aiohttp version (plus the restart row); the rows run in order and
+ * share what earlier rows made (prompts, files, sockets). Waits are for events (WebSocket
+ * messages, or polling with a deadline), never fixed sleeps. "No message on bob's socket"
+ * is made sound by a marker: alice's prompt runs to completion first, then bob's own prompt
+ * runs and its execution_success reaches bob; ComfyUI sends every socket's messages in the
+ * order it queued them, so anything of alice's would have arrived before that marker.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { randomUUID } from 'node:crypto'
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { crc32, deflateSync } from 'node:zlib'
+import { AIOHTTP_VERSIONS, poll, type Stack } from '../helpers/stack.js'
+import { REAL_HOST_SKIP, destroyRealHost, running, startRealHost, type RealHost } from '../helpers/real-host.js'
+import { WsClient, bearer, login, register } from '../helpers/client.js'
+
+const RECORDER = resolve(import.meta.dirname, 'fixtures', 'raw-prompt-recorder')
+const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
+const CHECKPOINT = 'isolation-tiny.safetensors'
+const SEED_MAX = '18446744073709551615' // 2^64 - 1, KSampler's max
+const RUN_MS = 60_000
+
+/** A small RGBA PNG (valid: ComfyUI opens it to compose masks). */
+function png(seed: number, size = 4): Buffer {
+  const chunk = (type: string, data: Buffer) => {
+    const len = Buffer.alloc(4)
+    len.writeUInt32BE(data.length)
+    const body = Buffer.concat([Buffer.from(type, 'ascii'), data])
+    const crc = Buffer.alloc(4)
+    crc.writeUInt32BE(crc32(body))
+    return Buffer.concat([len, body, crc])
+  }
+  const ihdr = Buffer.alloc(13)
+  ihdr.writeUInt32BE(size, 0)
+  ihdr.writeUInt32BE(size, 4)
+  ihdr.set([8, 6, 0, 0, 0], 8) // 8 bits, RGBA
+  const rows: number[] = []
+  for (let y = 0; y < size; y++) {
+    rows.push(0)
+    for (let x = 0; x < size; x++) rows.push((seed + x) & 255, (seed * 7 + y) & 255, seed & 255, (x + y) % 2 ? 255 : 128)
+  }
+  return Buffer.concat([PNG_SIGNATURE, chunk('IHDR', ihdr), chunk('IDAT', deflateSync(Buffer.from(rows))), chunk('IEND', Buffer.alloc(0))])
+}
+
+let colour = 1
+/**
+ * EmptyImage → `inverts` × ImageInvert → SaveImage/PreviewImage. A new colour each time,
+ * so ComfyUI's cache never skips the work; each ImageInvert is a node boundary where an
+ * interrupt takes effect, so a long chain is slow but stops at once when interrupted.
+ */
+function chainGraph(prefix: string, inverts: number, size: number, output: 'SaveImage' | 'PreviewImage' = 'SaveImage'): Record<string, unknown> {
+  const graph: Record<string, unknown> = { '1': { class_type: 'EmptyImage', inputs: { width: size, height: size, batch_size: 1, color: colour++ } } }
+  for (let i = 2; i < inverts + 2; i++) graph[String(i)] = { class_type: 'ImageInvert', inputs: { image: [String(i - 1), 0] } }
+  const last = [String(inverts + 1), 0]
+  graph.out = output === 'SaveImage'
+    ? { class_type: 'SaveImage', inputs: { images: last, filename_prefix: prefix } }
+    : { class_type: 'PreviewImage', inputs: { images: last } }
+  return graph
+}
+const tiny = (prefix: string) => chainGraph(prefix, 0, 8)
+/** a few seconds on this machine, interruptible every few tens of ms */
+const slow = (prefix: string, inverts = 40) => chainGraph(prefix, inverts, 1024)
+
+/** The txt2img graph of the issue as JSON text, with the seed and prompt text given as raw JSON. */
+function txt2imgText(seedJson: string, textJson = '"a photo of a cat"'): string {
+  const graph = {
+    '4': { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: CHECKPOINT } },
+    '6': { class_type: 'CLIPTextEncode', inputs: { text: '@TEXT@', clip: ['4', 1] } },
+    '7': { class_type: 'CLIPTextEncode', inputs: { text: 'blurry', clip: ['4', 1] } },
+    '5': { class_type: 'EmptyLatentImage', inputs: { width: 64, height: 64, batch_size: 1 } },
+    '3': {
+      class_type: 'KSampler',
+      inputs: {
+        seed: '@SEED@', steps: 1, cfg: 7.5, sampler_name: 'euler', scheduler: 'normal', denoise: 1,
+        model: ['4', 0], positive: ['6', 0], negative: ['7', 0], latent_image: ['5', 0],
+      },
+    },
+    '8': { class_type: 'VAEDecode', inputs: { samples: ['3', 0], vae: ['4', 2] } },
+    '9': { class_type: 'SaveImage', inputs: { images: ['8', 0], filename_prefix: 'txt2img' } },
+  }
+  return JSON.stringify(graph, null, 1).replace('"@SEED@"', seedJson).replace('"@TEXT@"', textJson)
+}
+
+/**
+ * `text` with each member `"key": <string|null|flat object>` removed once (with its comma);
+ * throws when a key is not there exactly once.
+ */
+function withoutMembers(text: string, keys: string[]): string {
+  const value = String.raw`(?:"(?:[^"\\]|\\.)*"|null|\{[^{}]*\})`
+  let out = text
+  for (const key of keys) {
+    const after = new RegExp(String.raw`,\s*"${key}"\s*:\s*${value}`, 'g')
+    const before = new RegExp(String.raw`"${key}"\s*:\s*${value}\s*,`, 'g')
+    const found = [...out.matchAll(after)]
+    if (found.length === 1) {
+      out = out.replace(after, '')
+      continue
+    }
+    const other = [...out.matchAll(before)]
+    if (found.length === 0 && other.length === 1) {
+      out = out.replace(before, '')
+      continue
+    }
+    throw new Error(`"${key}" is not in the received body exactly once: ${text}`)
+  }
+  return out
+}
+
+/** How a prompt ended on the socket of its client_id: execution_success / _error / _interrupted. */
+async function ending(ws: WsClient, promptId: string): Promise<string> {
+  const end = await ws.waitFor((m) => ['execution_success', 'execution_error', 'execution_interrupted'].includes(m.type) && m.data.prompt_id === promptId, RUN_MS)
+  return end.type
+}
+const ended = (ws: WsClient, promptId: string) =>
+  ws.messages.some((m) => ['execution_success', 'execution_error', 'execution_interrupted'].includes(m.type) && m.data.prompt_id === promptId)
+
+/** The `{filename, subfolder, type}` of the first image a prompt's node reported on this socket. */
+async function reportedImage(ws: WsClient, promptId: string): Promise<{ filename: string; subfolder: string; type: string }> {
+  const executed = await ws.waitFor((m) => m.type === 'executed' && m.data.prompt_id === promptId && Array.isArray(m.data.output?.images), RUN_MS)
+  return executed.data.output.images[0]
+}
+
+/** Resolves with the close code and how long after `since` it came. */
+function closed(ws: WsClient, since: () => number): Promise<{ code: number; ms: number }> {
+  return new Promise((res) => ws.ws.once('close', (code) => res({ code, ms: Date.now() - since() })))
+}
+
+for (const aiohttp of AIOHTTP_VERSIONS) {
+  describe(`per-user isolation inside the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL_HOST_SKIP }, () => {
+    let host: RealHost
+    let rawDir: string
+    let admin: string
+    let alice: string
+    let bob: string
+    const aliceCid = randomUUID()
+    const bobCid = randomUUID()
+    const adminCid = randomUUID()
+    let aliceWs: WsClient
+    let bobWs: WsClient
+    let adminWs: WsClient
+    const sharedInput = `shared-${aiohttp}.png`
+    // made by the rows, used by later ones
+    const aliceIds: string[] = []
+    const files: Record<string, { filename: string; subfolder: string; type: string }> = {}
+    const ids: Record<string, string> = {}
+    let a0 = ''
+    let a1 = ''
+    let b1 = ''
+
+    const wsUrl = (clientId: string) => `${host.url.replace('http', 'ws')}/ws?clientId=${clientId}`
+    const get = async (path: string, token: string): Promise<{ status: number; text: string; body: any }> => {
+      const res = await fetch(host.url + path, { headers: { Accept: 'application/json', ...bearer(token) } })
+      const text = await res.text()
+      let body: any
+      try {
+        body = JSON.parse(text)
+      } catch {
+        body = undefined
+      }
+      return { status: res.status, text, body }
+    }
+    const post = async (path: string, token: string, body?: unknown): Promise<{ status: number; text: string; body: any }> => {
+      const res = await fetch(host.url + path, {
+        method: 'POST',
+        headers: { Accept: 'application/json', 'Content-Type': 'application/json', ...bearer(token) },
+        body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+      })
+      const text = await res.text()
+      let parsed: any
+      try {
+        parsed = JSON.parse(text)
+      } catch {
+        parsed = undefined
+      }
+      return { status: res.status, text, body: parsed }
+    }
+    /** POSTs a prompt; asserts 200 and returns its prompt_id. */
+    const run = async (token: string, body: Record<string, unknown> | string, path = '/prompt'): Promise<string> => {
+      const res = await post(path, token, body)
+      assert.equal(res.status, 200, `${path}: ${res.text}`)
+      assert.equal(typeof res.body.prompt_id, 'string')
+      return res.body.prompt_id
+    }
+    const queueIds = (body: any): string[] => [...body.queue_running, ...body.queue_pending].map((item: any[]) => item[1])
+    const view = async (token: string, params: Record<string, string>, path = '/view'): Promise<{ status: number; bytes: Buffer }> => {
+      const res = await fetch(`${host.url}${path}?${new URLSearchParams(params)}`, { headers: bearer(token) })
+      return { status: res.status, bytes: Buffer.from(await res.arrayBuffer()) }
+    }
+    const viewOf = (token: string, f: { filename: string; subfolder: string; type: string }) => view(token, { filename: f.filename, subfolder: f.subfolder, type: f.type })
+    const upload = async (token: string, name: string, bytes: Buffer, fields: Record<string, string> = {}, route = '/upload/image') => {
+      const form = new FormData()
+      form.append('image', new Blob([new Uint8Array(bytes)], { type: 'image/png' }), name)
+      for (const [k, v] of Object.entries(fields)) form.append(k, v)
+      const res = await fetch(host.url + route, { method: 'POST', headers: { Accept: 'application/json', ...bearer(token) }, body: form })
+      const text = await res.text()
+      let body: any
+      try {
+        body = JSON.parse(text)
+      } catch {
+        body = undefined
+      }
+      return { status: res.status, text, body }
+    }
+    const loadImageOptions = async (token: string, cls = 'LoadImage'): Promise<string[]> => {
+      const res = await get(`/object_info/${cls}`, token)
+      assert.equal(res.status, 200, res.text)
+      return res.body[cls].input.required.image[0]
+    }
+    /** Bob's (or anyone's) refusals of alice's file, under the spellings ComfyUI accepts for the same file. */
+    const viewProbes = (f: { filename: string; subfolder: string; type: string }): Array<[string, Record<string, string>]> => [
+      ['/view', { filename: f.filename, subfolder: f.subfolder, type: f.type }],
+      ['/api/view', { filename: f.filename, subfolder: f.subfolder, type: f.type }],
+      ['/view', { filename: `${f.filename} [${f.type}]`, subfolder: f.subfolder }],
+      ['/view', { filename: f.subfolder ? `${f.subfolder}/${f.filename}` : `./${f.filename}`, subfolder: f.subfolder ? f.subfolder : '.', type: f.type }],
+      ['/view', { filename: f.filename, subfolder: f.subfolder ? `./${f.subfolder}/` : './', type: f.type, preview: 'webp;50' }],
+    ]
+    const assertHidden = async (who: string, token: string, f: { filename: string; subfolder: string; type: string }) => {
+      const wrong: string[] = []
+      for (const [path, params] of viewProbes(f)) {
+        const res = await view(token, params, path)
+        let code: unknown
+        try {
+          code = JSON.parse(res.bytes.toString('utf8')).code
+        } catch {
+          code = res.bytes.subarray(0, 8).toString('hex')
+        }
+        if (res.status !== 404 || code !== 'NOT_FOUND') wrong.push(`${path}?${new URLSearchParams(params)}: ${res.status} ${String(code)}`)
+      }
+      assert.deepEqual(wrong, [], `${who} must get 404 NOT_FOUND for ${JSON.stringify(f)}`)
+    }
+    const assertViews = async (who: string, token: string, f: { filename: string; subfolder: string; type: string }) => {
+      const res = await viewOf(token, f)
+      assert.equal(res.status, 200, `${who} views ${JSON.stringify(f)}: ${res.bytes.toString('utf8').slice(0, 200)}`)
+      assert.deepEqual(res.bytes.subarray(0, 8), PNG_SIGNATURE)
+    }
+
+    before(async () => {
+      rawDir = mkdtempSync(join(tmpdir(), 'as-raw-prompts-'))
+      host = await startRealHost({
+        aiohttp,
+        customNodes: [RECORDER],
+        env: { AUTHSVC_TEST_RAW_PROMPTS: rawDir },
+        models: [`checkpoints/${CHECKPOINT}`],
+        files: { [`input/${sharedInput}`]: png(200) },
+      })
+      const stack = host as unknown as Stack
+      assert.equal((await register(stack, 'root')).status, 201)
+      admin = (await login(stack, 'root')).jwt
+      assert.equal((await register(stack, 'alice', { bearer: admin })).status, 201)
+      assert.equal((await register(stack, 'bob', { bearer: admin })).status, 201)
+      alice = (await login(stack, 'alice')).jwt
+      bob = (await login(stack, 'bob')).jwt
+      aliceWs = await WsClient.open(wsUrl(aliceCid), bearer(alice))
+      bobWs = await WsClient.open(wsUrl(bobCid), bearer(bob))
+      adminWs = await WsClient.open(wsUrl(adminCid), bearer(admin))
+    })
+    after(async () => {
+      for (const ws of [aliceWs, bobWs, adminWs]) ws?.close()
+      if (host) await destroyRealHost(host)
+      if (rawDir) rmSync(rawDir, { recursive: true, force: true })
+    })
+
+    it('alice\'s prompt without client_id sends no WebSocket message to bob\'s (or the admin\'s) socket', async () => {
+      a0 = await run(alice, { prompt: tiny(`a0-${aiohttp}`) })
+      aliceIds.push(a0)
+      // alice's prompt ran to completion...
+      assert.ok(await poll(async () => (await get(`/history/${a0}`, alice)).body?.[a0]?.status?.completed === true, RUN_MS), 'alice\'s prompt completed')
+      // ...then the marker: bob's own prompt, to his own socket
+      b1 = await run(bob, { prompt: tiny(`b1-${aiohttp}`), client_id: bobCid })
+      assert.equal(await ending(bobWs, b1), 'execution_success')
+      await bobWs.waitFor((m) => m.type === 'executing' && m.data.node === null && m.data.prompt_id === b1, RUN_MS)
+      const leaked = bobWs.messages.filter((m) => m.data?.prompt_id === a0 || JSON.stringify(m.data ?? {}).includes(`a0-${aiohttp}`))
+      assert.deepEqual(leaked, [], 'bob received messages of alice\'s prompt')
+      assert.ok(bobWs.messages.some((m) => m.type === 'executed' && m.data.prompt_id === b1), 'the marker is bob\'s own executed event')
+      // the same for the admin's socket, with a marker prompt of the admin's
+      const marker = await run(admin, { prompt: tiny(`admin-marker-${aiohttp}`), client_id: adminCid })
+      assert.equal(await ending(adminWs, marker), 'execution_success')
+      assert.deepEqual(adminWs.messages.filter((m) => m.data?.prompt_id === a0 || m.data?.prompt_id === b1), [], 'the admin\'s socket received another user\'s prompt')
+      assert.deepEqual(aliceWs.messages.filter((m) => m.data?.prompt_id === b1), [], 'alice received messages of bob\'s prompt')
+      const out = (await get(`/history/${a0}`, alice)).body[a0].outputs.out.images[0]
+      files.a0Output = out
+    })
+
+    it('bob cannot push his prompt\'s events into alice\'s tab: client_id, extra_data.client_id and /ws?clientId of hers are refused (403 CLIENT_ID_TAKEN)', async () => {
+      const prefix = `hijack-${aiohttp}`
+      const bodies = [
+        { prompt: tiny(prefix), client_id: aliceCid },
+        { prompt: tiny(prefix), extra_data: { client_id: aliceCid } },
+        { prompt: tiny(prefix), client_id: bobCid, extra_data: { client_id: aliceCid } },
+      ]
+      for (const body of bodies) {
+        for (const path of ['/prompt', '/api/prompt']) {
+          const res = await post(path, bob, body)
+          assert.equal(res.status, 403, `${path} ${JSON.stringify(body).slice(-120)}: ${res.text}`)
+          assert.equal(res.body.code, 'CLIENT_ID_TAKEN')
+        }
+      }
+      await assert.rejects(WsClient.open(wsUrl(aliceCid), bearer(bob)), /ws refused: 403/)
+      // none of them reached the host
+      const recorded = readdirSync(rawDir).map((f) => readFileSync(join(rawDir, f), 'utf8'))
+      assert.ok(!recorded.some((text) => text.includes(prefix)), 'a refused prompt reached the host')
+      // alice's socket still works and is hers: her own prompt's events reach it
+      const own = await run(alice, { prompt: tiny(`a-own-${aiohttp}`), client_id: aliceCid })
+      aliceIds.push(own)
+      assert.equal(await ending(aliceWs, own), 'execution_success')
+    })
+
+    it('bob cannot see alice\'s queued prompts in /queue or /api/queue; she sees hers, the admin sees all (her comfy.org key only to her)', async () => {
+      a1 = await run(alice, { prompt: slow(`a1-${aiohttp}`), client_id: aliceCid })
+      const a2 = await run(alice, { prompt: slow(`a2-${aiohttp}`, 200), client_id: aliceCid, extra_data: { api_key_comfy_org: 'alice-comfy-key' } })
+      const a3 = await run(alice, { prompt: tiny(`a3-${aiohttp}`), client_id: aliceCid })
+      const a5 = await run(alice, { prompt: slow(`a5-${aiohttp}`, 200), client_id: aliceCid })
+      aliceIds.push(a1, a2, a3, a5)
+      Object.assign(ids, { a2, a3, a5 })
+      await aliceWs.waitFor((m) => m.type === 'execution_start' && m.data.prompt_id === a1, RUN_MS)
+      for (const path of ['/queue', '/api/queue']) {
+        const res = await get(path, bob)
+        assert.equal(res.status, 200)
+        assert.deepEqual(res.body, { queue_running: [], queue_pending: [] }, `bob's ${path}`)
+      }
+      const mine = await get('/queue', alice)
+      for (const id of [a2, a3, a5]) assert.ok(queueIds(mine.body).includes(id), `alice's /queue has ${id}`)
+      const a2Item = mine.body.queue_pending.find((item: any[]) => item[1] === a2)
+      assert.equal(a2Item?.[3]?.api_key_comfy_org, 'alice-comfy-key', 'alice sees her own comfy.org key')
+      const all = await get('/api/queue', admin)
+      for (const id of [a2, a3, a5]) assert.ok(queueIds(all.body).includes(id), `the admin's /queue has ${id}`)
+      const adminA2 = all.body.queue_pending.find((item: any[]) => item[1] === a2)
+      assert.equal(adminA2[3].authsvc_user, 'alice', 'the owner stamp')
+      assert.ok(!('api_key_comfy_org' in adminA2[3]), 'the admin does not see alice\'s comfy.org key')
+      assert.ok(!all.text.includes('alice-comfy-key'))
+      assert.ok(!ended(aliceWs, a1), 'alice\'s first prompt is still running (the graph must be slower)')
+    })
+
+    it('bob cannot delete or clear alice\'s pending prompts (403 NOT_OWNER, nothing changes); she deletes her own', async () => {
+      const { a2, a3, a5 } = ids
+      for (const path of ['/queue', '/api/queue']) {
+        const res = await post(path, bob, { delete: [a3] })
+        assert.equal(res.status, 403, res.text)
+        assert.equal(res.body.code, 'NOT_OWNER')
+        const mixed = await post(path, bob, { delete: [b1, a5] })
+        assert.equal(mixed.status, 403, mixed.text)
+      }
+      const clear = await post('/queue', bob, { clear: true })
+      assert.equal(clear.status, 200, clear.text)
+      const still = queueIds((await get('/queue', alice)).body)
+      for (const id of [a2, a3, a5]) assert.ok(still.includes(id), `alice's ${id} is still queued after bob's delete and clear`)
+
+      const own = await post('/queue', alice, { delete: [a3] })
+      assert.equal(own.status, 200, own.text)
+      const after = queueIds((await get('/queue', alice)).body)
+      assert.ok(!after.includes(a3), 'alice deleted her pending prompt')
+      for (const id of [a2, a5]) assert.ok(after.includes(id), `her other prompt ${id} is still queued`)
+    })
+
+    it('bob cannot interrupt alice\'s running prompt, with or without prompt_id (403 NOT_OWNER), and hers runs to success', async () => {
+      assert.ok(!ended(aliceWs, a1), 'alice\'s first prompt is still running (the graph must be slower)')
+      for (const [path, body] of [['/interrupt', undefined], ['/interrupt', {}], ['/api/interrupt', { prompt_id: a1 }], ['/interrupt', { prompt_id: a1 }]] as const) {
+        const res = await post(path, bob, body)
+        assert.equal(res.status, 403, `${path} ${JSON.stringify(body)}: ${res.text}`)
+        assert.equal(res.body.code, 'NOT_OWNER')
+      }
+      const running = (await get('/queue', alice)).body.queue_running.map((item: any[]) => item[1])
+      assert.deepEqual(running, [a1], 'alice\'s first prompt was running when bob\'s interrupts were answered')
+      assert.equal(await ending(aliceWs, a1), 'execution_success')
+      files.a1Output = await reportedImage(aliceWs, a1)
+    })
+
+    it('alice interrupts her own running prompt with prompt_id, and without one', async () => {
+      const { a2, a3, a5 } = ids
+      await aliceWs.waitFor((m) => m.type === 'execution_start' && m.data.prompt_id === a2, RUN_MS)
+      const withId = await post('/interrupt', alice, { prompt_id: a2 })
+      assert.equal(withId.status, 200, withId.text)
+      assert.equal(await ending(aliceWs, a2), 'execution_interrupted')
+      await aliceWs.waitFor((m) => m.type === 'execution_start' && m.data.prompt_id === a5, RUN_MS)
+      const withoutId = await post('/api/interrupt', alice)
+      assert.equal(withoutId.status, 200, withoutId.text)
+      assert.equal(await ending(aliceWs, a5), 'execution_interrupted')
+      assert.ok(!aliceWs.messages.some((m) => m.data?.prompt_id === a3), 'the prompt she deleted never ran')
+    })
+
+    it('bob sees none of alice\'s history in /history, /api/history (max_items, offset) or /history/{id}; she sees hers, the admin sees all', async () => {
+      const { a2, a5 } = ids
+      for (const path of ['/history', '/api/history', '/history?max_items=10', '/history?max_items=1&offset=0', '/api/history?offset=-1&max_items=5']) {
+        const res = await get(path, bob)
+        assert.equal(res.status, 200, res.text)
+        assert.deepEqual(Object.keys(res.body), [b1], `bob's ${path}`)
+      }
+      for (const id of [a0, a1, a2]) {
+        for (const path of [`/history/${id}`, `/api/history/${id}`]) {
+          const res = await get(path, bob)
+          assert.equal(res.status, 200)
+          assert.deepEqual(res.body, {}, `bob's ${path}`)
+        }
+      }
+      const hers = await get('/history', alice)
+      for (const id of [a0, a1, a2, a5]) assert.ok(id in hers.body, `alice's /history has ${id}`)
+      assert.ok(!(b1 in hers.body), 'alice does not see bob\'s entry')
+      const two = await get('/history?max_items=2', alice)
+      assert.equal(Object.keys(two.body).length, 2)
+      assert.ok(Object.keys(two.body).every((id) => aliceIds.includes(id)))
+      const entry = await get(`/api/history/${a1}`, alice)
+      assert.deepEqual(entry.body[a1].outputs.out.images[0], files.a1Output)
+      const all = await get('/history', admin)
+      for (const id of [a0, a1, a2, a5, b1]) assert.ok(id in all.body, `the admin's /history has ${id}`)
+    })
+
+    it('bob cannot delete or clear alice\'s history entries (403 NOT_OWNER, nothing changes); she deletes her own', async () => {
+      const { a2 } = ids
+      for (const path of ['/history', '/api/history']) {
+        const res = await post(path, bob, { delete: [a1] })
+        assert.equal(res.status, 403, res.text)
+        assert.equal(res.body.code, 'NOT_OWNER')
+      }
+      const clear = await post('/history', bob, { clear: true })
+      assert.equal(clear.status, 200, clear.text)
+      assert.deepEqual((await get('/history', bob)).body, {}, 'bob cleared his own history')
+      const hers = await get('/history', alice)
+      for (const id of [a0, a1, a2]) assert.ok(id in hers.body, `alice's ${id} survives bob's delete and clear`)
+      const own = await post('/history', alice, { delete: [a2] })
+      assert.equal(own.status, 200, own.text)
+      assert.deepEqual((await get(`/history/${a2}`, alice)).body, {})
+      const all = await get('/history', admin)
+      assert.ok(!(a2 in all.body) && a1 in all.body, 'only the entry she deleted is gone')
+    })
+
+    it('bob cannot /view alice\'s outputs or temp previews (404 NOT_FOUND); she and the admin can', async () => {
+      const preview = await run(alice, { prompt: chainGraph('unused', 1, 16, 'PreviewImage'), client_id: aliceCid })
+      aliceIds.push(preview)
+      files.aliceTemp = await reportedImage(aliceWs, preview)
+      assert.equal(files.aliceTemp.type, 'temp')
+      assert.equal(await ending(aliceWs, preview), 'execution_success')
+      for (const key of ['a0Output', 'a1Output', 'aliceTemp']) {
+        const f = files[key]
+        assert.ok(f, `${key} was made by an earlier row`)
+        await assertViews('alice', alice, f)
+        await assertViews('the admin', admin, f)
+        await assertHidden('bob', bob, f)
+      }
+    })
+
+    it('alice uploads (top level and a subfolder) and views her uploads; bob cannot view them (404) nor see them in /object_info LoadImage/LoadImageMask; shared inputs stay visible', async () => {
+      const top = await upload(alice, `alice-up-${aiohttp}.png`, png(1))
+      assert.equal(top.status, 200, top.text)
+      files.aliceUpload = { filename: top.body.name, subfolder: top.body.subfolder, type: top.body.type }
+      const sub = await upload(alice, `alice-sub-${aiohttp}.png`, png(2), { subfolder: `alice-dir-${aiohttp}` })
+      assert.equal(sub.status, 200, sub.text)
+      files.aliceSubUpload = { filename: sub.body.name, subfolder: sub.body.subfolder, type: sub.body.type }
+      assert.equal(files.aliceSubUpload.subfolder, `alice-dir-${aiohttp}`)
+      for (const key of ['aliceUpload', 'aliceSubUpload']) {
+        await assertViews('alice', alice, files[key])
+        await assertViews('the admin', admin, files[key])
+        await assertHidden('bob', bob, files[key])
+      }
+      const shared = { filename: sharedInput, subfolder: '', type: 'input' }
+      await assertViews('bob (shared input)', bob, shared)
+      await assertViews('alice (shared input)', alice, shared)
+
+      for (const cls of ['LoadImage', 'LoadImageMask']) {
+        const forBob = await loadImageOptions(bob, cls)
+        assert.ok(!forBob.includes(files.aliceUpload.filename), `bob's ${cls} lists alice's upload: ${JSON.stringify(forBob)}`)
+        assert.ok(forBob.includes(sharedInput), `bob's ${cls} lists the shared input`)
+        const forAlice = await loadImageOptions(alice, cls)
+        assert.ok(forAlice.includes(files.aliceUpload.filename) && forAlice.includes(sharedInput), `alice's ${cls}: ${JSON.stringify(forAlice)}`)
+        const forAdmin = await loadImageOptions(admin, cls)
+        assert.ok(forAdmin.includes(files.aliceUpload.filename) && forAdmin.includes(sharedInput), `the admin's ${cls}: ${JSON.stringify(forAdmin)}`)
+      }
+      const whole = await get('/object_info', bob)
+      assert.ok(!whole.text.includes(files.aliceUpload.filename), 'bob\'s whole /object_info names alice\'s upload')
+    })
+
+    it('bob cannot overwrite alice\'s upload or compose a mask over it (403 NOT_OWNER); her own mask upload is hers', async () => {
+      const f = files.aliceUpload
+      assert.ok(f, 'made by the upload row')
+      const before = readFileSync(join(host.inputDir, f.filename))
+      const overwrite = await upload(bob, f.filename, png(99), { overwrite: 'true' })
+      assert.equal(overwrite.status, 403, overwrite.text)
+      assert.equal(overwrite.body.code, 'NOT_OWNER')
+      assert.deepEqual(readFileSync(join(host.inputDir, f.filename)), before, 'her file is unchanged')
+      const ref = JSON.stringify({ filename: f.filename, subfolder: '', type: 'input' })
+      const mask = await upload(bob, `bob-mask-${aiohttp}.png`, png(98), { original_ref: ref, type: 'input', subfolder: 'clipspace' }, '/upload/mask')
+      assert.equal(mask.status, 403, mask.text)
+      assert.equal(mask.body.code, 'NOT_OWNER')
+
+      const hers = await upload(alice, `alice-mask-${aiohttp}.png`, png(97), { original_ref: ref, type: 'input', subfolder: 'clipspace' }, '/upload/mask')
+      assert.equal(hers.status, 200, hers.text)
+      files.aliceMask = { filename: hers.body.name, subfolder: hers.body.subfolder, type: hers.body.type }
+      await assertViews('alice', alice, files.aliceMask)
+      await assertHidden('bob', bob, files.aliceMask)
+      const again = await upload(alice, f.filename, png(96), { overwrite: 'true' })
+      assert.equal(again.status, 200, `alice overwrites her own upload: ${again.text}`)
+      assert.deepEqual(readFileSync(join(host.inputDir, f.filename)), png(96))
+    })
+
+    it('logging out closes that session\'s open WebSocket with 4401 within 1 s, and no other socket', async () => {
+      const second = (await login(host as unknown as Stack, 'alice')).jwt
+      const ws = await WsClient.open(wsUrl(randomUUID()), bearer(second))
+      let loggedOutAt = 0
+      const close = closed(ws, () => loggedOutAt)
+      const res = await fetch(`${host.url}/logout`, { method: 'POST', headers: { Accept: 'application/json', ...bearer(second) } })
+      loggedOutAt = Date.now()
+      assert.equal(res.status, 200, await res.text())
+      const result = await Promise.race([close, new Promise<null>((r) => setTimeout(() => r(null), 3000).unref())])
+      assert.ok(result, 'the logged-out session\'s socket was not closed within 3 s')
+      assert.equal(result.code, 4401)
+      assert.ok(result.ms <= 1000, `closed ${result.ms} ms after the logout`)
+      for (const [who, other] of [['alice\'s other session', aliceWs], ['bob', bobWs], ['the admin', adminWs]] as const) {
+        assert.equal(other.ws.readyState, other.ws.OPEN, `${who}'s socket stays open`)
+      }
+      assert.equal((await get('/queue', second)).status, 401)
+    })
+
+    it(`a txt2img graph with seed ${SEED_MAX} passes the gate and validates on the real host`, async () => {
+      const body = `{"prompt": ${txt2imgText(SEED_MAX)}, "client_id": "${aliceCid}"}`
+      const res = await post('/prompt', alice, body)
+      assert.equal(res.status, 200, `the host refused the prompt: ${res.text}`)
+      assert.equal(typeof res.body.prompt_id, 'string')
+      assert.deepEqual(res.body.node_errors, {})
+      aliceIds.push(res.body.prompt_id)
+      // what a JSON round trip would have sent: the host refuses it, so the row above would catch one
+      const rounded = await post('/prompt', alice, `{"prompt": ${txt2imgText(String(Number(SEED_MAX)))}, "client_id": "${aliceCid}"}`)
+      assert.equal(rounded.status, 400, rounded.text)
+      assert.match(rounded.text, /bigger than max/)
+      // sampling cannot run here (stubs): it ends, whichever way, before the next rows
+      await ending(aliceWs, res.body.prompt_id)
+    })
+
+    it('a prompt body reaches the host byte for byte apart from the stamped keys: big integers, 1e400, \\u escapes, key order, spacing', async () => {
+      const id = `alice-bytes-${randomUUID()}`
+      const text = String.raw`"caf\u00e9 \ud83d\ude00 \"q\" \u2028 \/ \u0000end"`
+      const sent = String.raw`{
+  "client_id" :"${aliceCid}",
+  "prompt":${txt2imgText('18446744073709551614', text)},
+  "extra_data": {"z_last_first": 1, "big": 123456789012345678901234567890, "neg": -9223372036854775809, "float": 1.50E+10,
+                 "esc": "\u00e9\ud83d\ude00\u005c\u0022", "nested": {"b": 0.1000000000000000055511151231257827, "a": -0.0}},
+  "prompt_id": "${id}",
+  "zz_unknown": [1e400, -1e400, 1e-400, 18446744073709551616, 1E+2]
+}`
+      assert.doesNotThrow(() => JSON.parse(sent))
+      const res = await post('/prompt', alice, sent)
+      assert.equal(res.status, 200, res.text)
+      assert.equal(res.body.prompt_id, id, 'the client\'s prompt_id is kept')
+      aliceIds.push(id)
+      const received = readFileSync(join(rawDir, `${id}.json`), 'utf8')
+      const stamped = JSON.parse(received)
+      assert.equal(stamped.extra_data.authsvc_user, 'alice')
+      assert.equal(typeof stamped.extra_data.authsvc_user_id, 'string')
+      assert.equal(withoutMembers(received, ['authsvc_user', 'authsvc_user_id']), sent)
+      await ending(aliceWs, id)
+
+      // a body without prompt_id, client_id or extra_data: the gate adds exactly those
+      const minimal = `{"prompt":${txt2imgText(SEED_MAX)},"zz":[1e400,12345678901234567890123,"\\ud83d\\ude00"]}`
+      const second = await post('/api/prompt', alice, minimal)
+      assert.equal(second.status, 200, second.text)
+      const added = readFileSync(join(rawDir, `${second.body.prompt_id}.json`), 'utf8')
+      const parsed = JSON.parse(added)
+      assert.equal(parsed.prompt_id, second.body.prompt_id)
+      assert.match(parsed.client_id, /^authsvc-/, 'a fresh client_id of the owner\'s')
+      assert.equal(parsed.extra_data.authsvc_user, 'alice')
+      assert.equal(withoutMembers(added, ['prompt_id', 'client_id', 'extra_data']), minimal)
+      aliceIds.push(second.body.prompt_id)
+      assert.ok(await poll(async () => (await get(`/history/${second.body.prompt_id}`, alice)).body?.[second.body.prompt_id]?.status !== undefined, RUN_MS), 'the minimal prompt ended')
+    })
+
+    let beforeKill: { ws: WsClient; session: string } | undefined
+    it('ownership survives a sidecar kill: queue, running prompt, history and files are still only alice\'s', async () => {
+      // a socket opened before the kill, for the next row
+      const session = (await login(host as unknown as Stack, 'alice')).jwt
+      beforeKill = { ws: await WsClient.open(wsUrl(randomUUID()), bearer(session)), session }
+      const p = await run(alice, { prompt: slow(`p-${aiohttp}`, 400), client_id: aliceCid })
+      const q = await run(alice, { prompt: tiny(`q-${aiohttp}`), client_id: aliceCid })
+      aliceIds.push(p, q)
+      await aliceWs.waitFor((m) => m.type === 'execution_start' && m.data.prompt_id === p, RUN_MS)
+      const oldPid = host.sidecarPid()
+      process.kill(oldPid, 'SIGKILL')
+      assert.ok(await poll(async () => {
+        if (!existsSync(join(host.dataDir, 'sidecar.pid')) || host.sidecarPid() === oldPid || !running(host.sidecarPid())) return false
+        try {
+          return (await fetch(`${host.url}/authsvc/health`)).status === 200
+        } catch {
+          return false
+        }
+      }, 20_000), 'a new sidecar answers /authsvc/health')
+      assert.ok(!ended(aliceWs, p), 'alice\'s prompt still runs after the sidecar restart (the graph must be slower)')
+
+      assert.deepEqual((await get('/queue', bob)).body, { queue_running: [], queue_pending: [] }, 'bob\'s /queue')
+      assert.deepEqual(queueIds((await get('/queue', alice)).body), [p, q], 'alice\'s /queue')
+      for (const body of [undefined, { prompt_id: p }]) {
+        const res = await post('/interrupt', bob, body)
+        assert.equal(res.status, 403, `bob's interrupt ${JSON.stringify(body)}: ${res.text}`)
+      }
+      const del = await post('/queue', bob, { delete: [q] })
+      assert.equal(del.status, 403, del.text)
+      const bobsOwn = await post('/prompt', bob, { prompt: tiny(`bob-after-kill-${aiohttp}`), client_id: bobCid })
+      assert.equal(bobsOwn.status, 200, `bob may still use his own client_id: ${bobsOwn.text}`)
+      const bobAfter = bobsOwn.body.prompt_id
+      // alice interrupts her running prompt, known to the new sidecar from the plugin's hello
+      const stop = await post('/interrupt', alice)
+      assert.equal(stop.status, 200, stop.text)
+      assert.equal(await ending(aliceWs, p), 'execution_interrupted')
+      assert.equal(await ending(aliceWs, q), 'execution_success')
+      files.qOutput = await reportedImage(aliceWs, q)
+      assert.equal(await ending(bobWs, bobAfter), 'execution_success')
+
+      assert.deepEqual((await get(`/history/${a1}`, bob)).body, {})
+      assert.ok(!Object.keys((await get('/history', bob)).body).some((id) => aliceIds.includes(id)), 'bob\'s /history after the restart')
+      assert.ok(a1 in (await get(`/history/${a1}`, alice)).body)
+      for (const key of ['a0Output', 'a1Output', 'aliceTemp', 'aliceUpload', 'aliceSubUpload', 'aliceMask', 'qOutput']) {
+        const f = files[key]
+        assert.ok(f, `${key} was made by an earlier row`)
+        await assertViews('alice', alice, f)
+        await assertHidden('bob', bob, f)
+      }
+      assert.ok(!(await loadImageOptions(bob)).includes(files.aliceUpload.filename), 'bob\'s LoadImage after the sidecar restart')
+      assert.ok((await loadImageOptions(alice)).includes(files.aliceUpload.filename), 'alice\'s LoadImage after the sidecar restart')
+    })
+
+    it('a WebSocket opened before a sidecar restart is still closed (4401) within 1 s when its session logs out', async () => {
+      assert.ok(beforeKill, 'made by the sidecar-kill row')
+      const { ws, session } = beforeKill
+      assert.equal(ws.ws.readyState, ws.ws.OPEN, 'the socket outlived the sidecar restart')
+      let loggedOutAt = 0
+      const close = closed(ws, () => loggedOutAt)
+      const res = await fetch(`${host.url}/logout`, { method: 'POST', headers: { Accept: 'application/json', ...bearer(session) } })
+      loggedOutAt = Date.now()
+      assert.equal(res.status, 200)
+      const result = await Promise.race([close, new Promise<null>((r) => setTimeout(() => r(null), 3000).unref())])
+      ws.close()
+      assert.ok(result, 'the logged-out session\'s socket (opened before the sidecar restart) was not closed within 3 s')
+      assert.equal(result.code, 4401)
+      assert.ok(result.ms <= 1000, `closed ${result.ms} ms after the logout`)
+    })
+
+    it('ownership survives a ComfyUI restart: alice\'s outputs and uploads are still only hers on /view and in LoadImage', async () => {
+      for (const ws of [aliceWs, bobWs, adminWs]) ws.close()
+      await host.restart()
+      assert.deepEqual((await get('/history', alice)).body, {}, 'the real host forgets its history on restart')
+      for (const key of ['a0Output', 'a1Output', 'qOutput', 'aliceUpload', 'aliceSubUpload', 'aliceMask']) {
+        const f = files[key]
+        assert.ok(f, `${key} was made by an earlier row`)
+        await assertViews('alice', alice, f)
+        await assertViews('the admin', admin, f)
+        await assertHidden('bob', bob, f)
+      }
+      await assertViews('bob (shared input)', bob, { filename: sharedInput, subfolder: '', type: 'input' })
+      const forBob = await loadImageOptions(bob)
+      assert.ok(!forBob.includes(files.aliceUpload.filename) && forBob.includes(sharedInput), `bob's LoadImage after the restart: ${JSON.stringify(forBob)}`)
+      assert.ok((await loadImageOptions(alice)).includes(files.aliceUpload.filename), 'alice\'s LoadImage after the restart')
+      const overwrite = await upload(bob, files.aliceUpload.filename, png(95), { overwrite: 'true' })
+      assert.equal(overwrite.status, 403, overwrite.text)
+      // a prompt id of hers is still hers: bob cannot take it over
+      const takeover = await post('/prompt', bob, { prompt: tiny(`takeover-${aiohttp}`), prompt_id: a1 })
+      assert.equal(takeover.status, 409, takeover.text)
+      assert.equal(takeover.body.code, 'PROMPT_ID_TAKEN')
+    })
+  })
+}
