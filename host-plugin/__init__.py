@@ -93,6 +93,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
             events = HostEvents(client.send_event)
             events.install(prompt_server)
             client.hello_extra = events.hello_fields
+            host_facts.install(app, prompt_server, hello, client.send_event)
         app.middlewares[app.middlewares.index(deny)] = gate.middleware
         log.info("authsvc: gate installed (sidecar socket %s)", socket_path)
     except Exception:

@@ -16,6 +16,9 @@ import { credentialState } from './isolation/credential-state.js'
 import { HostFileWatcher } from './isolation/file-watcher.js'
 import { applyHostEvent } from './isolation/host-events.js'
 import { LiveSockets } from './isolation/live-sockets.js'
+import { ModelCache, modelFoldersOf } from './isolation/model-cache.js'
+import { ModelAccess } from './behaviours/models.js'
+import { modelGrantRoutes } from './routes/model-grants.js'
 import { createDecider, type OwnedRoutes } from './decide/decide.js'
 import { PROTOCOL_VERSION, type CloseSocketsMessage, type HelloMessage } from './decide/protocol.js'
 import type { DecisionHandlers } from './decide/server.js'
@@ -87,6 +90,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
         await family.register(meRoutes(services))
         await family.register(adminRoutes(services))
         await family.register(adminCredentialRoutes(services))
+        await family.register(modelGrantRoutes(services, modelCache))
         await family.register(accountRoutes(services))
         await family.register(healthRoutes(services))
         await family.register(mfaRoutes(services))
@@ -111,6 +115,14 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     },
   )
   const watcher = new HostFileWatcher(services.ownership, logger)
+  // the host's model folders, watched; read by the decision path and the model admin routes
+  const modelCache = new ModelCache(logger, services.clock)
+  const models = new ModelAccess(modelCache, services.modelGrants)
+  /** Host facts of a hello or a `host_facts` event (sent once every custom node has loaded). */
+  const takeModelFacts = (facts: Record<string, unknown>): void => {
+    models.setFacts(facts)
+    modelCache.setFolders(modelFoldersOf(facts)).catch((err: unknown) => logger.error({ err }, 'cannot watch the model folders'))
+  }
   const behaviours = new RouteBehaviours({
     config: services.config,
     clock: services.clock,
@@ -118,6 +130,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     clientIds: new ClientIdBindings(),
     liveSockets,
     host: services.host,
+    models,
   })
   const decide = createDecider({
     config: services.config,
@@ -130,6 +143,11 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     log: logger,
   })
 
+  const takeHostFacts = (facts: Record<string, unknown>): void => {
+    services.host.facts = { ...services.host.facts, ...(facts as HelloMessage['host']) }
+    takeModelFacts(services.host.facts as Record<string, unknown>)
+  }
+
   const handlers = (httpSocket: string): DecisionHandlers => ({
     hello(msg: HelloMessage) {
       if (msg.protocol !== PROTOCOL_VERSION) {
@@ -137,6 +155,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
       } else {
         if (msg.host) {
           services.host.facts = msg.host
+          takeModelFacts(msg.host as Record<string, unknown>)
           const { output_dir: output, input_dir: input, temp_dir: temp } = msg.host
           watcher.watch({ output, input, temp }).catch((err: unknown) => logger.error({ err }, 'cannot watch the host folders'))
         }
@@ -150,7 +169,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     body: (msg, payload) => behaviours.body(msg.ctx, payload),
     form: (msg) => behaviours.form(msg.ctx, msg),
     filter: (msg, payload) => behaviours.filter(msg, payload),
-    event: (msg) => applyHostEvent(msg, { ownership: services.ownership, watcher, liveSockets, log: logger, now: services.clock }),
+    event: (msg) => msg.name === 'host_facts' ? takeHostFacts(msg.data) : applyHostEvent(msg, { ownership: services.ownership, watcher, liveSockets, log: logger, now: services.clock }),
   })
 
   return {
@@ -164,6 +183,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     async stop() {
       liveSockets.stop()
       await watcher.close()
+      await modelCache.close()
     },
   }
 }

@@ -24,6 +24,7 @@ import { IpSet } from './policy/ip.js'
 import { IpListGate } from './policy/ip-lists.js'
 import { RoleStore } from './policy/roles.js'
 import { Collection } from './store/collection.js'
+import { ModelGrants, type ModelGrantRecord } from './isolation/model-grants.js'
 import { Ownership, type FileRecord, type PromptRecord } from './isolation/ownership.js'
 import { openSqliteStore, sqlitePath, type KeyValueStore } from './store/kv.js'
 import { SettingsRepository } from './store/settings.js'
@@ -54,6 +55,8 @@ export interface Services {
   /** who owns which prompt and host file (per-user isolation) */
   ownership: Ownership
   /** turns a user's MFA off (admin mfa_reset, recovery, operator command) */
+  /** which model items each user may see and use without can_view_all_comfyui_items */
+  modelGrants: ModelGrants
   resetMfa(userId: string): Promise<void>
   flush(): Promise<void>
   close(): Promise<void>
@@ -112,9 +115,10 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const resolver = new IdentityResolver({ config, users, sessions, tokens, roles, settings })
   const mfa = new MfaService(mfaRecords, cipher, keys.backupCodes, clock)
   const throttle = await Throttle.open(kv, clock, {}, storeLog)
+  const grantRecords = await Collection.load<ModelGrantRecord>(kv, 'model_grant', storeLog)
   const passwords = new PasswordHasher(config.argon2)
   await passwords.ready
-  const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, promptRecords, fileRecords]
+  const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, promptRecords, fileRecords, grantRecords]
   const flushAll = async (): Promise<void> => {
     await Promise.all([...all.map((c) => c.flush()), throttle.flush()])
   }
@@ -124,6 +128,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     resolver,
     mfa,
     throttle,
+    modelGrants: new ModelGrants(grantRecords),
     recoveryMode: parseBoolean(env.RECOVERY_MODE ?? '') === true,
     host: { facts: {} },
     ownership,

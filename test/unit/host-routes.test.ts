@@ -17,9 +17,9 @@ const perm = (key: string): Requirement => ({ kind: 'permission', key } as Requi
 const EXPECTED: Record<string, { require: Requirement; behaviour?: string; page?: boolean }> = {
   'GET /': { require: P, page: true },
   'GET /ws': { require: P, behaviour: 'websocket' },
-  'GET /embeddings': { require: perm('can_access_api') },
+  'GET /embeddings': { require: perm('can_access_api'), behaviour: 'embeddings' },
   'GET /models': { require: perm('can_access_api') },
-  'GET /models/{folder}': { require: perm('can_access_api') },
+  'GET /models/{folder}': { require: perm('can_access_api'), behaviour: 'model-list' },
   'GET /extensions': { require: P, page: true },
   'GET /i18n': { require: P, page: true },
   'GET /features': { require: P, page: true },
@@ -27,7 +27,7 @@ const EXPECTED: Record<string, { require: Requirement; behaviour?: string; page?
   'POST /upload/image': { require: perm('can_upload'), behaviour: 'upload-image' },
   'POST /upload/mask': { require: perm('can_upload'), behaviour: 'upload-mask' },
   'GET /view': { require: P, behaviour: 'view' },
-  'GET /view_metadata/{folder_name}': { require: perm('can_access_api') },
+  'GET /view_metadata/{folder_name}': { require: perm('can_access_api'), behaviour: 'model-file' },
   'GET /system_stats': { require: perm('can_access_api'), behaviour: 'system-stats' },
   'GET /prompt': { require: perm('can_access_api') },
   'POST /prompt': { require: perm('can_run'), behaviour: 'prompt' },
@@ -53,8 +53,8 @@ const EXPECTED: Record<string, { require: Requirement; behaviour?: string; page?
   'DELETE /userdata/{file}': { require: P, behaviour: 'userdata-write' },
   'POST /userdata/{file}/move/{dest}': { require: P, behaviour: 'userdata-write' },
   'GET /experiment/models': { require: perm('can_access_api') },
-  'GET /experiment/models/{folder}': { require: perm('can_access_api') },
-  'GET /experiment/models/preview/{folder}/{path_index}/{filename}': { require: perm('can_access_api') },
+  'GET /experiment/models/{folder}': { require: perm('can_access_api'), behaviour: 'model-list' },
+  'GET /experiment/models/preview/{folder}/{path_index}/{filename}': { require: perm('can_access_api'), behaviour: 'model-file' },
 }
 
 const route = (pattern: string) => ({ pattern, kind: 'route' as const })

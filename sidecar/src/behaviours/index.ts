@@ -13,6 +13,7 @@ import type { BehaviourDeps, BodyAnswer, FilterResult, RouteBehaviour, StepConte
 import { ownerKey } from './context.js'
 import { historyEntryBehaviour, historyListBehaviour, historyWriteBehaviour } from './history.js'
 import { interruptBehaviour } from './interrupt.js'
+import { modelFileBehaviour, modelListBehaviour, type ModelDeps } from './models.js'
 import { objectInfoBehaviour } from './object-info.js'
 import { promptBehaviour } from './prompt.js'
 import { queueReadBehaviour, queueWriteBehaviour } from './queue.js'
@@ -27,7 +28,7 @@ export class RouteBehaviours implements BehaviourHandlers {
   /** the later steps: the kind a behaviour puts in its step context → the behaviour */
   private readonly byKind: Map<string, RouteBehaviour>
 
-  constructor(private readonly deps: BehaviourDeps) {
+  constructor(private readonly deps: BehaviourDeps & ModelDeps) {
     this.byName = {
       prompt: promptBehaviour(deps),
       'queue-read': queueReadBehaviour(deps),
@@ -43,6 +44,9 @@ export class RouteBehaviours implements BehaviourHandlers {
       'userdata-write': userdataWriteBehaviour(),
       'system-stats': systemStatsBehaviour(),
       websocket: websocketBehaviour(deps),
+      'model-list': modelListBehaviour(deps, 'model-list'),
+      embeddings: modelListBehaviour(deps, 'embeddings'),
+      'model-file': modelFileBehaviour(deps),
     }
     this.byKind = new Map(Object.entries(this.byName))
   }

@@ -7,6 +7,8 @@
  * - both `client_id` fields must be the caller's own (else 403 CLIENT_ID_TAKEN); a
  *   prompt without one gets a fresh id of the owner's, so its events never go to
  *   every socket (ComfyUI broadcasts a prompt without client_id);
+ * - without `can_view_all_comfyui_items`, every model the graph references must be
+ *   granted (behaviours/models.ts), else 403 MODEL_NOT_ALLOWED before anything is stored;
  * - the owner is stored before the host sees the prompt;
  * - the body is edited, never re-serialised: every byte outside those keys stays.
  */
@@ -15,14 +17,15 @@ import { denyDecision } from '../decide/answers.js'
 import { applySplices, lastMember, objectMembers, rootStart, setMembers, type Splice } from '../isolation/json-spans.js'
 import type { BehaviourDeps, RouteBehaviour, StepContext } from './context.js'
 import { passWithBody, textOf } from './context.js'
+import { promptModelFields, promptModelRefusal, type ModelDeps } from './models.js'
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
 const nonEmptyString = (v: unknown): v is string => typeof v === 'string' && v !== ''
 
-export function promptBehaviour(deps: BehaviourDeps): RouteBehaviour {
+export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour {
   return {
     decide({ pass, principal, owner, seesAll }) {
-      const ctx: StepContext = { kind: 'prompt', owner, seesAll, user_id: principal.userId, username: principal.username }
+      const ctx: StepContext = { kind: 'prompt', owner, seesAll, user_id: principal.userId, username: principal.username, ...promptModelFields(deps, principal) }
       return { ...pass, need_body: { max_bytes: deps.config.max_json_body_bytes, ctx } }
     },
 
@@ -38,6 +41,8 @@ export function promptBehaviour(deps: BehaviourDeps): RouteBehaviour {
       if (!isObject(parsed)) return denyDecision('VALIDATION_FAILED', 'The prompt body must be a JSON object')
       const extra = parsed.extra_data
       if (extra !== undefined && !isObject(extra)) return denyDecision('VALIDATION_FAILED', 'extra_data must be an object')
+      const modelRefusal = promptModelRefusal(deps, ctx, parsed.prompt)
+      if (modelRefusal) return modelRefusal
       const owner = ctx.owner
 
       let promptId: string

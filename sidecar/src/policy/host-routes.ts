@@ -31,6 +31,9 @@ export type HostRouteBehaviour =
   | 'userdata-write'
   | 'system-stats'
   | 'websocket'
+  | 'model-list'
+  | 'embeddings'
+  | 'model-file'
 
 export interface HostRoutePolicy {
   key: string
@@ -49,9 +52,9 @@ type Entry = Omit<HostRoutePolicy, 'key' | 'page'> & { page?: boolean }
 const TABLE: Record<string, Entry> = {
   'GET /': { require: principal, page: true },
   'GET /ws': { require: principal, behaviour: 'websocket' },
-  'GET /embeddings': { require: perm('can_access_api') },
+  'GET /embeddings': { require: perm('can_access_api'), behaviour: 'embeddings' },
   'GET /models': { require: perm('can_access_api') },
-  'GET /models/{folder}': { require: perm('can_access_api') },
+  'GET /models/{folder}': { require: perm('can_access_api'), behaviour: 'model-list' },
   'GET /extensions': { require: principal, page: true },
   'GET /i18n': { require: principal, page: true },
   'GET /features': { require: principal, page: true },
@@ -59,7 +62,7 @@ const TABLE: Record<string, Entry> = {
   'POST /upload/image': { require: perm('can_upload'), behaviour: 'upload-image' },
   'POST /upload/mask': { require: perm('can_upload'), behaviour: 'upload-mask' },
   'GET /view': { require: principal, behaviour: 'view' },
-  'GET /view_metadata/{folder_name}': { require: perm('can_access_api') },
+  'GET /view_metadata/{folder_name}': { require: perm('can_access_api'), behaviour: 'model-file' },
   'GET /system_stats': { require: perm('can_access_api'), behaviour: 'system-stats' },
   'GET /prompt': { require: perm('can_access_api') },
   'POST /prompt': { require: perm('can_run'), behaviour: 'prompt' },
@@ -86,8 +89,8 @@ const TABLE: Record<string, Entry> = {
   'DELETE /userdata/{file}': { require: principal, behaviour: 'userdata-write' },
   'POST /userdata/{file}/move/{dest}': { require: principal, behaviour: 'userdata-write' },
   'GET /experiment/models': { require: perm('can_access_api') },
-  'GET /experiment/models/{folder}': { require: perm('can_access_api') },
-  'GET /experiment/models/preview/{folder}/{path_index}/{filename}': { require: perm('can_access_api') },
+  'GET /experiment/models/{folder}': { require: perm('can_access_api'), behaviour: 'model-list' },
+  'GET /experiment/models/preview/{folder}/{path_index}/{filename}': { require: perm('can_access_api'), behaviour: 'model-file' },
   // SPEC §6.1, when a custom node serves the per-user workflow family (the sidecar does not own it yet)
   'GET /cpe/workflow/list': { require: perm('can_access_api') },
   'GET /cpe/workflow/get': { require: principal },

@@ -160,6 +160,7 @@ export function adminRoutes(services: Services) {
           services.sessions.deleteAllForUser(user.user_id),
           services.tokens.revokeAllForUser(user.user_id),
           services.mfa.disable(user.user_id),
+          services.modelGrants.removeAllForUser(user.user_id),
         ])
         request.log.info({ event: 'user_deleted', username: user.username }, 'user deleted')
         return { status: 'ok', message: `User ${user.username} deleted` }
