@@ -70,7 +70,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
         from .decision_client import DecisionClient
         from .gate import Gate
         from .host_events import HostEvents
-        from .host_users import HostUsers
+        from .host_users import HostUsers, enable_per_user_storage
         from .protocol import PROTOCOL_VERSION
         from .sidecar_process import ExternalSidecar, SidecarSupervisor
 
@@ -90,6 +90,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
         app.on_cleanup.append(runner.stop)
         gate.attach(app)
         if prompt_server is not None:
+            enable_per_user_storage()
             events = HostEvents(client.send_event)
             events.install(prompt_server)
             client.hello_extra = events.hello_fields

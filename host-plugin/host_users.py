@@ -1,9 +1,13 @@
-"""Makes the users the gate names in `comfy-user` known to ComfyUI's multi-user manager.
+"""Per-user userdata and settings on the host, whatever ComfyUI's start mode.
 
-With `--multi-user`, ComfyUI trusts `comfy-user` only for ids listed in its
-`user/users.json` and answers 500/401 for any other; without it, ComfyUI keeps
-`{"default": "default"}` and ignores the header, and nothing is written.
-Each id is looked at once per process; the file is replaced atomically.
+ComfyUI keeps userdata (workflows, settings) per `comfy-user` only with
+`--multi-user`; without it everyone shares `user/default/`. The plugin switches
+that mode on at import (`enable_per_user_storage`: the flag ComfyUI's user manager
+reads on every request), so the gate's `comfy-user` always selects the principal's
+own space, and `user/default/` stays what it was: the shared set.
+
+ComfyUI trusts `comfy-user` only for ids it knows (`user/users.json`), so every id
+the gate names is added once per process; the file is replaced atomically.
 """
 from __future__ import annotations
 
@@ -15,7 +19,17 @@ from typing import Any
 
 log = logging.getLogger("authsvc")
 
-_SINGLE_USER = {"default": "default"}
+
+
+def enable_per_user_storage() -> bool:
+    """Turns on ComfyUI's per-user storage; False (and a log line) where this host has no such flag."""
+    try:
+        from comfy.cli_args import args  # ComfyUI's module
+    except ImportError:
+        log.warning("authsvc: this host has no comfy.cli_args; userdata cannot be kept per user")
+        return False
+    args.multi_user = True
+    return True
 
 
 class HostUsers:
@@ -29,7 +43,7 @@ class HostUsers:
         self._known.add(user_id)
         manager = getattr(self._server, "user_manager", None)
         users = getattr(manager, "users", None)
-        if not isinstance(users, dict) or users == _SINGLE_USER or user_id in users:
+        if not isinstance(users, dict) or user_id in users:
             return
         users[user_id] = name
         try:

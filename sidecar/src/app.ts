@@ -34,6 +34,7 @@ import { meRoutes } from './routes/me.js'
 import { mfaRoutes } from './routes/mfa.js'
 import { assetRoutes, pageRoutes } from './routes/pages.js'
 import { generateTokenHandler, generateTokenSchema, tokenRoutes } from './routes/tokens.js'
+import { workflowAdminRoutes, workflowRoutes } from './routes/workflows.js'
 import { SERVICE_VERSION, type Services } from './services.js'
 
 export const OWNED_BODY_LIMIT = 1024 * 1024
@@ -79,6 +80,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
   void app.register(fastifyFormbody, { bodyLimit: OWNED_BODY_LIMIT })
 
   void app.register(authRoutes(services))
+  void app.register(workflowRoutes(services))
   void app.register(pageRoutes(services))
   void app.register(async (legacy) => {
     legacy.post('/generate_token', { config: { auth: 'public' }, schema: generateTokenSchema }, generateTokenHandler(services))
@@ -89,6 +91,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
         await family.register(tokenRoutes(services))
         await family.register(meRoutes(services))
         await family.register(adminRoutes(services))
+        await family.register(workflowAdminRoutes(services))
         await family.register(adminCredentialRoutes(services))
         await family.register(modelGrantRoutes(services, modelCache))
         await family.register(accountRoutes(services))
@@ -131,6 +134,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     liveSockets,
     host: services.host,
     models,
+    workflows: services.workflows,
   })
   const decide = createDecider({
     config: services.config,

@@ -26,6 +26,7 @@ import { RoleStore } from './policy/roles.js'
 import { Collection } from './store/collection.js'
 import { ModelGrants, type ModelGrantRecord } from './isolation/model-grants.js'
 import { Ownership, type FileRecord, type PromptRecord } from './isolation/ownership.js'
+import { WorkflowStore } from './isolation/workflow-store.js'
 import { openSqliteStore, sqlitePath, type KeyValueStore } from './store/kv.js'
 import { SettingsRepository } from './store/settings.js'
 
@@ -54,9 +55,11 @@ export interface Services {
   host: { facts: HostFacts }
   /** who owns which prompt and host file (per-user isolation) */
   ownership: Ownership
-  /** turns a user's MFA off (admin mfa_reset, recovery, operator command) */
   /** which model items each user may see and use without can_view_all_comfyui_items */
   modelGrants: ModelGrants
+  /** own and shared workflows in the host's user folder */
+  workflows: WorkflowStore
+  /** turns a user's MFA off (admin mfa_reset, recovery, operator command) */
   resetMfa(userId: string): Promise<void>
   flush(): Promise<void>
   close(): Promise<void>
@@ -97,6 +100,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     Collection.load<FileRecord>(kv, 'file'),
   ])
   const ownership = new Ownership(promptRecords, fileRecords)
+  const host: { facts: HostFacts } = { facts: {} }
   const users = new UserRepository(userRecords)
   const sessions = new SessionService(sessionRecords, keys.jwt, clock, {
     lifetimeHours: config.access_token_expiration_hours,
@@ -130,8 +134,9 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     throttle,
     modelGrants: new ModelGrants(grantRecords),
     recoveryMode: parseBoolean(env.RECOVERY_MODE ?? '') === true,
-    host: { facts: {} },
+    host,
     ownership,
+    workflows: new WorkflowStore(() => host.facts.user_dir),
     async resetMfa(userId) {
       await mfa.disable(userId)
       if (users.byId(userId)) await users.update(userId, { mfa_enabled: false })

@@ -25,7 +25,6 @@ import time
 import traceback
 import urllib.parse
 import uuid
-from types import SimpleNamespace
 from typing import Optional
 from urllib import parse
 
@@ -39,14 +38,7 @@ import nodes
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "fixtures")
 
-# ComfyUI's comfy.cli_args.args, as far as the server looks at it (main.py fills it)
-args = SimpleNamespace(
-    multi_user=False,
-    listen="127.0.0.1",
-    port=8188,
-    max_upload_size=100,
-    front_end_root=os.path.join(HERE, "web"),
-)
+from comfy.cli_args import args  # noqa: E402  (one object, as in ComfyUI; main.py fills it)
 
 
 class BinaryEventTypes:

@@ -7,11 +7,13 @@
  * or rewrite towards the caller's own things.
  */
 import type { Config } from '../config/schema.js'
-import type { Principal } from '../identity/principal.js'
+import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
+import { ANONYMOUS_HOST_USER } from '../decide/decide.js'
 import type { Clock } from '../identity/clock.js'
 import type { Ownership } from '../isolation/ownership.js'
 import type { ClientIdBindings } from '../isolation/client-ids.js'
 import type { LiveSockets } from '../isolation/live-sockets.js'
+import type { WorkflowStore } from '../isolation/workflow-store.js'
 import type {
   Decision,
   FilterAnswer,
@@ -30,10 +32,17 @@ export interface BehaviourDeps {
   clientIds: ClientIdBindings
   liveSockets: LiveSockets
   host: { facts: HostFacts }
+  workflows: WorkflowStore
 }
 
 /** The owner key of a principal: a user by id; a guest session by its session; an anonymous role by the role. */
 export const ownerKey = (p: Principal): string => p.userId ?? (p.credentialId ? `session:${p.credentialId}` : `role:${p.role}`)
+
+/** The host's userdata space a principal acts in (the comfy-user the gate sets). */
+export const hostUserOf = (p: Principal): string => p.userId ?? ANONYMOUS_HOST_USER
+
+/** The administrator role (not merely a role with every permission). */
+export const isAdminRole = (p: Principal): boolean => p.isAdmin && p.role === ADMIN_ROLE
 
 /** What every decide step gets. */
 export interface DecideInput {

@@ -20,6 +20,7 @@ import { queueReadBehaviour, queueWriteBehaviour } from './queue.js'
 import { systemStatsBehaviour } from './system-stats.js'
 import { uploadBehaviour } from './upload.js'
 import { userdataWriteBehaviour } from './userdata-write.js'
+import { userdataListBehaviour, userdataListV2Behaviour, userdataReadBehaviour, usersBehaviour } from './userdata-read.js'
 import { viewBehaviour } from './view.js'
 import { websocketBehaviour } from './websocket.js'
 
@@ -41,7 +42,11 @@ export class RouteBehaviours implements BehaviourHandlers {
       'upload-image': uploadBehaviour(deps, false),
       'upload-mask': uploadBehaviour(deps, true),
       'object-info': objectInfoBehaviour(deps),
-      'userdata-write': userdataWriteBehaviour(),
+      'userdata-write': userdataWriteBehaviour(deps),
+      'userdata-list': userdataListBehaviour(deps),
+      'userdata-list-v2': userdataListV2Behaviour(deps),
+      'userdata-read': userdataReadBehaviour(deps),
+      users: usersBehaviour(),
       'system-stats': systemStatsBehaviour(),
       websocket: websocketBehaviour(deps),
       'model-list': modelListBehaviour(deps, 'model-list'),

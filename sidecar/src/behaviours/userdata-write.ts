@@ -1,45 +1,49 @@
 /**
  * POST/DELETE /userdata/{file} and its move: writes under `workflows/` need
- * can_modify_workflows, judged on the path the host will resolve, not on the text.
+ * can_modify_workflows, judged on the path the host will resolve (unquoted once,
+ * normalised, case-insensitive: `Workflows/` is `workflows/` on macOS and
+ * Windows), not on the text. Writes land in the caller's own space (comfy-user);
+ * a shared workflow (in `user/default/`, not shadowed by one of the caller's own)
+ * is deleted only by an administrator, here (the host would look in the admin's
+ * own space), and moved by nobody: 403 WORKFLOW_DENIED.
  */
-import { posix } from 'node:path'
 import { denyDecision } from '../decide/answers.js'
 import { can } from '../identity/principal.js'
-import type { RouteBehaviour } from './context.js'
-
-/** Decodes %XX once, leniently, as Python's urllib.parse.unquote does (invalid escapes stay). */
-function unquoteOnce(text: string): string {
-  return text.replace(/(%[0-9A-Fa-f]{2})+/g, (run) => {
-    try {
-      return decodeURIComponent(run)
-    } catch {
-      return run
-    }
-  })
-}
+import { inWorkflows, SHARED_HOST_USER, unquoteOnce, userRelative } from '../isolation/workflow-store.js'
+import type { BehaviourDeps, RouteBehaviour } from './context.js'
+import { hostUserOf, isAdminRole } from './context.js'
 
 /**
- * Whether a userdata file name lands in `workflows/` the way ComfyUI resolves
- * it (get_request_user_filepath: unquote once when it holds `%`, join,
- * normalise); backslashes count as separators (Windows hosts), and case does
- * not count (`Workflows/` is `workflows/` on a case-insensitive filesystem, the
- * default on macOS and Windows): when in doubt, it is a workflow.
+ * Whether a userdata file name lands in `workflows/` the way ComfyUI resolves it,
+ * erring towards yes: backslashes count as separators (Windows hosts) and a
+ * leading separator is ignored (the host refuses that name itself).
  */
 export function isWorkflowsPath(file: string): boolean {
   const decoded = file.includes('%') ? unquoteOnce(file) : file
-  const normalized = posix.normalize(`/${decoded.replace(/\\/g, '/')}`).toLowerCase()
-  return normalized === '/workflows' || normalized.startsWith('/workflows/')
+  const rel = userRelative(decoded.replace(/\\/g, '/').replace(/^\/+/, '').replace(/%/g, '%25'))
+  return rel !== null && inWorkflows(rel)
 }
 
-
-export function userdataWriteBehaviour(): RouteBehaviour {
+export function userdataWriteBehaviour(deps: BehaviourDeps): RouteBehaviour {
   return {
     decide({ desc, pass, principal }) {
-      const touched = [desc.match_info.file, desc.match_info.dest].filter((f): f is string => typeof f === 'string')
+      const file = desc.match_info.file
+      const touched = [file, desc.match_info.dest].filter((f): f is string => typeof f === 'string')
       if (touched.some(isWorkflowsPath) && !can(principal, 'can_modify_workflows')) {
         return denyDecision('PERMISSION_DENIED', 'Your role may not modify workflows')
       }
-      return pass
+      if (typeof file !== 'string' || !isWorkflowsPath(file) || desc.method === 'POST' && desc.match_info.dest === undefined) return pass
+      const rel = userRelative(file)
+      if (rel === null) return pass
+      if (deps.workflows.isFile(deps.workflows.file(hostUserOf(principal), rel))) return pass
+      const shared = deps.workflows.file(SHARED_HOST_USER, rel)
+      if (!deps.workflows.isFile(shared)) return pass // the host answers its own 404
+      if (desc.method === 'DELETE' && isAdminRole(principal)) {
+        deps.workflows.remove(shared)
+        return { action: 'respond', status: 204, headers: [], body_text: '' }
+      }
+      return denyDecision('WORKFLOW_DENIED', desc.method === 'DELETE' ? 'Only an administrator deletes a shared workflow' : 'A shared workflow cannot be moved')
     },
   }
 }
+

@@ -51,6 +51,8 @@ export interface DecideDeps {
 }
 
 const UNSAFE = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
+/** The host's userdata space of principals without a user (ComfyUI user ids allow [A-Za-z0-9_-]). */
+export const ANONYMOUS_HOST_USER = 'authsvc-anonymous'
 const OPTIONS_ANSWER: Decision = {
   action: 'respond',
   status: 204,
@@ -102,11 +104,11 @@ function decideHost(
   const refusal = requirementRefusal(policy, principal)
   if (refusal) return denyDecision(refusal)
   const pass: PassDecision = { action: 'pass' }
-  if (principal.userId !== null) {
-    pass.set_headers = { 'comfy-user': principal.userId }
-    pass.host_user = { id: principal.userId, name: principal.username }
-  }
-  else if (desc.headers['comfy-user'] !== undefined) pass.strip_headers = ['comfy-user']
+  // every principal acts in a userdata space of its own on the host; principals without a user
+  // (guests, anonymous roles) share one, never the shared set of `default` (docs/decisions.md)
+  const hostUser = principal.userId ?? ANONYMOUS_HOST_USER
+  pass.set_headers = { 'comfy-user': hostUser }
+  pass.host_user = { id: hostUser, name: principal.userId === null ? 'anonymous' : principal.username }
   if (resolution.channel === 'bearer') {
     pass.strip_headers = [...(pass.strip_headers ?? []), 'authorization']
   }

@@ -29,6 +29,10 @@ export type HostRouteBehaviour =
   | 'upload-mask'
   | 'object-info'
   | 'userdata-write'
+  | 'userdata-list'
+  | 'userdata-list-v2'
+  | 'userdata-read'
+  | 'users'
   | 'system-stats'
   | 'websocket'
   | 'model-list'
@@ -80,11 +84,11 @@ const TABLE: Record<string, Entry> = {
   'GET /settings/{id}': { require: principal },
   'POST /settings': { require: principal },
   'POST /settings/{id}': { require: principal },
-  'GET /users': { require: principal },
-  'POST /users': { require: principal },
-  'GET /userdata': { require: perm('can_access_api') },
-  'GET /v2/userdata': { require: perm('can_access_api') },
-  'GET /userdata/{file}': { require: perm('can_access_api') },
+  'GET /users': { require: principal, behaviour: 'users' },
+  'POST /users': { require: principal, behaviour: 'users' },
+  'GET /userdata': { require: perm('can_access_api'), behaviour: 'userdata-list' },
+  'GET /v2/userdata': { require: perm('can_access_api'), behaviour: 'userdata-list-v2' },
+  'GET /userdata/{file}': { require: perm('can_access_api'), behaviour: 'userdata-read' },
   'POST /userdata/{file}': { require: principal, behaviour: 'userdata-write' },
   'DELETE /userdata/{file}': { require: principal, behaviour: 'userdata-write' },
   'POST /userdata/{file}/move/{dest}': { require: principal, behaviour: 'userdata-write' },

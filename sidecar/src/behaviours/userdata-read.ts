@@ -1,0 +1,124 @@
+/**
+ * Reading workflows: the caller's own plus the shared set (`user/default/`),
+ * in the host's exact shapes, own winning on a name clash.
+ *
+ * - GET /userdata?dir=workflows[/...] (`recurse`, `full_info`, `split`): the host
+ *   lists the caller's own folder; the shared files not shadowed by an own one
+ *   are appended in the same shape (the host's text is kept, never re-serialised);
+ *   when the caller has no such folder yet (the host's 404), the shared list alone.
+ * - GET /v2/userdata?path=workflows[/...]: the same for the v2 shape, sorted as
+ *   the host sorts (folders first, then names without case).
+ * - GET /userdata/{file} under workflows/: own first, then the shared file.
+ * - GET /users: the single-user answer; who else has an account is not the
+ *   caller's business (the gate, not ComfyUI's user picker, says who you are).
+ *   POST /users: users are made in authsvc (403).
+ */
+import { readFileSync } from 'node:fs'
+import { resolve } from 'node:path'
+import { denyDecision, jsonDecision } from '../decide/answers.js'
+import { inWorkflows, listFiles, listV2, SHARED_HOST_USER, unquoteOnce, userRelative, type ListedFile, type V2Entry } from '../isolation/workflow-store.js'
+import { arrayElements, rootStart } from '../isolation/json-spans.js'
+import type { BehaviourDeps, RouteBehaviour } from './context.js'
+import { hostUserOf, replaced } from './context.js'
+
+const JSON_TYPE: [string, string] = ['Content-Type', 'application/json; charset=utf-8']
+const isTrue = (v: string | null): boolean => (v ?? '').toLowerCase() === 'true'
+
+/** One entry in the shape the host's flags ask for. */
+function shaped(f: ListedFile, fullInfo: boolean, split: boolean): unknown {
+  if (fullInfo) return { path: f.rel, size: f.size, modified: f.modified, created: f.created }
+  if (split) return [f.rel, ...f.rel.split('/')]
+  return f.rel
+}
+
+/** The name an entry of the host's list stands for, whatever its shape. */
+function entryName(value: unknown): string | undefined {
+  if (typeof value === 'string') return value
+  if (Array.isArray(value) && typeof value[0] === 'string') return value[0]
+  if (typeof value === 'object' && value !== null && typeof (value as { path?: unknown }).path === 'string') return (value as { path: string }).path
+  return undefined
+}
+
+export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour {
+  return {
+    decide({ desc, pass, principal, owner, seesAll }) {
+      const query = new URLSearchParams(desc.query)
+      const dir = query.get('dir') ?? ''
+      const rel = dir === '' ? null : userRelative(dir)
+      if (rel === null || !inWorkflows(rel)) return pass
+      const ctx = { kind: 'userdata-list', owner, seesAll, rel, host_user: hostUserOf(principal), recurse: isTrue(query.get('recurse')), full_info: isTrue(query.get('full_info')), split: isTrue(query.get('split')) }
+      return { ...pass, filter: { name: 'userdata', ctx } }
+    },
+    filter(ctx, msg, payload) {
+      if (msg.status !== 200 && msg.status !== 404) return { action: 'keep' }
+      const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
+      const shared = sharedDir === null ? [] : listFiles(sharedDir, ctx.recurse === true)
+      if (msg.status === 404) {
+        if (shared.length === 0) return { action: 'keep' }
+        return jsonDecision(200, shared.map((f) => shaped(f, ctx.full_info === true, ctx.split === true)))
+      }
+      const text = payload.toString('utf8')
+      const start = rootStart(text)
+      if (text[start] !== '[') return { action: 'keep' }
+      const { elements, close } = arrayElements(text, start)
+      const own = new Set(elements.map((e) => entryName(JSON.parse(text.slice(e.start, e.end)) as unknown)))
+      const added = shared.filter((f) => !own.has(f.rel)).map((f) => JSON.stringify(shaped(f, ctx.full_info === true, ctx.split === true)))
+      if (added.length === 0) return { action: 'keep' }
+      return replaced(text.slice(0, close) + (elements.length > 0 ? ', ' : '') + added.join(', ') + text.slice(close))
+    },
+  }
+}
+
+const sortV2 = (a: V2Entry, b: V2Entry): number =>
+  Number(a.type !== 'directory') - Number(b.type !== 'directory') || (a.name.toLowerCase() < b.name.toLowerCase() ? -1 : a.name.toLowerCase() > b.name.toLowerCase() ? 1 : 0)
+
+export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour {
+  return {
+    decide({ desc, pass, principal, owner, seesAll }) {
+      const raw = new URLSearchParams(desc.query).get('path') ?? ''
+      const rel = raw === '' ? null : userRelative(unquoteOnce(raw)) // the v2 route unquotes once more itself
+      if (rel === null || !inWorkflows(rel)) return pass
+      return { ...pass, filter: { name: 'userdata-v2', ctx: { kind: 'userdata-list-v2', owner, seesAll, rel, host_user: hostUserOf(principal) } } }
+    },
+    filter(ctx, msg, payload) {
+      if (msg.status !== 200 && msg.status !== 404) return { action: 'keep' }
+      const sharedRoot = deps.workflows.root(SHARED_HOST_USER)
+      const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
+      if (sharedRoot === null || sharedDir === null || !deps.workflows.exists(sharedDir)) return { action: 'keep' }
+      const shared = listV2(resolve(sharedRoot), sharedDir)
+      let own: V2Entry[] = []
+      if (msg.status === 200) {
+        const parsed = JSON.parse(payload.toString('utf8')) as unknown
+        if (!Array.isArray(parsed)) return { action: 'keep' }
+        own = parsed as V2Entry[]
+      }
+      const ownPaths = new Set(own.map((e) => e.path))
+      const merged = [...own, ...shared.filter((e) => !ownPaths.has(e.path))].sort(sortV2)
+      if (msg.status === 404) return jsonDecision(200, merged)
+      return replaced(JSON.stringify(merged))
+    },
+  }
+}
+
+export function userdataReadBehaviour(deps: BehaviourDeps): RouteBehaviour {
+  return {
+    decide({ desc, pass, principal }) {
+      const rel = userRelative(desc.match_info.file ?? '')
+      if (rel === null || !inWorkflows(rel)) return pass
+      if (deps.workflows.isFile(deps.workflows.file(hostUserOf(principal), rel))) return pass
+      const shared = deps.workflows.file(SHARED_HOST_USER, rel)
+      if (!deps.workflows.isFile(shared)) return pass // the host answers its own 404
+      const type: [string, string] = shared.toLowerCase().endsWith('.json') ? JSON_TYPE : ['Content-Type', 'application/octet-stream']
+      return { action: 'respond', status: 200, headers: [type], body_text: readFileSync(shared, 'utf8') }
+    },
+  }
+}
+
+export function usersBehaviour(): RouteBehaviour {
+  return {
+    decide({ desc }) {
+      if (desc.method === 'POST') return denyDecision('PERMISSION_DENIED', 'Users are managed by authsvc')
+      return { action: 'respond', status: 200, headers: [JSON_TYPE], body_text: JSON.stringify({ storage: 'server', migrated: true }) }
+    },
+  }
+}

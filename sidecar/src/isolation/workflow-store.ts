@@ -1,0 +1,163 @@
+/**
+ * Workflows on the host's disk: each principal's own space (`user/<host user>/`,
+ * ComfyUI's per-user storage) and the shared set (`user/default/`, what a
+ * single-user install had before authsvc).
+ *
+ * Paths are resolved the way ComfyUI resolves them (get_request_user_filepath:
+ * unquote once when the name holds `%`, join, normalise, refuse what leaves the
+ * root), so the gate and the host always mean the same file. Listings follow
+ * ComfyUI's (glob without hidden files; `os.walk` for /v2). Writes are atomic.
+ */
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync, type Stats } from 'node:fs'
+import { basename, dirname, join, relative, resolve, sep } from 'node:path'
+
+export const SHARED_HOST_USER = 'default'
+export const WORKFLOWS_DIR = 'workflows'
+
+/** Decodes %XX once, leniently, as Python's urllib.parse.unquote does (invalid escapes stay). */
+export function unquoteOnce(text: string): string {
+  return text.replace(/(%[0-9A-Fa-f]{2})+/g, (run) => {
+    try {
+      return decodeURIComponent(run)
+    } catch {
+      return run
+    }
+  })
+}
+
+/** The absolute path a userdata name means inside `root`, or null when it would leave it. */
+export function resolveInside(root: string, name: string): string | null {
+  const decoded = name.includes('%') ? unquoteOnce(name) : name
+  const path = resolve(root, decoded)
+  if (path !== root && !path.startsWith(root + sep)) return null
+  return path
+}
+
+/** The path relative to the user root with `/` separators (`workflows/a.json`), or null when it leaves the root. */
+export function userRelative(name: string): string | null {
+  const root = resolve('/', 'u')
+  const path = resolveInside(root, name)
+  return path === null ? null : relative(root, path).split(sep).join('/')
+}
+
+/** Whether a user-relative path is in the workflows folder (case does not count: macOS, Windows). */
+export function inWorkflows(rel: string): boolean {
+  const lower = rel.toLowerCase()
+  return lower === WORKFLOWS_DIR || lower.startsWith(`${WORKFLOWS_DIR}/`)
+}
+
+export interface ListedFile {
+  /** relative to the listed folder, `/` separators */
+  rel: string
+  size: number
+  modified: number
+  created: number
+}
+
+/** Files under `dir` as ComfyUI's glob lists them: hidden names skipped, recursive or not. */
+export function listFiles(dir: string, recurse: boolean): ListedFile[] {
+  const out: ListedFile[] = []
+  const walk = (current: string): void => {
+    let names: string[]
+    try {
+      names = readdirSync(current)
+    } catch {
+      return
+    }
+    for (const name of names) {
+      if (name.startsWith('.')) continue
+      const full = join(current, name)
+      let st: Stats
+      try {
+        st = statSync(full)
+      } catch {
+        continue
+      }
+      if (st.isFile()) out.push({ rel: relative(dir, full).split(sep).join('/'), size: st.size, modified: st.mtimeMs / 1000, created: st.ctimeMs / 1000 })
+      else if (st.isDirectory() && recurse) walk(full)
+    }
+  }
+  walk(dir)
+  return out
+}
+
+export interface V2Entry {
+  name: string
+  path: string
+  type: 'file' | 'directory'
+  size?: number
+  modified?: number
+}
+
+/** Entries under `dir` as ComfyUI's /v2/userdata lists them (os.walk: hidden names included), paths relative to `base`. */
+export function listV2(base: string, dir: string): V2Entry[] {
+  const out: V2Entry[] = []
+  const walk = (current: string): void => {
+    let names: string[]
+    try {
+      names = readdirSync(current)
+    } catch {
+      return
+    }
+    for (const name of names) {
+      const full = join(current, name)
+      let st: Stats
+      try {
+        st = statSync(full)
+      } catch {
+        continue
+      }
+      const path = relative(base, full).split(sep).join('/')
+      if (st.isDirectory()) {
+        out.push({ name, path, type: 'directory' })
+        walk(full)
+      } else {
+        out.push({ name, path, type: 'file', size: st.size, modified: st.mtimeMs / 1000 })
+      }
+    }
+  }
+  walk(dir)
+  return out
+}
+
+export class WorkflowStore {
+  constructor(private readonly userDir: () => string | undefined) {}
+
+  /** The root of one host user's userdata, or null while the host has not named its user folder. */
+  root(hostUser: string): string | null {
+    const dir = this.userDir()
+    return dir ? resolve(dir, hostUser) : null
+  }
+
+  /** The file a user-relative name means for one host user, or null. */
+  file(hostUser: string, name: string): string | null {
+    const root = this.root(hostUser)
+    return root === null ? null : resolveInside(root, name)
+  }
+
+  isFile(path: string | null): path is string {
+    if (path === null) return false
+    try {
+      return statSync(path).isFile()
+    } catch {
+      return false
+    }
+  }
+
+  /** Writes atomically (temp file + rename), creating folders as ComfyUI does. */
+  write(path: string, body: Buffer | string): void {
+    mkdirSync(dirname(path), { recursive: true })
+    // hidden, so a listing made meanwhile never shows half a file
+    const temp = join(dirname(path), `.${basename(path)}.authsvc-${process.pid}-${Date.now()}.tmp`)
+    writeFileSync(temp, body)
+    renameSync(temp, path)
+  }
+
+  remove(path: string): void {
+    rmSync(path, { force: true })
+  }
+
+  exists(path: string): boolean {
+    return existsSync(path)
+  }
+}
