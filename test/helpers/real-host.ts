@@ -312,11 +312,21 @@ export async function startRealHost(options: RealHostOptions = {}): Promise<Real
       const proc = spawn(comfyPython(), ['main.py', '--cpu', '--listen', '127.0.0.1', '--port', String(port), ...fixedArgs], {
         cwd: comfyDir, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true,
       })
+      if (proc.pid === undefined) {
+        const [err] = await once(proc, 'error')
+        throw new Error(`cannot start ${comfyPython()}: ${(err as Error).message}`)
+      }
       child = proc
-      liveGroups.add(proc.pid!)
+      liveGroups.add(proc.pid)
       proc.stdout!.on('data', (d: Buffer) => (out += d.toString()))
       proc.stderr!.on('data', (d: Buffer) => (out += d.toString()))
-      const up = await answering(proc, 90_000)
+      let up: boolean
+      try {
+        up = await answering(proc, 90_000)
+      } catch (err) {
+        await reap(proc)
+        throw err
+      }
       if (up) return
       await reap(proc)
       if (!/address already in use|Errno 98/i.test(out)) throw new Error(`ComfyUI exited during start (exit ${proc.exitCode}):\n${out}`)
