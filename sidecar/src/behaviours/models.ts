@@ -54,7 +54,8 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
 const isStringArray = (v: unknown): v is string[] => Array.isArray(v) && v.every((s) => typeof s === 'string')
 const isLink = (v: unknown): boolean => Array.isArray(v) && v.length === 2 && (typeof v[0] === 'string' || typeof v[0] === 'number') && typeof v[1] === 'number'
 
-const EMBEDDING = /embedding:([^\s,()[\]{}<>|]+)/g
+// ComfyUI's tokenizer takes `embedding:<name>` words; a `:1.2` after the name is a weight
+const EMBEDDING = /embedding:([^\s,:()[\]{}<>|]+)/g
 const EMBEDDING_EXTENSIONS = ['.safetensors', '.pt', '.bin']
 
 export class ModelAccess {

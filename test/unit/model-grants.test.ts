@@ -1,0 +1,396 @@
+/**
+ * Model grants through the real decider, its filter and body steps, and the
+ * admin routes, with the real services, sqlite store and a model cache watching
+ * real folders on disk: what an intern (a role without
+ * can_view_all_comfyui_items) may see and use, an attack table of prompts that
+ * try to reach an item not granted, and what a user who sees every model gets
+ * (no filter step at all). End to end on the real ComfyUI:
+ * test/e2e/real-host-models.test.ts.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import type { Decision } from '../../sidecar/src/decide/protocol.js'
+import type { UserRecord } from '../../sidecar/src/identity/users.js'
+import { addUser, answer, assertDenied, assertPass, call, decide, openSidecar, sessionJwt, tempDir, type DescOptions, type Sidecar } from './fixtures.js'
+
+const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
+type Stepped = Decision & { body_text?: string }
+
+function unwrap(result: unknown): Stepped {
+  const r = result as { answer?: Decision; payload?: Buffer }
+  return r.answer !== undefined && Buffer.isBuffer(r.payload) ? { ...r.answer, body_text: r.payload.toString('utf8') } : (result as Stepped)
+}
+
+const MODELS: Record<string, string[]> = {
+  checkpoints: ['granted.safetensors', 'secret.safetensors', 'sub/deep.safetensors', 'notes.txt'],
+  loras: ['style.safetensors', 'other.safetensors'],
+  vae: ['plain.safetensors'],
+  embeddings: ['good.pt', 'bad.safetensors'],
+  custom_models: ['mine.ckpt', 'theirs.ckpt'],
+}
+
+/** The facts the plugin sends: folders, extensions, and the model inputs it read from the host. */
+function facts(modelsDir: string, paths: Record<string, unknown> = { sep: '/', case_insensitive: false }) {
+  const folders = Object.keys(MODELS)
+  return {
+    model_folders: { ...Object.fromEntries(folders.map((f) => [f, [join(modelsDir, f)]])), custom_nodes: [join(modelsDir, '..', 'custom_nodes')] },
+    model_folder_extensions: { ...Object.fromEntries(folders.map((f) => [f, f === 'custom_models' ? ['.ckpt'] : ['.safetensors', '.pt', '.ckpt']])), custom_nodes: [] },
+    model_paths: paths,
+    legacy_folders: { unet: 'diffusion_models', clip: 'text_encoders' },
+    model_inputs: {
+      CheckpointLoaderSimple: { ckpt_name: { folders: ['checkpoints'], extras: [] } },
+      LoraLoader: { lora_name: { folders: ['loras'], extras: [] } },
+      VAELoader: { vae_name: { folders: ['vae'], extras: ['pixel_space'] } },
+      CustomLoader: { model: { folders: ['custom_models'], extras: [] } },
+    },
+  }
+}
+
+interface World {
+  sc: Sidecar
+  modelsDir: string
+  adminJwt: string
+  intern: UserRecord
+  internJwt: string
+  userJwt: string
+}
+
+async function hello(sc: Sidecar, host: Record<string, unknown>, adminJwt: string): Promise<void> {
+  sc.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 'test', host })
+  // the refresh runs after the scan the hello started: once it answers, the cache is complete
+  const res = await call(sc, { method: 'POST', url: '/authsvc/api/model-cache/refresh', bearer: adminJwt })
+  assert.equal(res.statusCode, 200, res.body)
+}
+
+async function world(): Promise<World> {
+  const sc = await openSidecar()
+  const modelsDir = join(sc.dir, 'models')
+  for (const [folder, items] of Object.entries(MODELS)) {
+    for (const item of items) {
+      mkdirSync(join(modelsDir, folder, item, '..'), { recursive: true })
+      writeFileSync(join(modelsDir, folder, item), 'model')
+    }
+  }
+  const groups = sc.services.roles.snapshot()
+  sc.services.roles.replace({ ...groups, intern: { ...groups.user, can_view_all_comfyui_items: false } })
+  const admin = await addUser(sc, 'admin', 'admin-password-1', 'admin')
+  const intern = await addUser(sc, 'intern', 'intern-password-1', 'intern')
+  const user = await addUser(sc, 'carol', 'carol-password-1', 'user')
+  const adminJwt = await sessionJwt(sc, admin)
+  await hello(sc, facts(modelsDir), adminJwt)
+  for (const [folder, item_name] of [['checkpoints', 'granted.safetensors'], ['loras', 'style.safetensors'], ['embeddings', 'good.pt'], ['custom_models', 'mine.ckpt']]) {
+    const res = await call(sc, { method: 'POST', url: '/authsvc/api/users/intern/shared-items', bearer: adminJwt, body: { folder, item_name } })
+    assert.equal(res.statusCode, 200, res.body)
+  }
+  return { sc, modelsDir, adminJwt, intern, internJwt: await sessionJwt(sc, intern), userJwt: await sessionJwt(sc, user) }
+}
+
+/** GET through the decider; when it asks for a filter, the host's answer is filtered. */
+async function filtered(sc: Sidecar, o: DescOptions, hostAnswer: string): Promise<{ filter: boolean; body: string }> {
+  const d = assertPass(await decide(sc, o))
+  if (!d.filter) return { filter: false, body: hostAnswer }
+  const out = unwrap(await sc.handlers.filter({ type: 'filter', id: 1, name: d.filter.name, ctx: d.filter.ctx, status: 200, content_type: 'application/json' }, Buffer.from(hostAnswer, 'utf8')))
+  return { filter: true, body: (out.action as string) === 'keep' ? hostAnswer : out.body_text! }
+}
+
+async function postPrompt(sc: Sidecar, jwt: string, graph: unknown, method = 'POST'): Promise<Stepped> {
+  const d = assertPass(await decide(sc, { method, path: '/prompt', pattern: '/prompt', headers: bearer(jwt) }))
+  return unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(JSON.stringify({ prompt: graph }), 'utf8')))
+}
+
+const node = (class_type: string, inputs: Record<string, unknown>) => ({ class_type, inputs })
+
+/** Polls an in-memory answer until `ok` (the watcher's event arrived) or 2 s passed; returns the elapsed time. */
+async function within2s(probe: () => Promise<boolean>): Promise<number> {
+  const start = Date.now()
+  while (!(await probe())) {
+    if (Date.now() - start > 2000) assert.fail('not seen within 2 s')
+    await new Promise((r) => setTimeout(r, 20))
+  }
+  return Date.now() - start
+}
+
+describe('model admin API', () => {
+  let w: World
+  before(async () => {
+    w = await world()
+  })
+  after(() => w.sc.close())
+
+  const get = async (url: string, jwt = w.adminJwt) => {
+    const res = await call(w.sc, { url, bearer: jwt })
+    return { status: res.statusCode, json: JSON.parse(res.body) as Record<string, unknown> }
+  }
+
+  it('lists the host folders (live and cached) without custom_nodes, and items as the host lists them', async () => {
+    const want = ['checkpoints', 'custom_models', 'embeddings', 'loras', 'vae']
+    assert.deepEqual((await get('/authsvc/api/available-model-folders')).json, { folders: want })
+    assert.deepEqual((await get('/authsvc/api/model-cache/folders')).json, { folders: want })
+    const ckpts = ['granted.safetensors', 'secret.safetensors', 'sub/deep.safetensors']
+    assert.deepEqual((await get('/authsvc/api/available-models/checkpoints')).json, { folder: 'checkpoints', items: ckpts })
+    assert.deepEqual((await get('/authsvc/api/model-cache/folders/checkpoints/items')).json, { folder: 'checkpoints', items: ckpts })
+    assert.deepEqual((await get('/api/authsvc/api/model-cache/folders/custom_models/items')).json, { folder: 'custom_models', items: ['mine.ckpt', 'theirs.ckpt'] })
+  })
+
+  it('unknown folders are 404; every model admin route is admin only', async () => {
+    for (const url of ['/authsvc/api/available-models/nope', '/authsvc/api/model-cache/folders/nope/items', '/authsvc/api/available-models/custom_nodes']) {
+      const r = await get(url)
+      assert.equal(r.status, 404, url)
+      assert.equal(r.json.code, 'NOT_FOUND', url)
+    }
+    for (const url of ['/authsvc/api/available-model-folders', '/authsvc/api/model-cache/folders', '/authsvc/api/users/intern/shared-items']) {
+      const r = await get(url, w.userJwt)
+      assert.equal(r.status, 403, url)
+      assert.equal(r.json.code, 'ADMIN_REQUIRED', url)
+    }
+  })
+
+  it('a file added, renamed and removed on disk shows in the cache within 2 s', async () => {
+    const items = async () => ((await get('/authsvc/api/model-cache/folders/loras/items')).json.items as string[])
+    const added = join(w.modelsDir, 'loras', 'new', 'fresh.safetensors')
+    mkdirSync(join(added, '..'), { recursive: true })
+    writeFileSync(added, 'model')
+    await within2s(async () => (await items()).includes('new/fresh.safetensors'))
+    renameSync(added, join(w.modelsDir, 'loras', 'renamed.safetensors'))
+    await within2s(async () => {
+      const now = await items()
+      return now.includes('renamed.safetensors') && !now.includes('new/fresh.safetensors')
+    })
+    rmSync(join(w.modelsDir, 'loras', 'renamed.safetensors'))
+    await within2s(async () => !(await items()).includes('renamed.safetensors'))
+  })
+
+  it('refresh rebuilds the cache and reports its size', async () => {
+    const res = await call(w.sc, { method: 'POST', url: '/authsvc/api/model-cache/refresh', bearer: w.adminJwt })
+    const body = JSON.parse(res.body) as Record<string, unknown>
+    assert.equal(body.status, 'ok')
+    assert.equal(body.folders_count, 5)
+    assert.equal(body.items_count, 3 + 2 + 1 + 2 + 2)
+    assert.match(String(body.refreshed_at_iso), /^\d{4}-\d\d-\d\dT/)
+  })
+
+  it('grants: unknown folder or item 400, granting twice is idempotent, revoking works even once the file is gone', async () => {
+    const post = (body: unknown, method = 'POST') => call(w.sc, { method, url: '/authsvc/api/users/intern/shared-items', bearer: w.adminJwt, body })
+    const bad: Array<[string, unknown]> = [
+      ['unknown folder', { folder: 'nope', item_name: 'granted.safetensors' }],
+      ['unknown item', { folder: 'checkpoints', item_name: 'missing.safetensors' }],
+      ['a file the folder does not list (extension)', { folder: 'checkpoints', item_name: 'notes.txt' }],
+      ['custom_nodes is no model folder', { folder: 'custom_nodes', item_name: 'x' }],
+      ['missing item_name', { folder: 'checkpoints' }],
+      ['extra key', { folder: 'checkpoints', item_name: 'granted.safetensors', user: 'x' }],
+    ]
+    for (const [label, body] of bad) {
+      for (const method of ['POST', 'DELETE']) {
+        const res = await post(body, method)
+        assert.equal(res.statusCode, 400, `${method} ${label}: ${res.body}`)
+        assert.equal(JSON.parse(res.body).code, 'VALIDATION_FAILED', `${method} ${label}`)
+      }
+    }
+    const before = JSON.parse((await post({ folder: 'checkpoints', item_name: 'granted.safetensors' })).body) as { items: Array<Record<string, string>> }
+    const again = JSON.parse((await post({ folder: 'checkpoints', item_name: 'granted.safetensors' })).body) as { items: Array<Record<string, string>> }
+    assert.deepEqual(again, before)
+    assert.equal(before.items.filter((i) => i.item_name === 'granted.safetensors').length, 1)
+    assert.deepEqual(Object.keys(before.items[0]).sort(), ['created_at_iso', 'folder', 'granted_by', 'item_name'])
+    assert.equal(before.items[0].granted_by, 'admin')
+
+    const doomed = join(w.modelsDir, 'vae', 'doomed.safetensors')
+    writeFileSync(doomed, 'model')
+    const granted = await post({ folder: 'vae', item_name: 'doomed.safetensors' })
+    assert.equal(granted.statusCode, 200, 'a file copied a moment ago can be granted (the disk is asked when the cache has not seen it)')
+    rmSync(doomed)
+    const revoked = JSON.parse((await post({ folder: 'vae', item_name: 'doomed.safetensors' }, 'DELETE')).body) as { items: Array<Record<string, string>> }
+    assert.ok(!revoked.items.some((i) => i.item_name === 'doomed.safetensors'))
+    assert.equal((await post({ folder: 'vae', item_name: 'plain.safetensors' }, 'DELETE')).statusCode, 200, 'revoking what was never granted is a no-op')
+    assert.equal((await call(w.sc, { url: '/authsvc/api/users/nobody/shared-items', bearer: w.adminJwt })).statusCode, 404)
+  })
+
+  it('grants are in the store (a restarted sidecar has them) and deleting the user deletes them', async () => {
+    const temp = await addUser(w.sc, 'temp-intern', 'temp-password-1', 'intern')
+    const res = await call(w.sc, { method: 'POST', url: '/authsvc/api/users/temp-intern/shared-items', bearer: w.adminJwt, body: { folder: 'loras', item_name: 'other.safetensors' } })
+    assert.equal(res.statusCode, 200, res.body)
+    await w.sc.services.flush()
+    const again = await openSidecar({ dir: w.sc.dir })
+    try {
+      assert.deepEqual(again.services.modelGrants.list(temp.user_id).map((g) => `${g.folder}/${g.item_name}`), ['loras/other.safetensors'])
+    } finally {
+      await again.close({ keepDir: true })
+    }
+    const del = await call(w.sc, { method: 'DELETE', url: '/authsvc/api/users/temp-intern', bearer: w.adminJwt })
+    assert.equal(del.statusCode, 200, del.body)
+    assert.deepEqual(w.sc.services.modelGrants.list(temp.user_id), [])
+    await w.sc.services.flush()
+    const after = await openSidecar({ dir: w.sc.dir })
+    try {
+      assert.deepEqual(after.services.modelGrants.list(temp.user_id), [])
+    } finally {
+      await after.close({ keepDir: true })
+    }
+  })
+})
+
+describe('model lists for a principal without can_view_all_comfyui_items', () => {
+  let w: World
+  before(async () => {
+    w = await world()
+  })
+  after(() => w.sc.close())
+
+  const MODELS_ANSWER = '["granted.safetensors", "secret.safetensors", "sub/deep.safetensors"]'
+
+  it('/models/{folder} and its /api twin: only granted items; a user who sees everything gets no filter step', async () => {
+    for (const path of ['/models/checkpoints', '/api/models/checkpoints']) {
+      const o = { path, pattern: path.replace('checkpoints', '{folder}'), match_info: { folder: 'checkpoints' } }
+      assert.deepEqual(await filtered(w.sc, { ...o, headers: bearer(w.internJwt) }, MODELS_ANSWER), { filter: true, body: '["granted.safetensors"]' })
+      assert.deepEqual(await filtered(w.sc, { ...o, headers: bearer(w.userJwt) }, MODELS_ANSWER), { filter: false, body: MODELS_ANSWER })
+      assert.deepEqual(await filtered(w.sc, { ...o, headers: bearer(w.adminJwt) }, MODELS_ANSWER), { filter: false, body: MODELS_ANSWER })
+    }
+  })
+
+  it('/experiment/models/{folder}: objects kept whole (64-bit numbers too) only for granted names', async () => {
+    const host = '[{"name": "granted.safetensors", "pathIndex": 0, "size": 18446744073709551615}, {"name": "secret.safetensors", "pathIndex": 0}]'
+    const out = await filtered(w.sc, { path: '/experiment/models/checkpoints', pattern: '/experiment/models/{folder}', match_info: { folder: 'checkpoints' }, headers: bearer(w.internJwt) }, host)
+    assert.equal(out.body, '[{"name": "granted.safetensors", "pathIndex": 0, "size": 18446744073709551615}]')
+  })
+
+  it('/embeddings: names without extension, only granted ones', async () => {
+    const out = await filtered(w.sc, { path: '/embeddings', pattern: '/embeddings', headers: bearer(w.internJwt) }, '["bad", "good"]')
+    assert.equal(out.body, '["good"]')
+  })
+
+  it('a host answer that is not a list (or a 404) reveals nothing and is never a 500', async () => {
+    const o = { path: '/models/checkpoints', pattern: '/models/{folder}', match_info: { folder: 'checkpoints' }, headers: bearer(w.internJwt) }
+    assert.equal((await filtered(w.sc, o, '{"secret.safetensors": 1}')).body, '[]')
+    assert.equal((await filtered(w.sc, o, 'not json')).body, '[]')
+    const d = assertPass(await decide(w.sc, o))
+    assert.deepEqual(await w.sc.handlers.filter({ type: 'filter', id: 1, name: d.filter!.name, ctx: d.filter!.ctx, status: 404, content_type: 'text/plain' }, Buffer.alloc(0)), { action: 'keep' })
+  })
+
+  const FILE_ROWS: Array<[string, DescOptions, 'pass' | 404]> = [
+    ['view_metadata of a granted item', { path: '/view_metadata/checkpoints', pattern: '/view_metadata/{folder_name}', match_info: { folder_name: 'checkpoints' }, query: 'filename=granted.safetensors' }, 'pass'],
+    ['view_metadata of an item not granted', { path: '/view_metadata/checkpoints', pattern: '/view_metadata/{folder_name}', match_info: { folder_name: 'checkpoints' }, query: 'filename=secret.safetensors' }, 404],
+    ['view_metadata through ../', { path: '/view_metadata/checkpoints', pattern: '/view_metadata/{folder_name}', match_info: { folder_name: 'checkpoints' }, query: 'filename=sub/../secret.safetensors' }, 404],
+    ['view_metadata of a granted name in another folder', { path: '/view_metadata/loras', pattern: '/view_metadata/{folder_name}', match_info: { folder_name: 'loras' }, query: 'filename=granted.safetensors' }, 404],
+    ['view_metadata without filename', { path: '/view_metadata/checkpoints', pattern: '/view_metadata/{folder_name}', match_info: { folder_name: 'checkpoints' } }, 404],
+    ['api twin of view_metadata', { path: '/api/view_metadata/checkpoints', pattern: '/api/view_metadata/{folder_name}', match_info: { folder_name: 'checkpoints' }, query: 'filename=secret.safetensors' }, 404],
+    ['preview of a granted item', { path: '/experiment/models/preview/checkpoints/0/granted.safetensors', pattern: '/experiment/models/preview/{folder}/{path_index}/{filename}', match_info: { folder: 'checkpoints', path_index: '0', filename: 'granted.safetensors' } }, 'pass'],
+    ['preview of an item not granted', { path: '/experiment/models/preview/checkpoints/0/secret.safetensors', pattern: '/experiment/models/preview/{folder}/{path_index}/{filename}', match_info: { folder: 'checkpoints', path_index: '0', filename: 'secret.safetensors' } }, 404],
+    ['preview through ./', { path: '/experiment/models/preview/checkpoints/0/./secret.safetensors', pattern: '/experiment/models/preview/{folder}/{path_index}/{filename}', match_info: { folder: 'checkpoints', path_index: '0', filename: './secret.safetensors' } }, 404],
+  ]
+  for (const [label, o, want] of FILE_ROWS) {
+    it(`${label} → ${want === 'pass' ? 'the host answers' : 'the host\'s own 404 for a missing item'}`, async () => {
+      const d = await decide(w.sc, { ...o, headers: bearer(w.internJwt) })
+      if (want === 'pass') {
+        assertPass(d, label)
+      } else {
+        const a = answer(d)
+        assert.equal(a.status, 404)
+        assert.equal(a.body, '')
+      }
+      assertPass(await decide(w.sc, { ...o, headers: bearer(w.userJwt) }), `${label} for a user who sees everything`)
+    })
+  }
+
+  it('/object_info: every model list the host reports keeps only granted items (and non-file options); a list it did not report is found from the cache; everything else is byte for byte', async () => {
+    const host =
+      '{"CheckpointLoaderSimple": {"input": {"required": {"ckpt_name": [["granted.safetensors", "secret.safetensors", "sub/deep.safetensors"], {"tooltip": "x"}]}}, "output": ["MODEL"]}, ' +
+      '"VAELoader": {"input": {"required": {"vae_name": [["plain.safetensors", "pixel_space"]]}}}, ' +
+      '"V3Loader": {"input": {"required": {"lora": ["COMBO", {"options": ["other.safetensors", "style.safetensors"], "default": "other.safetensors"}]}}}, ' +
+      '"KSampler": {"input": {"required": {"seed": ["INT", {"default": 0, "min": 0, "max": 18446744073709551615}], "sampler_name": [["euler", "secret.safetensors"]]}}}}'
+    const want =
+      '{"CheckpointLoaderSimple": {"input": {"required": {"ckpt_name": [["granted.safetensors"], {"tooltip": "x"}]}}, "output": ["MODEL"]}, ' +
+      '"VAELoader": {"input": {"required": {"vae_name": [["pixel_space"]]}}}, ' +
+      '"V3Loader": {"input": {"required": {"lora": ["COMBO", {"options": ["style.safetensors"], "default": "other.safetensors"}]}}}, ' +
+      '"KSampler": {"input": {"required": {"seed": ["INT", {"default": 0, "min": 0, "max": 18446744073709551615}], "sampler_name": [["euler", "secret.safetensors"]]}}}}'
+    for (const path of ['/object_info', '/object_info/CheckpointLoaderSimple']) {
+      const o = { path, pattern: path === '/object_info' ? '/object_info' : '/object_info/{node_class}' }
+      assert.equal((await filtered(w.sc, { ...o, headers: bearer(w.internJwt) }, host)).body, want, path)
+      assert.deepEqual(await filtered(w.sc, { ...o, headers: bearer(w.adminJwt) }, host), { filter: false, body: host }, `${path}: admin`)
+    }
+  })
+
+  it('a grant or a revocation changes the next answer', async () => {
+    const o = { path: '/models/loras', pattern: '/models/{folder}', match_info: { folder: 'loras' }, headers: bearer(w.internJwt) }
+    const host = '["other.safetensors", "style.safetensors"]'
+    const grants = '/authsvc/api/users/intern/shared-items'
+    assert.equal((await filtered(w.sc, o, host)).body, '["style.safetensors"]')
+    await call(w.sc, { method: 'POST', url: grants, bearer: w.adminJwt, body: { folder: 'loras', item_name: 'other.safetensors' } })
+    assert.equal((await filtered(w.sc, o, host)).body, host)
+    assert.equal((await postPrompt(w.sc, w.internJwt, { 1: node('LoraLoader', { lora_name: 'other.safetensors' }) })).action, 'pass')
+    await call(w.sc, { method: 'DELETE', url: grants, bearer: w.adminJwt, body: { folder: 'loras', item_name: 'other.safetensors' } })
+    assert.equal((await filtered(w.sc, o, host)).body, '["style.safetensors"]')
+    assertDenied(await postPrompt(w.sc, w.internJwt, { 1: node('LoraLoader', { lora_name: 'other.safetensors' }) }), 'MODEL_NOT_ALLOWED')
+  })
+})
+
+describe('the /prompt model check', () => {
+  let w: World
+  before(async () => {
+    w = await world()
+  })
+  after(() => w.sc.close())
+
+  const ok = node('CheckpointLoaderSimple', { ckpt_name: 'granted.safetensors' })
+
+  it('a graph using only granted models passes, for POST and PUT', async () => {
+    const graph = {
+      4: ok,
+      10: node('LoraLoader', { lora_name: 'style.safetensors', model: ['4', 0], clip: ['4', 1], strength_model: 1 }),
+      11: node('VAELoader', { vae_name: 'pixel_space' }),
+      12: node('CLIPTextEncode', { text: 'a cat, embedding:good', clip: ['10', 1] }),
+      13: node('CustomLoader', { model: 'mine.ckpt' }),
+    }
+    assert.equal((await postPrompt(w.sc, w.internJwt, graph)).action, 'pass')
+    assert.equal((await postPrompt(w.sc, w.internJwt, graph, 'PUT')).action, 'pass')
+  })
+
+  const ATTACKS: Array<[string, Record<string, unknown>, string[]]> = [
+    ['a checkpoint not granted', { 1: node('CheckpointLoaderSimple', { ckpt_name: 'secret.safetensors' }) }, ['checkpoints/secret.safetensors']],
+    ['two refused items are both named', { 1: node('CheckpointLoaderSimple', { ckpt_name: 'secret.safetensors' }), 2: node('LoraLoader', { lora_name: 'other.safetensors' }) }, ['checkpoints/secret.safetensors', 'loras/other.safetensors']],
+    ['a granted name from another folder', { 1: node('LoraLoader', { lora_name: 'granted.safetensors' }) }, ['loras/granted.safetensors']],
+    ['the custom node\'s loader', { 1: node('CustomLoader', { model: 'theirs.ckpt' }) }, ['custom_models/theirs.ckpt']],
+    ['a link into a model input (the value is known only when it runs)', { 1: node('PrimitiveString', { value: 'x' }), 2: node('CheckpointLoaderSimple', { ckpt_name: ['1', 0] }) }, ['checkpoints/<linked from node 2.ckpt_name>']],
+    ['../ the host would resolve', { 1: node('CheckpointLoaderSimple', { ckpt_name: 'sub/../secret.safetensors' }) }, ['checkpoints/sub/../secret.safetensors']],
+    ['./ the host would resolve', { 1: node('CheckpointLoaderSimple', { ckpt_name: './secret.safetensors' }) }, ['checkpoints/./secret.safetensors']],
+    ['a loader the host did not report, naming an item', { 1: node('SomeOtherLoader', { anything: 'secret.safetensors' }) }, ['checkpoints/secret.safetensors']],
+    ['a model name in a text a string node feeds into a loader', { 1: node('PrimitiveString', { value: 'sub/deep.safetensors' }), 2: node('CheckpointLoaderSimple', { ckpt_name: 'granted.safetensors' }) }, ['checkpoints/sub/deep.safetensors']],
+    ['an embedding not granted, in a prompt text', { 1: node('CLIPTextEncode', { text: 'a cat, (embedding:bad:1.2)' }) }, ['embeddings/bad.safetensors']],
+    ['an embedding with its extension', { 1: node('CLIPTextEncode', { text: 'embedding:bad.safetensors' }) }, ['embeddings/bad.safetensors']],
+    ['a non-file option of another input is no pass', { 1: node('CheckpointLoaderSimple', { ckpt_name: 'pixel_space' }) }, ['checkpoints/pixel_space']],
+  ]
+  for (const [label, graph, named] of ATTACKS) {
+    it(`${label} → 403 MODEL_NOT_ALLOWED naming ${named.join(', ')}; nothing is recorded`, async () => {
+      const before = w.sc.services.ownership.promptIdsOf(w.intern.user_id).size
+      const a = assertDenied(await postPrompt(w.sc, w.internJwt, graph), 'MODEL_NOT_ALLOWED')
+      assert.equal(a.json.error, `Model not allowed: ${named.join(', ')}`)
+      assert.equal(w.sc.services.ownership.promptIdsOf(w.intern.user_id).size, before)
+      assert.equal((await postPrompt(w.sc, w.userJwt, graph)).action, 'pass', 'a user who sees every model is not checked')
+    })
+  }
+
+  it('on a case-insensitive Windows host, case and backslashes cannot reach an item not granted, and a granted one may be spelled as the host resolves it', async () => {
+    await hello(w.sc, facts(w.modelsDir, { sep: '\\', case_insensitive: true }), w.adminJwt)
+    try {
+      const rows: Array<[string, string | null]> = [
+        ['SECRET.safetensors', 'checkpoints/SECRET.safetensors'],
+        ['sub\\..\\secret.safetensors', 'checkpoints/sub\\..\\secret.safetensors'],
+        ['sub\\DEEP.safetensors', 'checkpoints/sub\\DEEP.safetensors'],
+        ['GRANTED.safetensors', null],
+      ]
+      for (const [value, refused] of rows) {
+        const out = await postPrompt(w.sc, w.internJwt, { 1: node('CheckpointLoaderSimple', { ckpt_name: value }) })
+        if (refused === null) assert.equal(out.action, 'pass', value)
+        else assert.equal(assertDenied(out, 'MODEL_NOT_ALLOWED', value).json.error, `Model not allowed: ${refused}`)
+      }
+      const meta = answer(await decide(w.sc, { path: '/view_metadata/checkpoints', pattern: '/view_metadata/{folder_name}', match_info: { folder_name: 'checkpoints' }, query: 'filename=SUB%5C..%5CSecret.safetensors', headers: bearer(w.internJwt) }))
+      assert.equal(meta.status, 404)
+    } finally {
+      await hello(w.sc, facts(w.modelsDir), w.adminJwt)
+    }
+  })
+
+  it('on a case-sensitive host another case is another file: not granted', async () => {
+    assertDenied(await postPrompt(w.sc, w.internJwt, { 1: node('CheckpointLoaderSimple', { ckpt_name: 'GRANTED.safetensors' }) }), 'MODEL_NOT_ALLOWED')
+  })
+})
