@@ -13,8 +13,9 @@
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
 import { chromium, type Browser, type Page } from 'playwright-core'
-import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
+import { destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, bearer, json, login, register } from '../helpers/client.js'
 import { totpAt } from '../integration/totp-reference.js'
 
@@ -62,7 +63,7 @@ async function tempTokenFromFragment(page: Page, seen: { navigations: string[] }
   return token
 }
 
-function assertTokenNeverSent(stack: Stack, seen: { requests: string[]; navigations: string[] }, token: string, finalUrl: string): void {
+async function assertTokenNeverSent(stack: Stack, seen: { requests: string[]; navigations: string[] }, token: string, finalUrl: string): Promise<void> {
   assert.ok(token.length > 20)
   for (const url of seen.requests) assert.equal(url.includes(token) || url.includes(encodeURIComponent(token)), false, `a request carried the temp token: ${url}`)
   for (const url of [...seen.navigations, finalUrl]) {
@@ -71,6 +72,10 @@ function assertTokenNeverSent(stack: Stack, seen: { requests: string[]; navigati
     assert.equal(u.pathname.includes(token), false, `temp token in a path: ${url}`)
   }
   assert.ok(seen.navigations.some((url) => new URL(url).pathname === '/mfa'), `went through /mfa: ${seen.navigations.join(' ')}`)
+  // a marker request last: once its log line is in the output, every line before it is too
+  const marker = `log-marker-${randomUUID()}`
+  await (await fetch(`${stack.url}/authsvc/health?${marker}`)).arrayBuffer()
+  assert.ok(await poll(async () => stack.output().includes(marker), 10_000), 'the marker line reached the output')
   assert.equal(stack.output().includes(token), false, 'the stand-in / sidecar output never contains the temp token')
 }
 
@@ -81,7 +86,8 @@ describe('/mfa page in chromium', { concurrency: false }, () => {
   let bobSecret: string
 
   before(async () => {
-    ;[stack, browser] = await Promise.all([startStack(), launchChromium()])
+    // info: every request is logged, so the no-token check has lines to search (and a marker to wait for)
+    ;[stack, browser] = await Promise.all([startStack({ env: { AUTHSVC_LOG_LEVEL: 'info' } }), launchChromium()])
     assert.equal((await register(stack, 'root')).status, 201)
     admin = (await login(stack, 'root')).jwt
     assert.equal((await register(stack, 'bob', { bearer: admin })).status, 201)
@@ -130,7 +136,7 @@ describe('/mfa page in chromium', { concurrency: false }, () => {
     assert.ok(session?.httpOnly, 'an HttpOnly session cookie')
 
     await new Promise((r) => setTimeout(r, 200)) // let the sidecar's log lines arrive through the host's output
-    assertTokenNeverSent(stack, seen, token, page.url())
+    await assertTokenNeverSent(stack, seen, token, page.url())
     await context.close()
   })
 
@@ -189,8 +195,7 @@ describe('/mfa page in chromium', { concurrency: false }, () => {
     const users = (await json(await fetch(`${stack.url}/authsvc/api/users`, { headers: { Accept: 'application/json', ...bearer(admin) } }))).users
     assert.equal(users.find((u: { username: string }) => u.username === 'carol').mfa_enabled, true, 'MFA is on')
 
-    await new Promise((r) => setTimeout(r, 200))
-    assertTokenNeverSent(stack, seen, token, page.url())
+    await assertTokenNeverSent(stack, seen, token, page.url())
     await context.close()
   })
 })

@@ -8,6 +8,7 @@
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
 import WebSocket from 'ws'
 import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, bearer, json, login, register } from '../helpers/client.js'
@@ -197,7 +198,10 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.ok(tries.length > 600, `${tries.length} tries`)
       assert.equal((await stack.counter()).total, before, 'no host handler ran')
 
-      await new Promise((r) => setTimeout(r, 200)) // let the sidecar's log lines arrive through the host's output
+      // a marker request last: once its log line is in the output, every line before it is too
+      const marker = `log-marker-${randomUUID()}`
+      await (await fetch(`${stack.url}/authsvc/health?${marker}`)).arrayBuffer()
+      assert.ok(await poll(async () => stack.output().includes(marker), 10_000), 'the marker line reached the output')
       assert.equal(stack.output().includes(temp), false, 'the temp token (sent in query strings above) is never logged')
       assert.equal(logoutLines(), logoutsBefore, 'no logout was done for alice with the temp token')
 

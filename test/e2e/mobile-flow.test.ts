@@ -6,9 +6,10 @@
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
+import { randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { AIOHTTP_VERSIONS, destroyStack, startStack, type Stack } from '../helpers/stack.js'
+import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { WsClient, apiToken, json, login, register, tinyGraph } from '../helpers/client.js'
 
 type Channel = 'bearer-token' | 'cookie' | 'query-token' | 'query-access_token'
@@ -130,7 +131,10 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       await fetch(`${stack.url}/queue?token=${token}`)
       await fetch(`${stack.url}/authsvc/api/me?access_token=${token}`)
       await fetch(`${stack.url}/login`, { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ username: 'alice', password: 'correct-horse-battery' }) })
-      await new Promise((r) => setTimeout(r, 200)) // let the sidecar's last lines reach the pipe
+      // a marker request last: once its log line is in the output, every line before it is too
+      const marker = `log-marker-${randomUUID()}`
+      await (await fetch(`${stack.url}/authsvc/health?${marker}`)).arrayBuffer()
+      assert.ok(await poll(async () => stack.output().includes(marker), 10_000), 'the marker line reached the output')
       const output = stack.output()
       assert.ok(output.includes('"msg"'), 'the sidecar did log (the check below has lines to search)')
       for (const secret of [token, token.slice(4), cookie.split('=')[1], 'correct-horse-battery']) {
