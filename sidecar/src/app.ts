@@ -16,6 +16,7 @@ import { credentialState } from './isolation/credential-state.js'
 import { HostFileWatcher } from './isolation/file-watcher.js'
 import { applyHostEvent } from './isolation/host-events.js'
 import { LiveSockets } from './isolation/live-sockets.js'
+import { FilterPool } from './isolation/filter-pool.js'
 import { ModelCache, modelFoldersOf } from './isolation/model-cache.js'
 import { ModelAccess } from './behaviours/models.js'
 import { modelGrantRoutes } from './routes/model-grants.js'
@@ -118,6 +119,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     },
   )
   const watcher = new HostFileWatcher(services.ownership, logger)
+  const filters = new FilterPool()
   // the host's model folders, watched; read by the decision path and the model admin routes
   const modelCache = new ModelCache(logger, services.clock)
   const models = new ModelAccess(modelCache, services.modelGrants)
@@ -135,6 +137,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     host: services.host,
     models,
     workflows: services.workflows,
+    filters,
   })
   const decide = createDecider({
     config: services.config,
@@ -187,6 +190,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     async stop() {
       liveSockets.stop()
       await watcher.close()
+      await filters.close()
       await modelCache.close()
     },
   }

@@ -360,3 +360,41 @@ describe('live WebSockets follow their credential', () => {
     assert.equal(w.sc.built.liveSockets.size, before)
   })
 })
+
+describe('large host answers are edited off the event loop', () => {
+  const entry = (id: string) => `"${id}": {"prompt": [1, "${id}", {"3": {"inputs": {"seed": 18446744073709551615, "text": "${'x'.repeat(2000)}"}}}, {}, []], "outputs": {}}`
+  const ids = Array.from({ length: 400 }, (_, i) => `p${i}`)
+  const history = `{${ids.map(entry).join(', ')}}`
+  const own = new Set(ids.filter((_, i) => i % 3 === 0))
+
+  it('a large history is filtered in the worker, exactly as inline, while the loop stays free', async () => {
+    const { FilterPool, INLINE_BYTES } = await import('../../sidecar/src/isolation/filter-pool.js')
+    const { filterHistory } = await import('../../sidecar/src/isolation/host-json-filters.js')
+    assert.ok(Buffer.byteLength(history) > INLINE_BYTES * 10)
+    const pool = new FilterPool()
+    try {
+      let loopTurned = false
+      setImmediate(() => (loopTurned = true))
+      const out = await pool.history(Buffer.from(history), own, 5, -1)
+      assert.equal(loopTurned, true, 'the event loop ran while the worker filtered')
+      assert.equal(out, filterHistory(history, own, 5, -1))
+      assert.deepEqual(Object.keys(JSON.parse(out) as object), ['p387', 'p390', 'p393', 'p396', 'p399'])
+      assert.match(out, /18446744073709551615/)
+    } finally {
+      await pool.close()
+    }
+  })
+
+  it('a small answer is edited inline (a worker round trip would cost more)', async () => {
+    const { FilterPool } = await import('../../sidecar/src/isolation/filter-pool.js')
+    const pool = new FilterPool()
+    try {
+      let loopTurned = false
+      setImmediate(() => (loopTurned = true))
+      await pool.history(Buffer.from(`{${entry('p0')}}`), own, null, -1)
+      assert.equal(loopTurned, false)
+    } finally {
+      await pool.close()
+    }
+  })
+})

@@ -14,6 +14,7 @@ import type { Ownership } from '../isolation/ownership.js'
 import type { ClientIdBindings } from '../isolation/client-ids.js'
 import type { LiveSockets } from '../isolation/live-sockets.js'
 import type { WorkflowStore } from '../isolation/workflow-store.js'
+import type { FilterPool } from '../isolation/filter-pool.js'
 import type {
   Decision,
   FilterAnswer,
@@ -33,6 +34,8 @@ export interface BehaviourDeps {
   liveSockets: LiveSockets
   host: { facts: HostFacts }
   workflows: WorkflowStore
+  /** where large host answers are edited (off the event loop) */
+  filters: FilterPool
 }
 
 /** The owner key of a principal: a user by id; a guest session by its session; an anonymous role by the role. */
