@@ -47,6 +47,15 @@ export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour {
       const rel = dir === '' ? null : userRelative(dir)
       if (rel === null || !inWorkflows(rel)) return pass
       const ctx = { kind: 'userdata-list', owner, seesAll, rel, host_user: hostUserOf(principal), recurse: isTrue(query.get('recurse')), full_info: isTrue(query.get('full_info')), split: isTrue(query.get('split')) }
+      // The caller has no such folder of their own (a new user): the host would answer 404, and
+      // the plugin filters only 2xx answers, so the shared list is answered here.
+      const ownDir = deps.workflows.file(hostUserOf(principal), rel)
+      if (ownDir !== null && !deps.workflows.exists(ownDir)) {
+        const sharedDir = deps.workflows.file(SHARED_HOST_USER, rel)
+        const shared = sharedDir === null ? [] : listFiles(sharedDir, ctx.recurse)
+        if (shared.length === 0) return pass // the host answers its own 404
+        return jsonDecision(200, shared.map((f) => shaped(f, ctx.full_info, ctx.split)))
+      }
       return { ...pass, filter: { name: 'userdata', ctx } }
     },
     filter(ctx, msg, payload) {
@@ -78,6 +87,15 @@ export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour {
       const raw = new URLSearchParams(desc.query).get('path') ?? ''
       const rel = raw === '' ? null : userRelative(unquoteOnce(raw)) // the v2 route unquotes once more itself
       if (rel === null || !inWorkflows(rel)) return pass
+      // no such folder of the caller's own: the host's 404 is never filtered (2xx only), so the
+      // shared entries are answered here
+      const ownDir = deps.workflows.file(hostUserOf(principal), rel)
+      const sharedRoot = deps.workflows.root(SHARED_HOST_USER)
+      const sharedDir = deps.workflows.file(SHARED_HOST_USER, rel)
+      if (ownDir !== null && !deps.workflows.exists(ownDir)) {
+        if (sharedRoot === null || sharedDir === null || !deps.workflows.exists(sharedDir)) return pass // the host's own 404
+        return jsonDecision(200, listV2(resolve(sharedRoot), sharedDir).sort(sortV2))
+      }
       return { ...pass, filter: { name: 'userdata-v2', ctx: { kind: 'userdata-list-v2', owner, seesAll, rel, host_user: hostUserOf(principal) } } }
     },
     filter(ctx, msg, payload) {
