@@ -297,7 +297,7 @@ class Gate:
         text = (reason if isinstance(reason, str) else "")[:120].encode("utf-8")
         for tag in tags:
             for ws in list(self._sockets.get(str(tag), ())):
-                asyncio.ensure_future(ws.close(code=code, message=text))
+                asyncio.ensure_future(_close_socket(ws, code, text))
 
     async def _proxy(self, request: web.Request) -> web.StreamResponse:
         session = self._proxy_session
@@ -340,6 +340,19 @@ class Gate:
     async def close(self, _app: Any = None) -> None:
         if self._proxy_session is not None:
             await self._proxy_session.close()
+
+
+async def _close_socket(ws: web.WebSocketResponse, code: int, message: bytes) -> None:
+    """Closes with our code on every aiohttp version: on 3.8 ``close()`` first wakes the handler,
+    whose return makes aiohttp close the socket with 1000 before our code is sent, so the close
+    frame goes out first through the socket's writer (present, with this signature, in 3.8-3.13)."""
+    writer = getattr(ws, "_writer", None)
+    try:
+        if writer is not None and not ws.closed:
+            await writer.close(code, message)
+        await ws.close(code=code, message=message)
+    except (ConnectionError, RuntimeError):
+        pass  # the client went away first: the socket is closed either way
 
 
 # No answer, or an answer of the wrong shape: either way there is no decision, so refuse.

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
+import importlib
 import importlib.util
 import inspect
 import itertools
@@ -126,6 +127,16 @@ class Split:
     pieces: int = 3
 
 
+def plugin_module(name: str) -> types.ModuleType:
+    """A host-plugin submodule, without running the package's install-into-ComfyUI side effect."""
+    package = "authsvc_plugin_modules"
+    if package not in sys.modules:
+        module = types.ModuleType(package)
+        module.__path__ = [os.path.join(ROOT, "host-plugin")]  # type: ignore[attr-defined]
+        sys.modules[package] = module
+    return importlib.import_module(f"{package}.{name}")
+
+
 def plugin_bug(reason: str) -> Callable[[Any], Any]:
     """Marks a test that fails because of a known bug in host-plugin/ (see the reason).
 
@@ -190,6 +201,11 @@ class FakeSidecar:
     @property
     def listening(self) -> bool:
         return self._server is not None
+
+    def push(self, message: dict) -> None:
+        """An unasked message (close_ws) on every open connection, as the sidecar sends it."""
+        for writer in list(self.open_connections):
+            writer.write(encode_frame(message))
 
     # -- views of what was received
     def of_type(self, kind: str) -> list[dict]:
@@ -541,7 +557,17 @@ class Host:
         r.add_get("/forbidden", forbidden_json)
         r.add_get("/raises", raises_404)
         r.add_get("/echo/{n}", echo)
+        async def upload_form(request: web.Request) -> web.Response:
+            # ComfyUI's way: request.post() (the gate may have parsed the form already: aiohttp reuses it)
+            post = await request.post()
+            image = post.get("image")
+            data = image.file.read() if image is not None and hasattr(image, "file") else b""
+            self._saw("upload_form", request, size=len(data))
+            return web.json_response({"name": getattr(image, "filename", None), "type": post.get("type"),
+                                      "sha256": hashlib.sha256(data).hexdigest(), "size": len(data)})
+
         r.add_post("/upload/image", upload)
+        r.add_post("/upload/mask", upload_form)
         r.add_static("/extensions/demo", self.static_dir)
 
         internal = web.Application()

@@ -16,17 +16,12 @@ import unittest
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
+from .support import plugin_module
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _plugin_module(name: str) -> types.ModuleType:
-    """A host-plugin submodule, without running the package's install-into-ComfyUI side effect."""
-    package = "authsvc_vectors_plugin"
-    if package not in sys.modules:
-        module = types.ModuleType(package)
-        module.__path__ = [os.path.join(ROOT, "host-plugin")]  # type: ignore[attr-defined]
-        sys.modules[package] = module
-    return importlib.import_module(f"{package}.{name}")
+_plugin_module = plugin_module
 
 
 async def _handler(request: web.Request) -> web.Response:

@@ -1,0 +1,148 @@
+"""Protocol v2 mechanisms of the plugin (issue 8): the form step, raw body payloads,
+WebSockets the sidecar closes, host events, and one log line per outage, not per request."""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import threading
+import types
+
+import aiohttp
+
+from .support import LOGS, PluginCase, assert_unavailable, pattern_block, plugin_module
+
+
+def script(decide: dict, **steps: dict):
+    def answer(msg: dict) -> dict:
+        if msg["type"] == "decide":
+            return decide
+        if msg["type"] in steps:
+            return steps[msg["type"]]
+        raise AssertionError(f"unexpected message {msg}")
+
+    return answer
+
+
+class FormStep(PluginCase):
+    def _form(self, data: bytes) -> aiohttp.FormData:
+        form = aiohttp.FormData()
+        form.add_field("type", "input")
+        form.add_field("overwrite", "true")
+        form.add_field("image", data, filename="cat.png", content_type="image/png")
+        return form
+
+    async def test_the_handler_reuses_the_form_the_gate_parsed(self) -> None:
+        s = await self.start(script({"action": "pass", "need_form": {"ctx": {"kind": "upload-mask"}}}, form={"action": "pass"}))
+        data = pattern_block(3, 300_000)
+        status, _, body = await s.request("POST", "/upload/mask", data=self._form(data))
+        self.assertEqual(status, 200, body)
+        answer = json.loads(body)
+        self.assertEqual(answer["sha256"], hashlib.sha256(data).hexdigest(), "the handler read the whole file")
+        self.assertEqual(answer["type"], "input")
+        form = s.fake.of_type("form")[0]
+        self.assertEqual(form["fields"], {"type": "input", "overwrite": "true"})
+        self.assertEqual(form["files"], {"image": "cat.png"}, "the sidecar sees file names, never contents")
+
+    async def test_a_refused_form_never_reaches_the_handler(self) -> None:
+        s = await self.start(script({"action": "pass", "need_form": {"ctx": None}},
+                                    form={"action": "respond", "status": 403, "body_text": '{"code":"NOT_OWNER"}'}))
+        status, _, body = await s.request("POST", "/upload/mask", data=self._form(b"x"))
+        self.assertEqual(status, 403)
+        self.assertNotIn("upload_form", s.host.seen)
+
+
+class BodyPayload(PluginCase):
+    async def test_the_replacement_body_reaches_the_host_byte_for_byte(self) -> None:
+        replacement = '{"prompt": {"3": {"inputs": {"seed": 18446744073709551615, "f": 1e400, "t": "caf\\u00e9"}}}, "prompt_id": "p9"}'
+        s = await self.start(script({"action": "pass", "need_body": {"max_bytes": 65536, "ctx": {"kind": "prompt"}}},
+                                    body={"action": "pass", "body_text": replacement}))
+        sent = b'{"prompt": {"3": {"inputs": {"seed": 18446744073709551615}}}}'
+        status, _, body = await s.request("POST", "/prompt", data=sent, headers={"Content-Type": "application/json"})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(s.fake.of_type("body")[0]["body_bytes"], sent, "the sidecar got the client's bytes")
+        self.assertEqual(s.host.seen["prompt_post"]["body"]["prompt"]["3"]["inputs"]["seed"], 18446744073709551615)
+        self.assertEqual(s.host.seen["prompt_post"]["body"]["prompt"]["3"]["inputs"]["t"], "caf\u00e9")
+
+
+class ClosingSockets(PluginCase):
+    async def test_close_ws_closes_exactly_the_tagged_socket_and_the_sidecar_hears_it_closed(self) -> None:
+        tags = iter(["tag-a", "tag-b"])
+        s = await self.start(lambda msg: {"action": "pass", "ws_tag": next(tags)} if msg["type"] == "decide" else None)
+        url = s.url.replace("http", "ws") + "/ws"
+        a = await s.session.ws_connect(url)
+        b = await s.session.ws_connect(url)
+        await a.receive_json()
+        await b.receive_json()
+        s.fake.push({"type": "close_ws", "tags": ["tag-a"], "code": 4401, "reason": "session ended"})
+        closing = await asyncio.wait_for(a.receive(), 5)
+        self.assertEqual(closing.type, aiohttp.WSMsgType.CLOSE)
+        self.assertEqual(closing.data, 4401, "the close code the sidecar chose")
+        await b.send_str("still here")
+        self.assertEqual((await asyncio.wait_for(b.receive(), 5)).data, "echo:still here", "the other socket is untouched")
+        await a.close()
+        deadline = asyncio.get_running_loop().time() + 5
+        while not any(e["name"] == "ws_closed" and e["data"]["tag"] == "tag-a" for e in s.fake.events):
+            self.assertLess(asyncio.get_running_loop().time(), deadline, "no ws_closed event for tag-a")
+            await asyncio.sleep(0.02)
+        await b.close()
+
+    async def test_a_malformed_close_ws_is_ignored_and_logged(self) -> None:
+        s = await self.start(lambda msg: {"action": "pass", "ws_tag": "t"} if msg["type"] == "decide" else None)
+        ws = await s.session.ws_connect(s.url.replace("http", "ws") + "/ws")
+        await ws.receive_json()
+        s.fake.push({"type": "close_ws", "tags": "t", "code": 1000})
+        s.fake.push({"type": "close_ws", "tags": ["t"], "code": 1000})
+        deadline = asyncio.get_running_loop().time() + 5
+        while len(LOGS.lines(logging.ERROR, "malformed close_ws")) < 2:
+            self.assertLess(asyncio.get_running_loop().time(), deadline)
+            await asyncio.sleep(0.02)
+        await ws.send_str("x")
+        self.assertEqual((await asyncio.wait_for(ws.receive(), 5)).data, "echo:x")
+        await ws.close()
+
+
+class HostEventsFromTheExecutorThread(PluginCase):
+    async def test_send_sync_from_another_thread_reaches_the_sidecar_and_the_host_unchanged(self) -> None:
+        host_events = plugin_module("host_events")
+        loop = asyncio.get_running_loop()
+        delivered: list[tuple] = []
+        sent: list[dict] = []
+        server = types.SimpleNamespace(loop=loop)
+        server.send_sync = lambda event, data, sid=None: delivered.append((event, data, sid))
+        events = host_events.HostEvents(sent.append)
+        events.install(server)
+
+        def executor() -> None:
+            server.send_sync("execution_start", {"prompt_id": "p1", "timestamp": 1}, "client-1")
+            server.send_sync("executed", {"node": "9", "output": {"images": [{"filename": "a.png", "subfolder": "", "type": "output"}]}, "prompt_id": "p1"}, "client-1")
+            server.send_sync("progress", {"value": 1, "max": 2}, "client-1")
+            server.send_sync("execution_success", {"prompt_id": "p1", "timestamp": 2}, "client-1")
+
+        thread = threading.Thread(target=executor)
+        thread.start()
+        thread.join()
+        deadline = loop.time() + 5
+        while len(sent) < 3:
+            self.assertLess(loop.time(), deadline)
+            await asyncio.sleep(0.01)
+        self.assertEqual([m["name"] for m in sent], ["execution_start", "executed", "execution_end"])
+        self.assertEqual(sent[2]["data"], {"prompt_id": "p1", "status": "success"})
+        self.assertLessEqual(sent[0]["t"], sent[2]["t"])
+        self.assertEqual([d[0] for d in delivered], ["execution_start", "executed", "progress", "execution_success"],
+                         "the host's own messages are all delivered, unchanged")
+        self.assertEqual(events.hello_fields(), {"running": []})
+
+
+class QuietOutage(PluginCase):
+    async def test_an_outage_under_load_logs_its_cause_once_and_counts_the_rest(self) -> None:
+        s = await self.start(lambda msg: {"action": "pass"})
+        await s.fake.stop()
+        LOGS.records.clear()
+        for _ in range(200):
+            status, _, body = await s.get("/prompt")
+            assert_unavailable(self, status, body)
+        refusals = LOGS.lines(logging.WARNING, "refus")
+        self.assertGreaterEqual(len(refusals), 1)
+        self.assertLessEqual(len(refusals), 3, f"one line per request is a disk filler: {len(refusals)} lines")
