@@ -276,6 +276,8 @@ describe('model lists for a principal without can_view_all_comfyui_items', () =>
     ['api twin of view_metadata', { path: '/api/view_metadata/checkpoints', pattern: '/api/view_metadata/{folder_name}', match_info: { folder_name: 'checkpoints' }, query: 'filename=secret.safetensors' }, 404],
     ['preview of a granted item', { path: '/experiment/models/preview/checkpoints/0/granted.safetensors', pattern: '/experiment/models/preview/{folder}/{path_index}/{filename}', match_info: { folder: 'checkpoints', path_index: '0', filename: 'granted.safetensors' } }, 'pass'],
     ['preview of an item not granted', { path: '/experiment/models/preview/checkpoints/0/secret.safetensors', pattern: '/experiment/models/preview/{folder}/{path_index}/{filename}', match_info: { folder: 'checkpoints', path_index: '0', filename: 'secret.safetensors' } }, 404],
+    ['preview with a path index the folder does not have', { path: '/experiment/models/preview/checkpoints/1/granted.safetensors', pattern: '/experiment/models/preview/{folder}/{path_index}/{filename}', match_info: { folder: 'checkpoints', path_index: '1', filename: 'granted.safetensors' } }, 404],
+    ['preview with a path index that is no number (the host would fail with a 500)', { path: '/experiment/models/preview/checkpoints/x/granted.safetensors', pattern: '/experiment/models/preview/{folder}/{path_index}/{filename}', match_info: { folder: 'checkpoints', path_index: 'x', filename: 'granted.safetensors' } }, 404],
     ['preview through ./', { path: '/experiment/models/preview/checkpoints/0/./secret.safetensors', pattern: '/experiment/models/preview/{folder}/{path_index}/{filename}', match_info: { folder: 'checkpoints', path_index: '0', filename: './secret.safetensors' } }, 404],
   ]
   for (const [label, o, want] of FILE_ROWS) {
@@ -297,11 +299,13 @@ describe('model lists for a principal without can_view_all_comfyui_items', () =>
       '{"CheckpointLoaderSimple": {"input": {"required": {"ckpt_name": [["granted.safetensors", "secret.safetensors", "sub/deep.safetensors"], {"tooltip": "x"}]}}, "output": ["MODEL"]}, ' +
       '"VAELoader": {"input": {"required": {"vae_name": [["plain.safetensors", "pixel_space"]]}}}, ' +
       '"V3Loader": {"input": {"required": {"lora": ["COMBO", {"options": ["other.safetensors", "style.safetensors"], "default": "other.safetensors"}]}}}, ' +
+      '"UnreportedLoader": {"input": {"optional": {"m": [["None", "mine.ckpt", "theirs.ckpt"]]}}}, ' +
       '"KSampler": {"input": {"required": {"seed": ["INT", {"default": 0, "min": 0, "max": 18446744073709551615}], "sampler_name": [["euler", "secret.safetensors"]]}}}}'
     const want =
       '{"CheckpointLoaderSimple": {"input": {"required": {"ckpt_name": [["granted.safetensors"], {"tooltip": "x"}]}}, "output": ["MODEL"]}, ' +
       '"VAELoader": {"input": {"required": {"vae_name": [["pixel_space"]]}}}, ' +
-      '"V3Loader": {"input": {"required": {"lora": ["COMBO", {"options": ["style.safetensors"], "default": "other.safetensors"}]}}}, ' +
+      '"V3Loader": {"input": {"required": {"lora": ["COMBO", {"options": ["style.safetensors"], "default": "style.safetensors"}]}}}, ' +
+      '"UnreportedLoader": {"input": {"optional": {"m": [["None", "mine.ckpt"]]}}}, ' +
       '"KSampler": {"input": {"required": {"seed": ["INT", {"default": 0, "min": 0, "max": 18446744073709551615}], "sampler_name": [["euler", "secret.safetensors"]]}}}}'
     for (const path of ['/object_info', '/object_info/CheckpointLoaderSimple']) {
       const o = { path, pattern: path === '/object_info' ? '/object_info' : '/object_info/{node_class}' }

@@ -65,6 +65,8 @@ export class ModelAccess {
   /** grows when the host facts change (cache keys) */
   factsVersion = 0
   private readonly views = new Map<string, ModelView>()
+  /** every cached item by its host path → [folder, item]; rebuilt when the cache or the facts change */
+  private index: { key: string; byPath: Map<string, Array<[string, string]>> } = { key: '', byPath: new Map() }
 
   constructor(
     readonly cache: ModelCache,
@@ -171,29 +173,39 @@ export class ModelAccess {
     return denyDecision('MODEL_NOT_ALLOWED', `Model not allowed: ${[...refused].sort().join(', ')}`)
   }
 
+  /** The cached items by host path, built once per cache and facts version (a prompt costs lookups, not scans). */
+  private itemsByPath(): Map<string, Array<[string, string]>> {
+    const key = `${this.cache.version}:${this.factsVersion}`
+    if (this.index.key !== key) {
+      const byPath = new Map<string, Array<[string, string]>>()
+      for (const folder of this.cache.folderNames()) {
+        for (const item of this.cache.list(folder) ?? []) {
+          const p = this.hostPath(item)
+          const found = byPath.get(p)
+          if (found) found.push([folder, item])
+          else byPath.set(p, [[folder, item]])
+        }
+      }
+      this.index = { key, byPath }
+    }
+    return this.index.byPath
+  }
+
   /** Folders with an item the host would resolve `value` to. */
   private foldersNaming(value: string): string[] {
     if (value === '' || value.length > 4096) return []
-    const exact = this.cache.foldersHolding(value)
-    if (!this.rules.backslashIsSeparator && !this.rules.caseInsensitive && !value.includes('..') && !value.includes('//') && !value.startsWith('/')) return exact
-    const want = this.hostPath(value)
-    const out = new Set(exact)
-    for (const folder of this.cache.folderNames()) {
-      for (const item of this.cache.list(folder) ?? []) if (this.hostPath(item) === want) out.add(folder)
-    }
-    return [...out]
+    return [...new Set((this.itemsByPath().get(this.hostPath(value)) ?? []).map(([folder]) => folder))]
   }
 
-  /** Embedding items that an `embedding:name` in this text would load. */
+  /** Embedding items that an `embedding:name` in this text would load (the name as given, or with an extension the host tries). */
   private embeddingsNamed(text: string): string[] {
     if (!text.includes('embedding:')) return []
-    const items = this.cache.list('embeddings') ?? []
+    const byPath = this.itemsByPath()
     const out: string[] = []
     for (const m of text.matchAll(EMBEDDING)) {
       const want = this.hostPath(m[1])
-      for (const item of items) {
-        const p = this.hostPath(item)
-        if (p === want || EMBEDDING_EXTENSIONS.some((e) => p === want + e)) out.push(item)
+      for (const candidate of [want, ...EMBEDDING_EXTENSIONS.map((e) => want + e)]) {
+        for (const [folder, item] of byPath.get(candidate) ?? []) if (folder === 'embeddings') out.push(item)
       }
     }
     return out
@@ -281,6 +293,10 @@ export function modelFileBehaviour(deps: ModelDeps): RouteBehaviour {
       const filename = desc.match_info.filename ?? new URLSearchParams(desc.query).get('filename')
       // without a name the host answers 404 itself; with one, it must be granted
       if (folder === undefined || filename === null || filename === undefined) return HOST_MISSING
+      // the preview's folder path index: the host fails with a 500 on a bad one; a limited caller gets the missing answer
+      const index = desc.match_info.path_index
+      const paths = deps.models.cache.folder(deps.models.folderOf(folder))?.paths.length ?? 0
+      if (index !== undefined && !(/^\d{1,4}$/.test(index) && Number(index) < paths)) return HOST_MISSING
       return deps.models.viewFor(principal.userId).allows(folder, filename) ? pass : HOST_MISSING
     },
   }
@@ -310,11 +326,9 @@ export function objectInfoModelKeep(
   // not reported by the host (a node that read its list before the facts were taken): a list
   // holding every item of a non-empty folder is that folder's list
   const cache = deps.models.cache
-  const offered = new Set(options)
-  const folders = cache.folderNames().filter((f) => {
-    const items = cache.list(f) ?? []
-    return items.length > 0 && items.every((i) => offered.has(i))
-  })
+  const seen = new Map<string, number>()
+  for (const option of new Set(options)) for (const f of cache.foldersHolding(option)) seen.set(f, (seen.get(f) ?? 0) + 1)
+  const folders = [...seen].filter(([f, n]) => n === cache.size(f)).map(([f]) => f)
   if (folders.length === 0) return null
   return (name) => !folders.some((f) => cache.has(f, name)) || folders.some((f) => view.allows(f, name))
 }

@@ -32,6 +32,8 @@ interface FileList {
   input: string
   /** the host marks it `*_upload`: a list of input files */
   upload: boolean
+  /** where the input's string `default` sits, if it has one (it may name an entry the caller must not see) */
+  default?: { start: number; end: number; name: string }
 }
 
 interface Layout {
@@ -63,7 +65,9 @@ function listsOfClass(text: string, cls: string, classStart: number, out: FileLi
           const value = JSON.parse(raw) as unknown
           return { name: typeof value === 'string' ? value : '', raw }
         })
-        out.push({ start: options.start, end: options.end, entries, cls, input: input.key, upload })
+        const def = configMembers.find((m) => m.key === 'default' && text[m.valueStart] === '"')
+        const defaultSpan = def ? { start: def.valueStart, end: def.valueEnd, name: JSON.parse(text.slice(def.valueStart, def.valueEnd)) as string } : undefined
+        out.push({ start: options.start, end: options.end, entries, cls, input: input.key, upload, default: defaultSpan })
       }
     }
   }
@@ -114,6 +118,10 @@ export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehav
           if (fileOk === null && modelOk === null) continue
           const kept = list.entries.filter((e) => (fileOk === null || fileOk(e.name)) && (modelOk === null || modelOk(e.name)))
           if (kept.length !== list.entries.length) splices.push({ start: list.start, end: list.end, text: `[${kept.map((e) => e.raw).join(', ')}]` })
+          // a default that was taken out of the list becomes the first entry left
+          if (list.default && list.entries.some((e) => e.name === list.default!.name) && !kept.some((e) => e.name === list.default!.name)) {
+            splices.push({ start: list.default.start, end: list.default.end, text: kept[0]?.raw ?? '""' })
+          }
         }
         edit = remember(edits, editKey, splices.length === 0 ? 'keep' : Buffer.from(applySplices(layout.text, splices), 'utf8'), EDITS_KEPT)
       }

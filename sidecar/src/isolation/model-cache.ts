@@ -139,6 +139,11 @@ export class ModelCache {
     return [...(this.items.get(folder)?.keys() ?? [])].sort()
   }
 
+  /** How many items the folder has (0 for an unknown folder). */
+  size(folder: string): number {
+    return this.items.get(folder)?.size ?? 0
+  }
+
   has(folder: string, item: string): boolean {
     return this.items.get(folder)?.has(item) === true
   }
