@@ -205,6 +205,7 @@ for (const mode of MODES) {
         ['alice', 'workflows/alice-flow.json', '{"owner":"alice"}'],
         ['alice', 'workflows/sub/nested.json', '{"owner":"alice","nested":true}'],
         ['alice', 'workflows/clash.json', '{"from":"alice"}'],
+        ['alice', 'workflows/team/own-team.json', '{"owner":"alice","folder":"team"}'],
         ['bob', 'workflows/bob-flow.json', '{"owner":"bob"}'],
         ['bob', 'workflows/clash.json', '{"from":"bob, longer than the others"}'],
       ]
@@ -222,7 +223,7 @@ for (const mode of MODES) {
       // overwrite=false on an existing own file: the host's 409
       const again = await call('alice', 'POST', `/userdata/${enc('workflows/alice-flow.json')}?overwrite=false`, { body: '{}' })
       assert.equal(again.status, 409, again.text)
-      assert.deepEqual(tree(own('alice', 'workflows')), ['alice-flow.json', 'clash.json', 'sub/nested.json', 'twin.json'])
+      assert.deepEqual(tree(own('alice', 'workflows')), ['alice-flow.json', 'clash.json', 'sub/nested.json', 'team/own-team.json', 'twin.json'])
       assert.deepEqual(tree(own('bob', 'workflows')), ['bob-flow.json', 'clash.json'])
       // the shared set is untouched by users' saves
       assert.deepEqual(tree(shared('workflows')), ['.hidden.json', 'clash.json', 'doomed.json', 'legacy.json', 'team/brief.json'])
@@ -230,7 +231,7 @@ for (const mode of MODES) {
     })
 
     it('lists own + shared in every host shape (plain, recurse, full_info, split, /v2), own winning, never the other user\'s', async () => {
-      const aliceAll = ['alice-flow.json', 'clash.json', 'doomed.json', 'legacy.json', 'sub/nested.json', 'team/brief.json', 'twin.json']
+      const aliceAll = ['alice-flow.json', 'clash.json', 'doomed.json', 'legacy.json', 'sub/nested.json', 'team/brief.json', 'team/own-team.json', 'twin.json']
       const bobAll = ['bob-flow.json', 'clash.json', 'doomed.json', 'legacy.json', 'team/brief.json']
       assert.deepEqual(sorted(await list('alice')), ['alice-flow.json', 'clash.json', 'doomed.json', 'legacy.json', 'twin.json'])
       assert.deepEqual(sorted(await list('bob')), ['bob-flow.json', 'clash.json', 'doomed.json', 'legacy.json'])
@@ -255,10 +256,17 @@ for (const mode of MODES) {
       for (const e of split) assert.deepEqual(e, [e[0], ...e[0].split('/')])
       // a subfolder of the shared set, and of one's own
       assert.deepEqual((await call('bob', 'GET', '/userdata?dir=workflows%2Fteam')).json(), ['brief.json'])
+      // a folder both alice and the shared set have: merged, own entries first as the host lists them
+      assert.deepEqual((await call('alice', 'GET', '/userdata?dir=workflows%2Fteam')).json(), ['own-team.json', 'brief.json'])
+      // the /api twins answer the same
+      assert.deepEqual(sorted((await call('alice', 'GET', '/api/userdata?dir=workflows&recurse=true')).json()), aliceAll)
+      const apiV2 = await call('bob', 'GET', '/api/v2/userdata?path=workflows%2Fteam')
+      assert.equal(apiV2.status, 200, apiV2.text)
+      assert.deepEqual(apiV2.json().map((e: any) => e.path), ['workflows/team/brief.json'])
       assert.deepEqual((await call('alice', 'GET', '/userdata?dir=workflows/sub')).json(), ['nested.json'])
       assert.equal((await call('bob', 'GET', '/userdata?dir=workflows/sub')).status, 404)
       // /v2: entries relative to the user root, folders first, then names without case; hidden files listed as os.walk does
-      for (const [who, mine] of [['alice', ['workflows/alice-flow.json', 'workflows/sub', 'workflows/sub/nested.json', 'workflows/twin.json']], ['bob', ['workflows/bob-flow.json']]] as const) {
+      for (const [who, mine] of [['alice', ['workflows/alice-flow.json', 'workflows/sub', 'workflows/sub/nested.json', 'workflows/team/own-team.json', 'workflows/twin.json']], ['bob', ['workflows/bob-flow.json']]] as const) {
         const res = await call(who, 'GET', '/v2/userdata?path=workflows')
         assert.equal(res.status, 200, res.text)
         const entries: any[] = res.json()
@@ -276,7 +284,7 @@ for (const mode of MODES) {
       }
       const v2team = await call('alice', 'GET', '/v2/userdata?path=workflows%2Fteam')
       assert.equal(v2team.status, 200, v2team.text)
-      assert.deepEqual(v2team.json().map((e: any) => e.path), ['workflows/team/brief.json'])
+      assert.deepEqual(v2team.json().map((e: any) => e.path), ['workflows/team/brief.json', 'workflows/team/own-team.json'])
     })
 
     it('loads own first, then shared; never the other user\'s', async () => {
@@ -320,7 +328,7 @@ for (const mode of MODES) {
       assert.equal((await call('alice', 'GET', `/userdata/${enc('workflows/clash.json')}`)).text, SHARED_CLASH)
       assert.equal((await call('bob', 'GET', `/userdata/${enc('workflows/clash.json')}`)).text, '{"from":"bob, longer than the others"}')
       assert.equal(readFileSync(shared('workflows', 'clash.json'), 'utf8'), SHARED_CLASH)
-      assert.deepEqual(tree(own('alice', 'workflows')), ['sub/nested.json', 'twin.json'])
+      assert.deepEqual(tree(own('alice', 'workflows')), ['sub/nested.json', 'team/own-team.json', 'twin.json'])
       assert.deepEqual(tree(own('bob', 'workflows')), ['bob-renamed.json', 'clash.json'])
     })
 
@@ -374,8 +382,17 @@ for (const mode of MODES) {
       assert.equal(readFileSync(shared('workflows', 'doomed.json'), 'utf8'), DOOMED)
       assert.equal(readFileSync(shared('workflows', 'team', 'brief.json'), 'utf8'), BRIEF)
       assert.equal(existsSync(own('alice', 'workflows', 'mine.json')), false)
+      denied(await call('bob', 'POST', `/api/userdata/${enc('workflows/team/brief.json')}/move/${enc('workflows/brief.json')}`), 403, 'WORKFLOW_DENIED', 'bob moves a shared workflow (/api)')
       const userPublish = await call('alice', 'POST', '/authsvc/api/workflows/publish', { body: { filename: 'twin.json' } })
-      assert.equal(userPublish.status, 403, userPublish.text)
+      denied(userPublish, 403, 'ADMIN_REQUIRED', 'alice publishes')
+      // saving under a shared name writes the caller's own copy, which wins for them alone
+      assert.equal((await call('bob', 'POST', `/userdata/${enc('workflows/legacy.json')}`, { body: '{"bob":"legacy"}' })).status, 200)
+      assert.equal(readFileSync(shared('workflows', 'legacy.json'), 'utf8'), LEGACY)
+      assert.equal((await call('bob', 'GET', `/userdata/${enc('workflows/legacy.json')}`)).text, '{"bob":"legacy"}')
+      assert.equal((await call('alice', 'GET', `/userdata/${enc('workflows/legacy.json')}`)).text, LEGACY)
+      assert.equal((await list('bob')).filter((f) => f === 'legacy.json').length, 1)
+      assert.equal((await call('bob', 'DELETE', `/userdata/${enc('workflows/legacy.json')}`)).status, 204)
+      assert.equal(readFileSync(shared('workflows', 'legacy.json'), 'utf8'), LEGACY)
       assert.equal(existsSync(shared('workflows', 'twin.json')), false)
       // the admin saves one of their own and publishes it
       assert.equal((await call('root', 'POST', `/userdata/${enc('workflows/house-style.json')}`, { body: '{"house":"style"}' })).status, 200)
@@ -598,6 +615,14 @@ for (const mode of MODES) {
       const anonymous = await send(host.url, 'GET', '/api/cpe/workflow/list')
       assert.equal(anonymous.status, 401, anonymous.text)
       assert.equal((await send(host.url, 'POST', '/api/cpe/workflow/save', { body: { workflow: {} } })).status, 401)
+    })
+
+    it('ComfyUI\'s users.json names every user the gate passed to the host, by user id, and no one else', async () => {
+      const users = JSON.parse(readFileSync(join(host.userDir, 'users.json'), 'utf8'))
+      const expected: Record<string, string> = Object.fromEntries(Object.keys(token).map((who) => [id[who], who]))
+      // without --multi-user ComfyUI starts from its single user, `default`
+      if (!mode.multiUser) expected.default = 'default'
+      assert.deepEqual(users, expected)
     })
   })
 }
