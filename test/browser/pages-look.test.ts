@@ -120,6 +120,17 @@ describe('every page: screenshots, axe, CSP', { concurrency: false }, () => {
     await onward.waitForURL(`${stack.url}/login?next=%2Fsomewhere`)
     await onward.close()
 
+    // pages that need a session send an anonymous browser to the login page, and back after it
+    const probe = await anon.newPage()
+    for (const path of ['/authsvc/account', '/authsvc/admin', '/api/authsvc/admin']) {
+      await probe.goto(`${stack.url}${path}`)
+      await probe.waitForURL(`${stack.url}/login?next=${encodeURIComponent(path)}`)
+    }
+    const twin = await probe.goto(`${stack.url}/api/authsvc/generate_token`)
+    assert.equal(twin?.status(), 200, 'the /api/authsvc twin of a page is the same page')
+    await probe.locator('#token-form').waitFor()
+    await probe.close()
+
     const mfa = await open(anon, '/mfa', '#nothing:not([hidden])')
     shots.push(...(await shootAndCheck(mfa, 'mfa-signed-out')))
     await mfa.close()
