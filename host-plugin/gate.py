@@ -77,6 +77,62 @@ def describe(request: web.Request) -> dict[str, Any]:
     }
 
 
+class MalformedAnswer(Unavailable):
+    """The sidecar answered something of the wrong shape: no decision, so the request is refused."""
+
+
+_STEP_ACTIONS = {
+    "decide": ("pass", "respond", "proxy"),
+    "body": ("pass", "respond"),
+    "form": ("pass", "respond"),
+    "filter": ("keep", "replace", "respond"),
+}
+
+
+def _is_str_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_pair_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in value)
+
+
+def checked(answer: dict[str, Any], step: str) -> dict[str, Any]:
+    """The sidecar's answer to one step, once its shape is right; MalformedAnswer otherwise.
+
+    Everything the gate later reads from an answer is checked here, at the boundary, so an
+    exception after this point is a bug of the plugin's own, and is logged as one."""
+    action = answer.get("action")
+    if action not in _STEP_ACTIONS[step]:
+        raise MalformedAnswer(f"{step}: unknown action {action!r}")
+    if action == "respond":
+        status = answer.get("status")
+        if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
+            raise MalformedAnswer(f"{step}: respond without a valid status")
+        headers = answer.get("headers")
+        if headers is not None and not _is_str_map(headers) and not _is_pair_list(headers):
+            raise MalformedAnswer(f"{step}: respond headers must be [name, value] pairs")
+        if "body_text" in answer and not isinstance(answer["body_text"], str):
+            raise MalformedAnswer(f"{step}: body_text must be a string")
+    elif action == "pass":
+        for key, ok in (("set_headers", _is_str_map), ("strip_headers", _is_str_list), ("drop_query", _is_str_list)):
+            if key in answer and not ok(answer[key]):
+                raise MalformedAnswer(f"{step}: {key} has the wrong shape")
+        need_body = answer.get("need_body")
+        if need_body is not None and not (isinstance(need_body, dict) and isinstance(need_body.get("max_bytes"), int)):
+            raise MalformedAnswer(f"{step}: need_body needs max_bytes")
+        for key in ("need_form", "filter", "host_user"):
+            if answer.get(key) is not None and not isinstance(answer[key], dict):
+                raise MalformedAnswer(f"{step}: {key} must be an object")
+        if "ws_tag" in answer and not isinstance(answer["ws_tag"], str):
+            raise MalformedAnswer(f"{step}: ws_tag must be a string")
+    return answer
+
+
 def respond(decision: dict[str, Any]) -> web.Response:
     headers = CIMultiDict()
     raw_headers = decision.get("headers") or {}
@@ -116,7 +172,7 @@ class Gate:
 
     async def handle(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            decision = await self.client.call(describe(request))
+            decision = checked(await self.client.call(describe(request)), "decide")
             if REFUSALS.cause is not None:
                 REFUSALS.recovered()
             action = decision.get("action")
@@ -124,15 +180,17 @@ class Gate:
                 return self._stamped(respond(decision))
             if action == "proxy":
                 return await self._proxy(request)
-            if action != "pass":
-                log.error("authsvc: sidecar answered an unknown action %r; refusing", action)
-                return self._stamped(unavailable_response())
             if decision.get("need_body") is None and decision.get("need_form") is None:
                 prepared: Any = (self._edited(request, decision), decision)
             else:
                 prepared = await self._prepare_pass(request, decision)
-        except _DECISION_FAILURES as exc:
+        except Unavailable as exc:
             return self._stamped(_refuse(request, exc))
+        except (OSError, ClientError):
+            raise  # a proxied answer cut after its headers: the client sees a cut connection
+        except Exception:
+            log.exception("authsvc: bug in the plugin while deciding %s %s; refusing", request.method, request.rel_url.raw_path)
+            return self._stamped(unavailable_response(request))
         if isinstance(prepared, web.StreamResponse):
             return self._stamped(prepared)
         req, decision = prepared
@@ -157,8 +215,11 @@ class Gate:
         if filter_spec is not None:
             try:
                 response = await self._filter(response, filter_spec)
-            except _DECISION_FAILURES as exc:
+            except Unavailable as exc:
                 return self._stamped(_refuse(request, exc))
+            except Exception:
+                log.exception("authsvc: bug in the plugin while filtering %s; refusing", request.rel_url.raw_path)
+                return self._stamped(unavailable_response(request))
         return self._stamped(response)
 
     def _stamped(self, response: web.StreamResponse) -> web.StreamResponse:
@@ -219,6 +280,7 @@ class Gate:
         raw = b"".join(chunks)
         req._read_bytes = raw  # the handler's read()/json() reuse these bytes (HOST.md)
         decision, payload = await self.client.exchange({"type": "body", "ctx": need_body.get("ctx")}, raw)
+        checked(decision, "body")
         action = decision.get("action")
         if action == "respond":
             return respond(decision)
@@ -240,7 +302,7 @@ class Gate:
                 fields.setdefault(name, value)
             elif hasattr(value, "filename"):
                 files.setdefault(name, str(value.filename or ""))
-        decision = await self.client.call({"type": "form", "ctx": need_form.get("ctx"), "fields": fields, "files": files})
+        decision = checked(await self.client.call({"type": "form", "ctx": need_form.get("ctx"), "fields": fields, "files": files}), "form")
         action = decision.get("action")
         if action == "respond":
             return respond(decision)
@@ -260,6 +322,7 @@ class Gate:
             "type": "filter", "name": spec.get("name"), "ctx": spec.get("ctx"), "status": response.status,
             "content_type": response.content_type,
         }, bytes(body))
+        checked(answer, "filter")
         action = answer.get("action")
         if action == "keep":
             return response
@@ -355,10 +418,6 @@ async def _close_socket(ws: web.WebSocketResponse, code: int, message: bytes) ->
         pass  # the client went away first: the socket is closed either way
 
 
-# No answer, or an answer of the wrong shape: either way there is no decision, so refuse.
-_DECISION_FAILURES = (Unavailable, KeyError, TypeError, ValueError, AttributeError)
-
-
 class RefusalLog:
     """One log line when refusals start (with the cause), then a count per interval, then one line
     when decisions work again: an outage under load must not write a line per request."""
@@ -390,11 +449,11 @@ class RefusalLog:
 REFUSALS = RefusalLog()
 
 
-def _refuse(request: web.Request, exc: Exception) -> web.Response:
-    if isinstance(exc, Unavailable):
-        REFUSALS.refused(str(exc))
+def _refuse(request: web.Request, exc: Unavailable) -> web.Response:
+    if isinstance(exc, MalformedAnswer):
+        log.error("authsvc: malformed sidecar answer (%s); refusing %s %s", exc, request.method, request.rel_url.raw_path)
     else:
-        log.error("authsvc: malformed sidecar answer (%s); refusing", type(exc).__name__)
+        REFUSALS.refused(str(exc))
     return unavailable_response(request)
 
 

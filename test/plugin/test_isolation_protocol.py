@@ -146,3 +146,49 @@ class QuietOutage(PluginCase):
         refusals = LOGS.lines(logging.WARNING, "refus")
         self.assertGreaterEqual(len(refusals), 1)
         self.assertLessEqual(len(refusals), 3, f"one line per request is a disk filler: {len(refusals)} lines")
+
+
+class AnswersAtTheBoundary(PluginCase):
+    """Issue 9, hole 9: every answer is checked before it is used; a malformed one is a 503 for
+    that request with a clear line, and a bug of the plugin's own is logged as such (still 503)."""
+
+    MALFORMED = [
+        {"action": "pass", "set_headers": {"comfy-user": 5}},
+        {"action": "pass", "strip_headers": "authorization"},
+        {"action": "pass", "drop_query": [1]},
+        {"action": "pass", "need_body": {"ctx": None}},
+        {"action": "pass", "filter": "queue"},
+        {"action": "pass", "ws_tag": 7},
+        {"action": "respond", "status": "403"},
+        {"action": "respond", "status": 99},
+        {"action": "respond", "status": True},
+        {"action": "respond", "status": 403, "headers": [["X", 1]]},
+        {"action": "respond", "status": 403, "body_text": {"x": 1}},
+        {"action": "keep"},
+        {"status": 200},
+    ]
+
+    async def test_malformed_answers_are_refused_with_a_clear_line(self) -> None:
+        for answer in self.MALFORMED:
+            with self.subTest(answer=answer):
+                s = await self.start(lambda msg, a=answer: a)
+                LOGS.records.clear()
+                status, _, body = await s.get("/prompt")
+                assert_unavailable(self, status, body)
+                self.assertNotIn("prompt_get", s.host.seen, "the handler never ran")
+                self.assertEqual(len(LOGS.lines(logging.ERROR, "malformed sidecar answer")), 1)
+                self.assertEqual(LOGS.lines(logging.ERROR, "bug in the plugin"), [])
+
+    async def test_a_bug_of_the_plugin_is_logged_as_a_bug(self) -> None:
+        s = await self.start(lambda msg: {"action": "pass", "set_headers": {"comfy-user": "alice"}})
+
+        def broken(request, decision):  # noqa: ANN001 - stands in for a plugin bug
+            raise TypeError("plugin bug under test")
+
+        s.plugin.gate.Gate._edited = staticmethod(broken)
+        LOGS.records.clear()
+        status, _, body = await s.get("/prompt")
+        assert_unavailable(self, status, body)
+        self.assertNotIn("prompt_get", s.host.seen)
+        self.assertEqual(len(LOGS.lines(logging.ERROR, "bug in the plugin")), 1)
+        self.assertEqual(LOGS.lines(logging.ERROR, "malformed sidecar answer"), [])
