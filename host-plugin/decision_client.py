@@ -21,6 +21,7 @@ import itertools
 import logging
 import os
 import socket
+import struct
 import time
 from collections import deque
 from typing import Any, Callable
@@ -101,13 +102,24 @@ def _idle_ticks(cpus: set[int]) -> int | None:
     return total
 
 
+def _cpu_ticks(pid: int) -> int:
+    """utime + stime of a process (/proc/<pid>/stat), -1 when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return -1
+
+
 class CpuRoom:
     """Whether polling for an answer would use a core nobody else needs.
 
     Polling pays only while another core is free to compute the answer: this process
     may use at least 2 CPUs (affinity, cgroup quota) and, over the last second, those
-    CPUs were idle for at least half a core, counting this process's own polling as
-    idle (it stops the moment anything else is ready). On a core shared with the
+    CPUs were idle for at least half a core, counting as idle this process's own polling
+    (it stops the moment anything else is ready) and the sidecar's CPU (its own polling
+    for the next request, which it stops by the same rule). On a core shared with the
     sidecar, or beside a sampler that keeps the other core busy, every microsecond
     spent polling delays the answer and takes CPU from the host, so no polling then.
     """
@@ -117,10 +129,11 @@ class CpuRoom:
         self._checked = float("-inf")
         self._idle: int | None = None
         self._cpus: set[int] = set()
+        self._peer: tuple[int, int] | None = None  # (pid, its CPU ticks) at the last check
         self.spun = 0.0  # seconds spent polling since the last check
         self.free = False
 
-    def check(self) -> bool:
+    def check(self, peer_pid: Callable[[], int | None] = lambda: None) -> bool:
         now = time.monotonic()
         elapsed = now - self._checked
         if elapsed < _CPU_CHECK_SECONDS:
@@ -131,14 +144,19 @@ class CpuRoom:
         except (AttributeError, OSError):
             cpus = set(range(os.cpu_count() or 1))
         idle = _idle_ticks(cpus) if self._usable() >= 2 else None
+        pid = peer_pid() if idle is not None else None
+        peer = (pid, _cpu_ticks(pid)) if pid is not None else None
         if idle is None:
             self.free = False
         elif self._idle is None or cpus != self._cpus or elapsed > 10 * _CPU_CHECK_SECONDS:
             self.free = True  # no recent sample yet: let the next second decide
         else:
             idle_cores = (idle - self._idle) / _CLOCK_TICKS / elapsed
-            self.free = idle_cores + spun / elapsed >= 0.5
-        self._checked, self._idle, self._cpus = now, idle, cpus
+            peer_cores = 0.0
+            if peer is not None and self._peer is not None and peer[0] == self._peer[0] and peer[1] >= 0 <= self._peer[1]:
+                peer_cores = (peer[1] - self._peer[1]) / _CLOCK_TICKS / elapsed
+            self.free = idle_cores + spun / elapsed + peer_cores >= 0.5
+        self._checked, self._idle, self._cpus, self._peer = now, idle, cpus, peer
         return self.free
 
 
@@ -291,10 +309,26 @@ class DecisionClient:
         # extra hello fields computed at each (re)connect (the running prompt)
         self.hello_extra: Callable[[], dict[str, Any]] | None = None
         self.cpu_room = CpuRoom()
+        self._peer_of: _Connection | None = None
+        self._peer_pid = None
 
     def may_spin(self) -> bool:
         """True while polling for an answer uses a core nobody else needs (see CpuRoom)."""
-        return self.cpu_room.check()
+        return self.cpu_room.check(self._sidecar_pid)
+
+    def _sidecar_pid(self) -> int | None:
+        """The process at the other end of the decision socket (SO_PEERCRED), once per connection."""
+        conn = self._conn
+        if conn is None:
+            return None
+        if self._peer_of is not conn:
+            self._peer_of = conn
+            try:
+                creds = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                self._peer_pid: int | None = struct.unpack("3i", creds)[0] or None
+            except (OSError, AttributeError, struct.error):
+                self._peer_pid = None
+        return self._peer_pid
 
     @property
     def ready(self) -> bool:
