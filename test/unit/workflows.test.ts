@@ -73,10 +73,13 @@ describe('workflows: own and shared, through the gate', () => {
     assert.equal(split.filter((e) => e[0] === 'clash.json').length, 1)
   })
 
-  it('a user with no workflows folder yet (the host\'s 404) gets the shared list', async () => {
-    const out = await filtered(sc, list(guestToken, 'dir=workflows'), 404, 'Directory not found')
-    assert.equal((out as { status: number }).status, 200)
-    assert.deepEqual((JSON.parse((out as { body: string }).body) as string[]).sort(), ['clash.json', 'house.json'])
+  it('a user with no workflows folder yet gets the shared list from the gate (the host would answer 404)', async () => {
+    const d = await decide(sc, list(guestToken, 'dir=workflows')) as Decision & { status?: number; body_text?: string }
+    assert.equal(d.action, 'respond')
+    assert.equal(d.status, 200)
+    assert.deepEqual((JSON.parse(d.body_text!) as string[]).sort(), ['clash.json', 'house.json'])
+    const v2 = await decide(sc, { path: '/v2/userdata', pattern: '/v2/userdata', query: 'path=workflows', headers: bearer(guestToken) }) as Decision & { body_text?: string }
+    assert.deepEqual((JSON.parse(v2.body_text!) as Array<{ path: string }>).map((e) => e.path), ['workflows/team', 'workflows/.hidden.json', 'workflows/team/brief.json', 'workflows/clash.json', 'workflows/house.json'])
   })
 
   it('/v2/userdata merges the same way, sorted folders first', async () => {

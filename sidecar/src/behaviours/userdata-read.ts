@@ -5,7 +5,8 @@
  * - GET /userdata?dir=workflows[/...] (`recurse`, `full_info`, `split`): the host
  *   lists the caller's own folder; the shared files not shadowed by an own one
  *   are appended in the same shape (the host's text is kept, never re-serialised);
- *   when the caller has no such folder yet (the host's 404), the shared list alone.
+ *   when the caller has no such folder yet (the host would answer 404, and only 2xx
+ *   answers are filtered), the gate answers the shared list alone.
  * - GET /v2/userdata?path=workflows[/...]: the same for the v2 shape, sorted as
  *   the host sorts (folders first, then names without case).
  * - GET /userdata/{file} under workflows/: own first, then the shared file.
@@ -59,13 +60,9 @@ export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour {
       return { ...pass, filter: { name: 'userdata', ctx } }
     },
     filter(ctx, msg, payload) {
-      if (msg.status !== 200 && msg.status !== 404) return { action: 'keep' }
+      if (msg.status !== 200) return { action: 'keep' }
       const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
       const shared = sharedDir === null ? [] : listFiles(sharedDir, ctx.recurse === true)
-      if (msg.status === 404) {
-        if (shared.length === 0) return { action: 'keep' }
-        return jsonDecision(200, shared.map((f) => shaped(f, ctx.full_info === true, ctx.split === true)))
-      }
       const text = payload.toString('utf8')
       const start = rootStart(text)
       if (text[start] !== '[') return { action: 'keep' }
@@ -99,21 +96,16 @@ export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour {
       return { ...pass, filter: { name: 'userdata-v2', ctx: { kind: 'userdata-list-v2', owner, seesAll, rel, host_user: hostUserOf(principal) } } }
     },
     filter(ctx, msg, payload) {
-      if (msg.status !== 200 && msg.status !== 404) return { action: 'keep' }
+      if (msg.status !== 200) return { action: 'keep' }
       const sharedRoot = deps.workflows.root(SHARED_HOST_USER)
       const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
       if (sharedRoot === null || sharedDir === null || !deps.workflows.exists(sharedDir)) return { action: 'keep' }
       const shared = listV2(resolve(sharedRoot), sharedDir)
-      let own: V2Entry[] = []
-      if (msg.status === 200) {
-        const parsed = JSON.parse(payload.toString('utf8')) as unknown
-        if (!Array.isArray(parsed)) return { action: 'keep' }
-        own = parsed as V2Entry[]
-      }
+      const parsed = JSON.parse(payload.toString('utf8')) as unknown
+      if (!Array.isArray(parsed)) return { action: 'keep' }
+      const own = parsed as V2Entry[]
       const ownPaths = new Set(own.map((e) => e.path))
-      const merged = [...own, ...shared.filter((e) => !ownPaths.has(e.path))].sort(sortV2)
-      if (msg.status === 404) return jsonDecision(200, merged)
-      return replaced(JSON.stringify(merged))
+      return replaced(JSON.stringify([...own, ...shared.filter((e) => !ownPaths.has(e.path))].sort(sortV2)))
     },
   }
 }

@@ -54,30 +54,35 @@ export interface ListedFile {
   created: number
 }
 
+/** Visits every entry under `dir` (depth first, as readdir gives them), with its stats; unreadable entries are skipped. */
+function walk(dir: string, visit: (full: string, name: string, st: Stats) => boolean | void): void {
+  let names: string[]
+  try {
+    names = readdirSync(dir)
+  } catch {
+    return
+  }
+  for (const name of names) {
+    const full = join(dir, name)
+    let st: Stats
+    try {
+      st = statSync(full)
+    } catch {
+      continue
+    }
+    // a visitor returns false to keep out of a folder
+    if (visit(full, name, st) !== false && st.isDirectory()) walk(full, visit)
+  }
+}
+
 /** Files under `dir` as ComfyUI's glob lists them: hidden names skipped, recursive or not. */
 export function listFiles(dir: string, recurse: boolean): ListedFile[] {
   const out: ListedFile[] = []
-  const walk = (current: string): void => {
-    let names: string[]
-    try {
-      names = readdirSync(current)
-    } catch {
-      return
-    }
-    for (const name of names) {
-      if (name.startsWith('.')) continue
-      const full = join(current, name)
-      let st: Stats
-      try {
-        st = statSync(full)
-      } catch {
-        continue
-      }
-      if (st.isFile()) out.push({ rel: relative(dir, full).split(sep).join('/'), size: st.size, modified: st.mtimeMs / 1000, created: st.ctimeMs / 1000 })
-      else if (st.isDirectory() && recurse) walk(full)
-    }
-  }
-  walk(dir)
+  walk(dir, (full, name, st) => {
+    if (name.startsWith('.')) return false
+    if (st.isFile()) out.push({ rel: relative(dir, full).split(sep).join('/'), size: st.size, modified: st.mtimeMs / 1000, created: st.ctimeMs / 1000 })
+    return recurse
+  })
   return out
 }
 
@@ -92,31 +97,11 @@ export interface V2Entry {
 /** Entries under `dir` as ComfyUI's /v2/userdata lists them (os.walk: hidden names included), paths relative to `base`. */
 export function listV2(base: string, dir: string): V2Entry[] {
   const out: V2Entry[] = []
-  const walk = (current: string): void => {
-    let names: string[]
-    try {
-      names = readdirSync(current)
-    } catch {
-      return
-    }
-    for (const name of names) {
-      const full = join(current, name)
-      let st: Stats
-      try {
-        st = statSync(full)
-      } catch {
-        continue
-      }
-      const path = relative(base, full).split(sep).join('/')
-      if (st.isDirectory()) {
-        out.push({ name, path, type: 'directory' })
-        walk(full)
-      } else {
-        out.push({ name, path, type: 'file', size: st.size, modified: st.mtimeMs / 1000 })
-      }
-    }
-  }
-  walk(dir)
+  walk(dir, (full, name, st) => {
+    const path = relative(base, full).split(sep).join('/')
+    if (st.isDirectory()) out.push({ name, path, type: 'directory' })
+    else out.push({ name, path, type: 'file', size: st.size, modified: st.mtimeMs / 1000 })
+  })
   return out
 }
 
