@@ -185,6 +185,31 @@ describe('every page: screenshots, axe, CSP', { concurrency: false }, () => {
     await refused.close()
   })
 
+  it('the MFA setup view a role that requires MFA leads to, and /register refused to a non-admin', async () => {
+    const rootJwt = (await login(stack, 'root')).jwt
+    const auth = { Authorization: `Bearer ${rootJwt}`, Accept: 'application/json', 'Content-Type': 'application/json' }
+    const groups = (await json(await fetch(`${stack.url}/authsvc/api/groups`, { headers: auth }))).groups
+    groups.secure = { can_access_api: true, mfa_required: true }
+    assert.equal((await fetch(`${stack.url}/authsvc/api/groups`, { method: 'PUT', headers: auth, body: JSON.stringify({ groups }) })).status, 200)
+    assert.equal((await register(stack, 'carol', { bearer: rootJwt, role: 'secure' })).status, 201)
+    const context = await browser.newContext()
+    const page = await context.newPage()
+    const seen = watchCsp(page)
+    await page.goto(`${stack.url}/login`)
+    await page.getByLabel('Username').fill('carol')
+    await page.getByLabel('Password').fill(PASSWORD)
+    await page.getByRole('button', { name: 'Sign in' }).click()
+    await page.waitForURL(`${stack.url}/mfa`)
+    await page.locator('#qr svg').waitFor()
+    shots.push(...(await shootAndCheck(page, 'mfa-setup')))
+    violations.push(...seen)
+    await context.close()
+
+    const refused = await open(bob, '/register', '#refusal')
+    shots.push(...(await shootAndCheck(refused, 'register-refused')))
+    await refused.close()
+  })
+
   it('root: the admin panel with a user\'s sessions and tokens open, the delete confirmation', async () => {
     root = await browser.newContext()
     const signIn = await root.newPage()
