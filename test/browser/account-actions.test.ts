@@ -129,6 +129,18 @@ describe('account and admin actions in chromium', { concurrency: false }, () => 
     assert.deepEqual(await me(stack, second), { status: 401, code: 'TOKEN_REVOKED' })
     assert.equal((await login(stack, 'bob', 'an-admin-chosen-password')).jwt.split('.').length, 3)
 
+    // a role added and removed again in the matrix
+    await admin.getByLabel('New role name').fill('temp')
+    await admin.getByRole('button', { name: 'Add role' }).click()
+    await admin.getByRole('button', { name: 'Save roles' }).click()
+    await admin.locator('#roles-status', { hasText: 'Roles saved.' }).waitFor()
+    await admin.getByRole('button', { name: 'Remove the role temp' }).click()
+    const removed = admin.waitForResponse((r) => new URL(r.url()).pathname === '/authsvc/api/groups' && r.request().method() === 'PUT')
+    await admin.getByRole('button', { name: 'Save roles' }).click()
+    assert.equal((await removed).status(), 200)
+    assert.equal(Object.keys((await (await removed).json()).groups).includes('temp'), false, 'the role is gone')
+    assert.equal(await admin.locator('tr[data-role=temp]').count(), 0)
+
     await admin.getByLabel('Allow guest logins').check()
     await admin.getByRole('button', { name: 'Save', exact: true }).click()
     await admin.locator('#guest-status', { hasText: 'Guest logins are allowed.' }).waitFor()
