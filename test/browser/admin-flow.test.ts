@@ -93,6 +93,7 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
       }
     })
   let backupCodes: string[] = []
+  const secrets: string[] = [ADMIN_PASSWORD, ALICE_PASSWORD]
 
   before(async () => {
     ;[stack, browser] = await Promise.all([startStack({ config: { trusted_proxies: ['127.0.0.1/32'] } }), launchChromium()])
@@ -196,6 +197,7 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
     await alice.locator('#token-created').waitFor()
     const token = (await alice.locator('#token-value').innerText()).trim()
     assert.match(token, /^ast_[A-Za-z0-9_-]{43}$/, 'the raw token is shown once')
+    secrets.push(token)
     const row = alice.locator('#token-rows tr', { hasText: 'my script' })
     await row.waitFor()
     assert.equal(await alice.locator('#token-rows').innerText().then((t) => t.includes(token)), false, 'the list never shows the raw token')
@@ -221,6 +223,7 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
     await alice.locator('#qr svg').waitFor()
     const secret = (await alice.locator('#secret').innerText()).trim()
     assert.match(secret, /^[A-Z2-7]{16,}=*$/)
+    secrets.push(secret)
     assert.equal(await alice.locator('#backup-codes li').count(), 10)
     backupCodes = (await alice.locator('#backup-codes li').allInnerTexts()).map((c) => c.trim())
     await alice.getByLabel('Code from the app').fill(oathtool(secret))
@@ -344,6 +347,8 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
     await admin.locator('body[data-ready=true]').waitFor()
     assert.equal(await admin.getByLabel('Whitelist (one address or CIDR a line)').inputValue(), '198.51.100.0/24', 'loopback is never shut out by its own whitelist')
     assert.deepEqual(csp.flat(), [], 'no Content-Security-Policy violation on any page')
+    const output = stack.output()
+    assert.deepEqual(secrets.filter((secret) => output.includes(secret)), [], 'no password, token or TOTP secret in the host\'s or the sidecar\'s output')
   })
 })
 
