@@ -13,6 +13,7 @@ import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Decision } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
+import { optionListsOf } from '../../sidecar/src/behaviours/option-lists.js'
 import { addUser, answer, assertDenied, assertPass, call, decide, openSidecar, sessionJwt, tempDir, type DescOptions, type Sidecar } from './fixtures.js'
 
 const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
@@ -396,5 +397,45 @@ describe('the /prompt model check', () => {
 
   it('on a case-sensitive host another case is another file: not granted', async () => {
     assertDenied(await postPrompt(w.sc, w.internJwt, { 1: node('CheckpointLoaderSimple', { ckpt_name: 'GRANTED.safetensors' }) }), 'MODEL_NOT_ALLOWED')
+  })
+})
+
+describe('option lists of an /object_info answer, found in one pass', () => {
+  /** What a member-by-member reading of the parsed answer finds: class.input → options, upload flag, default. */
+  function expected(text: string): Array<[string, unknown[], boolean, unknown]> {
+    const out: Array<[string, unknown[], boolean, unknown]> = []
+    for (const [cls, info] of Object.entries(JSON.parse(text) as Record<string, { input?: Record<string, Record<string, unknown>> }>)) {
+      for (const section of Object.values(info.input ?? {})) {
+        for (const [name, spec] of Object.entries(section)) {
+          if (!Array.isArray(spec)) continue
+          const config = (typeof spec[1] === 'object' && spec[1] !== null ? spec[1] : {}) as Record<string, unknown>
+          const options = Array.isArray(spec[0]) ? spec[0] : spec[0] === 'COMBO' && Array.isArray(config.options) ? config.options : null
+          if (options === null) continue
+          const upload = Object.entries(config).some(([k, v]) => k.endsWith('_upload') && v === true)
+          out.push([`${cls}.${name}`, options, upload, typeof config.default === 'string' ? config.default : undefined])
+        }
+      }
+    }
+    return out
+  }
+
+  it('finds every list, its entries, upload flag and default, through escapes, nesting and 64-bit numbers', async () => {
+    const classes: string[] = []
+    for (let i = 0; i < 300; i++) {
+      classes.push(`"Node\\u00e9${i}": {"input": {"required": {"seed": ["INT", {"default": 0, "max": 18446744073709551615}], ` +
+        `"name_${i}": [["a \\"quoted\\" ${i}.safetensors", "sub/b,${i}]}.ckpt", 7, null], {"tooltip": "x [y] {z}", "default": "sub/b,${i}]}.ckpt"}], ` +
+        `"nested": [[["not", "a"], "list"]]}, "optional": {"img": [["p${i}.png"], {"image_upload": true}], ` +
+        `"combo": ["COMBO", {"options": ["x${i}", "y\\\\z"], "default": "x${i}", "multiselect": false}]}, "hidden": {"h": "PROMPT"}}, ` +
+        `"description": "an \\"input\\": [[\\"fake\\"]], {\\"input\\": 1}", "output": ["MODEL"], "input_order": {"required": ["seed"]}}`)
+    }
+    const text = `{${classes.join(', ')}, "Empty": {}, "NoInput": {"output": []}}`
+    const found = (await optionListsOf(text)).map((l) => {
+      assert.deepEqual(JSON.parse(text.slice(l.start, l.end)).map((v: unknown) => (typeof v === 'string' ? v : '')), l.entries.map((e) => e.name))
+      assert.deepEqual(l.entries.map((e) => JSON.parse(e.raw)), JSON.parse(text.slice(l.start, l.end)))
+      if (l.default) assert.equal(JSON.parse(text.slice(l.default.start, l.default.end)), l.default.name)
+      return [`${l.cls}.${l.input}`, JSON.parse(text.slice(l.start, l.end)), l.upload, l.default?.name] as [string, unknown[], boolean, unknown]
+    })
+    assert.deepEqual(found, expected(text))
+    assert.equal(found.length, 300 * 4)
   })
 })
