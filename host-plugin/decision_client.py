@@ -102,6 +102,17 @@ def _idle_ticks(cpus: set[int]) -> int | None:
     return total
 
 
+def _cpu_pressure() -> int | None:
+    """Microseconds during which some runnable task waited for a CPU, since boot (PSI,
+    /proc/pressure/cpu `some total=`); None where the kernel has no PSI."""
+    try:
+        with open("/proc/pressure/cpu", encoding="ascii") as f:
+            line = f.readline()
+        return int(line.rsplit("total=", 1)[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _cpu_ticks(pid: int) -> int:
     """utime + stime of a process (/proc/<pid>/stat), -1 when unreadable."""
     try:
@@ -119,9 +130,12 @@ class CpuRoom:
     may use at least 2 CPUs (affinity, cgroup quota) and, over the last second, those
     CPUs were idle for at least half a core, counting as idle this process's own polling
     (it stops the moment anything else is ready) and the sidecar's CPU (its own polling
-    for the next request, which it stops by the same rule). On a core shared with the
-    sidecar, or beside a sampler that keeps the other core busy, every microsecond
-    spent polling delays the answer and takes CPU from the host, so no polling then.
+    for the next request, which it stops by the same rule), and tasks waited for a CPU
+    less than a fifth of that second (PSI; without PSI, polling is not counted as idle).
+    The wait is what stops polling that sustains itself: polling counted as idle is
+    idle only while nobody else wanted that CPU. On a core shared with the sidecar, or
+    beside a sampler that keeps the other core busy, every microsecond spent polling
+    delays the answer and takes CPU from the host, so no polling then.
     """
 
     def __init__(self, usable: Callable[[], float] = usable_cpus) -> None:
@@ -130,6 +144,7 @@ class CpuRoom:
         self._idle: int | None = None
         self._cpus: set[int] = set()
         self._peer: tuple[int, int] | None = None  # (pid, its CPU ticks) at the last check
+        self._pressure: int | None = None
         self.spun = 0.0  # seconds spent polling since the last check
         self.free = False
 
@@ -146,17 +161,22 @@ class CpuRoom:
         idle = _idle_ticks(cpus) if self._usable() >= 2 else None
         pid = peer_pid() if idle is not None else None
         peer = (pid, _cpu_ticks(pid)) if pid is not None else None
+        pressure = _cpu_pressure() if idle is not None else None
         if idle is None:
             self.free = False
         elif self._idle is None or cpus != self._cpus or elapsed > 10 * _CPU_CHECK_SECONDS:
             self.free = True  # no recent sample yet: let the next second decide
         else:
             idle_cores = (idle - self._idle) / _CLOCK_TICKS / elapsed
-            peer_cores = 0.0
-            if peer is not None and self._peer is not None and peer[0] == self._peer[0] and peer[1] >= 0 <= self._peer[1]:
-                peer_cores = (peer[1] - self._peer[1]) / _CLOCK_TICKS / elapsed
-            self.free = idle_cores + spun / elapsed + peer_cores >= 0.5
-        self._checked, self._idle, self._cpus, self._peer = now, idle, cpus, peer
+            if pressure is None or self._pressure is None:
+                self.free = idle_cores >= 0.5
+            else:
+                peer_cores = 0.0
+                if peer is not None and self._peer is not None and peer[0] == self._peer[0] and peer[1] >= 0 <= self._peer[1]:
+                    peer_cores = (peer[1] - self._peer[1]) / _CLOCK_TICKS / elapsed
+                waited = (pressure - self._pressure) / 1e6 / elapsed
+                self.free = waited < 0.2 and idle_cores + spun / elapsed + peer_cores >= 0.5
+        self._checked, self._idle, self._cpus, self._peer, self._pressure = now, idle, cpus, peer, pressure
         return self.free
 
 

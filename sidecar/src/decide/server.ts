@@ -163,16 +163,30 @@ function idleTicks(cpus: Set<number>): number | null {
   return idle
 }
 
+/** µs during which some runnable task waited for a CPU, since boot (PSI, /proc/pressure/cpu); null without PSI. */
+function cpuPressure(): number | null {
+  try {
+    const total = /total=(\d+)/.exec(readFileSync('/proc/pressure/cpu', 'ascii'))?.[1]
+    return total === undefined ? null : Number(total)
+  } catch {
+    return null
+  }
+}
+
 /**
  * Whether polling would use a core nobody else needs: at least 2 usable CPUs and, over
  * the last second, at least half a core idle, counting this process's own polling as
- * idle. On a core shared with the host, or beside a sampler that keeps the other core
- * busy, polling takes the very CPU the host needs (to send the next request, to run its
- * prompts), so no polling then.
+ * idle, while tasks waited for a CPU less than a fifth of that second (PSI; without PSI,
+ * polling is not counted as idle). The wait is what stops polling that sustains itself:
+ * polling counted as idle is idle only while nobody else wanted that CPU. On a core
+ * shared with the host, or beside a sampler that keeps the other core busy, polling
+ * takes the very CPU the host needs (to send the next request, to run its prompts), so
+ * no polling then.
  */
 export class CpuRoom {
   private checkedAt = -Infinity
   private idle: number | null = null
+  private pressure: number | null = null
   /** ms spent polling since the last check */
   spun = 0
   free = false
@@ -187,11 +201,17 @@ export class CpuRoom {
     this.spun = 0
     const cpus = this.cpus() >= 2 ? allowedCpus() : null
     const idle = cpus === null ? null : idleTicks(cpus)
+    const pressure = idle === null ? null : cpuPressure()
     if (idle === null) this.free = false
     else if (this.idle === null || elapsed > 10 * CPU_CHECK_MS) this.free = true // no recent sample: the next second decides
-    else this.free = (idle - this.idle) / CLOCK_TICKS_PER_MS / elapsed + spun / elapsed >= 0.5
+    else {
+      const idleCores = (idle - this.idle) / CLOCK_TICKS_PER_MS / elapsed
+      if (pressure === null || this.pressure === null) this.free = idleCores >= 0.5
+      else this.free = (pressure - this.pressure) / 1000 / elapsed < 0.2 && idleCores + spun / elapsed >= 0.5
+    }
     this.checkedAt = now
     this.idle = idle
+    this.pressure = pressure
     return this.free
   }
 }
