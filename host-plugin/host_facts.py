@@ -130,10 +130,14 @@ def install(app: Any, prompt_server: Any, hello: dict[str, Any], send_event: Cal
     async def refresh(_app: Any) -> None:
         try:
             facts = collect()
-            facts["model_inputs"] = await probe_model_inputs(prompt_server)
         except Exception:  # facts must never stop the host from starting
-            log.exception("authsvc: reading the host's model facts failed; the first hello's facts stay")
+            log.exception("authsvc: reading the host facts again failed; the first hello's facts stay")
             return
+        try:
+            facts["model_inputs"] = await probe_model_inputs(prompt_server)
+        except Exception:
+            # the sidecar then finds model lists from the folders' files alone (see the module doc)
+            log.exception("authsvc: reading the host's model inputs failed")
         hello["host"] = facts
         send_event({"name": "host_facts", "t": time.time(), "data": facts})
 
