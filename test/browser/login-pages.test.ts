@@ -4,16 +4,9 @@
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { chromium, type Browser } from 'playwright-core'
+import type { Browser } from 'playwright-core'
 import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
-
-export async function launchChromium(): Promise<Browser> {
-  return chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  })
-}
+import { launchChromium } from './browser-kit.js'
 
 describe('login pages in chromium', () => {
   let stack: Stack

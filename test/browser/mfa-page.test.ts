@@ -14,25 +14,16 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
-import { chromium, type Browser, type Page } from 'playwright-core'
+import type { Browser, Page } from 'playwright-core'
 import { destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, bearer, json, login, register } from '../helpers/client.js'
 import { totpAt } from '../integration/totp-reference.js'
+import { launchChromium } from './browser-kit.js'
 
 const SCREENSHOT = '/tmp/mfa-setup.png'
 const QR_SHOT = '/tmp/mfa-setup-qr.png'
 /** Debian's zbar-tools: an independent QR decoder. */
 const ZBARIMG = '/usr/bin/zbarimg'
-
-// Same launch as login-pages.test.ts; importing it from there would also register that file's suite here.
-function launchChromium(): Promise<Browser> {
-  return chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  })
-}
-
 
 /** A 6-digit code none of the steps around now would accept. */
 function wrongCode(secret: string, now: number): string {
