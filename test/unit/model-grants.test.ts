@@ -65,8 +65,8 @@ async function hello(sc: Sidecar, host: Record<string, unknown>, adminJwt: strin
   assert.equal(res.statusCode, 200, res.body)
 }
 
-async function world(): Promise<World> {
-  const sc = await openSidecar()
+async function world(config: Record<string, unknown> = {}): Promise<World> {
+  const sc = await openSidecar({ config })
   const modelsDir = join(sc.dir, 'models')
   for (const [folder, items] of Object.entries(MODELS)) {
     for (const item of items) {
@@ -397,6 +397,22 @@ describe('the /prompt model check', () => {
 
   it('on a case-sensitive host another case is another file: not granted', async () => {
     assertDenied(await postPrompt(w.sc, w.internJwt, { 1: node('CheckpointLoaderSimple', { ckpt_name: 'GRANTED.safetensors' }) }), 'MODEL_NOT_ALLOWED')
+  })
+})
+
+describe('a principal without a user', () => {
+  let w: World
+  before(async () => {
+    w = await world({ local_anonymous_role: 'intern' })
+  })
+  after(() => w.sc.close())
+
+  it('an anonymous local client acting as a limited role has no grants: no model listed, none usable', async () => {
+    const o = { path: '/models/checkpoints', pattern: '/models/{folder}', match_info: { folder: 'checkpoints' } }
+    assert.equal((await filtered(w.sc, o, '["granted.safetensors", "secret.safetensors"]')).body, '[]')
+    const d = assertPass(await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt' }))
+    const out = unwrap(await w.sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(JSON.stringify({ prompt: { 1: node('CheckpointLoaderSimple', { ckpt_name: 'granted.safetensors' }) } }))))
+    assert.equal(assertDenied(out, 'MODEL_NOT_ALLOWED').json.error, 'Model not allowed: checkpoints/granted.safetensors')
   })
 })
 
