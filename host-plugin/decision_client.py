@@ -164,8 +164,8 @@ class CpuRoom:
         pressure = _cpu_pressure() if idle is not None else None
         if idle is None:
             self.free = False
-        elif self._idle is None or cpus != self._cpus or elapsed > 10 * _CPU_CHECK_SECONDS:
-            self.free = True  # no recent sample yet: let the next second decide
+        elif self._idle is None or cpus != self._cpus:
+            self.free = False  # no earlier sample of these CPUs: the next check decides
         else:
             idle_cores = (idle - self._idle) / _CLOCK_TICKS / elapsed
             if pressure is None or self._pressure is None:

@@ -187,6 +187,7 @@ export class CpuRoom {
   private checkedAt = -Infinity
   private idle: number | null = null
   private pressure: number | null = null
+  private cpusKey = ''
   /** ms spent polling since the last check */
   spun = 0
   free = false
@@ -202,8 +203,9 @@ export class CpuRoom {
     const cpus = this.cpus() >= 2 ? allowedCpus() : null
     const idle = cpus === null ? null : idleTicks(cpus)
     const pressure = idle === null ? null : cpuPressure()
+    const cpusKey = cpus === null ? '' : [...cpus].join(',')
     if (idle === null) this.free = false
-    else if (this.idle === null || elapsed > 10 * CPU_CHECK_MS) this.free = true // no recent sample: the next second decides
+    else if (this.idle === null || cpusKey !== this.cpusKey) this.free = false // no earlier sample of these CPUs: the next check decides
     else {
       const idleCores = (idle - this.idle) / CLOCK_TICKS_PER_MS / elapsed
       if (pressure === null || this.pressure === null) this.free = idleCores >= 0.5
@@ -212,6 +214,7 @@ export class CpuRoom {
     this.checkedAt = now
     this.idle = idle
     this.pressure = pressure
+    this.cpusKey = cpusKey
     return this.free
   }
 }
