@@ -89,11 +89,12 @@ def _install(app: Any, prompt_server: Any = None) -> None:
         app.on_startup.append(runner.start)
         app.on_cleanup.append(runner.stop)
         gate.attach(app)
+        client.hello_extra = gate.hello_fields
         if prompt_server is not None:
             enable_per_user_storage()
             events = HostEvents(client.send_event)
             events.install(prompt_server)
-            client.hello_extra = events.hello_fields
+            client.hello_extra = lambda: {**events.hello_fields(), **gate.hello_fields()}
             host_facts.install(app, prompt_server, hello, client.send_event)
         app.middlewares[app.middlewares.index(deny)] = gate.middleware
         log.info("authsvc: gate installed (sidecar socket %s)", socket_path)

@@ -38,6 +38,7 @@ _CHUNK = 64 * 1024
 _WANTED_HEADERS = frozenset(REQUEST_HEADERS)
 _WS_TAG_KEY = "authsvc_ws_tag"
 _WS_KEY = "authsvc_ws"
+_WS_ENTRY_KEY = "authsvc_ws_entry"
 
 
 def describe(request: web.Request) -> dict[str, Any]:
@@ -130,6 +131,8 @@ def checked(answer: dict[str, Any], step: str) -> dict[str, Any]:
                 raise MalformedAnswer(f"{step}: {key} must be an object")
         if "ws_tag" in answer and not isinstance(answer["ws_tag"], str):
             raise MalformedAnswer(f"{step}: ws_tag must be a string")
+        if "ws_entry" in answer and not isinstance(answer["ws_entry"], dict):
+            raise MalformedAnswer(f"{step}: ws_entry must be an object")
     return answer
 
 
@@ -157,6 +160,8 @@ class Gate:
         self._proxy_session: ClientSession | None = None
         # open WebSockets by the tag of their pass decision, so the sidecar can close them (close_ws)
         self._sockets: dict[str, set[web.WebSocketResponse]] = {}
+        # what the sidecar said about each open socket, handed back to it after a restart
+        self._socket_entries: dict[str, dict[str, Any]] = {}
         client.push_handlers["close_ws"] = self._close_sockets
 
         @web.middleware
@@ -202,6 +207,9 @@ class Gate:
         ws_tag = decision.get("ws_tag")
         if isinstance(ws_tag, str):
             req[_WS_TAG_KEY] = ws_tag
+            entry = decision.get("ws_entry")
+            if isinstance(entry, dict):
+                req[_WS_ENTRY_KEY] = entry
         # The host handler runs outside the try above: its own errors are the host's, not ours.
         try:
             response = await handler(req)
@@ -239,7 +247,7 @@ class Gate:
             outcome = await self._decide_on_form(req, decision["need_form"])
         if isinstance(outcome, web.StreamResponse):
             return outcome
-        for key in ("filter", "ws_tag", "host_user"):
+        for key in ("filter", "ws_tag", "ws_entry", "host_user"):
             if key not in outcome and key in decision:
                 outcome = {**outcome, key: decision[key]}
         return req, outcome
@@ -338,6 +346,9 @@ class Gate:
         if isinstance(tag, str) and isinstance(response, web.WebSocketResponse):
             self._sockets.setdefault(tag, set()).add(response)
             request[_WS_KEY] = response
+            entry = request.get(_WS_ENTRY_KEY)
+            if isinstance(entry, dict):
+                self._socket_entries[tag] = entry
 
     def _forget_socket(self, req: web.Request, tag: str) -> None:
         ws = req.get(_WS_KEY)
@@ -346,8 +357,14 @@ class Gate:
             sockets.discard(ws)
             if not sockets:
                 del self._sockets[tag]
+                self._socket_entries.pop(tag, None)
         # always, even when the upgrade never happened: the sidecar then stops watching the tag
         self.client.send_event({"name": "ws_closed", "t": time.time(), "data": {"tag": tag}})
+
+    def hello_fields(self) -> dict[str, Any]:
+        """For the hello after a (re)connect: the open sockets, so a restarted sidecar still
+        closes them when their credential ends."""
+        return {"sockets": list(self._socket_entries.values())}
 
     def _close_sockets(self, message: dict[str, Any]) -> None:
         """close_ws from the sidecar: the credential behind these sockets ended or changed."""

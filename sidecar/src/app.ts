@@ -166,6 +166,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
           const { output_dir: output, input_dir: input, temp_dir: temp } = msg.host
           watcher.watch({ output, input, temp }).catch((err: unknown) => logger.error({ err }, 'cannot watch the host folders'))
         }
+        if (Array.isArray(msg.sockets)) liveSockets.adopt(msg.sockets)
         for (const run of Array.isArray(msg.running) ? msg.running : []) {
           if (typeof run?.prompt_id === 'string' && typeof run.t === 'number') services.ownership.runStarted(run.prompt_id, run.t * 1000)
         }

@@ -352,6 +352,23 @@ describe('live WebSockets follow their credential', () => {
     assert.equal(w.sc.built.liveSockets.size, 0)
   })
 
+  it('after a sidecar restart, the plugin\'s hello hands its sockets back: a logout meanwhile closes them at once', async () => {
+    const pass = assertPass(await decide(w.sc, { path: '/ws', pattern: '/ws', headers: bearer(w.adminJwt) })) as { ws_tag?: string; ws_entry?: object }
+    assert.equal((pass.ws_entry as { tag: string }).tag, pass.ws_tag)
+    await w.sc.services.flush()
+    const restarted = await openSidecar({ dir: w.sc.dir })
+    try {
+      const seen: Array<{ tags: string[]; code: number }> = []
+      restarted.built.setPush((m) => seen.push({ tags: m.tags, code: m.code }))
+      const jti = restarted.services.sessions.activeForUser(w.admin.user_id)[0].jti
+      await restarted.services.sessions.revoke(jti)
+      restarted.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 't', sockets: [pass.ws_entry, { tag: 7 }, 'junk'] })
+      assert.deepEqual(seen, [{ tags: [pass.ws_tag], code: CLOSE_CREDENTIAL_ENDED }], 'closed on adoption; malformed entries ignored')
+    } finally {
+      await restarted.close({ keepDir: true })
+    }
+  })
+
   it('a socket the plugin reports closed is no longer watched', async () => {
     const before = w.sc.built.liveSockets.size
     const tag = await open(w.adminJwt)
@@ -395,6 +412,23 @@ describe('large host answers are edited off the event loop', () => {
       assert.equal(loopTurned, false)
     } finally {
       await pool.close()
+    }
+  })
+})
+
+describe('file ownership under concurrent changes', () => {
+  it('two owners added to one file at once are both kept (a store write takes time)', async () => {
+    const sc = await openSidecar()
+    try {
+      const at = new Date(sc.clock())
+      await Promise.all([
+        sc.services.ownership.addFileOwner('input/same.png', 'alice-id', undefined, at),
+        sc.services.ownership.addFileOwner('input/same.png', 'bob-id', undefined, at),
+        sc.services.ownership.addFileOwner('input/same.png', 'carol-id', undefined, at),
+      ])
+      assert.deepEqual(sc.services.ownership.file('input/same.png')?.owners, ['alice-id', 'bob-id', 'carol-id'])
+    } finally {
+      await sc.close()
     }
   })
 })

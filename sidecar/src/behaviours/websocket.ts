@@ -1,10 +1,12 @@
 /**
  * GET /ws: a `clientId` is bound to the first owner that used it (CLIENT_ID_TAKEN
  * for anyone else), and the socket is tagged so the sidecar can close it when its
- * credential ends or changes (live-sockets.ts).
+ * credential ends or changes (live-sockets.ts), also after a restart of the sidecar
+ * (the plugin hands the socket's entry back in its hello).
  */
 import { randomUUID } from 'node:crypto'
 import { denyDecision } from '../decide/answers.js'
+import type { SocketEntry } from '../isolation/live-sockets.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
 
 export function websocketBehaviour(deps: BehaviourDeps): RouteBehaviour {
@@ -12,15 +14,16 @@ export function websocketBehaviour(deps: BehaviourDeps): RouteBehaviour {
     decide({ desc, pass, principal, owner }) {
       const clientId = new URLSearchParams(desc.query).get('clientId')
       if (clientId && !deps.clientIds.claim(clientId, owner)) return denyDecision('CLIENT_ID_TAKEN')
-      const tag = randomUUID()
-      deps.liveSockets.register({
-        tag,
+      const entry: SocketEntry = {
+        tag: randomUUID(),
         userId: principal.userId,
         role: principal.role,
         authType: principal.authType,
         ...(principal.credentialId !== undefined ? { credentialId: principal.credentialId } : {}),
-      })
-      return { ...pass, ws_tag: tag }
+      }
+      deps.liveSockets.register(entry)
+      // the plugin keeps the entry and hands it back after a sidecar restart (live-sockets.ts)
+      return { ...pass, ws_tag: entry.tag, ws_entry: entry }
     },
   }
 }

@@ -76,6 +76,8 @@ export interface HelloMessage {
   host?: HostFacts
   /** the prompt running at (re)connect, with its start time */
   running?: Array<{ prompt_id: string; t: number }>
+  /** the plugin's open WebSockets (the ws_entry of their decisions), handed back after a restart */
+  sockets?: unknown[]
 }
 
 export interface HostFacts {
@@ -99,6 +101,8 @@ export interface PassDecision {
   filter?: { name: string; ctx: unknown }
   /** a WebSocket the sidecar may close later (close_ws) */
   ws_tag?: string
+  /** what the sidecar needs to re-check that socket; the plugin hands it back in its next hello */
+  ws_entry?: object
   /** the user named in comfy-user, for hosts that must know their users (ComfyUI --multi-user) */
   host_user?: { id: string; name: string }
 }

@@ -52,6 +52,21 @@ export class LiveSockets {
     }
   }
 
+  /**
+   * The plugin's open sockets after a (re)connect: entries this sidecar handed out, perhaps
+   * before a restart. Checked at once, so access that ended meanwhile closes them now.
+   */
+  adopt(entries: unknown[]): void {
+    for (const e of entries) {
+      const x = e as Partial<SocketEntry>
+      if (typeof x?.tag !== 'string' || typeof x.role !== 'string' || !(x.userId === null || typeof x.userId === 'string')) continue
+      if (x.authType !== 'session' && x.authType !== 'api_token' && x.authType !== 'anonymous') continue
+      if (x.credentialId !== undefined && typeof x.credentialId !== 'string') continue
+      this.register({ tag: x.tag, userId: x.userId, role: x.role, authType: x.authType, ...(x.credentialId !== undefined ? { credentialId: x.credentialId } : {}) })
+    }
+    if (this.entries.size > 0) this.sweep()
+  }
+
   /** The plugin says the socket is gone (its handler returned). */
   closed(tag: string): void {
     this.entries.delete(tag)

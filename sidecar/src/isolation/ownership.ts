@@ -125,12 +125,17 @@ export class Ownership {
     return this.files.get(key)
   }
 
-  /** Adds `owner` to the file's owners (stored); a file keeps every owner it had. */
-  async addFileOwner(key: string, owner: string, promptId: string | undefined, now: Date): Promise<void> {
+  /**
+   * Adds `owner` to the file's owners; a file keeps every owner it had. Memory first (read
+   * and changed in one step, so owners added at once never overwrite each other), then
+   * stored and retried until stored: a client asks for its output the moment the host
+   * reports it, before a store write could finish.
+   */
+  addFileOwner(key: string, owner: string, promptId: string | undefined, now: Date): Promise<void> {
     const current = this.files.get(key)
-    if (current?.owners.includes(owner)) return
+    if (current?.owners.includes(owner)) return Promise.resolve()
     this.version++
-    await this.files.put(key, {
+    return this.files.narrow(key, {
       key,
       owners: [...(current?.owners ?? []), owner],
       ...(promptId ?? current?.prompt_id ? { prompt_id: promptId ?? current?.prompt_id } : {}),
