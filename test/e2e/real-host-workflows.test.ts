@@ -617,11 +617,31 @@ for (const mode of MODES) {
       assert.equal((await send(host.url, 'POST', '/api/cpe/workflow/save', { body: { workflow: {} } })).status, 401)
     })
 
+    it('a guest session (a principal without a user) reads the shared set and keeps its settings in user/authsvc-anonymous/, never user/default/', async () => {
+      const allow = await call('root', 'PUT', '/authsvc/api/settings/guest-jwt', { body: { allow_guest_jwt: true } })
+      assert.equal(allow.status, 200, allow.text)
+      const guestLogin = await send(host.url, 'POST', '/login', { body: { guest_login: true } })
+      assert.equal(guestLogin.status, 200, guestLogin.text)
+      const guest = guestLogin.json().jwt_token as string
+      const listed = await send(host.url, 'GET', '/userdata?dir=workflows', { token: guest })
+      assert.equal(listed.status, 200, listed.text)
+      assert.deepEqual(sorted(listed.json()), ['clash.json', 'house-style.json', 'legacy.json'])
+      assert.equal((await send(host.url, 'GET', `/userdata/${enc('workflows/legacy.json')}`, { token: guest })).text, LEGACY)
+      denied(await send(host.url, 'POST', `/userdata/${enc('workflows/guest.json')}`, { token: guest, body: '{}' }), 403, 'PERMISSION_DENIED', 'a guest saves')
+      const setting = await send(host.url, 'POST', '/settings/Comfy.Guest', { token: guest, body: '"anonymous"' })
+      assert.equal(setting.status, 200, setting.text)
+      assert.deepEqual((await send(host.url, 'GET', '/settings', { token: guest })).json(), { 'Comfy.Guest': 'anonymous' })
+      assert.deepEqual(JSON.parse(readFileSync(join(host.userDir, 'authsvc-anonymous', 'comfy.settings.json'), 'utf8')), { 'Comfy.Guest': 'anonymous' })
+      assert.equal(readFileSync(shared('comfy.settings.json'), 'utf8'), LEGACY_SETTINGS)
+      assert.equal('Comfy.Guest' in (await call('alice', 'GET', '/settings')).json(), false)
+    })
+
     it('ComfyUI\'s users.json names every user the gate passed to the host, by user id, and no one else', async () => {
       const users = JSON.parse(readFileSync(join(host.userDir, 'users.json'), 'utf8'))
       const expected: Record<string, string> = Object.fromEntries(Object.keys(token).map((who) => [id[who], who]))
       // without --multi-user ComfyUI starts from its single user, `default`
       if (!mode.multiUser) expected.default = 'default'
+      expected['authsvc-anonymous'] = 'anonymous'
       assert.deepEqual(users, expected)
     })
   })
