@@ -88,6 +88,17 @@ class ClosingSockets(PluginCase):
             await asyncio.sleep(0.02)
         await b.close()
 
+    async def test_a_restarted_sidecar_gets_the_open_sockets_in_the_hello(self) -> None:
+        entry = {"tag": "t-1", "userId": "u1", "role": "user", "authType": "session", "credentialId": "j1"}
+        s = await self.start(lambda msg: {"action": "pass", "ws_tag": "t-1", "ws_entry": entry} if msg["type"] == "decide" else None)
+        ws = await s.session.ws_connect(s.url.replace("http", "ws") + "/ws")
+        await ws.receive_json()
+        await s.fake.stop()
+        await s.fake.start()
+        await s.wait_ready()
+        self.assertEqual(s.fake.hellos[-1]["sockets"], [entry])
+        await ws.close()
+
     async def test_a_malformed_close_ws_is_ignored_and_logged(self) -> None:
         s = await self.start(lambda msg: {"action": "pass", "ws_tag": "t"} if msg["type"] == "decide" else None)
         ws = await s.session.ws_connect(s.url.replace("http", "ws") + "/ws")
