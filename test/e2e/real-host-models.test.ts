@@ -168,6 +168,11 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         assert.equal(await res.text(), '', filename)
       }
       assert.equal((await get('/view_metadata/checkpoints?filename=secret.safetensors', carol)).status, 200, 'a user who sees every model')
+      // the host's own answer for a file that does not exist, header for header that a client reads
+      const hidden = await get('/view_metadata/checkpoints?filename=secret.safetensors', intern)
+      const missing = await get('/view_metadata/checkpoints?filename=missing.safetensors', carol)
+      for (const res of [hidden, missing]) await res.arrayBuffer()
+      assert.deepEqual([hidden.status, hidden.headers.get('content-type'), hidden.headers.get('content-length')], [missing.status, missing.headers.get('content-type'), missing.headers.get('content-length')])
     })
 
     it('a user who sees every model gets the host\'s answers byte for byte', async () => {

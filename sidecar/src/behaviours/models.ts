@@ -219,7 +219,8 @@ export interface ModelDeps {
   models: ModelAccess
 }
 
-const HOST_MISSING: RespondDecision = { action: 'respond', status: 404, headers: [['Content-Type', 'application/octet-stream']], body_text: '' }
+// no Content-Type: the plugin builds it as the host's bare web.Response(status=404) is, whatever the aiohttp version
+const HOST_MISSING: RespondDecision = { action: 'respond', status: 404, body_text: '' }
 
 interface ModelStep extends StepContext {
   user: string | null
