@@ -251,8 +251,10 @@ function keepInArray(payload: Buffer, keep: (element: unknown) => boolean): Buff
 }
 
 /**
- * GET /models/{folder} (names) and /experiment/models/{folder} (objects with
- * `name`): only granted items. A host answer that is not a list (404) is kept.
+ * GET /models/{folder} (names), /experiment/models/{folder} (objects with
+ * `name`) and /embeddings (names without extension): only granted items. A
+ * host error (404 for an unknown folder) is kept; a 200 that is not a list
+ * becomes `[]` (nothing of a shape we cannot read leaves).
  */
 export function modelListBehaviour(deps: ModelDeps, kind: 'model-list' | 'embeddings'): RouteBehaviour {
   return {
