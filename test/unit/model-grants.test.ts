@@ -400,6 +400,24 @@ describe('the /prompt model check', () => {
   })
 })
 
+describe('a model folder path that does not exist yet', () => {
+  it('is watched from its parent: once created, its files are in the cache within 2 s', async () => {
+    const w = await world()
+    try {
+      const late = join(w.modelsDir, 'not-yet', 'deeper')
+      const host = facts(w.modelsDir)
+      await hello(w.sc, { ...host, model_folders: { ...host.model_folders, late: [late] } }, w.adminJwt)
+      const items = async () => (JSON.parse((await call(w.sc, { url: '/authsvc/api/model-cache/folders/late/items', bearer: w.adminJwt })).body) as { items: string[] }).items
+      assert.deepEqual(await items(), [])
+      mkdirSync(late, { recursive: true })
+      writeFileSync(join(late, 'arrived.safetensors'), 'model')
+      await within2s(async () => (await items()).includes('arrived.safetensors'))
+    } finally {
+      await w.sc.close()
+    }
+  })
+})
+
 describe('a principal without a user', () => {
   let w: World
   before(async () => {

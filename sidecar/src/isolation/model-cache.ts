@@ -21,14 +21,14 @@
  * is in the maps within about SETTLE_MS. Why not chokidar: measured on 3,000
  * files it held the event loop for 300-670 ms while it set up (it stats and
  * tracks every file); this costs one readdir per directory, about 8 ms in all.
- * A folder path that does not exist yet is picked up by the next hello or
- * `POST /model-cache/refresh`.
+ * A folder path that does not exist yet is waited for: a watcher on its nearest
+ * existing parent enters it once it appears.
  * `custom_nodes` is not a model folder (it is the host's code, and ComfyUI's own
  * /experiment/models leaves it out): it is never watched or listed.
  */
 import { watch, type FSWatcher } from 'node:fs'
 import { readdir, stat } from 'node:fs/promises'
-import { extname, join, sep } from 'node:path'
+import { dirname, extname, join, sep } from 'node:path'
 import type { FastifyBaseLogger } from 'fastify'
 
 export interface ModelFolder {
@@ -133,6 +133,8 @@ const SETTLE_MS = 50
 class TreeWatcher {
   private readonly dirs = new Map<string, DirState>()
   private readonly dirty = new Set<string>()
+  /** watchers on the parents of roots that do not exist yet */
+  private readonly waiting = new Set<FSWatcher>()
   private timer: NodeJS.Timeout | null = null
   private closed = false
 
@@ -141,8 +143,31 @@ class TreeWatcher {
     private readonly log: Pick<FastifyBaseLogger, 'warn'>,
   ) {}
 
+  /** Watches `root`; one that does not exist yet is waited for (a watcher on its nearest existing parent). */
   async add(root: string): Promise<void> {
     await this.enter(root, new Set())
+    if (this.dirs.has(root) || this.closed) return
+    let parent = dirname(root)
+    for (;;) {
+      try {
+        if ((await stat(parent)).isDirectory()) break
+      } catch {
+        // not there either: one level up
+      }
+      const up = dirname(parent)
+      if (up === parent) return
+      parent = up
+    }
+    try {
+      const waiting = watch(parent, { persistent: false }, () => {
+        waiting.close()
+        this.waiting.delete(waiting)
+        void this.add(root)
+      })
+      this.waiting.add(waiting)
+    } catch (err) {
+      this.log.warn({ err, dir: root }, 'cannot wait for a model directory to appear; it shows after a refresh')
+    }
   }
 
   /** Reads `dir` and everything under it (symlinked directories followed once: a loop ends there). */
@@ -231,6 +256,8 @@ class TreeWatcher {
     if (this.timer !== null) clearTimeout(this.timer)
     for (const state of this.dirs.values()) state.watcher?.close()
     this.dirs.clear()
+    for (const w of this.waiting) w.close()
+    this.waiting.clear()
   }
 }
 
