@@ -392,7 +392,7 @@ describe('large host answers are edited off the event loop', () => {
     try {
       let loopTurned = false
       setImmediate(() => (loopTurned = true))
-      const out = await pool.history(Buffer.from(history), own, 5, -1)
+      const out = (await pool.history(Buffer.from(history), own, 5, -1)).toString('utf8')
       assert.equal(loopTurned, true, 'the event loop ran while the worker filtered')
       assert.equal(out, filterHistory(history, own, 5, -1))
       assert.deepEqual(Object.keys(JSON.parse(out) as object), ['p387', 'p390', 'p393', 'p396', 'p399'])

@@ -8,7 +8,6 @@
  */
 import { jsonDecision } from '../decide/answers.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
-import { replaced } from './context.js'
 import { scopedDeleteBody } from './scoped-delete.js'
 
 function intParam(query: URLSearchParams, key: string): number | null | 'bad' {
@@ -36,7 +35,7 @@ export function historyListBehaviour(deps: BehaviourDeps): RouteBehaviour {
     async filter(ctx, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
       const own = deps.ownership.promptIdsOf(ctx.owner)
-      return replaced(await deps.filters.history(payload, own, ctx.max_items as number | null, ctx.offset as number))
+      return { answer: { action: 'replace' }, payload: await deps.filters.history(payload, own, ctx.max_items as number | null, ctx.offset as number) }
     },
   }
 }

@@ -9,7 +9,6 @@
  * a large queue is edited off the event loop (isolation/filter-pool.ts).
  */
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
-import { replaced } from './context.js'
 import { scopedDeleteBody } from './scoped-delete.js'
 
 export function queueReadBehaviour(deps: BehaviourDeps): RouteBehaviour {
@@ -19,7 +18,7 @@ export function queueReadBehaviour(deps: BehaviourDeps): RouteBehaviour {
     },
     async filter(ctx, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
-      return replaced(await deps.filters.queue(payload, deps.ownership.promptIdsOf(ctx.owner), ctx.seesAll))
+      return { answer: { action: 'replace' }, payload: await deps.filters.queue(payload, deps.ownership.promptIdsOf(ctx.owner), ctx.seesAll) }
     },
   }
 }

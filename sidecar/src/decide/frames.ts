@@ -30,21 +30,31 @@ export function encodeFrame(message: object, payload: Buffer = EMPTY): Buffer {
 
 export class FrameError extends Error {}
 
-/** Incremental decoder; throws FrameError on a frame that cannot be read (the connection is then closed). */
+/**
+ * Incremental decoder; throws FrameError on a frame that cannot be read (the connection is then
+ * closed). Chunks are kept as they arrive and joined once a whole frame is there, so a frame of
+ * megabytes arriving in many reads is copied once, not once per read.
+ */
 export class FrameDecoder {
-  private buffer: Buffer = EMPTY
+  private chunks: Buffer[] = []
+  private buffered = 0
 
   feed(chunk: Buffer): Frame[] {
-    this.buffer = this.buffer.length === 0 ? chunk : Buffer.concat([this.buffer, chunk])
+    this.chunks.push(chunk)
+    this.buffered += chunk.length
     const out: Frame[] = []
-    while (this.buffer.length >= 8) {
-      const total = this.buffer.readUInt32BE(0)
-      const jsonLength = this.buffer.readUInt32BE(4)
+    while (this.buffered >= 8) {
+      const head = this.chunks[0].length >= 8 ? this.chunks[0] : this.join()
+      const total = head.readUInt32BE(0)
+      const jsonLength = head.readUInt32BE(4)
       if (total > MAX_FRAME_BYTES || jsonLength > total - 4) throw new FrameError('frame too large or malformed')
-      if (this.buffer.length < 4 + total) break
-      const json = this.buffer.subarray(8, 8 + jsonLength)
-      const payload = Buffer.from(this.buffer.subarray(8 + jsonLength, 4 + total))
-      this.buffer = this.buffer.subarray(4 + total)
+      if (this.buffered < 4 + total) break
+      const buffer = this.chunks.length === 1 ? this.chunks[0] : this.join()
+      const json = buffer.subarray(8, 8 + jsonLength)
+      const payload = buffer.subarray(8 + jsonLength, 4 + total)
+      const rest = buffer.subarray(4 + total)
+      this.chunks = rest.length > 0 ? [rest] : []
+      this.buffered = rest.length
       let message: unknown
       try {
         message = JSON.parse(json.toString('utf8'))
@@ -55,6 +65,12 @@ export class FrameDecoder {
       out.push({ message: message as Record<string, unknown>, payload })
     }
     return out
+  }
+
+  private join(): Buffer {
+    const joined = Buffer.concat(this.chunks, this.buffered)
+    this.chunks = [joined]
+    return joined
   }
 }
 

@@ -26,7 +26,7 @@ function sourceWorker(): Worker {
 }
 
 export type FilterJob = Job & { id: number; body: ArrayBuffer }
-export type FilterJobResult = { id: number; text?: string; lists?: FileList[]; error?: string }
+export type FilterJobResult = { id: number; bytes?: ArrayBuffer; lists?: FileList[]; error?: string }
 
 export class FilterPool {
   private worker: Worker | null = null
@@ -35,14 +35,16 @@ export class FilterPool {
 
   constructor(private readonly inlineBytes = INLINE_BYTES) {}
 
-  async history(body: Buffer, own: ReadonlySet<string>, maxItems: number | null, offset: number): Promise<string> {
-    if (body.length < this.inlineBytes) return filterHistory(body.toString('utf8'), own, maxItems, offset)
-    return this.text(await this.send({ kind: 'history', own: [...own], maxItems, offset }, body))
+  /** The caller's own /history entries, as the bytes of the new answer. */
+  async history(body: Buffer, own: ReadonlySet<string>, maxItems: number | null, offset: number): Promise<Buffer> {
+    if (body.length < this.inlineBytes) return Buffer.from(filterHistory(body.toString('utf8'), own, maxItems, offset), 'utf8')
+    return this.bytes(await this.send({ kind: 'history', own: [...own], maxItems, offset }, body))
   }
 
-  async queue(body: Buffer, own: ReadonlySet<string>, seesAll: boolean): Promise<string> {
-    if (body.length < this.inlineBytes) return filterQueue(body.toString('utf8'), own, seesAll)
-    return this.text(await this.send({ kind: 'queue', own: [...own], seesAll }, body))
+  /** The /queue the caller may see, as the bytes of the new answer. */
+  async queue(body: Buffer, own: ReadonlySet<string>, seesAll: boolean): Promise<Buffer> {
+    if (body.length < this.inlineBytes) return Buffer.from(filterQueue(body.toString('utf8'), own, seesAll), 'utf8')
+    return this.bytes(await this.send({ kind: 'queue', own: [...own], seesAll }, body))
   }
 
   async uploadLists(body: Buffer): Promise<FileList[]> {
@@ -52,9 +54,9 @@ export class FilterPool {
     return result.lists
   }
 
-  private text(result: FilterJobResult): string {
-    if (result.text === undefined) throw new Error(result.error ?? 'filter worker answered nothing')
-    return result.text
+  private bytes(result: FilterJobResult): Buffer {
+    if (result.bytes === undefined) throw new Error(result.error ?? 'filter worker answered nothing')
+    return Buffer.from(result.bytes)
   }
 
   private send(job: Job, body: Buffer): Promise<FilterJobResult> {

@@ -8,13 +8,21 @@ import { parentPort } from 'node:worker_threads'
 import { filterHistory, filterQueue, uploadListsOf } from './host-json-filters.js'
 import type { FilterJob, FilterJobResult } from './filter-pool.js'
 
+/** The edited text as bytes the parent takes over (transferred, not copied). */
+function bytesOf(text: string): ArrayBuffer {
+  const bytes = Buffer.from(text, 'utf8')
+  const owned = new Uint8Array(bytes.length)
+  owned.set(bytes)
+  return owned.buffer
+}
+
 function run(job: FilterJob): FilterJobResult {
   const text = Buffer.from(job.body).toString('utf8')
   switch (job.kind) {
     case 'history':
-      return { id: job.id, text: filterHistory(text, new Set(job.own), job.maxItems, job.offset) }
+      return { id: job.id, bytes: bytesOf(filterHistory(text, new Set(job.own), job.maxItems, job.offset)) }
     case 'queue':
-      return { id: job.id, text: filterQueue(text, new Set(job.own), job.seesAll) }
+      return { id: job.id, bytes: bytesOf(filterQueue(text, new Set(job.own), job.seesAll)) }
     case 'upload-lists':
       return { id: job.id, lists: uploadListsOf(text) }
   }
@@ -27,5 +35,5 @@ parentPort!.on('message', (job: FilterJob) => {
   } catch (err) {
     result = { id: job.id, error: err instanceof Error ? err.message : String(err) }
   }
-  parentPort!.postMessage(result)
+  parentPort!.postMessage(result, result.bytes ? [result.bytes] : [])
 })

@@ -1,0 +1,119 @@
+/**
+ * Per-user isolation under load (issue 8): while one user's /history of 1,000
+ * entries (about 3 MB) is filtered over and over, another user's decisions on
+ * the same sidecar keep their latency. Real processes: the stand-in with the
+ * plugin and the sidecar; the two users speak to the sidecar's decision socket
+ * directly, as the plugin does. Prints PASS/FAIL lines; exits 1 on a miss.
+ */
+import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { FrameClient, type Frame } from '../test/helpers/decision-socket.js'
+import { apiToken, register } from '../test/helpers/client.js'
+import { ROOT, destroyStack, startStack } from '../test/helpers/stack.js'
+
+const PROTOCOL = (JSON.parse(readFileSync(join(ROOT, 'shared/protocol.json'), 'utf8')) as { version: number }).version
+const ENTRIES = 1000
+const ROUND_MS = 3000
+
+const describe = (method: string, pattern: string, token: string, query = ''): Frame => ({
+  type: 'decide', method, path: pattern, query, route: { pattern, kind: 'route' }, route_status: 200,
+  match_info: {}, headers: { authorization: `Bearer ${token}` }, peer: '127.0.0.1', scheme: 'http',
+})
+
+function percentile(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))]
+}
+
+async function hello(client: FrameClient): Promise<void> {
+  const answer = await client.send({ type: 'hello', protocol: PROTOCOL, plugin_version: 'bench' })
+  assert.equal(answer.type, 'hello')
+}
+
+/** One user's decisions, one at a time with a 2 ms pause (someone browsing), for `ms`: sorted latencies. */
+async function decisions(client: FrameClient, token: string, ms: number): Promise<number[]> {
+  const out: number[] = []
+  const until = Date.now() + ms
+  while (Date.now() < until) {
+    const started = performance.now()
+    const answer = await client.send(describe('GET', '/prompt', token))
+    out.push(performance.now() - started)
+    assert.equal(answer.action, 'pass')
+    await new Promise((r) => setTimeout(r, 2))
+  }
+  return out.sort((a, b) => a - b)
+}
+
+async function main(): Promise<void> {
+  const stack = await startStack({ env: { AUTHSVC_LOG_LEVEL: 'warn' } })
+  try {
+    assert.equal((await register(stack, 'root')).status, 201)
+    const rootToken = await apiToken(stack, 'root')
+    for (const name of ['alice', 'bob']) assert.equal((await register(stack, name, { bearer: rootToken })).status, 201)
+    const [alice, bob] = [await apiToken(stack, 'alice'), await apiToken(stack, 'bob')]
+    const socket = join(stack.dataDir, 'authsvc.sock')
+    const heavy = await FrameClient.open(socket)
+    const light = await FrameClient.open(socket)
+    await hello(heavy)
+    await hello(light)
+
+    // alice owns every other entry of a 1,000-entry history
+    const ids: string[] = []
+    for (let i = 0; i < ENTRIES / 2; i++) {
+      const d = await heavy.send(describe('POST', '/prompt', alice))
+      const { message, payload } = await heavy.exchange({ type: 'body', ctx: (d.need_body as { ctx: unknown }).ctx }, Buffer.from('{"prompt":{}}'))
+      assert.equal(message.action, 'pass')
+      ids.push((JSON.parse(payload.toString()) as { prompt_id: string }).prompt_id)
+    }
+    const text = JSON.stringify('a realistic prompt text with "quotes" and seeds '.repeat(40))
+    const entry = (id: string) => `"${id}": {"prompt": [1, "${id}", {"3": {"class_type": "KSampler", "inputs": {"seed": 18446744073709551615, "text": ${text}}}}, {"client_id": "x"}, ["9"]], "outputs": {"9": {"images": [{"filename": "${id}.png", "subfolder": "", "type": "output"}]}}, "status": {"status_str": "success", "completed": true, "messages": []}, "meta": {}}`
+    const all = ids.flatMap((id, i) => [id, `someone-else-${i}`])
+    const history = Buffer.from(`{${all.map(entry).join(', ')}}`)
+
+    let filtered = 0
+    const filterTimes: number[] = []
+    /** alice's /history, decided and filtered back to back until `stop()` */
+    const filterLoop = (): { stop: () => Promise<void> } => {
+      let running = true
+      const done = (async () => {
+        while (running) {
+          const d = await heavy.send(describe('GET', '/history', alice))
+          const f = d.filter as { name: string; ctx: unknown }
+          const started = performance.now()
+          const { message, payload } = await heavy.exchange({ type: 'filter', name: f.name, ctx: f.ctx, status: 200, content_type: 'application/json' }, history)
+          filterTimes.push(performance.now() - started)
+          assert.equal(message.action, 'replace')
+          assert.equal(Object.keys(JSON.parse(payload.toString()) as object).length, ENTRIES / 2)
+          filtered++
+        }
+      })()
+      return { stop: async () => { running = false; await done } }
+    }
+
+    // alternating rounds: bob alone, then bob while alice's history is filtered, twice
+    const quiet: number[] = []
+    const busy: number[] = []
+    for (let round = 0; round < 2; round++) {
+      quiet.push(...(await decisions(light, bob, ROUND_MS)))
+      const loop = filterLoop()
+      busy.push(...(await decisions(light, bob, ROUND_MS)))
+      await loop.stop()
+    }
+    quiet.sort((a, b) => a - b)
+    busy.sort((a, b) => a - b)
+    filterTimes.sort((a, b) => a - b)
+    const p99Quiet = percentile(quiet, 99)
+    const p99Busy = percentile(busy, 99)
+    console.log(`isolation bench: /history of ${ENTRIES} entries (${(history.length / 1e6).toFixed(1)} MB) filtered for alice ${filtered} times, filter p50 ${percentile(filterTimes, 50).toFixed(1)} ms`)
+    console.log(`  bob's decision p50/p99 quiet ${percentile(quiet, 50).toFixed(3)}/${p99Quiet.toFixed(3)} ms; while alice's history is filtered ${percentile(busy, 50).toFixed(3)}/${p99Busy.toFixed(3)} ms`)
+    const ok = p99Busy <= 5
+    console.log(`${ok ? 'PASS' : 'FAIL'}  another user's decision p99 while a 1,000-entry /history is filtered ${p99Busy.toFixed(2).padStart(8)} ms  target <= 5 ms (DESIGN §7 decision budget)`)
+    heavy.close()
+    light.close()
+    process.exitCode = ok ? 0 : 1
+  } finally {
+    await destroyStack(stack)
+  }
+}
+
+await main()
