@@ -191,6 +191,10 @@ class Gate:
                 prepared = await self._prepare_pass(request, decision)
         except Unavailable as exc:
             return self._stamped(_refuse(request, exc))
+        except web.HTTPException as exc:
+            # the host's own limits while the gate read a form for it (413 over client_max_size)
+            exc.headers[VERSION_HEADER] = self.version
+            raise
         except (OSError, ClientError):
             raise  # a proxied answer cut after its headers: the client sees a cut connection
         except Exception:

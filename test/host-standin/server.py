@@ -1313,84 +1313,43 @@ class PromptServer:
 
     # ------------------------------------------------------------------ uploads (streamed)
     async def _read_upload(self, request):
-        """Reads an upload form the way ComfyUI's `await request.post()` sees it, but streams
-        the `image` file part to disk in chunks (flat memory for any size).
+        """Reads an upload form as ComfyUI does, with `await request.post()` (aiohttp spools file
+        parts to temporary files, enforces client_max_size, and hands a form parsed earlier, by
+        the gate, back as it is); the `image` file is then copied in chunks to its own temporary
+        file (flat memory for any size).
 
         Returns (fields, image): fields maps the first value of each plain field; image is an
         _UploadedFile or None. A non-file first `image` value raises like ComfyUI (500)."""
+        post = await request.post()
         fields: dict = {}
-        if not request.content_type.startswith("multipart/"):
-            post = await request.post()
-            for k in post.keys():
-                fields.setdefault(k, post.get(k))
-            if fields.get("image"):
-                raise AttributeError("'str' object has no attribute 'file'")
-            return fields, None
-
-        reader = await request.multipart()
-        try:
-            return await self._read_parts(reader, fields)
-        except BaseException:
-            self._discard_upload(fields.pop("\0image", None))
-            raise
-
-    async def _read_parts(self, reader, fields):
         image = None
-        image_seen = False
-        while True:
-            part = await reader.next()
-            if part is None:
-                break
-            if isinstance(part, aiohttp.MultipartReader):
-                await part.release()
+        for name in post.keys():
+            value = post.get(name)
+            if name == "image":
+                if isinstance(value, str):
+                    if value:
+                        raise AttributeError("'str' object has no attribute 'file'")
+                    continue
+                image = self._spool_file(value)
                 continue
-            name = part.name
-            if part.filename:
-                if name == "image" and not image_seen:
-                    image_seen = True
-                    image = await self._stream_part(part)
-                    fields["\0image"] = image  # for cleanup if a later part fails
-                else:
-                    await part.release()
-                continue
-            value = await part.read(decode=True)
-            field_ct = part.headers.get(aiohttp.hdrs.CONTENT_TYPE)
-            if field_ct is None or field_ct.startswith("text/"):
-                value = value.decode(part.get_charset(default="utf-8"))
-            if name == "image" and not image_seen:
-                image_seen = True
-                if value:
-                    raise AttributeError(f"'{type(value).__name__}' object has no attribute 'file'")
-                continue
-            if name is not None and name not in fields:
-                fields[name] = value
-        fields.pop("\0image", None)
+            fields.setdefault(name, value)
         return fields, image
 
-    async def _stream_part(self, part) -> _UploadedFile:
+    def _spool_file(self, field) -> _UploadedFile:
         os.makedirs(self._upload_tmp, exist_ok=True)
         tmp_path = os.path.join(self._upload_tmp, uuid.uuid4().hex + ".part")
         h = hashlib.sha256()
         size = 0
-        try:
-            with open(tmp_path, "wb") as f:
-                while True:
-                    chunk = await part.read_chunk(1 << 16)
-                    if not chunk:
-                        break
-                    chunk = part.decode(chunk)  # a coroutine since aiohttp 3.10
-                    if inspect.isawaitable(chunk):
-                        chunk = await chunk
-                    h.update(chunk)
-                    size += len(chunk)
-                    f.write(chunk)
-        except BaseException:
-            try:
-                os.remove(tmp_path)
-            except OSError:
-                pass
-            raise
-        return _UploadedFile(part.filename, tmp_path, h.hexdigest(), size)
+        field.file.seek(0)
+        with open(tmp_path, "wb") as f:
+            while True:
+                chunk = field.file.read(1 << 16)
+                if not chunk:
+                    break
+                h.update(chunk)
+                size += len(chunk)
+                f.write(chunk)
+        return _UploadedFile(field.filename, tmp_path, h.hexdigest(), size)
 
     @staticmethod
     def _discard_upload(image) -> None:
