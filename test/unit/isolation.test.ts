@@ -180,6 +180,20 @@ describe('queue, history and actions per owner', () => {
     assert.equal(await filtered(w.sc, { path: '/history', pattern: '/history', headers: bearer(w.adminJwt) }, history()), 'unchanged')
   })
 
+  for (const q of ['max_items=1_0', 'max_items=%EF%BC%91', 'offset=%D9%A1', 'max_items=1.5', 'max_items=']) {
+    it(`GET /history?${q} (numbers Python reads and the sidecar would not) → 400, never unfiltered`, async () => {
+      assertDenied(await decide(w.sc, { path: '/history', pattern: '/history', query: q, headers: bearer(w.bobJwt) }), 'VALIDATION_FAILED')
+    })
+  }
+
+  it('every body the sidecar checks reaches the host as plain application/json (no client charset: utf-7 would read other keys)', async () => {
+    for (const [method, path] of [['POST', '/prompt'], ['POST', '/queue'], ['POST', '/history'], ['POST', '/interrupt']]) {
+      const d = assertPass(await decide(w.sc, { method, path, pattern: path, headers: { ...bearer(w.bobJwt), 'content-type': 'application/json; charset=utf-7' } }))
+      assert.ok(d.need_body, path)
+      assert.equal(d.set_headers?.['content-type'], 'application/json', path)
+    }
+  })
+
   it('GET /history/{id}: someone else\'s entry answers {} without asking the host', async () => {
     const d = await decide(w.sc, { path: `/history/${alicePrompt}`, pattern: '/history/{prompt_id}', match_info: { prompt_id: alicePrompt }, headers: bearer(w.bobJwt) })
     assert.equal(d.action, 'respond')
@@ -284,6 +298,26 @@ describe('files: /view, uploads and the LoadImage lists', () => {
     assertPass(await view(w.aliceJwt, 'filename=cat.png&subfolder=pets&type=input'))
     assertDenied(await view(w.bobJwt, 'filename=cat.png&subfolder=pets&type=input'), 'NOT_FOUND')
     assertPass(await view(w.bobJwt, 'filename=shared.png&type=input'), 'nobody owns it: shared')
+  })
+
+  // the security review's shapes: the host strips one character more than the annotation, reads
+  // an absolute subfolder as a replacement folder, and keeps original_ref's whole name
+  const REVIEW_ROWS = [
+    'filename=cat.pngX[input]&subfolder=pets', 'filename=cat.png%20[input]&subfolder=pets', 'filename=cat.png_[input]&subfolder=pets',
+    'filename=cat.png&type=input&subfolder=/srv/comfy/input/pets', 'filename=cat.png&type=input&subfolder=//pets',
+  ]
+  for (const q of REVIEW_ROWS) {
+    it(`bob: /view?${q} (alice's upload under another spelling) → 404`, async () => {
+      assertDenied(await view(w.bobJwt, q), 'NOT_FOUND')
+    })
+  }
+
+  it('an absolute subfolder or file name in an upload is refused; a mask ref keeps its whole name', async () => {
+    assertDenied(await upload(w.bobJwt, { subfolder: '/srv/comfy/input', overwrite: 'true' }, 'x.png'), 'VALIDATION_FAILED')
+    assertDenied(await upload(w.bobJwt, { overwrite: 'true' }, '/srv/comfy/input/x.png'), 'VALIDATION_FAILED')
+    const ref = (o: Record<string, string>) => ({ original_ref: JSON.stringify(o) })
+    assertDenied(await upload(w.bobJwt, ref({ filename: 'pets/cat.png', type: 'input' }), 'm.png', true), 'NOT_OWNER')
+    assertDenied(await upload(w.bobJwt, ref({ filename: 'cat.png', subfolder: '/srv/comfy/input/pets', type: 'input' }), 'm.png', true), 'NOT_OWNER')
   })
 
   it('bob cannot overwrite alice\'s upload nor a shared input; may overwrite his own or create', async () => {

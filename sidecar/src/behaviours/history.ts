@@ -6,7 +6,7 @@
  * without asking the host. POST /history: see scoped-delete.ts. A long history
  * is edited off the event loop (isolation/filter-pool.ts).
  */
-import { jsonDecision } from '../decide/answers.js'
+import { denyDecision, jsonDecision } from '../decide/answers.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
 import { scopedDeleteBody } from './scoped-delete.js'
 
@@ -23,8 +23,9 @@ export function historyListBehaviour(deps: BehaviourDeps): RouteBehaviour {
       const query = new URLSearchParams(desc.query)
       const maxItems = intParam(query, 'max_items')
       const offset = intParam(query, 'offset')
-      // a malformed number is the host's own 500; let it answer that, unfiltered nothing leaks (an error body)
-      if (maxItems === 'bad' || offset === 'bad') return pass
+      // only plain integers: Python's int() also reads `1_0` or full-width digits, and a value the
+      // sidecar cannot read the same way must never reach the host unfiltered
+      if (maxItems === 'bad' || offset === 'bad') return denyDecision('VALIDATION_FAILED', 'max_items and offset must be integers')
       const drop = [...(pass.drop_query ?? []), ...['max_items', 'offset'].filter((k) => query.has(k))]
       return {
         ...pass,

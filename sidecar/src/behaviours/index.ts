@@ -24,6 +24,17 @@ import { userdataListBehaviour, userdataListV2Behaviour, userdataReadBehaviour, 
 import { viewBehaviour } from './view.js'
 import { websocketBehaviour } from './websocket.js'
 
+/**
+ * A body the sidecar checks is a body the host must read the same way: the host decodes JSON
+ * with the request's charset, so a client-chosen `charset=utf-7` (or any other) would let the
+ * host read other keys than the ones checked here. Every pass that reads the body therefore
+ * sends it to the host as plain `application/json` (UTF-8, what the sidecar decoded).
+ */
+function readsAsChecked(decision: Decision): Decision {
+  if (decision.action !== 'pass' || decision.need_body === undefined) return decision
+  return { ...decision, set_headers: { ...(decision.set_headers ?? {}), 'content-type': 'application/json' } }
+}
+
 export class RouteBehaviours implements BehaviourHandlers {
   private readonly byName: Record<HostRouteBehaviour, RouteBehaviour>
   /** the later steps: the kind a behaviour puts in its step context → the behaviour */
@@ -64,7 +75,8 @@ export class RouteBehaviours implements BehaviourHandlers {
   apply(policy: HostRoutePolicy, desc: RequestDescription, principal: Principal, pass: PassDecision): Decision | Promise<Decision> {
     const behaviour = policy.behaviour === undefined ? undefined : this.byName[policy.behaviour]
     if (behaviour === undefined) return pass
-    return behaviour.decide({ desc, principal, pass, owner: ownerKey(principal), seesAll: this.seesAll(principal) })
+    const decided = behaviour.decide({ desc, principal, pass, owner: ownerKey(principal), seesAll: this.seesAll(principal) })
+    return decided instanceof Promise ? decided.then(readsAsChecked) : readsAsChecked(decided)
   }
 
   private step(ctx: unknown): { behaviour: RouteBehaviour; ctx: StepContext } | null {

@@ -13,7 +13,7 @@ import { join } from 'node:path'
 import { denyDecision } from '../decide/answers.js'
 import { fileKey, type FileType } from '../isolation/ownership.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
-import { mayView, viewedFileKey } from './host-files.js'
+import { mayView, namedFile } from './host-files.js'
 
 const UPLOAD_TYPES: ReadonlySet<string> = new Set(['input', 'temp', 'output'])
 
@@ -29,6 +29,11 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
       const type = msg.fields.type || 'input'
       const overwrite = msg.fields.overwrite === 'true' || msg.fields.overwrite === '1'
       const filename = msg.files.image
+      // an absolute subfolder or name replaces the folder in os.path.join: it can only name what a
+      // relative one names, and it would name it under another key here
+      if ((msg.fields.subfolder ?? '').startsWith('/') || (filename ?? '').startsWith('/')) {
+        return denyDecision('VALIDATION_FAILED', 'subfolder and file name must be relative')
+      }
       if (overwrite && UPLOAD_TYPES.has(type) && filename) {
         const key = fileKey(type as FileType, msg.fields.subfolder ?? '', filename)
         if (key !== null && !mayOverwrite(key, ctx.owner)) return denyDecision('NOT_OWNER', 'That file belongs to another user')
@@ -44,10 +49,9 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
           return denyDecision('VALIDATION_FAILED', 'original_ref must name a file')
         }
         const r = ref as { filename: string; subfolder?: unknown; type?: unknown }
-        const query = new URLSearchParams({ filename: r.filename, type: typeof r.type === 'string' ? r.type : 'output' })
-        if (typeof r.subfolder === 'string' && r.subfolder !== '') query.set('subfolder', r.subfolder)
-        const refKey = viewedFileKey(query)
-        if (refKey !== null && !mayView(deps.ownership, refKey, ctx.owner)) return denyDecision('NOT_OWNER', 'original_ref is not yours')
+        // the host reads original_ref with its whole relative name (no base name, unlike /view)
+        const named = namedFile({ filename: r.filename, type: typeof r.type === 'string' ? r.type : 'output', subfolder: typeof r.subfolder === 'string' ? r.subfolder : null }, 'whole')
+        if (named === 'refuse' || (named !== null && !mayView(deps.ownership, named.key, ctx.owner))) return denyDecision('NOT_OWNER', 'original_ref is not yours')
       }
       return decision
     },

@@ -5,15 +5,16 @@
  */
 import { denyDecision } from '../decide/answers.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
-import { mayView, viewedFileKey } from './host-files.js'
+import { mayView, viewedFile } from './host-files.js'
 
 export function viewBehaviour(deps: BehaviourDeps): RouteBehaviour {
   return {
     decide({ desc, pass, owner, seesAll }) {
       if (seesAll) return pass
-      const key = viewedFileKey(new URLSearchParams(desc.query))
-      if (key === null) return pass // the host refuses it itself (400/403), or finds nothing
-      return mayView(deps.ownership, key, owner) ? pass : denyDecision('NOT_FOUND')
+      const file = viewedFile(new URLSearchParams(desc.query))
+      if (file === null) return pass // the host refuses it itself (400/403)
+      if (file === 'refuse') return denyDecision('NOT_FOUND')
+      return mayView(deps.ownership, file.key, owner) ? pass : denyDecision('NOT_FOUND')
     },
   }
 }
