@@ -153,6 +153,12 @@ describe('workflows: own and shared, through the gate', () => {
     const missing = await call(sc, { url: '/api/cpe/workflow/get?filename=nope', bearer: aliceToken })
     assert.equal(missing.statusCode, 404)
     assert.equal((missing.json() as { status: string }).status, 'error')
+    // decoded once by the query string, never again: %252e%252e is a name, not `..` (security review)
+    writeFileSync(join(userDir, 'default', 'outside.json'), '{"secret":true}')
+    const twice = await call(sc, { url: '/api/cpe/workflow/get?filename=%252e%252e/outside', bearer: aliceToken })
+    assert.equal(twice.statusCode, 404, twice.body)
+    const viaUserdata = await decide(sc, read(aliceToken, 'workflows/%252e%252e/outside.json')) as Decision & { body_text?: string }
+    assert.notEqual(viaUserdata.body_text, '{"secret":true}')
     for (const bad of ['../x', '/etc/passwd', '.hidden', 'a/../../b']) {
       const r = await call(sc, { url: `/api/cpe/workflow/get?filename=${encodeURIComponent(bad)}`, bearer: aliceToken })
       assert.equal(r.statusCode, 400, bad)

@@ -25,12 +25,16 @@ export function unquoteOnce(text: string): string {
   })
 }
 
-/** The absolute path a userdata name means inside `root`, or null when it would leave it. */
-export function resolveInside(root: string, name: string): string | null {
-  const decoded = name.includes('%') ? unquoteOnce(name) : name
-  const path = resolve(root, decoded)
+/** `root` joined with an already decoded relative name, or null when the result leaves `root`. */
+export function joinInside(root: string, name: string): string | null {
+  const path = resolve(root, name)
   if (path !== root && !path.startsWith(root + sep)) return null
   return path
+}
+
+/** The absolute path a userdata name from a request means inside `root` (the host unquotes it once more), or null. */
+export function resolveInside(root: string, name: string): string | null {
+  return joinInside(root, name.includes('%') ? unquoteOnce(name) : name)
 }
 
 /** The path relative to the user root with `/` separators (`workflows/a.json`), or null when it leaves the root. */
@@ -114,10 +118,13 @@ export class WorkflowStore {
     return dir ? resolve(dir, hostUser) : null
   }
 
-  /** The file a user-relative name means for one host user, or null. */
+  /**
+   * The file a user-relative name means for one host user, or null. The name is already
+   * decoded (userRelative, or a checked workflow name): it is never unquoted again here.
+   */
   file(hostUser: string, name: string): string | null {
     const root = this.root(hostUser)
-    return root === null ? null : resolveInside(root, name)
+    return root === null ? null : joinInside(root, name)
   }
 
   isFile(path: string | null): path is string {
