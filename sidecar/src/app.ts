@@ -47,6 +47,8 @@ export interface BuiltApp {
   /** where unasked messages to the plugin go (the decision server's push), set once it listens */
   setPush(push: (message: CloseSocketsMessage) => void): void
   liveSockets: LiveSockets
+  /** the watcher of the host's output, input and temp folders (started by the hello) */
+  hostFiles: HostFileWatcher
   /** stops the host-folder watcher and the WebSocket checks */
   stop(): Promise<void>
 }
@@ -185,6 +187,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     owned,
     handlers,
     liveSockets,
+    hostFiles: watcher,
     setPush(fn) {
       push = fn
     },

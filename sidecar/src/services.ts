@@ -99,7 +99,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     Collection.load<PromptRecord>(kv, 'prompt'),
     Collection.load<FileRecord>(kv, 'file'),
   ])
-  const ownership = new Ownership(promptRecords, fileRecords)
+  const ownership = new Ownership(promptRecords, fileRecords, clock)
   const host: { facts: HostFacts } = { facts: {} }
   const users = new UserRepository(userRecords)
   const sessions = new SessionService(sessionRecords, keys.jwt, clock, {

@@ -466,3 +466,52 @@ describe('file ownership under concurrent changes', () => {
     }
   })
 })
+
+describe('the host-folder watcher (real files, real chokidar)', () => {
+  const until = async (check: () => boolean, what: string): Promise<void> => {
+    const deadline = Date.now() + 5000
+    while (!check()) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`)
+      await new Promise((r) => setTimeout(r, 20))
+    }
+  }
+
+  it('a run claims the files it writes; an upload during that run stays its uploader\'s; a removed file is forgotten', async () => {
+    const { writeFileSync: write, rmSync } = await import('node:fs')
+    const sc = await openSidecar()
+    try {
+      const admin = await addUser(sc, 'admin', 'admin-password-1', 'admin')
+      const alice = await addUser(sc, 'alice', 'alice-password-1')
+      const bob = await addUser(sc, 'bob', 'bob-password-12')
+      const dirs = Object.fromEntries(['output', 'input', 'temp'].map((d) => [d, join(sc.dir, 'host', d)]))
+      for (const d of Object.values(dirs)) mkdirSync(d, { recursive: true })
+      sc.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 't', host: { output_dir: dirs.output, input_dir: dirs.input, temp_dir: dirs.temp } })
+      await sc.built.hostFiles.ready()
+      const bobPrompt = await ownPrompt(sc, await sessionJwt(sc, bob))
+      const own = sc.services.ownership
+      event(sc, 'execution_start', { prompt_id: bobPrompt })
+      // alice uploads while bob's prompt runs
+      const aliceJwt = await sessionJwt(sc, alice)
+      const d = assertPass(await decide(sc, { method: 'POST', path: '/upload/image', pattern: '/upload/image', headers: bearer(aliceJwt) }))
+      const f = assertPass(await sc.handlers.form({ type: 'form', id: 1, ctx: d.need_form!.ctx, fields: {}, files: { image: 'hers.png' } }))
+      write(join(dirs.input, 'hers.png'), 'x')
+      write(join(dirs.output, 'bobs_00001_.png'), 'x')
+      await until(() => own.file('output/bobs_00001_.png') !== undefined, 'the run\'s output to be claimed')
+      await sc.handlers.filter({ type: 'filter', id: 1, name: f.filter!.name, ctx: f.filter!.ctx, status: 200, content_type: 'application/json' }, Buffer.from('{"name":"hers.png","subfolder":"","type":"input"}'))
+      event(sc, 'execution_end', { prompt_id: bobPrompt, status: 'success' })
+      assert.deepEqual(own.file('output/bobs_00001_.png')?.owners, [bob.user_id])
+      assert.deepEqual(own.file('input/hers.png')?.owners, [alice.user_id], 'bob\'s run did not claim her upload')
+      // a cached node re-reports bob's file for alice's identical prompt: alice is not added
+      const alicePrompt = await ownPrompt(sc, aliceJwt)
+      event(sc, 'execution_start', { prompt_id: alicePrompt })
+      event(sc, 'executed', { prompt_id: alicePrompt, output: { images: [{ filename: 'bobs_00001_.png', subfolder: '', type: 'output' }] } })
+      event(sc, 'execution_end', { prompt_id: alicePrompt, status: 'success' })
+      assert.deepEqual(own.file('output/bobs_00001_.png')?.owners, [bob.user_id])
+      rmSync(join(dirs.output, 'bobs_00001_.png'))
+      await until(() => own.file('output/bobs_00001_.png') === undefined, 'the removed file to be forgotten')
+      assert.ok(admin)
+    } finally {
+      await sc.close()
+    }
+  })
+})

@@ -11,11 +11,13 @@
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
 import { denyDecision } from '../decide/answers.js'
-import { fileKey, type FileType } from '../isolation/ownership.js'
+import { fileKey, folderOf, type FileType } from '../isolation/ownership.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
 import { mayView, namedFile } from './host-files.js'
 
 const UPLOAD_TYPES: ReadonlySet<string> = new Set(['input', 'temp', 'output'])
+/** how long the watcher leaves new files of an upload's folder to the upload (the host writes within it) */
+const UPLOAD_WINDOW_MS = 30_000
 
 export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehaviour {
   const dirOf = (type: FileType): string | undefined => deps.host.facts[`${type}_dir`]
@@ -25,6 +27,8 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
     },
     form(ctx, msg) {
       const decision = { action: 'pass', filter: { name: 'upload', ctx } } as const
+      const target = fileKey(((msg.fields.type || 'input') as FileType), msg.fields.subfolder ?? '', msg.files.image || 'x')
+      if (target !== null && UPLOAD_TYPES.has(msg.fields.type || 'input')) deps.ownership.uploadStarting(folderOf(target), UPLOAD_WINDOW_MS)
       if (ctx.seesAll) return decision
       const type = msg.fields.type || 'input'
       const overwrite = msg.fields.overwrite === 'true' || msg.fields.overwrite === '1'
@@ -65,7 +69,10 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
       }
       if (typeof stored.name === 'string' && typeof stored.type === 'string' && UPLOAD_TYPES.has(stored.type)) {
         const key = fileKey(stored.type as FileType, typeof stored.subfolder === 'string' ? stored.subfolder : '', stored.name)
-        if (key !== null) await deps.ownership.addFileOwner(key, ctx.owner, undefined, new Date(deps.clock()))
+        if (key !== null) {
+          deps.ownership.uploadDone(folderOf(key))
+          await deps.ownership.addFileOwner(key, ctx.owner, undefined, new Date(deps.clock()))
+        }
       }
       return { action: 'keep' }
     },

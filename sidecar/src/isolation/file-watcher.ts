@@ -7,12 +7,14 @@
  * creation time is later than the newest host event we know of waits for the
  * next event (the run's start may still be on its way from the plugin), at most
  * PENDING_MS; a file created outside any run keeps no owner (outputs and temp:
- * administrators only; inputs: shared).
+ * administrators only; inputs: shared). A run only claims files nobody owns; files of
+ * an upload under way are left to the upload; a removed file's record is forgotten, so
+ * a later file of the same name starts without owners.
  */
 import { relative, sep } from 'node:path'
 import chokidar, { type FSWatcher } from 'chokidar'
 import type { FastifyBaseLogger } from 'fastify'
-import { fileKey, type FileType, type Ownership } from './ownership.js'
+import { fileKey, folderOf, type FileType, type Ownership } from './ownership.js'
 
 const PENDING_MS = 2000
 
@@ -34,8 +36,20 @@ export class HostFileWatcher {
     private readonly now: () => number = Date.now,
   ) {}
 
+  private watching: Promise<void> = Promise.resolve()
+
+  /** Settles once the latest `watch` is watching (files made before that are not seen). */
+  ready(): Promise<void> {
+    return this.watching
+  }
+
   /** (Re)starts watching the folders the host named; a no-op when they did not change. */
-  async watch(dirs: Partial<Record<FileType, string>>): Promise<void> {
+  watch(dirs: Partial<Record<FileType, string>>): Promise<void> {
+    this.watching = this.watching.catch(() => {}).then(() => this.rewatch(dirs))
+    return this.watching
+  }
+
+  private async rewatch(dirs: Partial<Record<FileType, string>>): Promise<void> {
     const next = (Object.entries(dirs) as Array<[FileType, string | undefined]>).filter((e): e is [FileType, string] => typeof e[1] === 'string' && e[1] !== '')
     if (JSON.stringify(next) === JSON.stringify(this.dirs)) return
     await this.close()
@@ -45,7 +59,14 @@ export class HostFileWatcher {
     watcher.on('add', (path, stats) => {
       const key = this.keyOf(path)
       if (key === null || !stats) return
+      // an upload's file is its uploader's (the upload's own step says so), not the running prompt's
+      if (this.ownership.uploadInFlight(folderOf(key))) return
       this.attribute({ key, ctimeMs: stats.ctimeMs, since: this.now() })
+    })
+    watcher.on('unlink', (path) => {
+      const key = this.keyOf(path)
+      if (key === null) return
+      this.ownership.forgetFile(key).catch((err: unknown) => this.log.error({ err, key }, 'could not forget a removed host file'))
     })
     watcher.on('error', (err) => this.log.warn({ err }, 'host folder watcher error'))
     this.watcher = watcher
@@ -69,7 +90,7 @@ export class HostFileWatcher {
     const promptId = this.ownership.promptRunningAt(file.ctimeMs)
     const owner = promptId === undefined ? undefined : this.ownership.ownerOfPrompt(promptId)
     if (owner === undefined) return
-    this.ownership.addFileOwner(file.key, owner, promptId, new Date(this.now())).catch((err: unknown) => {
+    this.ownership.claimFile(file.key, owner, promptId, new Date(this.now())).catch((err: unknown) => {
       this.log.error({ err, key: file.key }, 'could not store the owner of a host file')
     })
   }

@@ -46,7 +46,8 @@ export function applyHostEvent(
       for (const f of reportedFiles(msg.data.output)) {
         const key = fileKey(f.type, f.subfolder, f.filename)
         if (key === null) continue
-        deps.ownership.addFileOwner(key, owner, promptId, new Date(deps.now())).catch((err: unknown) => {
+        // claim, never add: a cached node reports the files of the run that made them, whoever's it was
+        deps.ownership.claimFile(key, owner, promptId, new Date(deps.now())).catch((err: unknown) => {
           deps.log.error({ err, key }, 'could not store the owner of a host file')
         })
       }

@@ -34,12 +34,18 @@ export interface FileRecord {
 
 export type FileType = 'output' | 'input' | 'temp'
 
+/** The folder part of a file key (`input/sub/x.png` → `input/sub`). */
+export const folderOf = (key: string): string => key.slice(0, key.lastIndexOf('/'))
+
 /** A run of one prompt on the host, by the host's clock (unix ms). */
 interface RunWindow {
   promptId: string
   start: number
   end: number | null
 }
+
+/** How far a file's ctime may lag the wall clock (Linux stamps files from the coarse tick clock). */
+const CTIME_SLACK_MS = 20
 
 /** How many finished runs are kept for attributing files that are reported late. */
 const WINDOWS_KEPT = 512
@@ -48,12 +54,15 @@ export class Ownership {
   private readonly promptsByOwner = new Map<string, Set<string>>()
   private readonly windows: RunWindow[] = []
   private version = 0
+  /** folders with an upload under way, until when */
+  private readonly uploads = new Map<string, number>()
   /** the latest host time an event told us about: files newer than it wait for the next event */
   latestEventMs = 0
 
   constructor(
     private readonly prompts: Collection<PromptRecord>,
     private readonly files: Collection<FileRecord>,
+    private readonly clock: () => number = Date.now,
   ) {
     for (const p of prompts.values()) this.index(p)
   }
@@ -116,6 +125,11 @@ export class Ownership {
     for (let i = this.windows.length - 1; i >= 0; i--) {
       const w = this.windows[i]
       if (ctimeMs >= w.start && (w.end === null || ctimeMs <= w.end)) return w.promptId
+      // The kernel stamps files from a coarse clock (a scheduler tick behind the wall clock), so a
+      // file written just after a run started can carry a ctime a few ms before that start: it
+      // belongs to this run when no earlier run was still going at that time.
+      const previous = this.windows[i - 1]
+      if (ctimeMs >= w.start - CTIME_SLACK_MS && ctimeMs < w.start && (previous === undefined || (previous.end !== null && previous.end < ctimeMs))) return w.promptId
       if (w.end !== null && w.end < ctimeMs) return undefined
     }
     return undefined
@@ -141,6 +155,41 @@ export class Ownership {
       ...(promptId ?? current?.prompt_id ? { prompt_id: promptId ?? current?.prompt_id } : {}),
       at_iso: current?.at_iso ?? now.toISOString(),
     })
+  }
+
+  /**
+   * Gives a file nobody owns yet to `owner` (a run wrote it). A file that has an owner keeps it:
+   * a run never adds itself to a file someone else made (a cached node re-reporting another
+   * user's output, a file that appeared during someone else's run).
+   */
+  claimFile(key: string, owner: string, promptId: string | undefined, now: Date): Promise<void> {
+    if (this.files.get(key) !== undefined) return Promise.resolve()
+    return this.addFileOwner(key, owner, promptId, now)
+  }
+
+  /** The file is gone from disk: a new file of the same name later is a new file, with its own owner. */
+  forgetFile(key: string): Promise<void> {
+    if (this.files.get(key) === undefined) return Promise.resolve()
+    this.version++
+    return this.files.narrowRemove(key)
+  }
+
+  /** An upload into this folder (`input/sub`) is under way: the watcher leaves its new files to the upload's own step. */
+  uploadStarting(folderKey: string, forMs: number): void {
+    const until = this.clock() + forMs
+    this.uploads.set(folderKey, Math.max(until, this.uploads.get(folderKey) ?? 0))
+  }
+
+  uploadDone(folderKey: string): void {
+    this.uploads.delete(folderKey)
+  }
+
+  uploadInFlight(folderKey: string): boolean {
+    const until = this.uploads.get(folderKey)
+    if (until === undefined) return false
+    if (until > this.clock()) return true
+    this.uploads.delete(folderKey)
+    return false
   }
 
   /** Keys of the files of one type (`input`) that `owner` owns, and of those that somebody owns. */
