@@ -337,6 +337,21 @@ describe('files: /view, uploads and the LoadImage lists', () => {
     assertDenied(await upload(w.bobJwt, { original_ref: '{nope' }, 'm.png', true), 'VALIDATION_FAILED')
   })
 
+  it('a prompt cannot read another user\'s file by name (LoadImage skips its list check on the host)', async () => {
+    mkdirSync(join(hostDir, 'input', 'pets'), { recursive: true })
+    writeFileSync(join(hostDir, 'input', 'pets', 'cat.png'), 'x')
+    writeFileSync(join(hostDir, 'output', 'a_00001_.png'), 'x')
+    writeFileSync(join(hostDir, 'input', 'shared.png'), 'x')
+    const graph = (image: string) => JSON.stringify({ prompt: { 1: { class_type: 'LoadImage', inputs: { image } }, 2: { class_type: 'SaveImage', inputs: { images: ['1', 0] } } } })
+    for (const name of ['pets/cat.png', 'a_00001_.png [output]', 'a_00001_.pngX[output]', '../output/a_00001_.png', 'pets/../pets/cat.png', '/etc/hostname', '../../../../../../etc/hostname']) {
+      assertDenied(await postPrompt(w.sc, w.bobJwt, graph(name)), 'NOT_OWNER', name)
+    }
+    for (const name of ['shared.png', 'not-a-file.png', 'a prompt text, not a file']) assert.equal((await postPrompt(w.sc, w.bobJwt, graph(name))).action, 'pass', name)
+    assert.equal((await postPrompt(w.sc, w.aliceJwt, graph('pets/cat.png'))).action, 'pass', 'her own upload')
+    assert.equal((await postPrompt(w.sc, w.aliceJwt, graph('a_00001_.png [output]'))).action, 'pass', 'her own output')
+    assert.equal((await postPrompt(w.sc, w.adminJwt, graph('pets/cat.png'))).action, 'pass', 'the admin')
+  })
+
   it('/object_info: the LoadImage list shows each user their uploads and the shared inputs, nothing else changes', async () => {
     const info = '{"LoadImage": {"input": {"required": {"image": [["pets/cat.png", "shared.png"], {"image_upload": true}]}}}, "KSampler": {"input": {"required": {"seed": ["INT", {"max": 18446744073709551615}]}}}}'
     const forBob = await filtered(w.sc, { path: '/object_info', pattern: '/object_info', headers: bearer(w.bobJwt) }, info)

@@ -14,6 +14,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { denyDecision } from '../decide/answers.js'
+import { promptFileRefusal } from './prompt-files.js'
 import { applySplices, lastMember, objectMembers, rootStart, setMembers, type Splice } from '../isolation/json-spans.js'
 import type { BehaviourDeps, RouteBehaviour, StepContext } from './context.js'
 import { passWithBody, textOf } from './context.js'
@@ -43,6 +44,10 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       if (extra !== undefined && !isObject(extra)) return denyDecision('VALIDATION_FAILED', 'extra_data must be an object')
       const modelRefusal = promptModelRefusal(deps, ctx, parsed.prompt)
       if (modelRefusal) return modelRefusal
+      if (!ctx.seesAll) {
+        const fileRefusal = promptFileRefusal(parsed.prompt, deps.host.facts, deps.ownership, ctx.owner)
+        if (fileRefusal) return fileRefusal
+      }
       const owner = ctx.owner
 
       let promptId: string
