@@ -21,7 +21,7 @@
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { request } from 'node:http'
-import { randomUUID } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
 import { AIOHTTP_VERSIONS, type AiohttpVersion, type Stack } from '../helpers/stack.js'
@@ -72,6 +72,11 @@ function send(base: string, method: string, path: string, opts: { token?: string
 }
 
 const enc = (name: string) => encodeURIComponent(name)
+/** The host user of a guest session: `authsvc-guest-` and the first 16 hex of sha256(its jti) (identity/host-user.ts). */
+function guestHostUser(jwt: string): string {
+  const { jti } = JSON.parse(Buffer.from(jwt.split('.')[1], 'base64url').toString()) as { jti: string }
+  return `authsvc-guest-${createHash('sha256').update(jti).digest('hex').slice(0, 16)}`
+}
 const sorted = (xs: string[]) => [...xs].sort()
 
 /** Every file under `dir`, relative, `/` separators ('' when the folder does not exist). */
@@ -101,6 +106,7 @@ const MODES: Array<{ multiUser: boolean; aiohttp: AiohttpVersion }> = [
 for (const mode of MODES) {
   describe(`workflows and settings per user in the real ComfyUI, ${mode.multiUser ? 'with' : 'without'} --multi-user (aiohttp ${mode.aiohttp})`, { skip: REAL_HOST_SKIP }, () => {
     let host: RealHost
+    let guestSpace = ''
     let stack: Stack
     const token: Record<'root' | 'alice' | 'bob' | 'viewer' | 'reader', string> = { root: '', alice: '', bob: '', viewer: '', reader: '' }
     const id: Record<string, string> = {}
@@ -617,7 +623,7 @@ for (const mode of MODES) {
       assert.equal((await send(host.url, 'POST', '/api/cpe/workflow/save', { body: { workflow: {} } })).status, 401)
     })
 
-    it('a guest session (a principal without a user) reads the shared set and keeps its settings in user/authsvc-anonymous/, never user/default/', async () => {
+    it('a guest session (a principal without a user) reads the shared set and keeps its settings in a space of its own, never user/default/ nor another guest\'s', async () => {
       const allow = await call('root', 'PUT', '/authsvc/api/settings/guest-jwt', { body: { allow_guest_jwt: true } })
       assert.equal(allow.status, 200, allow.text)
       const guestLogin = await send(host.url, 'POST', '/login', { body: { guest_login: true } })
@@ -631,8 +637,11 @@ for (const mode of MODES) {
       const setting = await send(host.url, 'POST', '/settings/Comfy.Guest', { token: guest, body: '"anonymous"' })
       assert.equal(setting.status, 200, setting.text)
       assert.deepEqual((await send(host.url, 'GET', '/settings', { token: guest })).json(), { 'Comfy.Guest': 'anonymous' })
-      assert.deepEqual(JSON.parse(readFileSync(join(host.userDir, 'authsvc-anonymous', 'comfy.settings.json'), 'utf8')), { 'Comfy.Guest': 'anonymous' })
+      guestSpace = guestHostUser(guest)
+      assert.deepEqual(JSON.parse(readFileSync(join(host.userDir, guestSpace, 'comfy.settings.json'), 'utf8')), { 'Comfy.Guest': 'anonymous' })
       assert.equal(readFileSync(shared('comfy.settings.json'), 'utf8'), LEGACY_SETTINGS)
+      const other = (await send(host.url, 'POST', '/login', { body: { guest_login: true } })).json().jwt_token as string
+      assert.deepEqual((await send(host.url, 'GET', '/settings', { token: other })).json(), {}, 'another guest session has settings of its own')
       assert.equal('Comfy.Guest' in (await call('alice', 'GET', '/settings')).json(), false)
     })
 
@@ -641,7 +650,8 @@ for (const mode of MODES) {
       const expected: Record<string, string> = Object.fromEntries(Object.keys(token).map((who) => [id[who], who]))
       // without --multi-user ComfyUI starts from its single user, `default`
       if (!mode.multiUser) expected.default = 'default'
-      expected['authsvc-anonymous'] = 'anonymous'
+      expected[guestSpace] = 'guest'
+      for (const [userId, name] of Object.entries(users)) if (name === 'guest' && userId !== guestSpace) expected[userId] = 'guest' // the second guest of the row above
       assert.deepEqual(users, expected)
     })
   })

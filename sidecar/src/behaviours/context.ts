@@ -8,7 +8,6 @@
  */
 import type { Config } from '../config/schema.js'
 import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
-import { ANONYMOUS_HOST_USER } from '../decide/decide.js'
 import type { Clock } from '../identity/clock.js'
 import type { Ownership } from '../isolation/ownership.js'
 import type { ClientIdBindings } from '../isolation/client-ids.js'
@@ -41,8 +40,7 @@ export interface BehaviourDeps {
 /** The owner key of a principal: a user by id; a guest session by its session; an anonymous role by the role. */
 export const ownerKey = (p: Principal): string => p.userId ?? (p.credentialId ? `session:${p.credentialId}` : `role:${p.role}`)
 
-/** The host's userdata space a principal acts in (the comfy-user the gate sets). */
-export const hostUserOf = (p: Principal): string => p.userId ?? ANONYMOUS_HOST_USER
+export { hostUserOf } from '../identity/host-user.js'
 
 /** The administrator role (not merely a role with every permission). */
 export const isAdminRole = (p: Principal): boolean => p.isAdmin && p.role === ADMIN_ROLE

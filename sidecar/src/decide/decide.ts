@@ -10,6 +10,7 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { Config } from '../config/schema.js'
 import { AuthsvcError, type ErrorCode } from '../errors.js'
 import { queryCredentialKeys, type Channel } from '../identity/credentials.js'
+import { hostUserName, hostUserOf } from '../identity/host-user.js'
 import { ADMIN_ROLE, can, type Principal } from '../identity/principal.js'
 import { hostRoutePolicy, type HostRoutePolicy } from '../policy/host-routes.js'
 import { httpsUpgradeDecision } from '../http/force-https.js'
@@ -51,8 +52,6 @@ export interface DecideDeps {
 }
 
 const UNSAFE = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
-/** The host's userdata space of principals without a user (ComfyUI user ids allow [A-Za-z0-9_-]). */
-export const ANONYMOUS_HOST_USER = 'authsvc-anonymous'
 const OPTIONS_ANSWER: Decision = {
   action: 'respond',
   status: 204,
@@ -104,11 +103,11 @@ function decideHost(
   const refusal = requirementRefusal(policy, principal)
   if (refusal) return denyDecision(refusal)
   const pass: PassDecision = { action: 'pass' }
-  // every principal acts in a userdata space of its own on the host; principals without a user
-  // (guests, anonymous roles) share one, never the shared set of `default` (docs/decisions.md)
-  const hostUser = principal.userId ?? ANONYMOUS_HOST_USER
+  // every principal acts in a userdata space of its own on the host, never in the shared set of
+  // `default` (identity/host-user.ts, docs/decisions.md)
+  const hostUser = hostUserOf(principal)
   pass.set_headers = { 'comfy-user': hostUser }
-  pass.host_user = { id: hostUser, name: principal.userId === null ? 'anonymous' : principal.username }
+  pass.host_user = { id: hostUser, name: hostUserName(principal) }
   if (resolution.channel === 'bearer') {
     pass.strip_headers = [...(pass.strip_headers ?? []), 'authorization']
   }
