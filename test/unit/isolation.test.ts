@@ -122,6 +122,22 @@ describe('prompt ownership at POST /prompt', () => {
     for (const bad of ['null', '7', '""', '["x"]']) assertDenied(await postPrompt(w.sc, w.bobJwt, `{"prompt":{},"prompt_id":${bad}}`), 'VALIDATION_FAILED', bad)
   })
 
+  it('two submissions of one prompt_id at once: exactly one owner gets it', async () => {
+    const [a, b] = await Promise.all([
+      postPrompt(w.sc, w.aliceJwt, '{"prompt":{},"prompt_id":"race-1"}'),
+      postPrompt(w.sc, w.bobJwt, '{"prompt":{},"prompt_id":"race-1"}'),
+    ])
+    assert.deepEqual([a.action, b.action].sort(), ['pass', 'respond'])
+    assert.equal(w.sc.services.ownership.ownerOfPrompt('race-1'), a.action === 'pass' ? w.alice.user_id : w.bob.user_id)
+  })
+
+  it('non-admins cannot choose their place in the queue; a prompt_id is a plain name', async () => {
+    assertDenied(await postPrompt(w.sc, w.bobJwt, '{"prompt":{},"front":true}'), 'PERMISSION_DENIED')
+    assertDenied(await postPrompt(w.sc, w.bobJwt, '{"prompt":{},"number":-5}'), 'PERMISSION_DENIED')
+    assert.equal((await postPrompt(w.sc, w.adminJwt, '{"prompt":{},"front":true}')).action, 'pass')
+    assertDenied(await postPrompt(w.sc, w.bobJwt, '{"prompt":{},"prompt_id":"p+ACI-"}'), 'VALIDATION_FAILED')
+  })
+
   it('ownership is in the store: a restarted sidecar still knows whose prompt it is', async () => {
     const id = await ownPrompt(w.sc, w.aliceJwt)
     await w.sc.services.flush()
@@ -415,6 +431,20 @@ describe('live WebSockets follow their credential', () => {
       assert.deepEqual(seen, [{ tags: [pass.ws_tag], code: CLOSE_CREDENTIAL_ENDED }], 'closed on adoption; malformed entries ignored')
     } finally {
       await restarted.close({ keepDir: true })
+    }
+  })
+
+  it('one principal cannot push others out of the watch list: past its cap its upgrades are refused (429)', async () => {
+    const { MAX_PER_PRINCIPAL } = await import('../../sidecar/src/isolation/live-sockets.js')
+    const guestless = await world()
+    try {
+      const bobToken = await apiToken(guestless.sc, guestless.bob)
+      for (let i = 0; i < MAX_PER_PRINCIPAL; i++) assertPass(await decide(guestless.sc, { path: '/ws', pattern: '/ws', headers: bearer(bobToken) }))
+      assertDenied(await decide(guestless.sc, { path: '/ws', pattern: '/ws', headers: bearer(bobToken) }), 'TOO_MANY_ATTEMPTS')
+      assertPass(await decide(guestless.sc, { path: '/ws', pattern: '/ws', headers: bearer(guestless.aliceJwt) }), 'alice still opens hers')
+      assert.equal(guestless.sc.built.liveSockets.size, MAX_PER_PRINCIPAL + 1)
+    } finally {
+      await guestless.sc.close()
     }
   })
 

@@ -22,6 +22,7 @@ import { promptModelFields, promptModelRefusal, type ModelDeps } from './models.
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
 const nonEmptyString = (v: unknown): v is string => typeof v === 'string' && v !== ''
+const PROMPT_ID = /^[A-Za-z0-9_-]{1,128}$/
 
 export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour {
   return {
@@ -50,15 +51,21 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       }
       const owner = ctx.owner
 
+      // the queue position is everyone's: only those who see all may choose it
+      if (!ctx.seesAll && ('number' in parsed || parsed.front === true)) {
+        return denyDecision('PERMISSION_DENIED', 'Only an administrator chooses a place in the queue (number, front)')
+      }
+
       let promptId: string
       if ('prompt_id' in parsed) {
-        if (!nonEmptyString(parsed.prompt_id)) return denyDecision('VALIDATION_FAILED', 'prompt_id must be a non-empty string')
-        const taken = deps.ownership.ownerOfPrompt(parsed.prompt_id)
-        if (taken !== undefined && taken !== owner) return denyDecision('PROMPT_ID_TAKEN')
+        if (!nonEmptyString(parsed.prompt_id) || !PROMPT_ID.test(parsed.prompt_id)) {
+          return denyDecision('VALIDATION_FAILED', 'prompt_id must be 1 to 128 letters, digits, - or _')
+        }
         promptId = parsed.prompt_id
       } else {
         promptId = randomUUID()
       }
+      if (deps.ownership.ownerOfPrompt(promptId) !== undefined && deps.ownership.ownerOfPrompt(promptId) !== owner) return denyDecision('PROMPT_ID_TAKEN')
 
       for (const candidate of [parsed.client_id, extra?.client_id]) {
         if (nonEmptyString(candidate) && !deps.clientIds.claim(candidate, owner)) return denyDecision('CLIENT_ID_TAKEN')
@@ -90,6 +97,9 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       }
       splices.push(...setMembers(root, top))
 
+      // taken here, after the last refusal and before the first await: two submissions of one id
+      // cannot both pass, and a refused prompt holds no id
+      if (!deps.ownership.reservePrompt(promptId, owner)) return denyDecision('PROMPT_ID_TAKEN')
       await deps.ownership.recordPrompt({
         prompt_id: promptId,
         owner,

@@ -21,7 +21,7 @@ export function websocketBehaviour(deps: BehaviourDeps): RouteBehaviour {
         authType: principal.authType,
         ...(principal.credentialId !== undefined ? { credentialId: principal.credentialId } : {}),
       }
-      deps.liveSockets.register(entry)
+      if (!deps.liveSockets.register(entry)) return denyDecision('TOO_MANY_ATTEMPTS', 'Too many open WebSockets; close some first', [['Retry-After', '5']])
       // the plugin keeps the entry and hands it back after a sidecar restart (live-sockets.ts)
       return { ...pass, ws_tag: entry.tag, ws_entry: entry }
     },

@@ -25,6 +25,10 @@ export interface SocketEntry {
 
 export const CHECK_INTERVAL_MS = 250
 const MAX_SOCKETS = 10_000
+/** open WebSockets of one principal (a user, a guest session, an anonymous role): tabs and devices, not floods */
+export const MAX_PER_PRINCIPAL = 64
+
+const principalOf = (e: SocketEntry): string => e.userId ?? e.credentialId ?? `role:${e.role}`
 
 export class LiveSockets {
   private readonly entries = new Map<string, SocketEntry & { at: number }>()
@@ -40,16 +44,22 @@ export class LiveSockets {
     return this.entries.size
   }
 
-  register(entry: SocketEntry): void {
-    if (this.entries.size >= MAX_SOCKETS) {
-      const oldest = this.entries.keys().next().value as string
-      this.entries.delete(oldest)
-    }
+  /**
+   * Watches a socket about to open; false (the upgrade is refused) when the principal already
+   * has MAX_PER_PRINCIPAL open or the registry is full. Never evicts: an evicted socket would
+   * stay open after its credential ended.
+   */
+  register(entry: SocketEntry): boolean {
+    if (this.entries.size >= MAX_SOCKETS) return false
+    const who = principalOf(entry)
+    let mine = 0
+    for (const e of this.entries.values()) if (principalOf(e) === who && ++mine >= MAX_PER_PRINCIPAL) return false
     this.entries.set(entry.tag, { ...entry, at: this.now() })
     if (this.timer === null) {
       this.timer = setInterval(() => this.sweep(), CHECK_INTERVAL_MS)
       this.timer.unref()
     }
+    return true
   }
 
   /**

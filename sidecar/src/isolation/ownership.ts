@@ -54,6 +54,8 @@ export class Ownership {
   private readonly promptsByOwner = new Map<string, Set<string>>()
   private readonly windows: RunWindow[] = []
   private version = 0
+  /** prompt ids taken by a submission whose record is being stored */
+  private readonly reserved = new Map<string, string>()
   /** folders with an upload under way, until when */
   private readonly uploads = new Map<string, number>()
   /** the latest host time an event told us about: files newer than it wait for the next event */
@@ -78,7 +80,18 @@ export class Ownership {
   }
 
   ownerOfPrompt(promptId: string): string | undefined {
-    return this.prompts.get(promptId)?.owner
+    return this.prompts.get(promptId)?.owner ?? this.reserved.get(promptId)
+  }
+
+  /**
+   * Takes a prompt id for `owner` at once (false when somebody else has it), so that two
+   * submissions of one id cannot both pass the check while the first one's record is stored.
+   */
+  reservePrompt(promptId: string, owner: string): boolean {
+    const current = this.ownerOfPrompt(promptId)
+    if (current !== undefined && current !== owner) return false
+    this.reserved.set(promptId, owner)
+    return true
   }
 
   promptIdsOf(owner: string): ReadonlySet<string> {
@@ -86,8 +99,12 @@ export class Ownership {
   }
 
   async recordPrompt(record: PromptRecord): Promise<void> {
-    await this.prompts.put(record.prompt_id, record)
-    this.index(record)
+    try {
+      await this.prompts.put(record.prompt_id, record)
+      this.index(record)
+    } finally {
+      this.reserved.delete(record.prompt_id)
+    }
   }
 
   /** The prompt running now on the host, as far as its events tell. */
