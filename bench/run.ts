@@ -1,8 +1,9 @@
 /**
- * `npm run bench`: the stand-in bench (bench/gate-bench.ts), then the same gate
+ * `npm run bench`: the stand-in bench (bench/gate-bench.ts), another user's decisions
+ * while a long /history is filtered (bench/isolation-bench.ts), then the same gate
  * inside the real ComfyUI (bench/real-host-bench.ts, which skips with one line
  * when no real ComfyUI is available). Each runs in its own process; exits 1
- * when either missed a target. BENCH_ONLY=standin or BENCH_ONLY=real runs one.
+ * when either missed a target. BENCH_ONLY=standin, isolation or real runs one.
  */
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
@@ -10,6 +11,7 @@ import { join } from 'node:path'
 const only = process.env.BENCH_ONLY
 const parts = [
   ['standin', 'gate-bench.ts'],
+  ['isolation', 'isolation-bench.ts'],
   ['real', 'real-host-bench.ts'],
 ].filter(([name]) => !only || only === name)
 let failed = false

@@ -198,6 +198,9 @@ class Gate:
         except (OSError, ClientError):
             raise  # a proxied answer cut after its headers: the client sees a cut connection
         except Exception:
+            if request.transport is None:
+                # the client left while its decision was pending (clone() needs the transport): no bug
+                return self._stamped(unavailable_response(request))
             log.exception("authsvc: bug in the plugin while deciding %s %s; refusing", request.method, request.rel_url.raw_path)
             return self._stamped(unavailable_response(request))
         if isinstance(prepared, web.StreamResponse):
