@@ -9,6 +9,7 @@
  * on the 550 KB capture, holding the event loop); this reads each byte once.
  * The text must be valid JSON (the host's own answer); spans index into it.
  */
+import { stringEnd } from '../isolation/json-spans.js'
 
 export interface OptionList {
   cls: string
@@ -40,18 +41,6 @@ interface Spec {
   options?: { start: number; end: number; entries: Array<{ name: string; raw: string }> }
   upload: boolean
   default?: { start: number; end: number; name: string }
-}
-
-function stringEnd(text: string, i: number): number {
-  let j = i + 1
-  for (;;) {
-    const q = text.indexOf('"', j)
-    if (q < 0) throw new SyntaxError('unterminated string')
-    let backslashes = 0
-    for (let k = q - 1; text.charCodeAt(k) === 0x5c; k--) backslashes++
-    if (backslashes % 2 === 0) return q + 1
-    j = q + 1
-  }
 }
 
 const decode = (raw: string): string => (raw.includes('\\') ? (JSON.parse(raw) as string) : raw.slice(1, -1))

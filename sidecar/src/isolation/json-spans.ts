@@ -37,7 +37,7 @@ function skipSpace(text: string, i: number): number {
 }
 
 /** Index one past the closing quote of the string whose opening quote is at `i`. */
-function stringEnd(text: string, i: number): number {
+export function stringEnd(text: string, i: number): number {
   let j = i + 1
   for (;;) {
     const q = text.indexOf('"', j)
