@@ -9,7 +9,7 @@
  */
 import { denyDecision } from '../decide/answers.js'
 import { can } from '../identity/principal.js'
-import { inWorkflows, SHARED_HOST_USER, unquoteOnce, userRelative } from '../isolation/workflow-store.js'
+import { decodedRelative, inWorkflows, SHARED_HOST_USER, unquoteOnce, userRelative } from '../isolation/workflow-store.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
 import { hostUserOf, isAdminRole } from './context.js'
 
@@ -20,7 +20,7 @@ import { hostUserOf, isAdminRole } from './context.js'
  */
 export function isWorkflowsPath(file: string): boolean {
   const decoded = file.includes('%') ? unquoteOnce(file) : file
-  const rel = userRelative(decoded.replace(/\\/g, '/').replace(/^\/+/, '').replace(/%/g, '%25'))
+  const rel = decodedRelative(decoded.replace(/\\/g, '/').replace(/^\/+/, ''))
   return rel !== null && inWorkflows(rel)
 }
 

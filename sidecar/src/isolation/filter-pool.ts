@@ -7,7 +7,7 @@
  */
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { Worker } from 'node:worker_threads'
-import { filterHistory, filterQueue, uploadListsOf, type FileList } from './host-json-filters.js'
+import { filterHistory, filterQueue } from './host-json-filters.js'
 
 export const INLINE_BYTES = 64 * 1024
 
@@ -17,7 +17,6 @@ const WORKER = fileURLToPath(new URL(FROM_SOURCES ? './filter-worker.ts' : './fi
 type Job =
   | { kind: 'history'; own: string[]; maxItems: number | null; offset: number }
   | { kind: 'queue'; own: string[]; seesAll: boolean }
-  | { kind: 'upload-lists' }
 
 /** From the TypeScript sources (tests): the worker registers tsx first, then loads its module. */
 function sourceWorker(): Worker {
@@ -26,7 +25,7 @@ function sourceWorker(): Worker {
 }
 
 export type FilterJob = Job & { id: number; body: ArrayBuffer }
-export type FilterJobResult = { id: number; bytes?: ArrayBuffer; lists?: FileList[]; error?: string }
+export type FilterJobResult = { id: number; bytes?: ArrayBuffer; error?: string }
 
 export class FilterPool {
   private worker: Worker | null = null
@@ -45,13 +44,6 @@ export class FilterPool {
   async queue(body: Buffer, own: ReadonlySet<string>, seesAll: boolean): Promise<Buffer> {
     if (body.length < this.inlineBytes) return Buffer.from(filterQueue(body.toString('utf8'), own, seesAll), 'utf8')
     return this.bytes(await this.send({ kind: 'queue', own: [...own], seesAll }, body))
-  }
-
-  async uploadLists(body: Buffer): Promise<FileList[]> {
-    if (body.length < this.inlineBytes) return uploadListsOf(body.toString('utf8'))
-    const result = await this.send({ kind: 'upload-lists' }, body)
-    if (result.lists === undefined) throw new Error(result.error ?? 'filter worker answered nothing')
-    return result.lists
   }
 
   private bytes(result: FilterJobResult): Buffer {

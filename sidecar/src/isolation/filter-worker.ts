@@ -5,7 +5,7 @@
  * buffers; a failure answers `error` (the request is then refused, never passed).
  */
 import { parentPort } from 'node:worker_threads'
-import { filterHistory, filterQueue, uploadListsOf } from './host-json-filters.js'
+import { filterHistory, filterQueue } from './host-json-filters.js'
 import type { FilterJob, FilterJobResult } from './filter-pool.js'
 
 /** The edited text as bytes the parent takes over (transferred, not copied). */
@@ -23,8 +23,6 @@ function run(job: FilterJob): FilterJobResult {
       return { id: job.id, bytes: bytesOf(filterHistory(text, new Set(job.own), job.maxItems, job.offset)) }
     case 'queue':
       return { id: job.id, bytes: bytesOf(filterQueue(text, new Set(job.own), job.seesAll)) }
-    case 'upload-lists':
-      return { id: job.id, lists: uploadListsOf(text) }
   }
 }
 

@@ -32,16 +32,16 @@ export function joinInside(root: string, name: string): string | null {
   return path
 }
 
-/** The absolute path a userdata name from a request means inside `root` (the host unquotes it once more), or null. */
-export function resolveInside(root: string, name: string): string | null {
-  return joinInside(root, name.includes('%') ? unquoteOnce(name) : name)
+/** An already decoded name relative to the user root with `/` separators (`workflows/a.json`), or null when it leaves the root. */
+export function decodedRelative(name: string): string | null {
+  const root = resolve('/', 'u')
+  const path = joinInside(root, name)
+  return path === null ? null : relative(root, path).split(sep).join('/')
 }
 
-/** The path relative to the user root with `/` separators (`workflows/a.json`), or null when it leaves the root. */
+/** A name from a request (the host unquotes it once more), relative to the user root, or null. */
 export function userRelative(name: string): string | null {
-  const root = resolve('/', 'u')
-  const path = resolveInside(root, name)
-  return path === null ? null : relative(root, path).split(sep).join('/')
+  return decodedRelative(name.includes('%') ? unquoteOnce(name) : name)
 }
 
 /** Whether a user-relative path is in the workflows folder (case does not count: macOS, Windows). */
