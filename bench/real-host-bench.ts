@@ -200,21 +200,29 @@ interface Figures {
   /** CPU of the host's process group (ComfyUI, sidecar, workers) per request, µs: less noisy than time on a shared machine */
   cpuC1: number[]
   cpuC32: number[]
+  /** of cpuC32: the sidecar and its workers alone */
+  sidecarC32: number[]
   /** CPU of the event-loop thread and the sidecar while the CPU-bound prompt ran, % of its execution time */
   promptSideCpu: number[]
 }
 
-const emptyFigures = (): Figures => ({ c1: [], c32: [], objectInfo: [], history: [], prompt: [], cpuC1: [], cpuC32: [], promptSideCpu: [] })
+const emptyFigures = (): Figures => ({ c1: [], c32: [], objectInfo: [], history: [], prompt: [], cpuC1: [], cpuC32: [], sidecarC32: [], promptSideCpu: [] })
 
 const sumTicks = (m: Map<number, number>) => [...m.values()].reduce((a, b) => a + b, 0)
 
-/** wrk, and the CPU µs the host's process group spent per request meanwhile. */
-async function measured(h: Host, path: string, connections: number, headers: string[]): Promise<[WrkResult, number]> {
-  const pids = group(h.host.host.pid!)
-  const before = sumTicks(cpuTicks(pids))
+/** wrk, and the CPU µs per request the host's process group spent meanwhile: all of it, and its sidecar's part. */
+async function measured(h: Host, path: string, connections: number, headers: string[]): Promise<[WrkResult, number, number]> {
+  const hostPid = h.host.host.pid!
+  const pids = group(hostPid)
+  const before = cpuTicks(pids)
   const result = await wrk(`${h.host.url}${path}`, connections, headers, SECONDS)
-  const ticks = sumTicks(cpuTicks(pids)) - before
-  return [result, (ticks / TICKS_PER_SECOND) * 1e6 / Math.max(1, result.requests)]
+  const after = cpuTicks(pids)
+  const perRequest = (only: (pid: number) => boolean) => {
+    let ticks = 0
+    for (const [pid, t] of after) if (only(pid)) ticks += t - (before.get(pid) ?? t)
+    return (ticks / TICKS_PER_SECOND) * 1e6 / Math.max(1, result.requests)
+  }
+  return [result, perRequest(() => true), perRequest((pid) => pid !== hostPid)]
 }
 
 interface Variant {
@@ -327,7 +335,8 @@ async function main(): Promise<void> {
         for (const h of rotation(hosts, round)) {
           const f = figures[layout].get(h.name)!
           const [c1, cpuC1] = await measured(h, '/prompt', 1, wrkHeaders(h))
-          const [c32, cpuC32] = await measured(h, '/prompt', 32, wrkHeaders(h))
+          const [c32, cpuC32, sidecarC32] = await measured(h, '/prompt', 32, wrkHeaders(h))
+          f.sidecarC32.push(sidecarC32)
           f.c1.push(c1)
           f.c32.push(c32)
           f.cpuC1.push(cpuC1)
@@ -381,6 +390,7 @@ async function main(): Promise<void> {
       row(`GET /history (${HISTORY_ENTRIES} entries, non-admin) p50`, hist, 'ms', ratio)
       row('host+sidecar CPU per request, 1 connection', fs.map((f) => median(f.cpuC1)), 'us', added)
       row('host+sidecar CPU per request, 32 connections', fs.map((f) => median(f.cpuC32)), 'us', added)
+      row('  of which the sidecar', fs.map((f) => median(f.sidecarC32)), 'us', added)
       const t = TARGETS[layout]
       const tag = layout === 'pinned' ? 'one core' : 'nothing pinned'
       judge(`${tag}: added p50, GET /prompt, 1 connection (ms)`, p50[1] - p50[0], 3, `<= ${t.p50.toFixed(3)}`, p50[1] - p50[0] <= t.p50)

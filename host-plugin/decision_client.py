@@ -26,7 +26,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from .protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode_frame
+from .protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode_frame, encode_json
 
 log = logging.getLogger("authsvc")
 
@@ -39,6 +39,11 @@ except (AttributeError, ValueError, OSError):
     _CLOCK_TICKS = 100
 # Host events kept while the sidecar is away (a restart): ownership of what ran meanwhile is not lost.
 _EVENT_BACKLOG = 10_000
+# Decisions kept for reuse (DecisionClient.decide): at most this many request descriptions.
+_KEPT_MAX = 4096
+_KEPT_MS_MAX = 5000
+# what a decision kept for reuse may not carry: each needs the sidecar again for the same request
+_NOT_REUSABLE = ("need_body", "need_form", "filter", "ws_tag", "ws_entry", "body_replaced")
 
 
 def _cgroup_quota() -> float | None:
@@ -331,6 +336,12 @@ class DecisionClient:
         self.cpu_room = CpuRoom()
         self._peer_of: _Connection | None = None
         self._peer_pid = None
+        # pass decisions the sidecar allowed us to reuse, by the exact description they answered
+        self._kept: dict[str, tuple[dict[str, Any], float]] = {}
+        self.epoch = 0
+        # one more for every connection made: what a sidecar said under an earlier one is not reused
+        self.generation = 0
+        self.push_handlers["forget"] = self._forget
 
     def may_spin(self) -> bool:
         """True while polling for an answer uses a core nobody else needs (see CpuRoom)."""
@@ -396,6 +407,10 @@ class DecisionClient:
             raise Unavailable("protocol version mismatch")
         self._mismatch_logged = False
         self.sidecar_info = answer
+        epoch = answer.get("epoch")
+        self.epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0
+        self._kept.clear()
+        self.generation += 1
         self._conn = conn
         while self._backlog and not conn.closed:
             conn.queue(self._backlog.popleft())
@@ -414,6 +429,47 @@ class DecisionClient:
     def _lost(self, conn: _Connection) -> None:
         if self._conn is conn:
             self._conn = None
+            self._kept.clear()  # nothing decided by a sidecar we no longer hear is used again
+
+    async def decide(self, description: dict[str, Any]) -> dict[str, Any]:
+        """The decision for a request description: a kept one when the sidecar said this very
+        description may reuse it (``cache`` of a pass) and neither its time ran out nor anything
+        it read changed since (``forget``); otherwise the sidecar's answer.
+
+        Reuse is keyed on the whole description as sent (method, path, query, matched route,
+        headers, peer, scheme), so a kept decision answers only a request the sidecar would
+        see as the same one. It needs a live connection: a lost sidecar drops them all."""
+        key = encode_json(description)
+        kept = self._kept.get(key)
+        if kept is not None:
+            if kept[1] > time.monotonic() and self._conn is not None and not self._conn.closed:
+                return kept[0]
+            del self._kept[key]
+        answer = await self.call(description)
+        cache = answer.get("cache")
+        if cache is not None and answer.get("action") == "pass":
+            self._keep(key, answer, cache)
+        return answer
+
+    def _keep(self, key: str, answer: dict[str, Any], cache: Any) -> None:
+        if not isinstance(cache, dict):
+            return
+        ms, epoch = cache.get("ms"), cache.get("epoch")
+        if not (isinstance(ms, int) and 0 < ms <= _KEPT_MS_MAX and isinstance(epoch, int)):
+            return
+        # decided before a change we have already been told about: not for reuse
+        if epoch != self.epoch or any(k in answer for k in _NOT_REUSABLE):
+            return
+        if len(self._kept) >= _KEPT_MAX:
+            del self._kept[next(iter(self._kept))]
+        self._kept[key] = (answer, time.monotonic() + ms / 1000)
+
+    def _forget(self, message: dict[str, Any]) -> None:
+        """forget from the sidecar: something decisions read changed; no kept decision is used again."""
+        epoch = message.get("epoch")
+        if isinstance(epoch, int) and epoch > self.epoch:
+            self.epoch = epoch
+        self._kept.clear()
 
     async def call(self, message: dict[str, Any], payload: bytes = b"") -> dict[str, Any]:
         """One exchange; the answer's payload, if any, is dropped (see ``exchange``)."""

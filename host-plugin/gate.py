@@ -162,6 +162,7 @@ class Gate:
         self._sockets: dict[str, set[web.WebSocketResponse]] = {}
         # what the sidecar said about each open socket, handed back to it after a restart
         self._socket_entries: dict[str, dict[str, Any]] = {}
+        self._memos = FilterMemo()
         client.push_handlers["close_ws"] = self._close_sockets
 
         @web.middleware
@@ -177,7 +178,7 @@ class Gate:
 
     async def handle(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            decision = checked(await self.client.call(describe(request)), "decide")
+            decision = checked(await self.client.decide(describe(request)), "decide")
             if REFUSALS.cause is not None:
                 REFUSALS.recovered()
             action = decision.get("action")
@@ -229,7 +230,7 @@ class Gate:
         filter_spec = decision.get("filter")
         if filter_spec is not None:
             try:
-                response = await self._filter(response, filter_spec)
+                response = await self._filter(request, response, filter_spec)
             except Unavailable as exc:
                 return self._stamped(_refuse(request, exc))
             except Exception:
@@ -325,7 +326,7 @@ class Gate:
             return unavailable_response()
         return decision
 
-    async def _filter(self, response: web.StreamResponse, spec: dict[str, Any]) -> web.StreamResponse:
+    async def _filter(self, request: web.Request, response: web.StreamResponse, spec: dict[str, Any]) -> web.StreamResponse:
         if response.status >= 300 or not isinstance(response, web.Response) or response.prepared:
             if 200 <= response.status < 300:
                 return unavailable_response()  # a 2xx we cannot read is a 2xx we cannot filter
@@ -333,12 +334,21 @@ class Gate:
         body = response.body
         if not isinstance(body, (bytes, bytearray)):
             return unavailable_response()
-        answer, payload = await self.client.exchange({
-            "type": "filter", "name": spec.get("name"), "ctx": spec.get("ctx"), "status": response.status,
-            "content_type": response.content_type,
-        }, bytes(body))
-        checked(answer, "filter")
-        action = answer.get("action")
+        memo = spec.get("memo")
+        key = (self.client.generation, str(spec.get("name")), request.rel_url.raw_path_qs, memo) if isinstance(memo, str) else None
+        reused = self._memos.get(key, body) if key is not None else None
+        if reused is not None:
+            action, payload = reused
+        else:
+            sent = bytes(body)
+            answer, payload = await self.client.exchange({
+                "type": "filter", "name": spec.get("name"), "ctx": spec.get("ctx"), "status": response.status,
+                "content_type": response.content_type,
+            }, sent)
+            checked(answer, "filter")
+            action = answer.get("action")
+            if key is not None and answer.get("memo") == memo and action in ("keep", "replace") and response.status == 200:
+                self._memos.put(key, sent, action, payload)
         if action == "keep":
             return response
         if action == "replace":
@@ -440,6 +450,38 @@ async def _close_socket(ws: web.WebSocketResponse, code: int, message: bytes) ->
         await ws.close(code=code, message=message)
     except (ConnectionError, RuntimeError):
         pass  # the client went away first: the socket is closed either way
+
+
+class FilterMemo:
+    """Results of filters the sidecar marked with a ``memo`` (protocol ``filter.memo``): for the same
+    sidecar connection, filter, request target and memo, a byte-identical host answer gets the same
+    result, without sending hundreds of KB to the sidecar and back. Bounded in entries and bytes."""
+
+    def __init__(self, max_entries: int = 16, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._entries: dict[tuple[Any, ...], tuple[bytes, str, bytes]] = {}
+        self._bytes = 0
+
+    def get(self, key: tuple[Any, ...], body: bytes | bytearray) -> tuple[str, bytes] | None:
+        entry = self._entries.get(key)
+        if entry is None or entry[0] != body:
+            return None
+        return entry[1], entry[2]
+
+    def put(self, key: tuple[Any, ...], body: bytes, action: str, payload: bytes) -> None:
+        size = len(body) + len(payload)
+        if size > self.max_bytes // 4:
+            return
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old[0]) + len(old[2])
+        while self._entries and (len(self._entries) >= self.max_entries or self._bytes + size > self.max_bytes):
+            oldest = next(iter(self._entries))
+            dropped = self._entries.pop(oldest)
+            self._bytes -= len(dropped[0]) + len(dropped[2])
+        self._entries[key] = (body, action, payload)
+        self._bytes += size
 
 
 class RefusalLog:

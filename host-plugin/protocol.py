@@ -22,6 +22,7 @@ REQUEST_HEADERS: tuple[str, ...] = tuple(_SPEC["request_headers"])
 
 _HEADER = struct.Struct(">II")  # total length, then the length of the JSON part
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+encode_json = _dumps
 
 
 class ProtocolError(Exception):

@@ -21,7 +21,7 @@ import { ModelCache, modelFoldersOf } from './isolation/model-cache.js'
 import { ModelAccess } from './behaviours/models.js'
 import { modelGrantRoutes } from './routes/model-grants.js'
 import { createDecider, type OwnedRoutes } from './decide/decide.js'
-import { PROTOCOL_VERSION, type CloseSocketsMessage, type HelloMessage } from './decide/protocol.js'
+import { PROTOCOL_VERSION, type CloseSocketsMessage, type ForgetMessage, type HelloMessage } from './decide/protocol.js'
 import type { DecisionHandlers } from './decide/server.js'
 import { AuthsvcError } from './errors.js'
 import { registerErrorHandling } from './http/errors.js'
@@ -45,7 +45,7 @@ export interface BuiltApp {
   owned: OwnedRoutes
   handlers: (httpSocket: string) => DecisionHandlers
   /** where unasked messages to the plugin go (the decision server's push), set once it listens */
-  setPush(push: (message: CloseSocketsMessage) => void): void
+  setPush(push: (message: CloseSocketsMessage | ForgetMessage) => void): void
   liveSockets: LiveSockets
   /** the watcher of the host's output, input and temp folders (started by the hello) */
   hostFiles: HostFileWatcher
@@ -112,7 +112,9 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     },
   }
 
-  let push: (message: CloseSocketsMessage) => void = () => {}
+  let push: (message: CloseSocketsMessage | ForgetMessage) => void = () => {}
+  // every change a decision reads reaches the plugin before that change's own answer leaves
+  services.accessEpoch.onBump((epoch) => push({ type: 'forget', epoch }))
   const liveSockets = new LiveSockets(
     credentialState({ sessions: services.sessions, tokens: services.tokens, users: services.users, clock: services.clock }),
     (tags, code, reason) => {
@@ -150,6 +152,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     behaviours,
     adminPatterns: new Set(services.config.admin_route_patterns),
     log: logger,
+    decisionCache: { ms: decisionCacheMs(), epoch: services.accessEpoch },
   })
 
   const takeHostFacts = (facts: Record<string, unknown>): void => {
@@ -173,7 +176,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
           if (typeof run?.prompt_id === 'string' && typeof run.t === 'number') services.ownership.runStarted(run.prompt_id, run.t * 1000)
         }
       }
-      return { type: 'hello', protocol: PROTOCOL_VERSION, sidecar_version: SERVICE_VERSION, http_socket: httpSocket }
+      return { type: 'hello', protocol: PROTOCOL_VERSION, sidecar_version: SERVICE_VERSION, http_socket: httpSocket, epoch: services.accessEpoch.value }
     },
     decide,
     body: (msg, payload) => behaviours.body(msg.ctx, payload),
@@ -198,4 +201,15 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
       await modelCache.close()
     },
   }
+}
+
+/**
+ * How long the plugin may reuse a plain pass for the same request description
+ * (AUTHSVC_DECISION_CACHE_MS, default 1000, at most 5000; 0 turns it off): the bound on
+ * how late an expiry or idle timeout is noticed, and on how long a hung (not crashed)
+ * sidecar's last answers are still used. Changes are pushed at once and never wait for it.
+ */
+function decisionCacheMs(): number {
+  const raw = Number(process.env.AUTHSVC_DECISION_CACHE_MS ?? 1000)
+  return Number.isFinite(raw) ? Math.max(0, Math.min(5000, Math.floor(raw))) : 1000
 }

@@ -23,6 +23,7 @@ import { UserRepository, type UserRecord } from './identity/users.js'
 import { IpSet } from './policy/ip.js'
 import { IpListGate } from './policy/ip-lists.js'
 import { RoleStore } from './policy/roles.js'
+import { AccessEpoch } from './decide/access-epoch.js'
 import { Collection } from './store/collection.js'
 import { ModelGrants, type ModelGrantRecord } from './isolation/model-grants.js'
 import { Ownership, type FileRecord, type PromptRecord } from './isolation/ownership.js'
@@ -35,6 +36,8 @@ export const SERVICE_VERSION: string = (JSON.parse(readFileSync(new URL('../../p
 
 export interface Services {
   config: Config
+  /** bumped by every change a decision reads (users, sessions, tokens, MFA, roles, settings, IP lists, grants) */
+  accessEpoch: AccessEpoch
   dataDir: string
   clock: Clock
   log: FastifyBaseLogger
@@ -88,12 +91,15 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const sealedKv = config.store.encryption_level === 'all' ? sealedStore(rawKv, cipher) : rawKv
   const kv = options.wrapStore ? options.wrapStore(sealedKv) : sealedKv
   const storeLog = { log }
+  const accessEpoch = new AccessEpoch()
+  // the kinds decisions read: a change of any of them drops the decisions the plugin keeps
+  const accessLog = { log, onChange: () => accessEpoch.bump() }
   const [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords] = await Promise.all([
-    Collection.load<UserRecord>(kv, 'user', storeLog),
-    Collection.load<SessionRecord>(kv, 'session', storeLog),
-    Collection.load<ApiTokenRecord>(kv, 'token', storeLog),
-    Collection.load<unknown>(kv, 'setting', storeLog),
-    Collection.load<MfaRecord>(kv, 'mfa', storeLog),
+    Collection.load<UserRecord>(kv, 'user', accessLog),
+    Collection.load<SessionRecord>(kv, 'session', accessLog),
+    Collection.load<ApiTokenRecord>(kv, 'token', accessLog),
+    Collection.load<unknown>(kv, 'setting', accessLog),
+    Collection.load<MfaRecord>(kv, 'mfa', accessLog),
   ])
   const [promptRecords, fileRecords] = await Promise.all([
     Collection.load<PromptRecord>(kv, 'prompt'),
@@ -109,17 +115,18 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   await sessions.prune()
   const tokens = new ApiTokenService(tokenRecords, clock)
   const roles = RoleStore.open(join(dataDir, 'authsvc_groups.json'), log)
+  roles.onChange = () => accessEpoch.bump()
   if (options.watchGroups !== false) roles.watch()
   const settings = new SettingsRepository(settingRecords, {
     allow_guest_jwt: config.allow_guest_jwt,
     ip_lists: { whitelist: [], blacklist: [] },
   })
   const net: NetworkPolicy = { localNetworks: new IpSet(config.local_network_cidrs), trustedProxies: new IpSet(config.trusted_proxies) }
-  const ipGate = new IpListGate(settings.get('ip_lists'), clock)
+  const ipGate = new IpListGate(settings.get('ip_lists'), clock, () => accessEpoch.bump())
   const resolver = new IdentityResolver({ config, users, sessions, tokens, roles, settings })
   const mfa = new MfaService(mfaRecords, cipher, keys.backupCodes, clock)
   const throttle = await Throttle.open(kv, clock, {}, storeLog)
-  const grantRecords = await Collection.load<ModelGrantRecord>(kv, 'model_grant', storeLog)
+  const grantRecords = await Collection.load<ModelGrantRecord>(kv, 'model_grant', accessLog)
   const passwords = new PasswordHasher(config.argon2)
   await passwords.ready
   const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, promptRecords, fileRecords, grantRecords]
@@ -127,7 +134,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     await Promise.all([...all.map((c) => c.flush()), throttle.flush()])
   }
   return {
-    config, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
+    config, accessEpoch, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
     passwords,
     resolver,
     mfa,

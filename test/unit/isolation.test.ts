@@ -390,7 +390,7 @@ describe('live WebSockets follow their credential', () => {
   }
   function pushes(): Array<{ tags: string[]; code: number }> {
     const seen: Array<{ tags: string[]; code: number }> = []
-    w.sc.built.setPush((m) => seen.push({ tags: m.tags, code: m.code }))
+    w.sc.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
     return seen
   }
 
@@ -424,7 +424,7 @@ describe('live WebSockets follow their credential', () => {
     const restarted = await openSidecar({ dir: w.sc.dir })
     try {
       const seen: Array<{ tags: string[]; code: number }> = []
-      restarted.built.setPush((m) => seen.push({ tags: m.tags, code: m.code }))
+      restarted.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
       const jti = restarted.services.sessions.activeForUser(w.admin.user_id)[0].jti
       await restarted.services.sessions.revoke(jti)
       restarted.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 't', sockets: [pass.ws_entry, { tag: 7 }, 'junk'] })

@@ -46,19 +46,27 @@ export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehav
     map.set(key, value)
     return value
   }
+  /**
+   * Everything an edit depends on besides the host's answer: whose uploads (and their version),
+   * and the model view. The plugin may reuse a result for a byte-identical answer under the same
+   * memo (protocol `filter.memo`), so a change of any of these must change it.
+   */
+  const memoOf = (owner: string, seesAll: boolean, view: ModelView | null): string =>
+    `${seesAll ? 'all' : `${owner} ${deps.ownership.filesVersion}`} ${objectInfoModelKey(deps, view)}`
   return {
     decide({ pass, owner, seesAll, principal }) {
       const models = deps.models.restricted(principal)
       if (seesAll && !models) return pass
       const ctx = { kind: 'object-info', owner, seesAll, ...(models ? { models_user: principal.userId } : {}) }
-      return { ...pass, filter: { name: 'object_info', ctx } }
+      const memo = memoOf(owner, seesAll, models ? deps.models.viewFor(principal.userId) : null)
+      return { ...pass, filter: { name: 'object_info', ctx, memo } }
     },
     async filter(ctx, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
       const hash = createHash('sha1').update(payload).digest('hex')
       const view: ModelView | null = 'models_user' in ctx ? deps.models.viewFor(typeof ctx.models_user === 'string' ? ctx.models_user : null) : null
-      const uploads = ctx.seesAll ? 'all' : `${ctx.owner} ${deps.ownership.filesVersion}`
-      const editKey = `${hash} ${uploads} ${objectInfoModelKey(deps, view)}`
+      const memo = memoOf(ctx.owner, ctx.seesAll, view)
+      const editKey = `${hash} ${memo}`
       let edit = edits.get(editKey)
       if (edit === undefined) {
         const scan = layouts.get(hash) ?? remember(layouts, hash, layoutOf(payload.toString('utf8')).catch((err: unknown) => {
@@ -85,7 +93,7 @@ export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehav
         }
         edit = remember(edits, editKey, splices.length === 0 ? 'keep' : Buffer.from(applySplices(layout.text, splices), 'utf8'), EDITS_KEPT)
       }
-      return edit === 'keep' ? { action: 'keep' } : { answer: { action: 'replace' }, payload: edit }
+      return edit === 'keep' ? { action: 'keep', memo } : { answer: { action: 'replace', memo }, payload: edit }
     },
   }
 }

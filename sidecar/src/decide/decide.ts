@@ -49,6 +49,11 @@ export interface DecideDeps {
   behaviours: BehaviourHandlers
   adminPatterns: ReadonlySet<string>
   log: FastifyBaseLogger
+  /**
+   * How long the plugin may reuse a plain pass (GET/HEAD, no route behaviour) for the very same
+   * request description, and the epoch that keeps it honest (access-epoch.ts); 0 or absent: never.
+   */
+  decisionCache?: { ms: number; epoch: { readonly value: number } }
 }
 
 const UNSAFE = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
@@ -71,9 +76,10 @@ export function createDecider(deps: DecideDeps): (desc: RequestDescription) => D
     if (deps.owned.has(desc.method, desc.path)) return { action: 'proxy' }
     const policy = hostRoutePolicy(desc.method, desc.route, deps.adminPatterns)
     const query = new URLSearchParams(desc.query)
+    const epoch = deps.decisionCache?.epoch.value ?? 0
     const resolution = deps.resolver.resolve(desc.headers, query, facts)
-    if (resolution instanceof Promise) return resolution.then((r) => decideHost(deps, desc, policy, query, facts, r))
-    return decideHost(deps, desc, policy, query, facts, resolution)
+    if (resolution instanceof Promise) return resolution.then((r) => decideHost(deps, desc, policy, query, facts, r, epoch))
+    return decideHost(deps, desc, policy, query, facts, resolution, epoch)
   }
 }
 
@@ -84,6 +90,7 @@ function decideHost(
   query: URLSearchParams,
   facts: ClientFacts,
   resolution: Resolution,
+  epoch: number,
 ): Decision | Promise<Decision> {
   const dropQuery = queryCredentialKeys(query)
   if ('error' in resolution || resolution.principal === null) {
@@ -112,7 +119,16 @@ function decideHost(
     pass.strip_headers = [...(pass.strip_headers ?? []), 'authorization']
   }
   if (dropQuery.length > 0) pass.drop_query = dropQuery
-  if (policy.behaviour === undefined) return pass
+  if (policy.behaviour === undefined) {
+    // A plain read: the same description gets the same answer until something it read changes
+    // (the epoch moves, and the plugin is told at once) or the time runs out (expiries, idle
+    // timeouts, a hung sidecar). Decided on the state this decision began with, or not kept.
+    const cache = deps.decisionCache
+    if (cache && cache.ms > 0 && cache.epoch.value === epoch && (desc.method === 'GET' || desc.method === 'HEAD') && desc.headers.upgrade === undefined) {
+      pass.cache = { ms: cache.ms, epoch }
+    }
+    return pass
+  }
   try {
     const shaped = deps.behaviours.apply(policy, desc, principal, pass)
     if (shaped instanceof Promise) return shaped.catch(behaviourFailure)

@@ -98,13 +98,16 @@ export interface PassDecision {
   need_form?: { ctx: unknown }
   /** the body step's edit: the new body is the answer's payload */
   body_replaced?: true
-  filter?: { name: string; ctx: unknown }
+  /** `memo`: the filter's result depends on nothing but the host's answer and this text (the plugin may reuse it) */
+  filter?: { name: string; ctx: unknown; memo?: string }
   /** a WebSocket the sidecar may close later (close_ws) */
   ws_tag?: string
   /** what the sidecar needs to re-check that socket; the plugin hands it back in its next hello */
   ws_entry?: object
   /** the user named in comfy-user, for hosts that must know their users (ComfyUI --multi-user) */
   host_user?: { id: string; name: string }
+  /** the plugin may answer the same description with this decision for `ms`, while no `forget` newer than `epoch` came */
+  cache?: { ms: number; epoch: number }
 }
 
 export interface RespondDecision {
@@ -116,12 +119,18 @@ export interface RespondDecision {
 
 export type Decision = PassDecision | RespondDecision | { action: 'proxy' }
 /** `replace` carries the new body as the frame's payload */
-export type FilterAnswer = { action: 'keep' } | { action: 'replace' } | RespondDecision
+export type FilterAnswer = { action: 'keep'; memo?: string } | { action: 'replace'; memo?: string } | RespondDecision
 
 /** An answer and the raw bytes that travel after its JSON (a replacement body). */
 export interface WithPayload<T> {
   answer: T
   payload: Buffer
+}
+
+/** Unasked, sidecar → plugin: what a decision reads changed; drop every kept decision older than `epoch`. */
+export interface ForgetMessage {
+  type: 'forget'
+  epoch: number
 }
 
 /** Unasked, sidecar → plugin: close these WebSockets. */

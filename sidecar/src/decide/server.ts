@@ -19,6 +19,7 @@ import {
   PROTOCOL_VERSION,
   type BodyMessage,
   type CloseSocketsMessage,
+  type ForgetMessage,
   type Decision,
   type EventMessage,
   type FilterAnswer,
@@ -344,7 +345,7 @@ export interface BusyPollOptions {
 export interface DecisionServer {
   server: Server
   /** Sends an unasked message to every plugin connection that agreed on the protocol. */
-  push(message: CloseSocketsMessage): void
+  push(message: CloseSocketsMessage | ForgetMessage): void
 }
 
 export async function listenDecisionSocket(

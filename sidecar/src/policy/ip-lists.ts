@@ -34,12 +34,13 @@ export function ipListsProblems(lists: IpListsSetting): string[] {
 export class IpListGate implements IpGate {
   private compiled: Compiled
 
-  constructor(lists: IpListsSetting, private readonly clock: Clock) {
+  constructor(lists: IpListsSetting, private readonly clock: Clock, private readonly onChange: () => void = () => {}) {
     this.compiled = IpListGate.compile(lists)
   }
 
   update(lists: IpListsSetting): void {
     this.compiled = IpListGate.compile(lists)
+    this.onChange()
   }
 
   refuse(ip: string): ErrorCode | null {

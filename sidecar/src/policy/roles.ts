@@ -150,6 +150,9 @@ export class RoleStore {
     await this.watcher?.close()
   }
 
+  /** called after every change of the roles decisions read (decide/access-epoch.ts) */
+  onChange: () => void = () => {}
+
   private compile(): void {
     const compiled = new Map<string, Permissions>()
     for (const [role, keys] of Object.entries(this.groups)) {
@@ -158,6 +161,7 @@ export class RoleStore {
       compiled.set(role, perms)
     }
     this.compiled = compiled
+    this.onChange()
   }
 }
 

@@ -35,6 +35,8 @@ export interface CollectionOptions {
   /** first delay before a failed narrowing write is tried again (doubles up to `retryMaxMs`) */
   retryBaseMs?: number
   retryMaxMs?: number
+  /** called the moment memory shows a change (not for `touch`): decisions read memory (decide/access-epoch.ts) */
+  onChange?: () => void
 }
 
 const RETRY_BASE_MS = 1000
@@ -111,7 +113,7 @@ export class Collection<T> {
   /** Bookkeeping: memory at once, one write; a failure is logged, never retried or thrown. */
   touch(id: string, record: T): void {
     const version = ++this.seq
-    this.show(id, version, record)
+    this.show(id, version, record, false)
     this.enqueue(id, version, record).catch((err: unknown) => {
       this.options.log?.warn({ err, kind: this.kind }, 'store write of a last-used time failed; the next use writes it again')
     })
@@ -160,11 +162,12 @@ export class Collection<T> {
   }
 
   /** Memory shows the newest change applied so far; an older one settling late changes nothing. */
-  private show(id: string, version: number, value: T | undefined): void {
+  private show(id: string, version: number, value: T | undefined, notify = true): void {
     if ((this.memoryVersion.get(id) ?? 0) > version) return
     this.memoryVersion.set(id, version)
     if (value === undefined) this.records.delete(id)
     else this.records.set(id, value)
+    if (notify) this.options.onChange?.()
   }
 
   /** Writes `value` after every earlier write of `id`; rejects with 503 when the store refuses it. */

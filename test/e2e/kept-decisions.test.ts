@@ -1,0 +1,154 @@
+/**
+ * Kept decisions end to end (plugin + sidecar + host over real sockets): the plugin answers a
+ * repeated plain request from the pass it kept, and every change that could refuse that request
+ * refuses it at once, the very next request, long before the kept decision's own time (5 s here)
+ * runs out. Each row first proves its decision was kept: with the sidecar stopped (SIGSTOP) the
+ * same request still passes at once; the change is then made with the sidecar running again.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { existsSync } from 'node:fs'
+import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
+import { bearer, apiToken, json, login, register } from '../helpers/client.js'
+
+const KEPT_MS = 5000
+
+/**
+ * Not yet reaped. A killed Node process shows as a zombie while its other threads still exit
+ * and still hold its files (the decision socket among them); once its parent (the plugin) has
+ * reaped it, every one of its sockets is closed.
+ */
+function unreaped(pid: number): boolean {
+  return existsSync(`/proc/${pid}`)
+}
+
+async function get(stack: Stack, credential: string): Promise<{ status: number; code?: string }> {
+  const res = await fetch(`${stack.url}/prompt`, { headers: { Accept: 'application/json', ...bearer(credential) } })
+  const text = await res.text()
+  return { status: res.status, code: res.status === 200 ? undefined : JSON.parse(text).code }
+}
+
+/** The credential's GET /prompt passes, and a repeat is answered by the plugin alone (the sidecar stopped). */
+async function assertKept(stack: Stack, credential: string, label: string): Promise<void> {
+  assert.equal((await get(stack, credential)).status, 200, `${label}: passes`)
+  const pid = stack.sidecarPid()
+  process.kill(pid, 'SIGSTOP')
+  try {
+    const started = performance.now()
+    assert.equal((await get(stack, credential)).status, 200, `${label}: answered from the kept decision`)
+    assert.ok(performance.now() - started < 1000, `${label}: without waiting for the stopped sidecar`)
+  } finally {
+    process.kill(pid, 'SIGCONT')
+  }
+}
+
+for (const aiohttp of AIOHTTP_VERSIONS) {
+  describe(`kept decisions through the gate, aiohttp ${aiohttp}`, () => {
+    let stack: Stack
+    let admin: string
+    before(async () => {
+      stack = await startStack({ aiohttp, env: { AUTHSVC_DECISION_CACHE_MS: String(KEPT_MS) } })
+      await register(stack, 'root')
+      admin = (await login(stack, 'root')).jwt
+    })
+    after(async () => {
+      await destroyStack(stack)
+    })
+
+    const adminCall = (method: string, path: string, body: unknown, headers: Record<string, string> = {}) =>
+      fetch(stack.url + path, { method, headers: { ...bearer(admin), 'Content-Type': 'application/json', ...headers }, body: JSON.stringify(body) })
+
+    let n = 0
+    async function freshUser(): Promise<{ name: string; token: string; session: string }> {
+      const name = `kept${++n}`
+      assert.equal((await register(stack, name, { bearer: admin })).status, 201)
+      return { name, token: await apiToken(stack, name), session: (await login(stack, name)).jwt }
+    }
+
+    const rows: Array<{ label: string; credential: 'token' | 'session'; change: (u: { name: string; token: string; session: string }) => Promise<Response>; status: number; code: string; undo?: () => Promise<void> }> = [
+      {
+        label: 'the token revoked by its owner',
+        credential: 'token',
+        change: async (u) => {
+          const list = await json(await fetch(`${stack.url}/authsvc/api/tokens`, { headers: bearer(u.session) }))
+          return fetch(`${stack.url}/authsvc/api/tokens`, { method: 'DELETE', headers: { ...bearer(u.session), 'Content-Type': 'application/json' }, body: JSON.stringify({ token_hash_prefix: `${list.tokens[0].token_hash_prefix}...` }) })
+        },
+        status: 401,
+        code: 'TOKEN_REVOKED',
+      },
+      {
+        label: 'logout',
+        credential: 'session',
+        change: (u) => fetch(`${stack.url}/logout`, { method: 'POST', headers: { ...bearer(u.session), Accept: 'application/json' } }),
+        status: 401,
+        code: 'TOKEN_REVOKED',
+      },
+      { label: 'the user disabled (token)', credential: 'token', change: (u) => adminCall('PUT', `/authsvc/api/users/${u.name}`, { disabled: true }), status: 401, code: 'TOKEN_REVOKED' },
+      { label: 'the user disabled (session)', credential: 'session', change: (u) => adminCall('PUT', `/authsvc/api/users/${u.name}`, { disabled: true }), status: 401, code: 'TOKEN_REVOKED' },
+      { label: 'a password reset', credential: 'token', change: (u) => adminCall('PUT', `/authsvc/api/users/${u.name}`, { password: 'another-long-password' }), status: 401, code: 'TOKEN_REVOKED' },
+      { label: 'a role change (session)', credential: 'session', change: (u) => adminCall('PUT', `/authsvc/api/users/${u.name}`, { role: 'guest' }), status: 401, code: 'TOKEN_REVOKED' },
+      { label: 'the user deleted', credential: 'token', change: (u) => adminCall('DELETE', `/authsvc/api/users/${u.name}`, {}), status: 401, code: 'TOKEN_REVOKED' },
+      {
+        label: 'the role loses can_access_api (groups edit)',
+        credential: 'token',
+        change: async () => {
+          const res = await fetch(`${stack.url}/authsvc/api/groups`, { headers: bearer(admin) })
+          const { groups } = await json(res)
+          return adminCall('PUT', '/authsvc/api/groups', { groups: { ...groups, user: { ...groups.user, can_access_api: false } } }, { 'If-Match': res.headers.get('etag')! })
+        },
+        status: 403,
+        code: 'PERMISSION_DENIED',
+        undo: async () => {
+          const res = await fetch(`${stack.url}/authsvc/api/groups`, { headers: bearer(admin) })
+          const { groups } = await json(res)
+          const put = await adminCall('PUT', '/authsvc/api/groups', { groups: { ...groups, user: { ...groups.user, can_access_api: true } } }, { 'If-Match': res.headers.get('etag')! })
+          assert.equal(put.status, 200)
+        },
+      },
+    ]
+
+    for (const row of rows) {
+      it(`${row.label}: the next request is refused at once`, async () => {
+        const u = await freshUser()
+        const credential = u[row.credential]
+        await assertKept(stack, credential, row.label)
+        const started = performance.now()
+        const change = await row.change(u)
+        assert.ok(change.status >= 200 && change.status < 300, `${row.label}: the change was made (${change.status})`)
+        const refused = await get(stack, credential)
+        assert.deepEqual(refused, { status: row.status, code: row.code }, row.label)
+        assert.ok(performance.now() - started < KEPT_MS, `${row.label}: refused before the kept decision's time ran out`)
+        await row.undo?.()
+      })
+    }
+
+    it('a hung sidecar: kept decisions end within their time, then every request is refused (503)', async () => {
+      const u = await freshUser()
+      await assertKept(stack, u.token, 'before the hang')
+      const pid = stack.sidecarPid()
+      process.kill(pid, 'SIGSTOP')
+      const started = performance.now()
+      try {
+        const refused = await poll(async () => (await get(stack, u.token)).status === 503, KEPT_MS + 5000)
+        assert.ok(refused, 'refused once the kept decision ran out')
+        const elapsed = performance.now() - started
+        assert.ok(elapsed < KEPT_MS + 3000, `within the kept time and one decision timeout (${Math.round(elapsed)} ms)`)
+      } finally {
+        process.kill(pid, 'SIGCONT')
+      }
+      assert.ok(await poll(async () => (await get(stack, u.token)).status === 200, 10_000), 'passes again once the sidecar runs')
+    })
+
+    it('a sidecar gone: no kept decision is used, the next request is refused', async () => {
+      const u = await freshUser()
+      await assertKept(stack, u.token, 'before the kill')
+      const pid = stack.sidecarPid()
+      process.kill(pid, 'SIGKILL')
+      // once the process is reaped its end of the decision socket is closed; the plugin reads that
+      // before it runs any request that arrives later, so the kept decision is never used again
+      assert.ok(await poll(async () => !unreaped(pid), 5000), 'the sidecar died')
+      assert.deepEqual(await get(stack, u.token), { status: 503, code: 'AUTHSVC_UNAVAILABLE' })
+      assert.ok(await poll(async () => (await get(stack, u.token)).status === 200 && stack.sidecarPid() !== pid, 20_000), 'the restarted sidecar decides again')
+    })
+  })
+}

@@ -1,0 +1,195 @@
+"""Kept decisions: the plugin reuses a pass the sidecar marked with ``cache`` for the very same
+request description, and for nothing else; ``forget``, the time limit and a lost sidecar end it."""
+from __future__ import annotations
+
+import time
+
+from .support import PluginCase, Stack, assert_unavailable
+
+KEEP = {"action": "pass", "set_headers": {"comfy-user": "alice"}, "strip_headers": ["authorization"],
+        "cache": {"ms": 5000, "epoch": 0}}
+
+
+async def until_asked(s: Stack, count: int, what: str, timeout: float = 5.0) -> None:
+    """Bounded: GET /prompt again until the sidecar has been asked ``count`` times in all."""
+    deadline = time.monotonic() + timeout
+    while True:
+        await s.get("/prompt")
+        if len(s.fake.decides()) >= count:
+            return
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+
+
+def answer(decision: dict):
+    def script(msg: dict) -> dict:
+        if msg["type"] != "decide":
+            raise AssertionError(f"unexpected message {msg}")
+        return decision
+
+    return script
+
+
+class Reuse(PluginCase):
+    async def test_the_same_request_is_answered_from_the_kept_decision_with_its_edits(self) -> None:
+        s = await self.start(answer(KEEP))
+        for _ in range(3):
+            status, _, _ = await s.get("/prompt", headers={"Authorization": "Bearer t1", "Comfy-User": "mallory"})
+            self.assertEqual(status, 200)
+            seen = s.host.seen["prompt_get"]["headers"]
+            self.assertEqual(seen["comfy-user"], "alice", "the kept decision's edits apply every time")
+            self.assertNotIn("authorization", seen)
+        self.assertEqual(len(s.fake.decides()), 1, "asked once, then reused")
+        self.assertEqual(s.host.calls["prompt_get"], 3)
+
+    async def test_anything_different_in_the_description_asks_again(self) -> None:
+        s = await self.start(answer(KEEP))
+        base = {"Authorization": "Bearer t1"}
+        rows = [
+            ("the same request", "GET", "/prompt", base, False),
+            ("another credential", "GET", "/prompt", {"Authorization": "Bearer t2"}, True),
+            ("no credential", "GET", "/prompt", {}, True),
+            ("a cookie added", "GET", "/prompt", {**base, "Cookie": "s=1"}, True),
+            ("another query", "GET", "/prompt?x=1", base, True),
+            ("another path", "GET", "/queue", base, True),
+            ("another method", "HEAD", "/prompt", base, True),
+            ("a forwarded-for header", "GET", "/prompt", {**base, "X-Forwarded-For": "10.0.0.9"}, True),
+            ("another origin", "GET", "/prompt", {**base, "Origin": "http://evil.example"}, True),
+            ("another host", "GET", "/prompt", {**base, "Host": "other.example"}, True),
+        ]
+        await s.get("/prompt", headers=base)
+        for label, method, path, headers, asks in rows:
+            before = len(s.fake.decides())
+            status, _, _ = await s.request(method, path, headers=headers)
+            self.assertEqual(status, 200, label)
+            self.assertEqual(len(s.fake.decides()) - before, 1 if asks else 0, label)
+
+
+class NotKept(PluginCase):
+    async def test_only_plain_passes_with_a_valid_cache_field_are_kept(self) -> None:
+        rows = [
+            ("a respond", {"action": "respond", "status": 401, "cache": {"ms": 5000, "epoch": 0}}),
+            ("a pass with a filter", {**KEEP, "filter": {"name": "queue", "ctx": {}}}),
+            ("a pass with a WebSocket tag", {**KEEP, "ws_tag": "t"}),
+            ("no cache field", {"action": "pass"}),
+            ("ms of zero", {**KEEP, "cache": {"ms": 0, "epoch": 0}}),
+            ("ms above the limit", {**KEEP, "cache": {"ms": 3_600_000, "epoch": 0}}),
+            ("ms as a string", {**KEEP, "cache": {"ms": "5000", "epoch": 0}}),
+            ("no epoch", {**KEEP, "cache": {"ms": 5000}}),
+            ("an epoch the plugin has not reached", {**KEEP, "cache": {"ms": 5000, "epoch": 5}}),
+            ("cache not an object", {**KEEP, "cache": 60_000}),
+        ]
+        for label, decision in rows:
+            with self.subTest(label):
+                s = await self.start(answer(decision))
+                if decision.get("filter"):
+                    s.fake.decide = lambda m, d=decision: d if m["type"] == "decide" else {"action": "keep"}
+                await s.get("/prompt")
+                await s.get("/prompt")
+                self.assertEqual(len(s.fake.decides()), 2, f"{label}: asked every time")
+
+
+class Ending(PluginCase):
+    async def test_forget_drops_every_kept_decision_and_older_answers_are_not_kept(self) -> None:
+        s = await self.start(answer(KEEP))
+        await s.get("/prompt")
+        await s.get("/prompt")
+        self.assertEqual(len(s.fake.decides()), 1)
+        s.fake.push({"type": "forget", "epoch": 1})
+        await until_asked(s, 2, "asked again after forget")
+        # the sidecar's answer still names epoch 0: decided before the change the plugin knows of
+        await s.get("/prompt")
+        self.assertEqual(len(s.fake.decides()), 3, "an answer older than the last forget is not kept")
+        s.fake.decide = answer({**KEEP, "cache": {"ms": 5000, "epoch": 1}})
+        await s.get("/prompt")
+        await s.get("/prompt")
+        self.assertEqual(len(s.fake.decides()), 4, "an answer of the current epoch is kept again")
+
+    async def test_the_time_limit_ends_a_kept_decision(self) -> None:
+        s = await self.start(answer({**KEEP, "cache": {"ms": 300, "epoch": 0}}))
+        await s.get("/prompt")
+        asked_at = time.monotonic()
+        await s.get("/prompt")
+        self.assertEqual(len(s.fake.decides()), 1, "kept within its time")
+
+        await until_asked(s, 2, "asked again once the time ran out")
+        self.assertGreaterEqual(time.monotonic() - asked_at, 0.29, "not before its time")
+
+    async def test_a_lost_sidecar_ends_every_kept_decision(self) -> None:
+        s = await self.start(answer(KEEP))
+        await s.get("/prompt")
+        await s.get("/prompt")
+        self.assertEqual(len(s.fake.decides()), 1)
+        await s.fake.stop()
+        status, _, body = await s.get("/prompt")
+        assert_unavailable(self, status, body)
+        self.assertEqual(s.host.calls["prompt_get"], 2, "the host never ran the request")
+
+
+def memo_script(memo: str | None = "alice 3", answer_memo: str | None = "alice 3"):
+    """decide: a pass with an object_info-like filter carrying ``memo``; filter: replace with a marked copy."""
+    def script(msg: dict):
+        if msg["type"] == "decide":
+            spec = {"name": "object_info", "ctx": {"k": 1}}
+            if memo is not None:
+                spec["memo"] = memo
+            return {"action": "pass", "filter": spec}
+        if msg["type"] == "filter":
+            out = {"action": "replace", "body_text": "filtered:" + msg["body_text"]}
+            if answer_memo is not None:
+                out["memo"] = answer_memo
+            return out
+        raise AssertionError(f"unexpected message {msg}")
+
+    return script
+
+
+class FilterMemo(PluginCase):
+    async def test_a_byte_identical_answer_under_the_same_memo_is_filtered_without_the_sidecar(self) -> None:
+        s = await self.start(memo_script())
+        s.host.queue_body = {"queue_running": [], "n": 18446744073709551615}
+        results = [await s.get("/queue") for _ in range(3)]
+        for status, _, body in results:
+            self.assertEqual(status, 200)
+            self.assertTrue(body.startswith(b"filtered:"), body[:40])
+        self.assertEqual(results[0][2], results[2][2])
+        self.assertEqual(len(s.fake.of_type("filter")), 1, "filtered once, then reused")
+        self.assertEqual(len(s.fake.decides()), 3, "every request is still decided")
+
+    async def test_anything_different_asks_the_sidecar_again(self) -> None:
+        s = await self.start(memo_script())
+        s.host.queue_body = {"v": 1}
+        await s.get("/queue")
+        rows = [
+            ("the same answer", lambda: None, "/queue", 0),
+            ("another host answer", lambda: setattr(s.host, "queue_body", {"v": 2}), "/queue", 1),
+            ("another query", lambda: None, "/queue?x=1", 1),
+            ("another memo", lambda: setattr(s.fake, "decide", memo_script("alice 4", "alice 4")), "/queue", 1),
+        ]
+        for label, change, path, asks in rows:
+            change()
+            before = len(s.fake.of_type("filter"))
+            status, _, body = await s.get(path)
+            self.assertEqual(status, 200, label)
+            self.assertTrue(body.startswith(b"filtered:"), label)
+            self.assertEqual(len(s.fake.of_type("filter")) - before, asks, label)
+
+    async def test_not_reused_without_a_memo_or_when_the_answer_names_another(self) -> None:
+        for label, script in (("no memo", memo_script(None, None)), ("answer under another memo", memo_script("alice 3", "alice 4")),
+                              ("answer without memo", memo_script("alice 3", None))):
+            with self.subTest(label):
+                s = await self.start(script)
+                await s.get("/queue")
+                await s.get("/queue")
+                self.assertEqual(len(s.fake.of_type("filter")), 2, label)
+
+    async def test_a_new_sidecar_connection_filters_again(self) -> None:
+        s = await self.start(memo_script())
+        await s.get("/queue")
+        await s.get("/queue")
+        self.assertEqual(len(s.fake.of_type("filter")), 1)
+        for writer in list(s.fake.open_connections):
+            writer.close()
+        await s.wait_ready()
+        await s.get("/queue")
+        self.assertEqual(len(s.fake.of_type("filter")), 2, "a memo of the earlier connection is not reused")

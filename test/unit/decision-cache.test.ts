@@ -1,0 +1,128 @@
+/**
+ * Kept decisions, sidecar side: which passes the plugin may reuse (`cache`), and the access
+ * epoch: every change a decision reads bumps it and pushes `forget` at once, synchronously,
+ * before the change's own caller goes on; bookkeeping and ownership writes do not.
+ */
+import assert from 'node:assert/strict'
+import { after, before, describe, it } from 'node:test'
+import type { Decision } from '../../sidecar/src/decide/protocol.js'
+import type { UserRecord } from '../../sidecar/src/identity/users.js'
+import { addUser, apiToken, assertDenied, assertPass, decide, openSidecar, sessionJwt, type Sidecar } from './fixtures.js'
+
+const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
+const cacheOf = (d: Decision) => (d.action === 'pass' ? d.cache : undefined)
+
+describe('kept decisions: what may be reused', () => {
+  let sc: Sidecar
+  let admin: UserRecord
+  let alice: UserRecord
+  let token: string
+  let adminJwt: string
+  before(async () => {
+    sc = await openSidecar()
+    admin = await addUser(sc, 'root', 'a-long-password-1', 'admin')
+    alice = await addUser(sc, 'alice', 'a-long-password-1')
+    token = await apiToken(sc, alice)
+    adminJwt = await sessionJwt(sc, admin)
+  })
+  after(() => sc.close())
+
+  it('a plain GET or HEAD pass is kept for 1 s at the current epoch', async () => {
+    for (const method of ['GET', 'HEAD']) {
+      const pass = assertPass(await decide(sc, { method, path: '/prompt', headers: bearer(token) }), method)
+      assert.deepEqual(pass.cache, { ms: 1000, epoch: sc.services.accessEpoch.value }, method)
+    }
+  })
+
+  const notKept: Array<[string, Parameters<typeof decide>[1], 'pass' | 'respond' | 'proxy']> = [
+    ['POST to a plain route', { method: 'POST', path: '/free', pattern: '/free' }, 'pass'],
+    ['a route behaviour (queue filter)', { path: '/queue' }, 'pass'],
+    ['a route behaviour (system_stats filter)', { path: '/system_stats' }, 'pass'],
+    ['a WebSocket upgrade', { path: '/ws', headers: { upgrade: 'websocket', connection: 'Upgrade' } }, 'pass'],
+    ['an owned route (proxied)', { path: '/authsvc/health' }, 'proxy'],
+    ['OPTIONS', { method: 'OPTIONS', path: '/prompt' }, 'respond'],
+  ]
+  for (const [label, o, action] of notKept) {
+    it(`not kept: ${label}`, async () => {
+      const credential = label.startsWith('POST') ? adminJwt : token
+      const d = await decide(sc, { ...o, headers: { ...bearer(credential), ...(o.headers ?? {}) } })
+      assert.equal(d.action, action, label)
+      assert.equal(cacheOf(d), undefined, label)
+    })
+  }
+
+  it('not kept: a refusal', async () => {
+    const d = assertDenied(await decide(sc, { path: '/prompt' }), 'AUTH_REQUIRED')
+    assert.equal((d as unknown as { cache?: unknown }).cache, undefined)
+    const revokedLater = await apiToken(sc, alice)
+    await sc.services.tokens.revokeAllForUser(alice.user_id)
+    const refused = await decide(sc, { path: '/prompt', headers: bearer(revokedLater) })
+    assert.equal(refused.action, 'respond')
+    assert.equal((refused as unknown as { cache?: unknown }).cache, undefined)
+  })
+})
+
+describe('the access epoch: every change a decision reads is pushed at once', () => {
+  let sc: Sidecar
+  let admin: UserRecord
+  let bob: UserRecord
+  const pushed: number[] = []
+  before(async () => {
+    sc = await openSidecar()
+    admin = await addUser(sc, 'root', 'a-long-password-1', 'admin')
+    bob = await addUser(sc, 'bob', 'a-long-password-1')
+    sc.built.setPush((m) => {
+      if (m.type === 'forget') pushed.push(m.epoch)
+    })
+  })
+  after(() => sc.close())
+
+  /** Runs `change`; asserts one or more forgets were pushed before it resolved, each naming the epoch as it is now. */
+  async function bumps(label: string, change: () => unknown): Promise<void> {
+    const epoch = sc.services.accessEpoch.value
+    pushed.length = 0
+    await change()
+    assert.ok(pushed.length > 0, `${label}: a forget was pushed`)
+    assert.ok(sc.services.accessEpoch.value > epoch, `${label}: the epoch moved`)
+    assert.equal(pushed.at(-1), sc.services.accessEpoch.value, `${label}: the last forget names the current epoch`)
+  }
+
+  const rows: Array<[string, () => unknown]> = [
+    ['a new API token', async () => apiToken(sc, bob)],
+    ['a token revoked', async () => sc.services.tokens.revokeAllForUser(bob.user_id)],
+    ['a session issued', async () => sessionJwt(sc, bob)],
+    ['a session revoked', async () => sc.services.sessions.revoke(sc.services.sessions.activeForUser(bob.user_id)[0].jti)],
+    ['a role change', async () => sc.services.users.update(bob.user_id, { role: 'guest' }, 'narrows')],
+    ['a user disabled', async () => sc.services.users.update(bob.user_id, { disabled: true }, 'narrows')],
+    ['a setting changed', async () => sc.services.settings.set('allow_guest_jwt', true)],
+    ['the groups replaced', () => sc.services.roles.replace(sc.services.roles.snapshot())],
+    ['the groups file reloaded', () => sc.services.roles.reload()],
+    ['the IP lists changed', () => sc.services.ipGate.update({ whitelist: [], blacklist: [{ ip: '10.9.9.9', permanent: true }] })],
+    ['a model grant', async () => sc.services.modelGrants.grant({ user_id: bob.user_id, folder: 'checkpoints', item_name: 'a.safetensors', granted_by: admin.user_id, created_at_iso: new Date(sc.clock()).toISOString() })],
+    ['a user deleted', async () => sc.services.users.delete(bob.user_id)],
+  ]
+  for (const [label, change] of rows) it(`bumps: ${label}`, () => bumps(label, change))
+
+  it('a decision made before a change is not kept under the new epoch; one made after is', async () => {
+    const carol = await addUser(sc, 'carol', 'a-long-password-1')
+    const token = await apiToken(sc, carol)
+    const first = assertPass(await decide(sc, { path: '/prompt', headers: bearer(token) }))
+    await sc.services.settings.set('allow_guest_jwt', false)
+    const second = assertPass(await decide(sc, { path: '/prompt', headers: bearer(token) }))
+    assert.ok(second.cache!.epoch > first.cache!.epoch)
+    assert.equal(second.cache!.epoch, sc.services.accessEpoch.value)
+  })
+
+  it('does not bump: using a credential (last-used bookkeeping) or recording a prompt\'s owner', async () => {
+    const dave = await addUser(sc, 'dave', 'a-long-password-1')
+    const token = await apiToken(sc, dave)
+    const epoch = sc.services.accessEpoch.value
+    pushed.length = 0
+    sc.clock.advance(3600_000) // past the last-used write interval: the next use writes last_used
+    assertPass(await decide(sc, { path: '/prompt', headers: bearer(token) }))
+    await sc.services.ownership.recordPrompt({ prompt_id: 'p-epoch-1', owner: dave.user_id, user_id: dave.user_id, username: 'dave', client_id: 'c-1', created_at_iso: new Date(sc.clock()).toISOString() })
+    await sc.services.flush()
+    assert.equal(sc.services.accessEpoch.value, epoch)
+    assert.deepEqual(pushed, [])
+  })
+})
