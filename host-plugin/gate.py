@@ -17,7 +17,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from aiohttp import ClientError, ClientSession, DummyCookieJar, UnixConnector, web
-from multidict import CIMultiDict, MultiDict
+from multidict import CIMultiDict, CIMultiDictProxy, MultiDict
 from yarl import URL
 
 from .decision_client import DecisionClient, Unavailable
@@ -76,6 +76,24 @@ def describe(request: web.Request) -> dict[str, Any]:
         "peer": request.remote or "",
         "scheme": request.scheme,
     }
+
+
+def _replace_headers(request: web.Request, headers: CIMultiDict) -> bool:
+    """Gives ``request`` these headers in place: what ``clone(headers=)`` does to the headers, without
+    building a second Request (a third of the gate's own Python per request). aiohttp 3.8 to 3.13 keep
+    them in ``_headers`` and ``_message`` and cache ``headers``/``raw_headers`` in ``_cache``; before
+    the gate runs nothing else derived from the headers is cached (the description reads ``headers``
+    only). Where this aiohttp looks otherwise: False, and the caller clones."""
+    cache = getattr(request, "_cache", None)
+    message = getattr(request, "_message", None)
+    if not isinstance(cache, dict) or not hasattr(message, "_replace") or not hasattr(request, "_headers"):
+        return False
+    proxy = CIMultiDictProxy(headers)
+    request._message = message._replace(headers=proxy, raw_headers=tuple((k.encode("utf-8"), v.encode("utf-8")) for k, v in headers.items()))
+    request._headers = proxy
+    cache.pop("headers", None)
+    cache.pop("raw_headers", None)
+    return True
 
 
 class MalformedAnswer(Unavailable):
@@ -273,6 +291,8 @@ class Gate:
         for name, value in (set_headers or {}).items():
             headers[name] = value
         if not drop_query:
+            if _replace_headers(request, headers):
+                return request
             return request.clone(headers=headers)
         query = MultiDict(request.rel_url.query)
         for key in drop_query:

@@ -30,13 +30,19 @@ export function historyListBehaviour(deps: BehaviourDeps): RouteBehaviour {
       return {
         ...pass,
         ...(drop.length > 0 ? { drop_query: drop } : {}),
-        filter: { name: 'history', ctx: { kind: 'history-list', owner, seesAll, max_items: maxItems, offset: offset ?? -1 } },
+        filter: {
+          name: 'history',
+          ctx: { kind: 'history-list', owner, seesAll, max_items: maxItems, offset: offset ?? -1 },
+          // reusable by the plugin for a byte-identical answer while no prompt was recorded (filter.memo)
+          memo: `${owner} ${deps.ownership.promptsVersion} ${maxItems} ${offset ?? -1}`,
+        },
       }
     },
     async filter(ctx, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
       const own = deps.ownership.promptIdsOf(ctx.owner)
-      return { answer: { action: 'replace' }, payload: await deps.filters.history(payload, own, ctx.max_items as number | null, ctx.offset as number) }
+      const memo = `${ctx.owner} ${deps.ownership.promptsVersion} ${ctx.max_items as number | null} ${ctx.offset as number}`
+      return { answer: { action: 'replace', memo }, payload: await deps.filters.history(payload, own, ctx.max_items as number | null, ctx.offset as number) }
     },
   }
 }

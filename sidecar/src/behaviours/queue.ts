@@ -13,12 +13,16 @@ import { scopedDeleteBody } from './scoped-delete.js'
 
 export function queueReadBehaviour(deps: BehaviourDeps): RouteBehaviour {
   return {
+    // the edit depends on the host's answer and on whose prompts are whose: the plugin may reuse it
+    // for a byte-identical answer while no prompt was recorded (protocol filter.memo)
     decide({ pass, owner, seesAll }) {
-      return { ...pass, filter: { name: 'queue', ctx: { kind: 'queue-read', owner, seesAll } } }
+      const memo = `${owner} ${seesAll} ${deps.ownership.promptsVersion}`
+      return { ...pass, filter: { name: 'queue', ctx: { kind: 'queue-read', owner, seesAll }, memo } }
     },
     async filter(ctx, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
-      return { answer: { action: 'replace' }, payload: await deps.filters.queue(payload, deps.ownership.promptIdsOf(ctx.owner), ctx.seesAll) }
+      const memo = `${ctx.owner} ${ctx.seesAll} ${deps.ownership.promptsVersion}`
+      return { answer: { action: 'replace', memo }, payload: await deps.filters.queue(payload, deps.ownership.promptIdsOf(ctx.owner), ctx.seesAll) }
     },
   }
 }

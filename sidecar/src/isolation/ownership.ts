@@ -73,6 +73,14 @@ export class Ownership {
     let ids = this.promptsByOwner.get(p.owner)
     if (!ids) this.promptsByOwner.set(p.owner, (ids = new Set()))
     ids.add(p.prompt_id)
+    this.promptsSeq++
+  }
+
+  private promptsSeq = 0
+
+  /** Moves whenever any owner's set of prompt ids changes (filters of /queue and /history name it in their memo). */
+  get promptsVersion(): number {
+    return this.promptsSeq
   }
 
   prompt(promptId: string): PromptRecord | undefined {
