@@ -17,6 +17,7 @@ whole decision; under load the loop always has other work and never spins.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import logging
 import os
@@ -39,8 +40,11 @@ except (AttributeError, ValueError, OSError):
     _CLOCK_TICKS = 100
 # Host events kept while the sidecar is away (a restart): ownership of what ran meanwhile is not lost.
 _EVENT_BACKLOG = 10_000
-# Decisions kept for reuse (DecisionClient.decide): at most this many request descriptions.
+# Decisions kept for reuse (DecisionClient.decide): at most this many request descriptions, each
+# kept by a digest of its encoding, and none whose encoding is longer than _KEPT_DESCRIPTION_MAX
+# (a description of many repeated header lines is decided every time rather than held).
 _KEPT_MAX = 4096
+_KEPT_DESCRIPTION_MAX = 16 * 1024
 _KEPT_MS_MAX = 5000
 # what a decision kept for reuse may not carry: each needs the sidecar again for the same request
 _NOT_REUSABLE = ("need_body", "need_form", "filter", "ws_tag", "ws_entry", "body_replaced")
@@ -337,7 +341,7 @@ class DecisionClient:
         self._peer_of: _Connection | None = None
         self._peer_pid = None
         # pass decisions the sidecar allowed us to reuse, by the exact description they answered
-        self._kept: dict[str, tuple[dict[str, Any], float]] = {}
+        self._kept: dict[bytes, tuple[dict[str, Any], float]] = {}
         self.epoch = 0
         # one more for every connection made: what a sidecar said under an earlier one is not reused
         self.generation = 0
@@ -408,7 +412,9 @@ class DecisionClient:
         self._mismatch_logged = False
         self.sidecar_info = answer
         epoch = answer.get("epoch")
-        self.epoch = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0
+        if isinstance(epoch, int) and not isinstance(epoch, bool):
+            # a forget read while this hello was answered may already name a newer epoch
+            self.epoch = max(self.epoch, epoch)
         self._kept.clear()
         self.generation += 1
         self._conn = conn
@@ -439,19 +445,29 @@ class DecisionClient:
         Reuse is keyed on the whole description as sent (method, path, query, matched route,
         headers, peer, scheme), so a kept decision answers only a request the sidecar would
         see as the same one. It needs a live connection: a lost sidecar drops them all."""
-        key = encode_json(description)
-        kept = self._kept.get(key)
+        text = encode_json(description).encode("utf-8", "surrogatepass")
+        key = hashlib.blake2b(text, digest_size=32).digest() if len(text) <= _KEPT_DESCRIPTION_MAX else None
+        kept = self._kept.get(key) if key is not None else None
         if kept is not None:
-            if kept[1] > time.monotonic() and self._conn is not None and not self._conn.closed:
+            conn = self._conn
+            if conn is not None and not conn.closed:
+                # whatever the sidecar has sent is read first: a forget waiting behind a large
+                # answer in the socket must end this decision before it is used again
+                while conn._receive() and not conn.closed:
+                    pass
+            kept = self._kept.get(key)
+            if kept is not None and kept[1] > time.monotonic() and self._conn is not None and not self._conn.closed:
                 return kept[0]
-            del self._kept[key]
+            self._kept.pop(key, None)
+        generation = self.generation
         answer = await self.call(description)
         cache = answer.get("cache")
-        if cache is not None and answer.get("action") == "pass":
+        # kept only when answered on the connection it was asked on
+        if key is not None and cache is not None and answer.get("action") == "pass" and generation == self.generation:
             self._keep(key, answer, cache)
         return answer
 
-    def _keep(self, key: str, answer: dict[str, Any], cache: Any) -> None:
+    def _keep(self, key: bytes, answer: dict[str, Any], cache: Any) -> None:
         if not isinstance(cache, dict):
             return
         ms, epoch = cache.get("ms"), cache.get("epoch")

@@ -96,6 +96,11 @@ def _replace_headers(request: web.Request, headers: CIMultiDict) -> bool:
     return True
 
 
+# the headers the gate edits in place: nothing aiohttp caches is derived from them (host, url,
+# cookies, forwarded and scheme come from others); an edit of any other header clones the request
+_IN_PLACE_SAFE = frozenset(("comfy-user", "authorization"))
+
+
 class MalformedAnswer(Unavailable):
     """The sidecar answered something of the wrong shape: no decision, so the request is refused."""
 
@@ -291,7 +296,7 @@ class Gate:
         for name, value in (set_headers or {}).items():
             headers[name] = value
         if not drop_query:
-            if _replace_headers(request, headers):
+            if _IN_PLACE_SAFE.issuperset(n.lower() for n in (*(strip_headers or ()), *(set_headers or {}))) and _replace_headers(request, headers):
                 return request
             return request.clone(headers=headers)
         query = MultiDict(request.rel_url.query)

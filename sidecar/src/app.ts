@@ -46,6 +46,8 @@ export interface BuiltApp {
   handlers: (httpSocket: string) => DecisionHandlers
   /** where unasked messages to the plugin go (the decision server's push), set once it listens */
   setPush(push: (message: CloseSocketsMessage | ForgetMessage) => void): void
+  /** settles once every unasked message sent so far has left for the plugin (the decision server's flushed) */
+  setFlushed(flushed: () => Promise<void>): void
   liveSockets: LiveSockets
   /** the watcher of the host's output, input and temp folders (started by the hello) */
   hostFiles: HostFileWatcher
@@ -73,6 +75,17 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
   registerErrorHandling(app)
   app.addHook('onSend', async (_request, reply) => {
     reply.header('X-Authsvc-Version', SERVICE_VERSION)
+  })
+  // An answer to a request that changed something decisions read leaves only after the `forget`
+  // it caused has left for the plugin: a forget held in our write buffer (the plugin busy reading
+  // a large answer) must not be overtaken by the change's own answer (decide/access-epoch.ts).
+  let flushed: () => Promise<void> = async () => {}
+  const epochAtStart = new WeakMap<object, number>()
+  app.addHook('onRequest', async (request) => {
+    epochAtStart.set(request, services.accessEpoch.value)
+  })
+  app.addHook('onSend', async (request) => {
+    if (epochAtStart.get(request) !== services.accessEpoch.value) await flushed()
   })
   // An empty body of any type (a form-less POST /logout) is no body; a non-empty one of an unknown type is 415.
   app.addContentTypeParser('*', { parseAs: 'buffer' }, (_request, body: Buffer, done) => {
@@ -193,6 +206,9 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     hostFiles: watcher,
     setPush(fn) {
       push = fn
+    },
+    setFlushed(fn) {
+      flushed = fn
     },
     async stop() {
       liveSockets.stop()

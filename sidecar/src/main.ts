@@ -45,6 +45,7 @@ async function main(): Promise<void> {
     cpuIsFree: () => !services.passwords.hashing,
   })
   built.setPush(decisionServer.push)
+  built.setFlushed(decisionServer.flushed)
   const pidFile = join(dataDir, 'sidecar.pid')
   writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o600 })
   chmodSync(pidFile, 0o600) // a leftover file keeps its mode through writeFileSync

@@ -2,9 +2,12 @@
 request description, and for nothing else; ``forget``, the time limit and a lost sidecar end it."""
 from __future__ import annotations
 
+import socket
 import time
 
 from .support import PluginCase, Stack, assert_unavailable
+
+_SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 
 KEEP = {"action": "pass", "set_headers": {"comfy-user": "alice"}, "strip_headers": ["authorization"],
         "cache": {"ms": 5000, "epoch": 0}}
@@ -193,3 +196,28 @@ class FilterMemo(PluginCase):
         await s.wait_ready()
         await s.get("/queue")
         self.assertEqual(len(s.fake.of_type("filter")), 2, "a memo of the earlier connection is not reused")
+
+
+class ForgetBehindALargeFrame(PluginCase):
+    async def test_a_forget_queued_behind_megabytes_ends_the_kept_decision_before_the_next_request(self) -> None:
+        from .support import encode_frame
+
+        s = await self.start(answer(KEEP))
+        await s.get("/prompt")
+        await s.get("/prompt")
+        self.assertEqual(len(s.fake.decides()), 1)
+        # 8 MB of an answer nobody waits for (ignored), then the forget: the plugin reads a socket
+        # 256 KiB per loop turn, so without reading everything before reusing a decision, the next
+        # request would be passed on the kept one while the forget still waits in the socket
+        for writer in list(s.fake.open_connections):
+            # room in the kernel for all of it at once, as a sidecar's socket under a larger buffer
+            # has: the whole backlog is then the plugin's to read, turn by turn
+            try:
+                writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, _SO_SNDBUFFORCE, 32 * 1024 * 1024)
+            except OSError as exc:
+                self.skipTest(f"cannot raise the socket buffer here ({exc}); the scenario needs it")
+            writer.write(encode_frame({"id": 10**9, "action": "keep"}, b"x" * (8 * 1024 * 1024)) + encode_frame({"type": "forget", "epoch": 1}))
+            await writer.drain()
+        status, _, _ = await s.get("/prompt")
+        self.assertEqual(status, 200)
+        self.assertEqual(len(s.fake.decides()), 2, "asked again: the forget was read first")

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import type { Decision } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
-import { addUser, apiToken, assertDenied, assertPass, decide, openSidecar, sessionJwt, type Sidecar } from './fixtures.js'
+import { addUser, apiToken, assertDenied, assertPass, decide, describeRequest, openSidecar, sessionJwt, type Sidecar } from './fixtures.js'
 
 const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
 const cacheOf = (d: Decision) => (d.action === 'pass' ? d.cache : undefined)
@@ -111,6 +111,18 @@ describe('the access epoch: every change a decision reads is pushed at once', ()
     const second = assertPass(await decide(sc, { path: '/prompt', headers: bearer(token) }))
     assert.ok(second.cache!.epoch > first.cache!.epoch)
     assert.equal(second.cache!.epoch, sc.services.accessEpoch.value)
+  })
+
+  it('a decision whose state changed while it was being made (an asynchronous signature check) is not kept', async () => {
+    const erin = await addUser(sc, 'erin', 'a-long-password-1')
+    const jwt = await sessionJwt(sc, erin) // never verified yet: its check is asynchronous
+    const pending = sc.handlers.decide(describeRequest({ path: '/prompt', headers: bearer(jwt) }))
+    assert.ok(pending instanceof Promise, 'a first verification is asynchronous')
+    sc.services.ipGate.update({ whitelist: [], blacklist: [] }) // a change while it is decided
+    const pass = assertPass(await pending)
+    assert.equal(pass.cache, undefined, 'not kept: decided across a change')
+    const again = assertPass(await decide(sc, { path: '/prompt', headers: bearer(jwt) }))
+    assert.equal(again.cache?.epoch, sc.services.accessEpoch.value, 'kept once nothing moved while deciding')
   })
 
   it('does not bump: using a credential (last-used bookkeeping) or recording a prompt\'s owner', async () => {

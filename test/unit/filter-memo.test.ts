@@ -77,14 +77,23 @@ describe('filter memos', () => {
   const changes: Array<[string, () => Promise<unknown>, Array<() => DescOptions>]> = [
     ['a prompt recorded (anyone\'s)', () => sc.services.ownership.recordPrompt({ prompt_id: `p-${Math.random()}`, owner: rootUser.user_id, user_id: rootUser.user_id, username: 'root', client_id: 'c', created_at_iso: new Date(sc.clock()).toISOString() }), [queue, history]],
     ['an input file owned', () => sc.services.ownership.addFileOwner(`input//up-${Math.random()}.png`, alice.user_id, undefined, new Date(sc.clock())), [() => objectInfo(aliceToken), () => objectInfo(internToken)]],
+    ['an input file forgotten (removed from disk)', async () => {
+      const key = `input//gone-${Math.random()}.png`
+      await sc.services.ownership.addFileOwner(key, alice.user_id, undefined, new Date(sc.clock()))
+      baseline.length = 0
+      baseline.push(await memoOf(objectInfo(aliceToken)))
+      await sc.services.ownership.forgetFile(key)
+    }, [() => objectInfo(aliceToken)]],
     ['a model granted to the intern', () => sc.services.modelGrants.grant({ user_id: intern.user_id, folder: 'checkpoints', item_name: 'm1.safetensors', granted_by: rootUser.user_id, created_at_iso: new Date(sc.clock()).toISOString() }), [() => objectInfo(internToken)]],
   ]
+  const baseline: string[] = []
   for (const [label, change, requests] of changes) {
     it(`changes with ${label}`, async () => {
-      const before = await Promise.all(requests.map((r) => memoOf(r())))
+      baseline.length = 0
+      baseline.push(...(await Promise.all(requests.map((r) => memoOf(r())))))
       await change()
       const after = await Promise.all(requests.map((r) => memoOf(r())))
-      for (const [i, memo] of after.entries()) assert.notEqual(memo, before[i], `${label}: ${requests[i]().path}`)
+      for (const [i, memo] of after.entries()) assert.notEqual(memo, baseline[i], `${label}: ${requests[i]().path}`)
     })
   }
 })

@@ -346,6 +346,8 @@ export interface DecisionServer {
   server: Server
   /** Sends an unasked message to every plugin connection that agreed on the protocol. */
   push(message: CloseSocketsMessage | ForgetMessage): void
+  /** Settles once what was written to every agreed connection so far is in the kernel (at most 2 s). */
+  flushed(): Promise<void>
 }
 
 export async function listenDecisionSocket(
@@ -376,6 +378,20 @@ export async function listenDecisionSocket(
     push(message) {
       const frame = encodeFrame(message)
       for (const socket of agreedSockets) if (!socket.destroyed) socket.write(frame)
+    },
+    flushed() {
+      const waiting = [...agreedSockets].filter((s) => !s.destroyed && s.writableLength > 0)
+      if (waiting.length === 0) return Promise.resolve()
+      const drained = waiting.map((s) => new Promise<void>((resolve) => {
+        const done = (): void => {
+          s.off('drain', done)
+          s.off('close', done)
+          resolve()
+        }
+        s.on('drain', done)
+        s.on('close', done)
+      }))
+      return Promise.race([Promise.all(drained), new Promise<void>((resolve) => setTimeout(resolve, 2000).unref())]).then(() => {})
     },
   }
 }
