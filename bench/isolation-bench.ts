@@ -107,18 +107,23 @@ async function main(): Promise<void> {
       }
     }
 
-    // alternating rounds: bob alone, then bob while alice polls her history, twice
-    const quiet: number[] = []
-    const busy: number[] = []
-    for (let round = 0; round < 2; round++) {
-      quiet.push(...(await decisions(light, bob, ROUND_MS)))
-      const poller = await pollingClient()
-      busy.push(...(await decisions(light, bob, ROUND_MS)))
-      await poller.stop()
+    /** Alternating rounds, twice: bob alone, then bob while `start()`'s poller runs; bob's sorted latencies of each. */
+    const alternating = async (start: () => ReturnType<typeof pollingClient>): Promise<{ quiet: number[]; busy: number[] }> => {
+      filtered = 0
+      filterTimes = []
+      const quiet: number[] = []
+      const busy: number[] = []
+      for (let round = 0; round < 2; round++) {
+        quiet.push(...(await decisions(light, bob, ROUND_MS)))
+        const poller = await start()
+        busy.push(...(await decisions(light, bob, ROUND_MS)))
+        await poller.stop()
+      }
+      filterTimes.sort((a, b) => a - b)
+      return { quiet: quiet.sort((a, b) => a - b), busy: busy.sort((a, b) => a - b) }
     }
-    quiet.sort((a, b) => a - b)
-    busy.sort((a, b) => a - b)
-    filterTimes.sort((a, b) => a - b)
+
+    const { quiet, busy } = await alternating(() => pollingClient())
     const p99Quiet = percentile(quiet, 99)
     const p99Busy = percentile(busy, 99)
     console.log(`isolation bench: /history of ${ENTRIES} entries (${(history.length / 1e6).toFixed(1)} MB) filtered for alice ${filtered} times, filter round trip p50 ${percentile(filterTimes, 50).toFixed(1)} ms`)
@@ -136,19 +141,7 @@ async function main(): Promise<void> {
     assert.equal((await register(stack, 'intern', { bearer: rootToken, role: 'intern' })).status, 201)
     const intern = await apiToken(stack, 'intern')
     const objectInfoFile = join(ROOT, '..', 'shared', 'fixtures', 'comfyui', 'object_info.json')
-    filtered = 0
-    filterTimes = []
-    const quietOi: number[] = []
-    const busyOi: number[] = []
-    for (let round = 0; round < 2; round++) {
-      quietOi.push(...(await decisions(light, bob, ROUND_MS)))
-      const poller = await pollingClient(intern, objectInfoFile, '/object_info', true)
-      busyOi.push(...(await decisions(light, bob, ROUND_MS)))
-      await poller.stop()
-    }
-    quietOi.sort((a, b) => a - b)
-    busyOi.sort((a, b) => a - b)
-    filterTimes.sort((a, b) => a - b)
+    const { quiet: quietOi, busy: busyOi } = await alternating(() => pollingClient(intern, objectInfoFile, '/object_info', true))
     const p99Oi = percentile(busyOi, 99)
     console.log(`  /object_info (${(readFileSync(objectInfoFile).length / 1e3).toFixed(0)} KB, a new answer each time) filtered for the intern ${filtered} times, filter round trip p50 ${percentile(filterTimes, 50).toFixed(1)} ms`)
     console.log(`  bob's decision p50/p99 quiet ${percentile(quietOi, 50).toFixed(3)}/${percentile(quietOi, 99).toFixed(3)} ms; while the intern's /object_info is computed ${percentile(busyOi, 50).toFixed(3)}/${p99Oi.toFixed(3)} ms`)
