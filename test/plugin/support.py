@@ -461,6 +461,8 @@ class Host:
             "path_qs": request.raw_path,
             "query": [(k, v) for k, v in request.query.items()],
             "headers": {k.lower(): v for k, v in request.headers.items()},
+            # the raw lines too: an edit must show in both views a handler may read
+            "raw_headers": [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in request.raw_headers],
             "match_info": dict(request.match_info),
             **extra,
         }

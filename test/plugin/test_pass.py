@@ -35,6 +35,22 @@ class HeaderAndQueryEdits(PluginCase):
         self.assertNotIn("authorization", seen)
         self.assertNotIn("cookie", seen)
         self.assertEqual(headers["X-Authsvc-Version"], s.plugin_version)
+        raw = s.host.seen["prompt_get"]["raw_headers"]
+        self.assertIn(("comfy-user", "alice"), raw, "the raw header lines carry the edit too")
+        self.assertNotIn("mallory", [v for _, v in raw])
+        self.assertNotIn("authorization", [k for k, _ in raw])
+
+    async def test_the_edit_reaches_the_handler_on_every_request_of_a_kept_decision(self) -> None:
+        s = await self.start(on_type({"action": "pass", "set_headers": {"comfy-user": "alice"}, "strip_headers": ["authorization"],
+                                      "cache": {"ms": 5000, "epoch": 0}}))
+        for attempt in (1, 2):
+            status, _, _ = await s.get("/prompt", headers={"Comfy-User": "mallory", "Authorization": "Bearer t"})
+            self.assertEqual(status, 200)
+            seen = s.host.seen["prompt_get"]
+            self.assertEqual(seen["headers"]["comfy-user"], "alice", attempt)
+            self.assertEqual([v for k, v in seen["raw_headers"] if k == "comfy-user"], ["alice"], attempt)
+            self.assertNotIn("authorization", seen["headers"])
+        self.assertEqual(len(s.fake.decides()), 1, "the second request was answered from the kept decision")
 
     async def test_set_header_replaces_every_client_copy(self) -> None:
         s = await self.start(on_type({"action": "pass", "set_headers": {"comfy-user": "alice"}}))
