@@ -17,6 +17,10 @@ function intParam(query: URLSearchParams, key: string): number | null | 'bad' {
 }
 
 export function historyListBehaviour(deps: BehaviourDeps): RouteBehaviour {
+  // the plugin may reuse a result for a byte-identical answer while no prompt was recorded
+  // (protocol filter.memo); the decision and the filter's answer name it the same way
+  const memoOf = (owner: string, maxItems: number | null, offset: number): string =>
+    `${owner} ${deps.ownership.promptsVersion} ${maxItems} ${offset}`
   return {
     decide({ desc, pass, owner, seesAll }) {
       if (seesAll) return pass
@@ -33,15 +37,14 @@ export function historyListBehaviour(deps: BehaviourDeps): RouteBehaviour {
         filter: {
           name: 'history',
           ctx: { kind: 'history-list', owner, seesAll, max_items: maxItems, offset: offset ?? -1 },
-          // reusable by the plugin for a byte-identical answer while no prompt was recorded (filter.memo)
-          memo: `${owner} ${deps.ownership.promptsVersion} ${maxItems} ${offset ?? -1}`,
+          memo: memoOf(owner, maxItems, offset ?? -1),
         },
       }
     },
     async filter(ctx, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
       const own = deps.ownership.promptIdsOf(ctx.owner)
-      const memo = `${ctx.owner} ${deps.ownership.promptsVersion} ${ctx.max_items as number | null} ${ctx.offset as number}`
+      const memo = memoOf(ctx.owner, ctx.max_items as number | null, ctx.offset as number)
       return { answer: { action: 'replace', memo }, payload: await deps.filters.history(payload, own, ctx.max_items as number | null, ctx.offset as number) }
     },
   }

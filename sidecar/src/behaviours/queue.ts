@@ -12,16 +12,17 @@ import type { BehaviourDeps, RouteBehaviour } from './context.js'
 import { scopedDeleteBody } from './scoped-delete.js'
 
 export function queueReadBehaviour(deps: BehaviourDeps): RouteBehaviour {
+  // the edit depends on the host's answer and on whose prompts are whose: the plugin may reuse it
+  // for a byte-identical answer while no prompt was recorded (protocol filter.memo); the decision
+  // and the filter's answer name it the same way, or the plugin never reuses anything
+  const memoOf = (owner: string, seesAll: boolean): string => `${owner} ${seesAll} ${deps.ownership.promptsVersion}`
   return {
-    // the edit depends on the host's answer and on whose prompts are whose: the plugin may reuse it
-    // for a byte-identical answer while no prompt was recorded (protocol filter.memo)
     decide({ pass, owner, seesAll }) {
-      const memo = `${owner} ${seesAll} ${deps.ownership.promptsVersion}`
-      return { ...pass, filter: { name: 'queue', ctx: { kind: 'queue-read', owner, seesAll }, memo } }
+      return { ...pass, filter: { name: 'queue', ctx: { kind: 'queue-read', owner, seesAll }, memo: memoOf(owner, seesAll) } }
     },
     async filter(ctx, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
-      const memo = `${ctx.owner} ${ctx.seesAll} ${deps.ownership.promptsVersion}`
+      const memo = memoOf(ctx.owner, ctx.seesAll)
       return { answer: { action: 'replace', memo }, payload: await deps.filters.queue(payload, deps.ownership.promptIdsOf(ctx.owner), ctx.seesAll) }
     },
   }
