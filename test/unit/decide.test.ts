@@ -12,7 +12,7 @@ import { deriveKeys } from '../../sidecar/src/identity/secrets.js'
 import type { Decision } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import {
-  SECRET, addUser, answer, apiToken, assertDenied, assertPass, decide, describeRequest, fakeClock, hostRouteRequests,
+  SECRET, addUser, answer, apiToken, assertDenied, assertPass, bearer, decide, describeRequest, fakeClock, hostRouteRequests,
   openSidecar, sessionJwt, type DescOptions, type Sidecar,
 } from './fixtures.js'
 
@@ -38,7 +38,6 @@ const NAVIGATE = { 'sec-fetch-mode': 'navigate', accept: 'text/html,application/
 const HTML_ACCEPT = { accept: 'text/html,application/xhtml+xml,*/*;q=0.8' }
 const SAME_ORIGIN = { origin: 'http://comfy.test:8188' }
 const REMOTE = '203.0.113.9'
-const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
 const cookie = (t: string) => ({ cookie: `theme=dark; jwt_token=${t}` })
 
 /** Groups with a custom role lacking every write permission. */

@@ -7,9 +7,8 @@ import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import type { Decision } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
-import { addUser, apiToken, assertDenied, assertPass, decide, describeRequest, openSidecar, sessionJwt, type Sidecar } from './fixtures.js'
+import { bearer, addUser, apiToken, assertDenied, assertPass, decide, describeRequest, openSidecar, sessionJwt, type Sidecar } from './fixtures.js'
 
-const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
 const cacheOf = (d: Decision) => (d.action === 'pass' ? d.cache : undefined)
 
 describe('kept decisions: what may be reused', () => {

@@ -8,9 +8,8 @@ import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
 import type { Decision, FilterAnswer } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
-import { addUser, apiToken, assertPass, decide, openSidecar, type DescOptions, type Sidecar } from './fixtures.js'
+import { bearer, addUser, apiToken, assertPass, decide, openSidecar, type DescOptions, type Sidecar } from './fixtures.js'
 
-const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
 const HOST_ANSWERS: Record<string, string> = {
   '/queue': '{"queue_running": [], "queue_pending": []}',
   '/history': '{}',

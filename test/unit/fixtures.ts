@@ -144,6 +144,9 @@ export function describeRequest(o: DescOptions): RequestDescription {
   }
 }
 
+/** The Authorization header of a bearer credential, as a description carries it (lowercase name). */
+export const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
+
 export async function decide(sc: Sidecar, o: DescOptions): Promise<Decision> {
   return sc.handlers.decide(describeRequest(o))
 }

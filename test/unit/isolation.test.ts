@@ -11,9 +11,8 @@ import { join } from 'node:path'
 import type { Decision } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { CLOSE_ACCESS_CHANGED, CLOSE_CREDENTIAL_ENDED } from '../../sidecar/src/isolation/credential-state.js'
-import { addUser, apiToken, assertDenied, assertPass, decide, openSidecar, sessionJwt, type DescOptions, type Sidecar } from './fixtures.js'
+import { bearer, addUser, apiToken, assertDenied, assertPass, decide, openSidecar, sessionJwt, type DescOptions, type Sidecar } from './fixtures.js'
 
-const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
 type Stepped = Decision & { body_text?: string }
 
 function unwrap(result: unknown): Stepped {

@@ -14,9 +14,8 @@ import { join } from 'node:path'
 import type { Decision } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { optionListsOf } from '../../sidecar/src/behaviours/option-lists.js'
-import { addUser, answer, assertDenied, assertPass, call, decide, openSidecar, sessionJwt, tempDir, type DescOptions, type Sidecar } from './fixtures.js'
+import { bearer, addUser, answer, assertDenied, assertPass, call, decide, openSidecar, sessionJwt, tempDir, type DescOptions, type Sidecar } from './fixtures.js'
 
-const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
 type Stepped = Decision & { body_text?: string }
 
 function unwrap(result: unknown): Stepped {

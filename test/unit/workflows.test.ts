@@ -13,9 +13,8 @@ import type { Decision } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { isWorkflowsPath } from '../../sidecar/src/behaviours/userdata-write.js'
 import { workflowName } from '../../sidecar/src/routes/workflows.js'
-import { addUser, apiToken, assertDenied, assertPass, call, decide, openSidecar, type DescOptions, type Sidecar } from './fixtures.js'
+import { bearer, addUser, apiToken, assertDenied, assertPass, call, decide, openSidecar, type DescOptions, type Sidecar } from './fixtures.js'
 
-const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
 
 async function filtered(sc: Sidecar, o: DescOptions, status: number, hostAnswer: string): Promise<{ status: number; body: string } | 'unchanged'> {
   const d = assertPass(await decide(sc, o))
