@@ -6,12 +6,15 @@
  * can_view_all_comfyui_items ten times a second, each time a new answer, so the
  * filter is computed every time rather than taken from its cache. Real processes: the stand-in with the
  * plugin and the sidecar; the two users speak to the sidecar's decision socket
- * directly, as the plugin does. Prints PASS/FAIL lines; exits 1 on a miss.
+ * directly, as the plugin does. And the host-folder watcher (issue 10): the sidecar's CPU per new
+ * file in an output folder that already holds 10,000 images (what a studio's output folder
+ * holds), measured from /proc while a new file appears every 200 ms. Prints PASS/FAIL lines;
+ * exits 1 on a miss.
  */
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { FrameClient, type Frame } from '../test/helpers/decision-socket.js'
 import { apiToken, register } from '../test/helpers/client.js'
@@ -48,6 +51,42 @@ async function decisions(client: FrameClient, token: string, ms: number): Promis
     await new Promise((r) => setTimeout(r, 2))
   }
   return out.sort((a, b) => a - b)
+}
+
+const FOLDER_FILES = 10_000
+const NEW_FILES = 40
+
+/** utime + stime of a process, ms (/proc, clock ticks of 10 ms). */
+function cpuMs(pid: number): number {
+  const text = readFileSync(`/proc/${pid}/stat`, 'utf8')
+  const f = text.slice(text.lastIndexOf(')') + 2).split(' ')
+  return (Number(f[11]) + Number(f[12])) * 10
+}
+
+/**
+ * The sidecar's CPU per new file once `dir` holds FOLDER_FILES files: NEW_FILES files of
+ * 100 KB, one every 200 ms (a busy sampler's pace), minus the sidecar's CPU over as long idle.
+ */
+async function watcherCostPerFile(dir: string, sidecarPid: number): Promise<number> {
+  if (!existsSync(dir)) throw new Error(`no host output folder at ${dir}`)
+  const sub = join(dir, 'bench-folder')
+  mkdirSync(sub)
+  for (let i = 0; i < FOLDER_FILES; i++) writeFileSync(join(sub, `old_${String(i).padStart(5, '0')}_.png`), 'x')
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+  await sleep(3000) // the burst of 10,000 new files settles
+  const idleStart = cpuMs(sidecarPid)
+  await sleep(NEW_FILES * 200)
+  const idle = cpuMs(sidecarPid) - idleStart
+  const start = cpuMs(sidecarPid)
+  const body = Buffer.alloc(100_000, 7)
+  for (let i = 0; i < NEW_FILES; i++) {
+    writeFileSync(join(sub, `new_${String(i).padStart(5, '0')}_.png`), body)
+    await sleep(200)
+  }
+  await sleep(500)
+  const busy = cpuMs(sidecarPid) - start
+  console.log(`  host-folder watcher: ${NEW_FILES} new files in a folder of ${FOLDER_FILES} files: sidecar CPU ${busy} ms (idle over as long: ${idle} ms)`)
+  return Math.max(0, busy - idle) / NEW_FILES
 }
 
 async function main(): Promise<void> {
@@ -150,7 +189,10 @@ async function main(): Promise<void> {
     console.log(`${okOi ? 'PASS' : 'FAIL'}  another user's decision p99 while /object_info is filtered to model grants 10/s ${p99Oi.toFixed(2).padStart(8)} ms  target <= 5 ms (issue 11)`)
     heavy.close()
     light.close()
-    process.exitCode = ok && okOi ? 0 : 1
+    const perFile = await watcherCostPerFile(join(stack.baseDir, 'output'), stack.sidecarPid())
+    const okWatch = perFile <= 5
+    console.log(`${okWatch ? 'PASS' : 'FAIL'}  sidecar CPU per new file in an output folder of ${FOLDER_FILES.toLocaleString('en')} files ${perFile.toFixed(2).padStart(8)} ms  target <= 5 ms (issue 10)`)
+    process.exitCode = ok && okOi && okWatch ? 0 : 1
   } finally {
     await destroyStack(stack)
   }

@@ -511,7 +511,7 @@ describe('file ownership under concurrent changes', () => {
   })
 })
 
-describe('the host-folder watcher (real files, real chokidar)', () => {
+describe('the host-folder watcher (real files, real inotify)', () => {
   const until = async (check: () => boolean, what: string): Promise<void> => {
     const deadline = Date.now() + 5000
     while (!check()) {
@@ -554,6 +554,43 @@ describe('the host-folder watcher (real files, real chokidar)', () => {
       rmSync(join(dirs.output, 'bobs_00001_.png'))
       await until(() => own.file('output/bobs_00001_.png') === undefined, 'the removed file to be forgotten')
       assert.ok(admin)
+    } finally {
+      await sc.close()
+    }
+  })
+
+  it('in a folder of thousands: files there before the watch stay unowned; a run claims its files, in new subfolders and renamed too', async () => {
+    const { writeFileSync: write, renameSync, rmSync } = await import('node:fs')
+    const sc = await openSidecar()
+    try {
+      const alice = await addUser(sc, 'alice', 'alice-password-1')
+      const dirs = Object.fromEntries(['output', 'input', 'temp'].map((d) => [d, join(sc.dir, 'host', d)]))
+      for (const d of Object.values(dirs)) mkdirSync(d, { recursive: true })
+      for (let i = 0; i < 3000; i++) write(join(dirs.output, `old_${String(i).padStart(5, '0')}_.png`), 'x')
+      mkdirSync(join(dirs.output, 'olddir'))
+      write(join(dirs.output, 'olddir', 'inside.png'), 'x')
+      const alicePrompt = await ownPrompt(sc, await sessionJwt(sc, alice))
+      event(sc, 'execution_start', { prompt_id: alicePrompt }) // running while the watch starts
+      sc.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 't', host: { output_dir: dirs.output, input_dir: dirs.input, temp_dir: dirs.temp } })
+      await sc.built.hostFiles.ready()
+      const own = sc.services.ownership
+      write(join(dirs.output, 'new_00001_.png'), 'x')
+      mkdirSync(join(dirs.output, 'sub', 'deeper'), { recursive: true }) // SaveImage with filename_prefix "sub/deeper/x"
+      write(join(dirs.output, 'sub', 'deeper', 'x_00001_.png'), 'x')
+      write(join(dirs.output, 'olddir', 'later.png'), 'x')
+      write(join(dirs.temp, 'preview_00001_.png'), 'x')
+      for (const key of ['output/new_00001_.png', 'output/sub/deeper/x_00001_.png', 'output/olddir/later.png', 'temp/preview_00001_.png']) {
+        await until(() => own.file(key) !== undefined, `${key} to be claimed`)
+        assert.deepEqual(own.file(key)?.owners, [alice.user_id], key)
+      }
+      renameSync(join(dirs.output, 'new_00001_.png'), join(dirs.output, 'renamed_00001_.png'))
+      await until(() => own.file('output/renamed_00001_.png') !== undefined && own.file('output/new_00001_.png') === undefined, 'the rename to be seen')
+      rmSync(join(dirs.output, 'sub'), { recursive: true })
+      await until(() => own.file('output/sub/deeper/x_00001_.png') === undefined, 'a removed folder\'s files to be forgotten')
+      event(sc, 'execution_end', { prompt_id: alicePrompt, status: 'success' })
+      for (const key of ['output/old_00000_.png', 'output/old_02999_.png', 'output/olddir/inside.png']) {
+        assert.equal(own.file(key), undefined, `${key} was there before: not claimed by the run`)
+      }
     } finally {
       await sc.close()
     }

@@ -10,11 +10,16 @@
  * administrators only; inputs: shared). A run only claims files nobody owns; files of
  * an upload under way are left to the upload; a removed file's record is forgotten, so
  * a later file of the same name starts without owners.
+ *
+ * Watching: tree-watcher.ts (one inotify watch per directory; a new file costs one stat,
+ * however many files the folder holds). Files there before the watch started are not
+ * news: they keep whatever owners they have.
  */
+import { stat } from 'node:fs/promises'
 import { relative, sep } from 'node:path'
-import chokidar, { type FSWatcher } from 'chokidar'
 import type { FastifyBaseLogger } from 'fastify'
 import { fileKey, folderOf, type FileType, type Ownership } from './ownership.js'
+import { TreeWatcher } from './tree-watcher.js'
 
 const PENDING_MS = 2000
 
@@ -25,7 +30,7 @@ interface Pending {
 }
 
 export class HostFileWatcher {
-  private watcher: FSWatcher | null = null
+  private watcher: TreeWatcher | null = null
   private dirs: Array<[FileType, string]> = []
   private pending: Pending[] = []
   private timer: NodeJS.Timeout | null = null
@@ -55,31 +60,48 @@ export class HostFileWatcher {
     await this.close()
     this.dirs = next
     if (next.length === 0) return
-    const watcher = chokidar.watch(next.map(([, dir]) => dir), { ignoreInitial: true, alwaysStat: true, ignorePermissionErrors: true })
-    watcher.on('add', (path, stats) => {
-      const key = this.keyOf(path)
-      if (key === null || !stats) return
-      // an upload's file is its uploader's (the upload's own step says so), not the running prompt's
-      if (this.ownership.uploadInFlight(folderOf(key))) return
-      this.attribute({ key, ctimeMs: stats.ctimeMs, since: this.now() })
-    })
-    watcher.on('unlink', (path) => {
-      const key = this.keyOf(path)
-      if (key === null) return
-      this.ownership.forgetFile(key).catch((err: unknown) => this.log.error({ err, key }, 'could not forget a removed host file'))
-    })
-    watcher.on('error', (err) => this.log.warn({ err }, 'host folder watcher error'))
+    // the roots whose first read is done: what a folder held when its watch began is not news
+    const started = new Set<string>()
+    const watcher = new TreeWatcher((path, present) => {
+      const found = this.keyOf(path)
+      if (found === null || !started.has(found.dir)) return
+      const key = found.key
+      if (present) void this.appeared(key, path)
+      else this.ownership.forgetFile(key).catch((err: unknown) => this.log.error({ err, key }, 'could not forget a removed host file'))
+    }, this.log, 'host folder')
     this.watcher = watcher
-    await new Promise<void>((resolve) => watcher.once('ready', () => resolve()))
+    for (const [, dir] of next) {
+      await watcher.add(dir)
+      started.add(dir)
+    }
   }
 
-  private keyOf(path: string): string | null {
+  private async appeared(key: string, path: string): Promise<void> {
+    // an upload's file is its uploader's (the upload's own step says so), not the running prompt's
+    if (this.ownership.uploadInFlight(folderOf(key))) return
+    const since = this.now()
+    let ctimeMs: number
+    try {
+      const s = await stat(path)
+      if (!s.isFile()) return
+      ctimeMs = s.ctimeMs
+    } catch {
+      return // gone again before it was looked at
+    }
+    this.attribute({ key, ctimeMs, since })
+  }
+
+  private keyOf(path: string): { key: string; dir: string } | null {
     for (const [type, dir] of this.dirs) {
       const rel = relative(dir, path)
-      if (rel !== '' && !rel.startsWith('..') && !rel.startsWith(sep)) return fileKey(type, '', rel.split(sep).join('/'))
+      if (rel !== '' && !rel.startsWith('..') && !rel.startsWith(sep)) {
+        const key = fileKey(type, '', rel.split(sep).join('/'))
+        return key === null ? null : { key, dir }
+      }
     }
     return null
   }
+
 
   private attribute(file: Pending): void {
     if (file.ctimeMs > this.ownership.latestEventMs && this.now() - file.since < PENDING_MS) {
@@ -107,8 +129,7 @@ export class HostFileWatcher {
   async close(): Promise<void> {
     if (this.timer !== null) clearTimeout(this.timer)
     this.timer = null
-    const watcher = this.watcher
+    this.watcher?.close()
     this.watcher = null
-    if (watcher) await watcher.close()
   }
 }

@@ -15,21 +15,20 @@
  * scan is complete, so a decision never sees a half-scanned folder; `version`
  * grows on every change, so caches keyed on it never serve a stale answer.
  *
- * Watching: one `fs.watch` (inotify) per directory, never per file; an event in
- * a directory re-reads that directory alone (batched per directory, at most
- * every SETTLE_MS) and applies the difference. A file added, renamed or removed
- * is in the maps within about SETTLE_MS. Why not chokidar: measured on 3,000
- * files it held the event loop for 300-670 ms while it set up (it stats and
- * tracks every file); this costs one readdir per directory, about 8 ms in all.
- * A folder path that does not exist yet is waited for: a watcher on its nearest
- * existing parent enters it once it appears.
+ * Watching: tree-watcher.ts, one `fs.watch` (inotify) per directory, never per
+ * file; a file added, renamed or removed is in the maps within about SETTLE_MS.
+ * Why not chokidar: measured on 3,000 files it held the event loop for
+ * 300-670 ms while it set up (it stats and tracks every file); this costs one
+ * readdir per directory, about 8 ms in all. A folder path that does not exist
+ * yet is waited for: a watcher on its nearest existing parent enters it once it
+ * appears.
  * `custom_nodes` is not a model folder (it is the host's code, and ComfyUI's own
  * /experiment/models leaves it out): it is never watched or listed.
  */
-import { watch, type FSWatcher } from 'node:fs'
 import { readdir, stat } from 'node:fs/promises'
-import { dirname, extname, join, sep } from 'node:path'
+import { extname, join, sep } from 'node:path'
 import type { FastifyBaseLogger } from 'fastify'
+import { TreeWatcher } from './tree-watcher.js'
 
 export interface ModelFolder {
   name: string
@@ -117,150 +116,6 @@ export async function listFolderNow(folder: ModelFolder): Promise<string[]> {
   return [...names].sort()
 }
 
-/** Per watched directory: what it held at its last read, and its watcher. */
-interface DirState {
-  files: Set<string>
-  dirs: Set<string>
-  watcher: FSWatcher | null
-}
-
-const SETTLE_MS = 50
-
-/**
- * The files under some roots, kept current by directory watchers; tells its
- * owner every file that appears or goes (absolute paths).
- */
-class TreeWatcher {
-  private readonly dirs = new Map<string, DirState>()
-  private readonly dirty = new Set<string>()
-  /** watchers on the parents of roots that do not exist yet */
-  private readonly waiting = new Set<FSWatcher>()
-  private timer: NodeJS.Timeout | null = null
-  private closed = false
-
-  constructor(
-    private readonly onFile: (abs: string, present: boolean) => void,
-    private readonly log: Pick<FastifyBaseLogger, 'warn'>,
-  ) {}
-
-  /** Watches `root`; one that does not exist yet is waited for (a watcher on its nearest existing parent). */
-  async add(root: string): Promise<void> {
-    await this.enter(root, new Set())
-    if (this.dirs.has(root) || this.closed) return
-    let parent = dirname(root)
-    for (;;) {
-      try {
-        if ((await stat(parent)).isDirectory()) break
-      } catch {
-        // not there either: one level up
-      }
-      const up = dirname(parent)
-      if (up === parent) return
-      parent = up
-    }
-    try {
-      const waiting = watch(parent, { persistent: false }, () => {
-        waiting.close()
-        this.waiting.delete(waiting)
-        void this.add(root)
-      })
-      this.waiting.add(waiting)
-    } catch (err) {
-      this.log.warn({ err, dir: root }, 'cannot wait for a model directory to appear; it shows after a refresh')
-    }
-  }
-
-  /** Reads `dir` and everything under it (symlinked directories followed once: a loop ends there). */
-  private async enter(dir: string, seen: Set<string>): Promise<void> {
-    if (this.closed || this.dirs.has(dir)) return
-    let id: string
-    try {
-      const s = await stat(dir)
-      if (!s.isDirectory()) return
-      id = `${s.dev}:${s.ino}`
-    } catch {
-      return
-    }
-    if (seen.has(id)) return
-    seen.add(id)
-    const state: DirState = { files: new Set(), dirs: new Set(), watcher: null }
-    this.dirs.set(dir, state)
-    try {
-      state.watcher = watch(dir, { persistent: false }, () => this.touch(dir))
-      state.watcher.on('error', () => this.touch(dir))
-    } catch (err) {
-      this.log.warn({ err, dir }, 'cannot watch a model directory; its changes show after a refresh')
-    }
-    await this.read(dir, state, seen)
-  }
-
-  private async read(dir: string, state: DirState, seen: Set<string>): Promise<void> {
-    const files = new Set<string>()
-    const dirs = new Set<string>()
-    try {
-      for (const e of await readdir(dir, { withFileTypes: true })) {
-        if (e.isFile()) files.add(e.name)
-        else if (e.isDirectory()) dirs.add(e.name)
-        else if (e.isSymbolicLink()) {
-          try {
-            const s = await stat(join(dir, e.name))
-            if (s.isFile()) files.add(e.name)
-            else if (s.isDirectory()) dirs.add(e.name)
-          } catch {
-            // a dangling link lists nothing (ComfyUI skips it too)
-          }
-        }
-      }
-    } catch {
-      // gone or unreadable: it holds nothing now
-    }
-    dirs.delete('.git')
-    if (this.closed) return
-    for (const name of state.files) if (!files.has(name)) this.onFile(join(dir, name), false)
-    for (const name of files) if (!state.files.has(name)) this.onFile(join(dir, name), true)
-    for (const name of state.dirs) if (!dirs.has(name)) this.drop(join(dir, name))
-    const added = [...dirs].filter((name) => !state.dirs.has(name))
-    state.files = files
-    state.dirs = dirs
-    for (const name of added) await this.enter(join(dir, name), seen)
-  }
-
-  /** A directory that went: its files go, its watchers close. */
-  private drop(dir: string): void {
-    const state = this.dirs.get(dir)
-    if (!state) return
-    this.dirs.delete(dir)
-    state.watcher?.close()
-    for (const name of state.files) this.onFile(join(dir, name), false)
-    for (const name of state.dirs) this.drop(join(dir, name))
-  }
-
-  private touch(dir: string): void {
-    if (this.closed) return
-    this.dirty.add(dir)
-    this.timer ??= setTimeout(() => void this.settle(), SETTLE_MS)
-  }
-
-  private async settle(): Promise<void> {
-    this.timer = null
-    const dirs = [...this.dirty]
-    this.dirty.clear()
-    for (const dir of dirs) {
-      const state = this.dirs.get(dir)
-      if (state) await this.read(dir, state, new Set())
-    }
-  }
-
-  close(): void {
-    this.closed = true
-    if (this.timer !== null) clearTimeout(this.timer)
-    for (const state of this.dirs.values()) state.watcher?.close()
-    this.dirs.clear()
-    for (const w of this.waiting) w.close()
-    this.waiting.clear()
-  }
-}
-
 export class ModelCache {
   private folders = new Map<string, ModelFolder>()
   private items: Items = new Map()
@@ -270,6 +125,8 @@ export class ModelCache {
   private chain: Promise<void> = Promise.resolve()
   /** grows on every change of folders or items */
   version = 0
+  /** called on every change of `version`, once the change is visible */
+  onChange: () => void = () => {}
   refreshedAt = 0
 
   constructor(
@@ -367,9 +224,12 @@ export class ModelCache {
         }
       }
       // before the swap these fill the new maps unseen; after it the same maps are the live ones
-      if (changed && live) this.version++
+      if (changed && live) {
+        this.version++
+        this.onChange()
+      }
     }
-    const watcher = new TreeWatcher(onFile, this.log)
+    const watcher = new TreeWatcher(onFile, this.log, 'model directory')
     for (const dir of new Set(folders.flatMap((f) => f.paths))) await watcher.add(dir)
     // the scan is complete: swap it in whole, then stop the old watchers
     const old = this.watcher
@@ -378,6 +238,7 @@ export class ModelCache {
     this.items = items
     live = true
     this.version++
+    this.onChange()
     this.refreshedAt = this.now()
     old?.close()
   }
