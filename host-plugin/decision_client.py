@@ -47,7 +47,7 @@ _KEPT_MAX = 4096
 _KEPT_DESCRIPTION_MAX = 16 * 1024
 _KEPT_MS_MAX = 5000
 # what a decision kept for reuse may not carry: each needs the sidecar again for the same request
-_NOT_REUSABLE = ("need_body", "need_form", "filter", "ws_tag", "ws_entry", "body_replaced")
+_NOT_REUSABLE = ("need_body", "need_form", "ws_tag", "ws_entry", "body_replaced")
 
 
 def _cgroup_quota() -> float | None:
@@ -475,6 +475,11 @@ class DecisionClient:
             return
         # decided before a change we have already been told about: not for reuse
         if epoch != self.epoch or any(k in answer for k in _NOT_REUSABLE):
+            return
+        # a filter is reused only with a memo: the memo names everything its result depends on
+        # besides the host's answer, and every change of that moves the epoch (a forget)
+        spec = answer.get("filter")
+        if spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("memo"), str)):
             return
         if len(self._kept) >= _KEPT_MAX:
             del self._kept[next(iter(self._kept))]

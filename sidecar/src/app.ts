@@ -139,10 +139,13 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
   const filters = new FilterPool()
   // the host's model folders, watched; read by the decision path and the model admin routes
   const modelCache = new ModelCache(logger, services.clock)
+  // the model lists a filter's memo names: their change ends the decisions the plugin keeps
+  modelCache.onChange = () => services.accessEpoch.bump()
   const models = new ModelAccess(modelCache, services.modelGrants)
   /** Host facts of a hello or a `host_facts` event (sent once every custom node has loaded). */
   const takeModelFacts = (facts: Record<string, unknown>): void => {
     models.setFacts(facts)
+    services.accessEpoch.bump()
     modelCache.setFolders(modelFoldersOf(facts)).catch((err: unknown) => logger.error({ err }, 'cannot watch the model folders'))
   }
   const behaviours = new RouteBehaviours({

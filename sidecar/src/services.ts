@@ -106,6 +106,8 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     Collection.load<FileRecord>(kv, 'file'),
   ])
   const ownership = new Ownership(promptRecords, fileRecords, clock)
+  // whose prompts and files are whose: filter memos name it, so kept filtered reads end with it
+  ownership.onChange = () => accessEpoch.bump()
   const host: { facts: HostFacts } = { facts: {} }
   const users = new UserRepository(userRecords)
   const sessions = new SessionService(sessionRecords, keys.jwt, clock, {

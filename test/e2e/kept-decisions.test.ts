@@ -4,12 +4,14 @@
  * refuses it at once, the very next request, long before the kept decision's own time (5 s here)
  * runs out. Each row first proves its decision was kept: with the sidecar stopped (SIGSTOP) the
  * same request still passes at once; the change is then made with the sidecar running again.
+ * Filtered reads (/queue, /history, /object_info) are kept too: they still show each user only
+ * their own things, and a change of whose file is whose shows in the very next one.
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { existsSync } from 'node:fs'
 import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
-import { bearer, apiToken, json, login, register } from '../helpers/client.js'
+import { bearer, apiToken, json, login, register, tinyGraph } from '../helpers/client.js'
 
 const KEPT_MS = 5000
 
@@ -22,20 +24,26 @@ function unreaped(pid: number): boolean {
   return existsSync(`/proc/${pid}`)
 }
 
-async function get(stack: Stack, credential: string): Promise<{ status: number; code?: string }> {
-  const res = await fetch(`${stack.url}/prompt`, { headers: { Accept: 'application/json', ...bearer(credential) } })
+async function get(stack: Stack, credential: string, path = '/prompt'): Promise<{ status: number; code?: string; body?: any }> {
+  const res = await fetch(`${stack.url}${path}`, { headers: { Accept: 'application/json', ...bearer(credential) } })
   const text = await res.text()
-  return { status: res.status, code: res.status === 200 ? undefined : JSON.parse(text).code }
+  return res.status === 200 ? { status: 200, body: JSON.parse(text) } : { status: res.status, code: JSON.parse(text).code }
 }
 
-/** The credential's GET /prompt passes, and a repeat is answered by the plugin alone (the sidecar stopped). */
-async function assertKept(stack: Stack, credential: string, label: string): Promise<void> {
-  assert.equal((await get(stack, credential)).status, 200, `${label}: passes`)
+/**
+ * The credential's GET `path` passes, and a repeat is answered by the plugin alone (the sidecar
+ * stopped), with the same body: the decision was kept, and a filtered read's result too.
+ */
+async function assertKept(stack: Stack, credential: string, label: string, path = '/prompt'): Promise<void> {
+  const first = await get(stack, credential, path)
+  assert.equal(first.status, 200, `${label}: passes`)
   const pid = stack.sidecarPid()
   process.kill(pid, 'SIGSTOP')
   try {
     const started = performance.now()
-    assert.equal((await get(stack, credential)).status, 200, `${label}: answered from the kept decision`)
+    const again = await get(stack, credential, path)
+    assert.equal(again.status, 200, `${label}: answered from the kept decision`)
+    assert.deepEqual(again.body, first.body, `${label}: the same answer`)
     assert.ok(performance.now() - started < 1000, `${label}: without waiting for the stopped sidecar`)
   } finally {
     process.kill(pid, 'SIGCONT')
@@ -149,6 +157,72 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.ok(await poll(async () => !unreaped(pid), 5000), 'the sidecar died')
       assert.deepEqual(await get(stack, u.token), { status: 503, code: 'AUTHSVC_UNAVAILABLE' })
       assert.ok(await poll(async () => (await get(stack, u.token)).status === 200 && stack.sidecarPid() !== pid, 20_000), 'the restarted sidecar decides again')
+    })
+  })
+
+  describe(`kept filtered reads through the gate, aiohttp ${aiohttp}`, () => {
+    let stack: Stack
+    let alice: string
+    let bob: string
+    before(async () => {
+      stack = await startStack({ aiohttp, env: { AUTHSVC_DECISION_CACHE_MS: String(KEPT_MS) } })
+      await register(stack, 'root')
+      const admin = (await login(stack, 'root')).jwt
+      for (const name of ['alice', 'bob']) assert.equal((await register(stack, name, { bearer: admin })).status, 201)
+      alice = await apiToken(stack, 'alice')
+      bob = await apiToken(stack, 'bob')
+    })
+    after(async () => {
+      await destroyStack(stack)
+    })
+
+    const upload = async (token: string, name: string, bytes: Buffer): Promise<{ status: number; body: any }> => {
+      const form = new FormData()
+      form.append('image', new Blob([new Uint8Array(bytes)], { type: 'image/png' }), name)
+      const res = await fetch(`${stack.url}/upload/image`, { method: 'POST', headers: { Accept: 'application/json', ...bearer(token) }, body: form })
+      return { status: res.status, body: await res.json() }
+    }
+    const loadImageOptions = async (token: string): Promise<string[]> => {
+      const res = await get(stack, token, '/object_info/LoadImage')
+      assert.equal(res.status, 200, res.code)
+      return res.body.LoadImage.input.required.image[0]
+    }
+
+    it('a file that becomes the caller\'s too shows in the very next /object_info, though the host\'s answer did not change', async () => {
+      const bytes = Buffer.from(`kept-upload-${Date.now()}`)
+      const first = await upload(bob, 'kept-shared.png', bytes)
+      assert.deepEqual([first.status, first.body.name], [200, 'kept-shared.png'])
+      assert.ok(!(await loadImageOptions(alice)).includes('kept-shared.png'), 'bob\'s upload is not alice\'s')
+      await assertKept(stack, alice, 'alice\'s /object_info/LoadImage', '/object_info/LoadImage')
+      // the same bytes under the same name: the host keeps its file (and its listing), the sidecar adds alice as an owner
+      const again = await upload(alice, 'kept-shared.png', bytes)
+      assert.deepEqual([again.status, again.body.name], [200, 'kept-shared.png'], 'a duplicate keeps its name')
+      assert.ok((await loadImageOptions(alice)).includes('kept-shared.png'), 'alice\'s next read shows her file, not the kept result')
+    })
+
+    it('a kept /queue or /history never shows another user\'s prompt; the owner sees theirs', async () => {
+      for (const path of ['/queue', '/history']) await assertKept(stack, alice, `alice's ${path}`, path)
+      const post = async (token: string) => {
+        const res = await fetch(`${stack.url}/prompt`, { method: 'POST', headers: { ...bearer(token), 'Content-Type': 'application/json' }, body: JSON.stringify({ prompt: tinyGraph('kept') }) })
+        assert.equal(res.status, 200)
+        return (await json(res)).prompt_id as string
+      }
+      const ids = (path: string, body: any): string[] => path === '/queue' ? [...body.queue_running, ...body.queue_pending].map((item: unknown[]) => item[1] as string) : Object.keys(body)
+      const seen = async (token: string, id: string) => {
+        const found: string[] = []
+        for (const path of ['/queue', '/history']) {
+          const res = await get(stack, token, path)
+          assert.equal(res.status, 200, `${path}: ${res.code}`)
+          if (ids(path, res.body).includes(id)) found.push(path)
+        }
+        return found
+      }
+      const bobs = await post(bob)
+      assert.ok(await poll(async () => (await seen(bob, bobs)).includes('/history'), 10_000), 'bob\'s prompt ran')
+      assert.deepEqual(await seen(alice, bobs), [], 'alice never sees bob\'s prompt')
+      const alices = await post(alice)
+      assert.ok(await poll(async () => (await seen(alice, alices)).length > 0, 10_000), 'alice sees her own prompt')
+      assert.deepEqual(await seen(bob, alices), [], 'bob never sees alice\'s')
     })
   })
 }

@@ -68,11 +68,70 @@ class Reuse(PluginCase):
             self.assertEqual(len(s.fake.decides()) - before, 1 if asks else 0, label)
 
 
+class KeptFilter(PluginCase):
+    """A kept pass may carry a filter with a memo (a keepable behaviour's read: /queue, /history,
+    /object_info): the kept decision's filter applies every time, its memo result is reused for a
+    byte-identical host answer, and any other answer is filtered by the sidecar with the kept ctx."""
+
+    def script(self, memo: str = "alice 3"):
+        def run(msg: dict):
+            if msg["type"] == "decide":
+                return {**KEEP, "filter": {"name": "queue", "ctx": {"kind": "queue-read", "owner": "alice"}, "memo": memo}}
+            if msg["type"] == "filter":
+                return {"action": "replace", "memo": memo, "body_text": "filtered:" + msg["body_text"]}
+            raise AssertionError(f"unexpected message {msg}")
+        return run
+
+    async def test_a_filtered_read_is_decided_once_and_filtered_once_while_nothing_changes(self) -> None:
+        s = await self.start(self.script())
+        s.host.queue_body = {"queue_running": [], "n": 18446744073709551615}
+        bodies = []
+        for _ in range(3):
+            status, _, body = await s.get("/queue", headers={"Authorization": "Bearer t1"})
+            self.assertEqual(status, 200)
+            bodies.append(body)
+            self.assertEqual(s.host.seen["queue"]["headers"]["comfy-user"], "alice")
+        self.assertEqual(bodies[0], bodies[2])
+        self.assertTrue(bodies[0].startswith(b"filtered:") and b"18446744073709551615" in bodies[0], bodies[0][:80])
+        self.assertEqual(len(s.fake.decides()), 1, "decided once, then kept")
+        self.assertEqual(len(s.fake.of_type("filter")), 1, "filtered once, then the memo's result")
+        self.assertEqual(s.host.calls["queue"], 3, "the host answers every request")
+
+    async def test_a_new_host_answer_under_a_kept_decision_is_filtered_by_the_sidecar_with_its_ctx(self) -> None:
+        s = await self.start(self.script())
+        s.host.queue_body = {"v": 1}
+        await s.get("/queue")
+        s.host.queue_body = {"v": 2}
+        status, _, body = await s.get("/queue")
+        self.assertEqual((status, body), (200, b'filtered:{"v": 2}'))
+        filters = s.fake.of_type("filter")
+        self.assertEqual(len(filters), 2, "the changed answer is never taken from the memo")
+        self.assertEqual(filters[1]["ctx"], {"kind": "queue-read", "owner": "alice"})
+        self.assertEqual(len(s.fake.decides()), 1)
+
+    async def test_forget_ends_a_kept_filtered_read_and_the_new_memo_filters_again(self) -> None:
+        s = await self.start(self.script())
+        s.host.queue_body = {"v": 1}
+        await s.get("/queue")
+        await s.get("/queue")
+        self.assertEqual((len(s.fake.decides()), len(s.fake.of_type("filter"))), (1, 1))
+        # a prompt was recorded: the sidecar's memo moved, and it said so with a forget
+        s.fake.decide = lambda m: {**self.script("alice 4")(m), **({"cache": {"ms": 5000, "epoch": 1}} if m["type"] == "decide" else {})}
+        s.fake.push({"type": "forget", "epoch": 1})
+        deadline = time.monotonic() + 5
+        while len(s.fake.decides()) < 2:
+            await s.get("/queue")
+            self.assertLess(time.monotonic(), deadline, "asked again after forget")
+        self.assertEqual(len(s.fake.of_type("filter")), 2, "the same host answer under the new memo is filtered again")
+
+
 class NotKept(PluginCase):
     async def test_only_plain_passes_with_a_valid_cache_field_are_kept(self) -> None:
         rows = [
             ("a respond", {"action": "respond", "status": 401, "cache": {"ms": 5000, "epoch": 0}}),
-            ("a pass with a filter", {**KEEP, "filter": {"name": "queue", "ctx": {}}}),
+            ("a pass with a filter without a memo", {**KEEP, "filter": {"name": "queue", "ctx": {}}}),
+            ("a pass with a filter whose memo is not text", {**KEEP, "filter": {"name": "queue", "ctx": {}, "memo": 3}}),
+            ("a pass with a filter that is not an object", {**KEEP, "filter": "queue"}),
             ("a pass with a WebSocket tag", {**KEEP, "ws_tag": "t"}),
             ("no cache field", {"action": "pass"}),
             ("ms of zero", {**KEEP, "cache": {"ms": 0, "epoch": 0}}),

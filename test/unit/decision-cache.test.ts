@@ -1,13 +1,16 @@
 /**
  * Kept decisions, sidecar side: which passes the plugin may reuse (`cache`), and the access
- * epoch: every change a decision reads bumps it and pushes `forget` at once, synchronously,
- * before the change's own caller goes on; bookkeeping and ownership writes do not.
+ * epoch: every change a decision reads, or a kept filter's memo names (prompt and file
+ * ownership, the model lists), bumps it and pushes `forget` at once, synchronously, before the
+ * change's own caller goes on; bookkeeping (last-used times) does not.
  */
 import assert from 'node:assert/strict'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import type { Decision } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
-import { bearer, addUser, apiToken, assertDenied, assertPass, decide, describeRequest, openSidecar, sessionJwt, type Sidecar } from './fixtures.js'
+import { bearer, addUser, apiToken, assertDenied, assertPass, call, decide, describeRequest, openSidecar, sessionJwt, type Sidecar } from './fixtures.js'
 
 const cacheOf = (d: Decision) => (d.action === 'pass' ? d.cache : undefined)
 
@@ -33,9 +36,34 @@ describe('kept decisions: what may be reused', () => {
     }
   })
 
+  // keepable behaviours: their decision reads the principal and what the filter's memo names
+  const keptFiltered: Array<[string, Parameters<typeof decide>[1], string | null]> = [
+    ['GET /queue (filtered to the caller\'s items)', { path: '/queue' }, 'queue'],
+    ['GET /history (filtered)', { path: '/history', query: 'max_items=5' }, 'history'],
+    ['GET /api/history (filtered)', { path: '/api/history', pattern: '/api/history' }, 'history'],
+    ['GET /object_info (upload lists filtered)', { path: '/object_info' }, 'object_info'],
+    ['HEAD /queue', { method: 'HEAD', path: '/queue' }, 'queue'],
+  ]
+  for (const [label, o, filter] of keptFiltered) {
+    it(`kept, with its filter and memo: ${label}`, async () => {
+      const pass = assertPass(await decide(sc, { ...o, headers: bearer(token) }), label)
+      assert.deepEqual(pass.cache, { ms: 1000, epoch: sc.services.accessEpoch.value }, label)
+      assert.equal(pass.filter?.name, filter, label)
+      assert.equal(typeof pass.filter?.memo, 'string', `${label}: a kept filter always names its memo`)
+    })
+  }
+
+  it('kept: an admin\'s /object_info and /queue (no filter at all, or the unfiltered view)', async () => {
+    for (const path of ['/object_info', '/queue', '/history']) {
+      const pass = assertPass(await decide(sc, { path, headers: bearer(adminJwt) }), path)
+      assert.equal(pass.cache?.epoch, sc.services.accessEpoch.value, path)
+    }
+  })
+
   const notKept: Array<[string, Parameters<typeof decide>[1], 'pass' | 'respond' | 'proxy']> = [
     ['POST to a plain route', { method: 'POST', path: '/free', pattern: '/free' }, 'pass'],
-    ['a route behaviour (queue filter)', { path: '/queue' }, 'pass'],
+    ['POST /queue (a scoped delete: needs its body)', { method: 'POST', path: '/queue' }, 'pass'],
+    ['a behaviour that is not keepable (one history entry)', { path: '/history/p-1', pattern: '/history/{prompt_id}', match_info: { prompt_id: 'p-1' } }, 'respond'],
     ['a route behaviour (system_stats filter)', { path: '/system_stats' }, 'pass'],
     ['a WebSocket upgrade', { path: '/ws', headers: { upgrade: 'websocket', connection: 'Upgrade' } }, 'pass'],
     ['an owned route (proxied)', { path: '/authsvc/health' }, 'proxy'],
@@ -43,7 +71,7 @@ describe('kept decisions: what may be reused', () => {
   ]
   for (const [label, o, action] of notKept) {
     it(`not kept: ${label}`, async () => {
-      const credential = label.startsWith('POST') ? adminJwt : token
+      const credential = label.startsWith('POST to') ? adminJwt : token
       const d = await decide(sc, { ...o, headers: { ...bearer(credential), ...(o.headers ?? {}) } })
       assert.equal(d.action, action, label)
       assert.equal(cacheOf(d), undefined, label)
@@ -99,6 +127,11 @@ describe('the access epoch: every change a decision reads is pushed at once', ()
     ['the IP lists changed', () => sc.services.ipGate.update({ whitelist: [], blacklist: [{ ip: '10.9.9.9', permanent: true }] })],
     ['a model grant', async () => sc.services.modelGrants.grant({ user_id: bob.user_id, folder: 'checkpoints', item_name: 'a.safetensors', granted_by: admin.user_id, created_at_iso: new Date(sc.clock()).toISOString() })],
     ['a user deleted', async () => sc.services.users.delete(bob.user_id)],
+    // what the memo of a kept filter names: a kept /queue or /history must not outlive a new prompt
+    ['a prompt recorded (its owner sees it in a kept /queue at once)', () => sc.services.ownership.recordPrompt({ prompt_id: 'p-epoch-1', owner: admin.user_id, user_id: admin.user_id, username: 'root', client_id: 'c-1', created_at_iso: new Date(sc.clock()).toISOString() })],
+    ['a file gains an owner (an upload in a kept /object_info)', () => sc.services.ownership.addFileOwner('input/epoch.png', admin.user_id, undefined, new Date(sc.clock()))],
+    ['a file gains a second owner', () => sc.services.ownership.addFileOwner('input/epoch.png', bob.user_id, undefined, new Date(sc.clock()))],
+    ['a file is gone', () => sc.services.ownership.forgetFile('input/epoch.png')],
   ]
   for (const [label, change] of rows) it(`bumps: ${label}`, () => bumps(label, change))
 
@@ -124,16 +157,49 @@ describe('the access epoch: every change a decision reads is pushed at once', ()
     assert.equal(again.cache?.epoch, sc.services.accessEpoch.value, 'kept once nothing moved while deciding')
   })
 
-  it('does not bump: using a credential (last-used bookkeeping) or recording a prompt\'s owner', async () => {
+  it('does not bump: using a credential (last-used bookkeeping), or an owner a file already has', async () => {
     const dave = await addUser(sc, 'dave', 'a-long-password-1')
     const token = await apiToken(sc, dave)
+    await sc.services.ownership.addFileOwner('output/dave.png', dave.user_id, undefined, new Date(sc.clock()))
     const epoch = sc.services.accessEpoch.value
     pushed.length = 0
     sc.clock.advance(3600_000) // past the last-used write interval: the next use writes last_used
     assertPass(await decide(sc, { path: '/prompt', headers: bearer(token) }))
-    await sc.services.ownership.recordPrompt({ prompt_id: 'p-epoch-1', owner: dave.user_id, user_id: dave.user_id, username: 'dave', client_id: 'c-1', created_at_iso: new Date(sc.clock()).toISOString() })
+    await sc.services.ownership.addFileOwner('output/dave.png', dave.user_id, undefined, new Date(sc.clock()))
+    await sc.services.ownership.claimFile('output/dave.png', admin.user_id, undefined, new Date(sc.clock()))
     await sc.services.flush()
     assert.equal(sc.services.accessEpoch.value, epoch)
     assert.deepEqual(pushed, [])
+  })
+
+  it('bumps: the host\'s model facts, and every change of the model lists a kept /object_info filters by', { timeout: 15_000 }, async () => {
+    const modelsDir = join(sc.dir, 'models')
+    mkdirSync(join(modelsDir, 'checkpoints'), { recursive: true })
+    const host = {
+      model_folders: { checkpoints: [join(modelsDir, 'checkpoints')] },
+      model_folder_extensions: { checkpoints: ['.safetensors'] },
+      legacy_folders: {},
+      model_inputs: { CheckpointLoaderSimple: { ckpt_name: { folders: ['checkpoints'], extras: [] } } },
+    }
+    let epoch = sc.services.accessEpoch.value
+    pushed.length = 0
+    sc.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 'test', host })
+    assert.ok(sc.services.accessEpoch.value > epoch && pushed.at(-1) === sc.services.accessEpoch.value, 'new facts: pushed before the hello is answered')
+    // the scan the hello started, then a file written on disk: each visible change is pushed
+    const forgetAfter = (from: number): Promise<void> => new Promise((resolve) => {
+      sc.built.setPush((m) => {
+        if (m.type !== 'forget') return
+        pushed.push(m.epoch)
+        if (m.epoch > from) resolve()
+      })
+    })
+    const admin2 = await sessionJwt(sc, admin)
+    const refreshed = await call(sc, { method: 'POST', url: '/authsvc/api/model-cache/refresh', bearer: admin2 })
+    assert.equal(refreshed.statusCode, 200, refreshed.body)
+    epoch = sc.services.accessEpoch.value
+    const moved = forgetAfter(epoch)
+    writeFileSync(join(modelsDir, 'checkpoints', 'new.safetensors'), 'model')
+    await moved
+    assert.ok(sc.services.accessEpoch.value > epoch)
   })
 })

@@ -68,6 +68,12 @@ export type FilterResult = FilterAnswer | WithPayload<FilterAnswer>
 
 export interface RouteBehaviour {
   decide(input: DecideInput): Decision | Promise<Decision>
+  /**
+   * Its GET decision reads nothing but the request, the principal and what its filter's memo
+   * names (prompt and file ownership, the model cache), each of which moves the access epoch:
+   * the plugin may keep a pass of it like a plain route's (decide.ts, docs/architecture.md).
+   */
+  keepable?: true
   body?(ctx: StepContext, payload: Buffer): BodyAnswer | Promise<BodyAnswer>
   form?(ctx: StepContext, msg: FormMessage): Decision | Promise<Decision>
   filter?(ctx: StepContext, msg: FilterMessage, payload: Buffer): FilterResult | Promise<FilterResult>

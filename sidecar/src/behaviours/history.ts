@@ -22,6 +22,7 @@ export function historyListBehaviour(deps: BehaviourDeps): RouteBehaviour {
   const memoOf = (owner: string, maxItems: number | null, offset: number): string =>
     `${owner} ${deps.ownership.promptsVersion} ${maxItems} ${offset}`
   return {
+    keepable: true,
     decide({ desc, pass, owner, seesAll }) {
       if (seesAll) return pass
       const query = new URLSearchParams(desc.query)

@@ -79,6 +79,10 @@ export class RouteBehaviours implements BehaviourHandlers {
     return decided instanceof Promise ? decided.then(readsAsChecked) : readsAsChecked(decided)
   }
 
+  keepable(policy: HostRoutePolicy): boolean {
+    return policy.behaviour !== undefined && this.byName[policy.behaviour]?.keepable === true
+  }
+
   private step(ctx: unknown): { behaviour: RouteBehaviour; ctx: StepContext } | null {
     if (typeof ctx !== 'object' || ctx === null) return null
     const c = ctx as StepContext

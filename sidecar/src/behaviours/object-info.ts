@@ -54,6 +54,7 @@ export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehav
   const memoOf = (owner: string, seesAll: boolean, view: ModelView | null): string =>
     `${seesAll ? 'all' : `${owner} ${deps.ownership.filesVersion}`} ${objectInfoModelKey(deps, view)}`
   return {
+    keepable: true,
     decide({ pass, owner, seesAll, principal }) {
       const models = deps.models.restricted(principal)
       if (seesAll && !models) return pass

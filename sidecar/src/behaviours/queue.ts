@@ -17,6 +17,7 @@ export function queueReadBehaviour(deps: BehaviourDeps): RouteBehaviour {
   // and the filter's answer name it the same way, or the plugin never reuses anything
   const memoOf = (owner: string, seesAll: boolean): string => `${owner} ${seesAll} ${deps.ownership.promptsVersion}`
   return {
+    keepable: true,
     decide({ pass, owner, seesAll }) {
       return { ...pass, filter: { name: 'queue', ctx: { kind: 'queue-read', owner, seesAll }, memo: memoOf(owner, seesAll) } }
     },

@@ -1,6 +1,8 @@
 /**
  * The version of everything a decision reads besides the request itself: users, sessions,
- * API tokens, MFA records, roles, settings, IP lists, model grants.
+ * API tokens, MFA records, roles, settings, IP lists, model grants; and of what the memo of a
+ * keepable behaviour's filter names: whose prompts and files are whose, the model lists and
+ * the host's model facts.
  *
  * The plugin may reuse a pass decision for the very same request description for a short
  * time (`cache` of a pass, docs/architecture.md). That is safe only because every change

@@ -38,6 +38,8 @@ export interface OwnedRoutes {
 /** Route behaviours beyond the permission check (prompt stamping, filters...). */
 export interface BehaviourHandlers {
   apply(policy: HostRoutePolicy, desc: RequestDescription, principal: Principal, pass: PassDecision): Decision | Promise<Decision>
+  /** Whether the behaviour's GET passes may be kept by the plugin (RouteBehaviour.keepable). */
+  keepable(policy: HostRoutePolicy): boolean
 }
 
 export interface DecideDeps {
@@ -50,8 +52,9 @@ export interface DecideDeps {
   adminPatterns: ReadonlySet<string>
   log: FastifyBaseLogger
   /**
-   * How long the plugin may reuse a plain pass (GET/HEAD, no route behaviour) for the very same
-   * request description, and the epoch that keeps it honest (access-epoch.ts); 0 or absent: never.
+   * How long the plugin may reuse a GET/HEAD pass (of a route with no behaviour, or of a keepable
+   * one) for the very same request description, and the epoch that keeps it honest
+   * (access-epoch.ts); 0 or absent: never.
    */
   decisionCache?: { ms: number; epoch: { readonly value: number } }
 }
@@ -119,20 +122,24 @@ function decideHost(
     pass.strip_headers = [...(pass.strip_headers ?? []), 'authorization']
   }
   if (dropQuery.length > 0) pass.drop_query = dropQuery
-  if (policy.behaviour === undefined) {
-    // A plain read: the same description gets the same answer until something it read changes
-    // (the epoch moves, and the plugin is told at once) or the time runs out (expiries, idle
-    // timeouts, a hung sidecar). Decided on the state this decision began with, or not kept.
-    const cache = deps.decisionCache
-    if (cache && cache.ms > 0 && cache.epoch.value === epoch && (desc.method === 'GET' || desc.method === 'HEAD') && desc.headers.upgrade === undefined) {
-      pass.cache = { ms: cache.ms, epoch }
-    }
-    return pass
+  // A read the plugin may keep: the same description gets the same answer until something it
+  // read changes (the epoch moves, and the plugin is told at once) or the time runs out
+  // (expiries, idle timeouts, a hung sidecar). A plain route's pass reads only the principal; a
+  // keepable behaviour's reads only that and what its filter's memo names, which move the
+  // epoch too (services.ts). Decided on the state this decision began with, or not kept.
+  const cache = deps.decisionCache
+  const keep =
+    cache !== undefined && cache.ms > 0 && (desc.method === 'GET' || desc.method === 'HEAD') && desc.headers.upgrade === undefined &&
+    (policy.behaviour === undefined || deps.behaviours.keepable(policy))
+  const kept = (decision: Decision): Decision => {
+    if (keep && decision.action === 'pass' && cache.epoch.value === epoch) decision.cache = { ms: cache.ms, epoch }
+    return decision
   }
+  if (policy.behaviour === undefined) return kept(pass)
   try {
     const shaped = deps.behaviours.apply(policy, desc, principal, pass)
-    if (shaped instanceof Promise) return shaped.catch(behaviourFailure)
-    return shaped
+    if (shaped instanceof Promise) return shaped.then(kept, behaviourFailure)
+    return kept(shaped)
   } catch (err) {
     return behaviourFailure(err)
   }

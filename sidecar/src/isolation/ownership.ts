@@ -60,6 +60,11 @@ export class Ownership {
   private readonly uploads = new Map<string, number>()
   /** the latest host time an event told us about: files newer than it wait for the next event */
   latestEventMs = 0
+  /**
+   * Called the moment whose prompts or files are whose changes (after the change is visible):
+   * filter memos name these versions, and decisions that carry a memo may be kept by the plugin.
+   */
+  onChange: () => void = () => {}
 
   constructor(
     private readonly prompts: Collection<PromptRecord>,
@@ -74,6 +79,7 @@ export class Ownership {
     if (!ids) this.promptsByOwner.set(p.owner, (ids = new Set()))
     ids.add(p.prompt_id)
     this.promptsSeq++
+    this.onChange()
   }
 
   private promptsSeq = 0
@@ -174,12 +180,14 @@ export class Ownership {
     const current = this.files.get(key)
     if (current?.owners.includes(owner)) return Promise.resolve()
     this.version++
-    return this.files.narrow(key, {
+    const stored = this.files.narrow(key, {
       key,
       owners: [...(current?.owners ?? []), owner],
       ...(promptId ?? current?.prompt_id ? { prompt_id: promptId ?? current?.prompt_id } : {}),
       at_iso: current?.at_iso ?? now.toISOString(),
     })
+    this.onChange()
+    return stored
   }
 
   /**
@@ -196,7 +204,9 @@ export class Ownership {
   forgetFile(key: string): Promise<void> {
     if (this.files.get(key) === undefined) return Promise.resolve()
     this.version++
-    return this.files.narrowRemove(key)
+    const removed = this.files.narrowRemove(key)
+    this.onChange()
+    return removed
   }
 
   /** An upload into this folder (`input/sub`) is under way: the watcher leaves its new files to the upload's own step. */
