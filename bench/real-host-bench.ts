@@ -28,7 +28,8 @@
  * where the plugin runs, minus that thread of the bare host).
  *
  * Environment: BENCH_REAL_SECONDS (wrk run, default 3), BENCH_REAL_ROUNDS
- * (default 5), BENCH_REAL_PROMPT_ROUNDS (default 5; 0 skips the prompt),
+ * (default 5), BENCH_REAL_PROMPT_ROUNDS (default 9, each prompt's time varies by 10-15 %
+ * run to run, bare or gated; 0 skips the prompt),
  * BENCH_REAL_LAYOUTS (`pinned,free`), BENCH_REAL_AIOHTTP (`3.8` or `3.11`,
  * default 3.8), and AUTHSVC_* for the gated host (e.g. AUTHSVC_DECISION_SPIN_US).
  * BENCH_REAL_PACKAGE: the package the `gated` host loads instead of this
@@ -51,7 +52,7 @@ import { ensureWrk, median, printVerdicts, wrk, type Verdict, type WrkResult } f
 
 const SECONDS = Number(process.env.BENCH_REAL_SECONDS ?? 3)
 const ROUNDS = Number(process.env.BENCH_REAL_ROUNDS ?? 5)
-const PROMPT_ROUNDS = Number(process.env.BENCH_REAL_PROMPT_ROUNDS ?? 5)
+const PROMPT_ROUNDS = Number(process.env.BENCH_REAL_PROMPT_ROUNDS ?? 9)
 const AIOHTTP = (process.env.BENCH_REAL_AIOHTTP ?? '3.8') as AiohttpVersion
 /** the package the `gated` host loads: this checkout, or a snapshot of it (BENCH_REAL_PACKAGE) */
 const PACKAGE = process.env.BENCH_REAL_PACKAGE
@@ -339,20 +340,27 @@ async function main(): Promise<void> {
         await wrk(`${h.host.url}/prompt`, 1, wrkHeaders(h), 1) // warm-up
         await wrk(`${h.host.url}/object_info`, 1, wrkHeaders(h), 1)
       }
+      // each figure is taken of every host back to back (a few seconds apart, in an order that
+      // rotates per round), so a pair compared within a round saw the same machine
       for (let round = 0; round < ROUNDS; round++) {
-        for (const h of rotation(hosts, round)) {
-          const f = figures[layout].get(h.name)!
+        const order = rotation(hosts, round)
+        const each = async (take: (h: Host, f: Figures) => Promise<void>) => {
+          for (const h of order) await take(h, figures[layout].get(h.name)!)
+        }
+        await each(async (h, f) => {
           const [c1, cpuC1] = await measured(h, '/prompt', 1, wrkHeaders(h))
+          f.c1.push(c1)
+          f.cpuC1.push(cpuC1)
+        })
+        await each(async (h, f) => {
           const [c32, cpuC32, sidecarC32] = await measured(h, '/prompt', 32, wrkHeaders(h))
           f.sidecarC32.push(sidecarC32)
-          f.c1.push(c1)
           f.c32.push(c32)
-          f.cpuC1.push(cpuC1)
           f.cpuC32.push(cpuC32)
-          f.objectInfo.push(await wrk(`${h.host.url}/object_info`, 1, wrkHeaders(h), SECONDS))
-          f.objectInfoIntern.push(await wrk(`${h.host.url}/object_info`, 1, [`Authorization: Bearer ${internTokens.get(h.name)}`], SECONDS))
-          f.history.push(await wrk(`${h.host.url}/history`, 1, wrkHeaders(h), SECONDS))
-        }
+        })
+        await each(async (h, f) => void f.objectInfo.push(await wrk(`${h.host.url}/object_info`, 1, wrkHeaders(h), SECONDS)))
+        await each(async (h, f) => void f.objectInfoIntern.push(await wrk(`${h.host.url}/object_info`, 1, [`Authorization: Bearer ${internTokens.get(h.name)}`], SECONDS)))
+        await each(async (h, f) => void f.history.push(await wrk(`${h.host.url}/history`, 1, wrkHeaders(h), SECONDS)))
       }
     }
     if (PROMPT_ROUNDS > 0) {
