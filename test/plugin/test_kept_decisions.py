@@ -109,6 +109,21 @@ class KeptFilter(PluginCase):
         self.assertEqual(filters[1]["ctx"], {"kind": "queue-read", "owner": "alice"})
         self.assertEqual(len(s.fake.decides()), 1)
 
+    async def test_a_result_under_another_memo_than_the_kept_decisions_is_never_reused(self) -> None:
+        # the sidecar's memo moved between the kept decision and its filter (a prompt recorded
+        # meanwhile): that result is not stored under the kept decision's memo
+        def run(msg: dict):
+            if msg["type"] == "decide":
+                return {**KEEP, "filter": {"name": "queue", "ctx": {"kind": "queue-read", "owner": "alice"}, "memo": "alice 3"}}
+            return {"action": "replace", "memo": "alice 4", "body_text": "filtered:" + msg["body_text"]}
+        s = await self.start(run)
+        s.host.queue_body = {"v": 1}
+        for _ in range(3):
+            status, _, body = await s.get("/queue")
+            self.assertEqual((status, body), (200, b'filtered:{"v": 1}'))
+        self.assertEqual(len(s.fake.decides()), 1, "the decision is kept")
+        self.assertEqual(len(s.fake.of_type("filter")), 3, "the same host answer is filtered by the sidecar every time")
+
     async def test_forget_ends_a_kept_filtered_read_and_the_new_memo_filters_again(self) -> None:
         s = await self.start(self.script())
         s.host.queue_body = {"v": 1}

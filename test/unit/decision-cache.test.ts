@@ -26,6 +26,7 @@ describe('kept decisions: what may be reused', () => {
     alice = await addUser(sc, 'alice', 'a-long-password-1')
     token = await apiToken(sc, alice)
     adminJwt = await sessionJwt(sc, admin)
+    await sc.services.ownership.recordPrompt({ prompt_id: 'p-1', owner: alice.user_id, user_id: alice.user_id, username: 'alice', client_id: 'c-1', created_at_iso: new Date(sc.clock()).toISOString() })
   })
   after(() => sc.close())
 
@@ -63,7 +64,7 @@ describe('kept decisions: what may be reused', () => {
   const notKept: Array<[string, Parameters<typeof decide>[1], 'pass' | 'respond' | 'proxy']> = [
     ['POST to a plain route', { method: 'POST', path: '/free', pattern: '/free' }, 'pass'],
     ['POST /queue (a scoped delete: needs its body)', { method: 'POST', path: '/queue' }, 'pass'],
-    ['a behaviour that is not keepable (one history entry)', { path: '/history/p-1', pattern: '/history/{prompt_id}', match_info: { prompt_id: 'p-1' } }, 'respond'],
+    ['a behaviour that is not keepable (one history entry, the caller\'s own: passed to the host)', { path: '/history/p-1', pattern: '/history/{prompt_id}', match_info: { prompt_id: 'p-1' } }, 'pass'],
     ['a route behaviour (system_stats filter)', { path: '/system_stats' }, 'pass'],
     ['a WebSocket upgrade', { path: '/ws', headers: { upgrade: 'websocket', connection: 'Upgrade' } }, 'pass'],
     ['an owned route (proxied)', { path: '/authsvc/health' }, 'proxy'],
@@ -104,17 +105,36 @@ describe('the access epoch: every change a decision reads is pushed at once', ()
   })
   after(() => sc.close())
 
-  /** Runs `change`; asserts one or more forgets were pushed before it resolved, each naming the epoch as it is now. */
-  async function bumps(label: string, change: () => unknown): Promise<void> {
+  /**
+   * Runs `change`; asserts one or more forgets were pushed before it resolved, each naming the
+   * epoch as it is now, and (with `visible`) that the last one was pushed once the change was
+   * there for decisions to read, never before.
+   */
+  async function bumps(label: string, change: () => unknown, visible?: () => boolean): Promise<void> {
     const epoch = sc.services.accessEpoch.value
     pushed.length = 0
-    await change()
+    const seenAtPush: boolean[] = []
+    if (visible) {
+      sc.built.setPush((m) => {
+        if (m.type !== 'forget') return
+        pushed.push(m.epoch)
+        seenAtPush.push(visible())
+      })
+    }
+    try {
+      await change()
+    } finally {
+      if (visible) sc.built.setPush((m) => {
+        if (m.type === 'forget') pushed.push(m.epoch)
+      })
+    }
+    if (visible) assert.equal(seenAtPush.at(-1), true, `${label}: the change was visible when the forget went`)
     assert.ok(pushed.length > 0, `${label}: a forget was pushed`)
     assert.ok(sc.services.accessEpoch.value > epoch, `${label}: the epoch moved`)
     assert.equal(pushed.at(-1), sc.services.accessEpoch.value, `${label}: the last forget names the current epoch`)
   }
 
-  const rows: Array<[string, () => unknown]> = [
+  const rows: Array<[string, () => unknown, (() => boolean)?]> = [
     ['a new API token', async () => apiToken(sc, bob)],
     ['a token revoked', async () => sc.services.tokens.revokeAllForUser(bob.user_id)],
     ['a session issued', async () => sessionJwt(sc, bob)],
@@ -128,12 +148,15 @@ describe('the access epoch: every change a decision reads is pushed at once', ()
     ['a model grant', async () => sc.services.modelGrants.grant({ user_id: bob.user_id, folder: 'checkpoints', item_name: 'a.safetensors', granted_by: admin.user_id, created_at_iso: new Date(sc.clock()).toISOString() })],
     ['a user deleted', async () => sc.services.users.delete(bob.user_id)],
     // what the memo of a kept filter names: a kept /queue or /history must not outlive a new prompt
-    ['a prompt recorded (its owner sees it in a kept /queue at once)', () => sc.services.ownership.recordPrompt({ prompt_id: 'p-epoch-1', owner: admin.user_id, user_id: admin.user_id, username: 'root', client_id: 'c-1', created_at_iso: new Date(sc.clock()).toISOString() })],
-    ['a file gains an owner (an upload in a kept /object_info)', () => sc.services.ownership.addFileOwner('input/epoch.png', admin.user_id, undefined, new Date(sc.clock()))],
-    ['a file gains a second owner', () => sc.services.ownership.addFileOwner('input/epoch.png', bob.user_id, undefined, new Date(sc.clock()))],
-    ['a file is gone', () => sc.services.ownership.forgetFile('input/epoch.png')],
+    ['a prompt recorded (its owner sees it in a kept /queue at once)', () => sc.services.ownership.recordPrompt({ prompt_id: 'p-epoch-1', owner: admin.user_id, user_id: admin.user_id, username: 'root', client_id: 'c-1', created_at_iso: new Date(sc.clock()).toISOString() }),
+      () => sc.services.ownership.promptIdsOf(admin.user_id).has('p-epoch-1')],
+    ['a file gains an owner (an upload in a kept /object_info)', () => sc.services.ownership.addFileOwner('input/epoch.png', admin.user_id, undefined, new Date(sc.clock())),
+      () => sc.services.ownership.file('input/epoch.png')?.owners.includes(admin.user_id) === true],
+    ['a file gains a second owner', () => sc.services.ownership.addFileOwner('input/epoch.png', bob.user_id, undefined, new Date(sc.clock())),
+      () => sc.services.ownership.file('input/epoch.png')?.owners.includes(bob.user_id) === true],
+    ['a file is gone', () => sc.services.ownership.forgetFile('input/epoch.png'), () => sc.services.ownership.file('input/epoch.png') === undefined],
   ]
-  for (const [label, change] of rows) it(`bumps: ${label}`, () => bumps(label, change))
+  for (const [label, change, visible] of rows) it(`bumps: ${label}`, () => bumps(label, change, visible))
 
   it('a decision made before a change is not kept under the new epoch; one made after is', async () => {
     const carol = await addUser(sc, 'carol', 'a-long-password-1')
@@ -201,5 +224,7 @@ describe('the access epoch: every change a decision reads is pushed at once', ()
     writeFileSync(join(modelsDir, 'checkpoints', 'new.safetensors'), 'model')
     await moved
     assert.ok(sc.services.accessEpoch.value > epoch)
+    const items = await call(sc, { method: 'GET', url: '/authsvc/api/model-cache/folders/checkpoints/items', bearer: admin2 })
+    assert.deepEqual(JSON.parse(items.body).items, ['new.safetensors'], 'the forget came with the file in the lists')
   })
 })

@@ -566,11 +566,13 @@ describe('the host-folder watcher (real files, real inotify)', () => {
       const alice = await addUser(sc, 'alice', 'alice-password-1')
       const dirs = Object.fromEntries(['output', 'input', 'temp'].map((d) => [d, join(sc.dir, 'host', d)]))
       for (const d of Object.values(dirs)) mkdirSync(d, { recursive: true })
+      const alicePrompt = await ownPrompt(sc, await sessionJwt(sc, alice))
+      // running while these files are made and the watch starts (a restarted sidecar): by their
+      // time they would be the run's, but they were there before the watch, so they are not news
+      event(sc, 'execution_start', { prompt_id: alicePrompt }, Date.now() / 1000 - 1)
       for (let i = 0; i < 3000; i++) write(join(dirs.output, `old_${String(i).padStart(5, '0')}_.png`), 'x')
       mkdirSync(join(dirs.output, 'olddir'))
       write(join(dirs.output, 'olddir', 'inside.png'), 'x')
-      const alicePrompt = await ownPrompt(sc, await sessionJwt(sc, alice))
-      event(sc, 'execution_start', { prompt_id: alicePrompt }) // running while the watch starts
       sc.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 't', host: { output_dir: dirs.output, input_dir: dirs.input, temp_dir: dirs.temp } })
       await sc.built.hostFiles.ready()
       const own = sc.services.ownership

@@ -60,20 +60,15 @@ export class HostFileWatcher {
     await this.close()
     this.dirs = next
     if (next.length === 0) return
-    // the roots whose first read is done: what a folder held when its watch began is not news
-    const started = new Set<string>()
     const watcher = new TreeWatcher((path, present) => {
-      const found = this.keyOf(path)
-      if (found === null || !started.has(found.dir)) return
-      const key = found.key
+      const key = this.keyOf(path)
+      if (key === null) return
       if (present) void this.appeared(key, path)
       else this.ownership.forgetFile(key).catch((err: unknown) => this.log.error({ err, key }, 'could not forget a removed host file'))
     }, this.log, 'host folder')
     this.watcher = watcher
-    for (const [, dir] of next) {
-      await watcher.add(dir)
-      started.add(dir)
-    }
+    // what a folder holds when its watch begins is not news: those files keep the owners they have
+    for (const [, dir] of next) await watcher.add(dir, { quiet: true })
   }
 
   private async appeared(key: string, path: string): Promise<void> {
@@ -91,16 +86,14 @@ export class HostFileWatcher {
     this.attribute({ key, ctimeMs, since })
   }
 
-  private keyOf(path: string): { key: string; dir: string } | null {
+  private keyOf(path: string): string | null {
     for (const [type, dir] of this.dirs) {
       const rel = relative(dir, path)
-      if (rel !== '' && !rel.startsWith('..') && !rel.startsWith(sep)) {
-        const key = fileKey(type, '', rel.split(sep).join('/'))
-        return key === null ? null : { key, dir }
-      }
+      if (rel !== '' && !rel.startsWith('..') && !rel.startsWith(sep)) return fileKey(type, '', rel.split(sep).join('/'))
     }
     return null
   }
+
 
 
   private attribute(file: Pending): void {

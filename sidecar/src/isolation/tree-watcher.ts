@@ -4,60 +4,78 @@
  * (model-cache.ts) and for its output, input and temp folders (file-watcher.ts).
  *
  * One `fs.watch` (inotify) per directory, never per file. Only entries that appear, go or
- * are renamed matter (inotify's create, delete and move: `rename`); a file being written
- * (`change`) is nothing to re-read. Events are batched per directory for SETTLE_MS; a batch
- * of named entries looks at those entries alone (one stat each), so a folder of 10,000
- * images costs the same per new image as an empty one; a batch without names, or with
- * more than NAMES_MAX, re-reads that directory (one readdir, no stat per entry).
+ * are renamed matter (inotify's create, delete and move, which Node reports as `rename`
+ * with the entry's name); a file being written (`change`) is nothing to look at. Events are
+ * batched per directory for SETTLE_MS; a batch looks at the named entries alone (one stat
+ * each), so a folder of 10,000 images costs the same per new image as an empty one; a batch
+ * of more than NAMES_MAX names, or after a watcher error, re-reads the directory (one
+ * readdir, no stat per entry). An event naming the directory itself (inotify reports its
+ * own move or deletion under its own name) checks that it is still the same directory:
+ * one that went is dropped, and a root that went is waited for again.
+ *
+ * Batches run one after another, never interleaved (nor with `add`). A directory that
+ * cannot be read for another reason than being gone (too many open files, I/O, permission)
+ * keeps what it was last seen to hold: nothing is reported gone that was not seen gone.
  *
  * Why not chokidar here: it stats every entry of a directory whenever anything in it
  * changes (and every file while it sets up). Measured on an output folder of 2,000 images:
- * about 150 ms of CPU per new image; of 10,000: about 240 ms per image, and 1 s to start.
+ * about 150 ms of CPU per new image; of 10,000: about 280 ms per image, and 1 s to start.
  * A root that does not exist yet is waited for: a watcher on its nearest existing parent
- * enters it once it appears. Symlinked directories are followed once (a loop ends there);
- * `.git` is never entered.
+ * enters it once it appears. A directory reached twice (a symlink loop, on one walk) is
+ * entered once; `.git` is never entered.
  */
 import { watch, type FSWatcher } from 'node:fs'
 import { readdir, stat } from 'node:fs/promises'
-import { dirname, join } from 'node:path'
+import { basename, dirname, join } from 'node:path'
 import type { FastifyBaseLogger } from 'fastify'
 
-/** Per watched directory: what it held at its last look, and its watcher. */
+/** Per watched directory: what it held at its last look, its identity and its watcher. */
 interface DirState {
   files: Set<string>
   dirs: Set<string>
+  id: string
   watcher: FSWatcher | null
 }
 
 export const SETTLE_MS = 50
 /** More names than this in one batch of one directory: one readdir is cheaper than a stat each. */
 const NAMES_MAX = 64
-/** A batch of a directory whose events named no entry (or too many): read it whole. */
+/** A batch of a directory to read whole (too many names, a watcher error). */
 const WHOLE = Symbol('whole directory')
+/** A batch of a directory whose own name came in an event: is it still there, and the same one? */
+const SELF = Symbol('the directory itself')
 
-type Kind = 'file' | 'dir' | null
+type Mark = string | typeof WHOLE | typeof SELF
 
-/** What `path` is, following a symlink as ComfyUI does (a dangling link is nothing). */
+/** What `path` is (a symlink followed, as ComfyUI does), `gone` when it is not there, `unknown` when it could not be told. */
+type Kind = { kind: 'file' | 'dir'; id: string } | { kind: 'gone' } | { kind: 'unknown' }
+
+const GONE_CODES = new Set(['ENOENT', 'ENOTDIR', 'ELOOP'])
+
 async function kindOf(path: string): Promise<Kind> {
   try {
     const s = await stat(path)
-    return s.isFile() ? 'file' : s.isDirectory() ? 'dir' : null
-  } catch {
-    return null
+    if (s.isFile()) return { kind: 'file', id: `${s.dev}:${s.ino}` }
+    if (s.isDirectory()) return { kind: 'dir', id: `${s.dev}:${s.ino}` }
+    return { kind: 'gone' } // a socket, a device: not an item
+  } catch (err) {
+    return GONE_CODES.has((err as NodeJS.ErrnoException).code ?? '') ? { kind: 'gone' } : { kind: 'unknown' }
   }
 }
 
 export class TreeWatcher {
   private readonly dirs = new Map<string, DirState>()
-  private readonly dirty = new Map<string, Set<string | typeof WHOLE>>()
+  private readonly roots = new Set<string>()
+  private readonly dirty = new Map<string, Set<Mark>>()
   /** watchers on the parents of roots that do not exist yet */
   private readonly waiting = new Set<FSWatcher>()
   private timer: NodeJS.Timeout | null = null
+  /** every add and every batch, one after another */
+  private chain: Promise<void> = Promise.resolve()
   private closed = false
 
   /**
-   * @param onFile every file that appears (`present`) or goes, by absolute path; the files a
-   *   root holds when it is added are reported too, before `add` settles
+   * @param onFile every file that appears (`present`) or goes, by absolute path
    * @param label what the roots are, for the log
    */
   constructor(
@@ -66,57 +84,90 @@ export class TreeWatcher {
     private readonly label = 'directory',
   ) {}
 
-  /** Watches `root`; one that does not exist yet is waited for (a watcher on its nearest existing parent). */
-  async add(root: string): Promise<void> {
-    await this.enter(root, new Set())
+  /**
+   * Watches `root`; one that does not exist yet is waited for (a watcher on its nearest
+   * existing parent). With `quiet`, the files it holds now are not reported (they are not
+   * news); everything after is.
+   */
+  add(root: string, options: { quiet?: boolean } = {}): Promise<void> {
+    return this.serially(() => this.addNow(root, options.quiet === true))
+  }
+
+  private serially(step: () => Promise<void>): Promise<void> {
+    const next = this.chain.then(step, step)
+    this.chain = next.catch((err: unknown) => this.log.warn({ err }, `${this.label} watcher step failed`))
+    return next
+  }
+
+  private async addNow(root: string, quiet: boolean): Promise<void> {
+    if (this.closed) return
+    this.roots.add(root)
+    await this.enter(root, new Set(), quiet)
     if (this.dirs.has(root) || this.closed) return
     let parent = dirname(root)
     for (;;) {
-      if ((await kindOf(parent)) === 'dir') break
+      if ((await kindOf(parent)).kind === 'dir') break
       const up = dirname(parent)
       if (up === parent) return
       parent = up
     }
+    if (this.closed) return
+    let waiting: FSWatcher
     try {
-      const waiting = watch(parent, { persistent: false }, () => {
+      waiting = watch(parent, { persistent: false }, () => {
+        if (!this.waiting.delete(waiting)) return
         waiting.close()
-        this.waiting.delete(waiting)
         void this.add(root)
       })
       this.waiting.add(waiting)
     } catch (err) {
       this.log.warn({ err, dir: root }, `cannot wait for a ${this.label} to appear`)
+      return
+    }
+    // made while the wait was being set up: no event will say so
+    if ((await kindOf(root)).kind === 'dir' && this.waiting.delete(waiting)) {
+      waiting.close()
+      await this.enter(root, new Set(), false)
     }
   }
 
-  /** Reads `dir` and everything under it. */
-  private async enter(dir: string, seen: Set<string>): Promise<void> {
+  /** Reads `dir` and everything under it; `quiet`: its files are not reported. */
+  private async enter(dir: string, seen: Set<string>, quiet: boolean): Promise<void> {
     if (this.closed || this.dirs.has(dir)) return
-    let id: string
-    try {
-      const s = await stat(dir)
-      if (!s.isDirectory()) return
-      id = `${s.dev}:${s.ino}`
-    } catch {
-      return
-    }
-    if (seen.has(id)) return
-    seen.add(id)
-    const state: DirState = { files: new Set(), dirs: new Set(), watcher: null }
+    const found = await kindOf(dir)
+    if (this.closed || this.dirs.has(dir) || found.kind !== 'dir' || seen.has(found.id)) return
+    seen.add(found.id)
+    const state: DirState = { files: new Set(), dirs: new Set(), id: found.id, watcher: null }
     this.dirs.set(dir, state)
+    this.startWatching(dir, state)
+    await this.read(dir, state, seen, quiet)
+  }
+
+  private startWatching(dir: string, state: DirState): void {
+    const self = basename(dir)
     try {
-      state.watcher = watch(dir, { persistent: false }, (event, name) => {
-        if (event === 'rename') this.touch(dir, typeof name === 'string' && name !== '' ? name : WHOLE)
+      const watcher = watch(dir, { persistent: false }, (event, name) => {
+        if (event !== 'rename') return
+        if (typeof name !== 'string' || name === '') this.touch(dir, WHOLE)
+        else {
+          this.touch(dir, name)
+          if (name === self) this.touch(dir, SELF) // the directory itself moved or went (or an entry of the same name)
+        }
       })
-      state.watcher.on('error', () => this.touch(dir, WHOLE))
+      watcher.on('error', () => {
+        // a dead watcher: a new one, and a whole read for what it may have missed
+        watcher.close()
+        if (state.watcher === watcher) state.watcher = null
+        this.touch(dir, WHOLE)
+      })
+      state.watcher = watcher
     } catch (err) {
       this.log.warn({ err, dir }, `cannot watch a ${this.label}; changes in it are not seen`)
     }
-    await this.read(dir, state, seen)
   }
 
   /** The whole directory: one readdir, a stat only for symlinks. */
-  private async read(dir: string, state: DirState, seen: Set<string>): Promise<void> {
+  private async read(dir: string, state: DirState, seen: Set<string>, quiet = false): Promise<void> {
     const files = new Set<string>()
     const dirs = new Set<string>()
     try {
@@ -125,38 +176,65 @@ export class TreeWatcher {
         else if (e.isDirectory()) dirs.add(e.name)
         else if (e.isSymbolicLink()) {
           const kind = await kindOf(join(dir, e.name))
-          if (kind === 'file') files.add(e.name)
-          else if (kind === 'dir') dirs.add(e.name)
+          if (kind.kind === 'file') files.add(e.name)
+          else if (kind.kind === 'dir') dirs.add(e.name)
+          else if (kind.kind === 'unknown') {
+            // not readable now: it stays what it was seen to be
+            if (state.files.has(e.name)) files.add(e.name)
+            else if (state.dirs.has(e.name)) dirs.add(e.name)
+          }
         }
       }
-    } catch {
-      // gone or unreadable: it holds nothing now
+    } catch (err) {
+      if (GONE_CODES.has((err as NodeJS.ErrnoException).code ?? '')) {
+        if (this.closed || this.dirs.get(dir) !== state) return
+        this.drop(dir)
+        if (this.roots.has(dir)) await this.addNow(dir, false) // a root that went is waited for again
+        return
+      }
+      // not readable now (too many open files, I/O): it keeps what it was seen to hold
+      this.log.warn({ err, dir }, `cannot read a ${this.label}; it keeps what it held`)
+      return
     }
     dirs.delete('.git')
     if (this.closed) return
     for (const name of state.files) if (!files.has(name)) this.onFile(join(dir, name), false)
-    for (const name of files) if (!state.files.has(name)) this.onFile(join(dir, name), true)
+    if (!quiet) for (const name of files) if (!state.files.has(name)) this.onFile(join(dir, name), true)
     for (const name of state.dirs) if (!dirs.has(name)) this.drop(join(dir, name))
     const added = [...dirs].filter((name) => !state.dirs.has(name))
     state.files = files
     state.dirs = dirs
-    for (const name of added) await this.enter(join(dir, name), seen)
+    for (const name of added) await this.enter(join(dir, name), seen, quiet)
   }
 
   /** One entry of the directory, as it is now. */
   private async look(dir: string, state: DirState, name: string): Promise<void> {
-    const kind = name === '.git' ? null : await kindOf(join(dir, name))
-    if (this.closed) return
+    const found: Kind = name === '.git' ? { kind: 'gone' } : await kindOf(join(dir, name))
+    if (this.closed || found.kind === 'unknown' || this.dirs.get(dir) !== state) return
     const path = join(dir, name)
-    if (kind !== 'file' && state.files.delete(name)) this.onFile(path, false)
-    if (kind !== 'dir' && state.dirs.delete(name)) this.drop(path)
-    if (kind === 'file' && !state.files.has(name)) {
+    if (found.kind !== 'file' && state.files.delete(name)) this.onFile(path, false)
+    if (found.kind !== 'dir' && state.dirs.delete(name)) this.drop(path)
+    if (found.kind === 'dir' && state.dirs.has(name) && this.dirs.get(path)?.id !== found.id) {
+      this.drop(path) // another directory under the same name
+      state.dirs.delete(name)
+    }
+    if (found.kind === 'file' && !state.files.has(name)) {
       state.files.add(name)
       this.onFile(path, true)
-    } else if (kind === 'dir' && !state.dirs.has(name)) {
+    } else if (found.kind === 'dir' && !state.dirs.has(name)) {
       state.dirs.add(name)
-      await this.enter(path, new Set())
+      await this.enter(path, new Set(), false)
     }
+  }
+
+  /** Is the directory still there, and the same one? If not it is dropped; a root is waited for again. */
+  private async checkSelf(dir: string, state: DirState): Promise<boolean> {
+    const found = await kindOf(dir)
+    if (this.closed || this.dirs.get(dir) !== state) return false
+    if (found.kind === 'unknown' || (found.kind === 'dir' && found.id === state.id)) return true
+    this.drop(dir)
+    if (this.roots.has(dir)) await this.addNow(dir, false)
+    return false
   }
 
   /** A directory that went: its files go, its watchers close. */
@@ -169,23 +247,28 @@ export class TreeWatcher {
     for (const name of state.dirs) this.drop(join(dir, name))
   }
 
-  private touch(dir: string, name: string | typeof WHOLE): void {
+  private touch(dir: string, mark: Mark): void {
     if (this.closed) return
-    let names = this.dirty.get(dir)
-    if (names === undefined) this.dirty.set(dir, (names = new Set()))
-    if (!names.has(WHOLE)) names.add(names.size >= NAMES_MAX ? WHOLE : name)
-    this.timer ??= setTimeout(() => void this.settle(), SETTLE_MS)
+    let marks = this.dirty.get(dir)
+    if (marks === undefined) this.dirty.set(dir, (marks = new Set()))
+    if (typeof mark === 'string' && marks.size >= NAMES_MAX) marks.add(WHOLE)
+    else marks.add(mark)
+    this.timer ??= setTimeout(() => {
+      this.timer = null
+      void this.serially(() => this.settle())
+    }, SETTLE_MS)
   }
 
   private async settle(): Promise<void> {
-    this.timer = null
     const batch = [...this.dirty]
     this.dirty.clear()
-    for (const [dir, names] of batch) {
+    for (const [dir, marks] of batch) {
       const state = this.dirs.get(dir)
-      if (!state) continue
-      if (names.has(WHOLE)) await this.read(dir, state, new Set())
-      else for (const name of names) await this.look(dir, state, name as string)
+      if (!state || this.closed) continue
+      if (marks.has(SELF) && !(await this.checkSelf(dir, state))) continue
+      if (state.watcher === null) this.startWatching(dir, state)
+      if (marks.has(WHOLE)) await this.read(dir, state, new Set())
+      else for (const mark of marks) if (typeof mark === 'string') await this.look(dir, state, mark)
     }
   }
 
