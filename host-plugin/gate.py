@@ -480,9 +480,10 @@ async def _close_socket(ws: web.WebSocketResponse, code: int, message: bytes) ->
 class FilterMemo:
     """Results of filters the sidecar marked with a ``memo`` (protocol ``filter.memo``): for the same
     sidecar connection, filter, request target and memo, a byte-identical host answer gets the same
-    result, without sending hundreds of KB to the sidecar and back. Bounded in entries and bytes."""
+    result, without sending hundreds of KB to the sidecar and back. Bounded in entries and bytes;
+    the least recently used goes first (every user polling /queue has an entry of their own)."""
 
-    def __init__(self, max_entries: int = 16, max_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, max_entries: int = 64, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._entries: dict[tuple[Any, ...], tuple[bytes, str, bytes]] = {}
@@ -492,6 +493,7 @@ class FilterMemo:
         entry = self._entries.get(key)
         if entry is None or entry[0] != body:
             return None
+        self._entries[key] = self._entries.pop(key)  # the most recently used now
         return entry[1], entry[2]
 
     def put(self, key: tuple[Any, ...], body: bytes, action: str, payload: bytes) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import socket
 import time
+import unittest
 
-from .support import PluginCase, Stack, assert_unavailable
+from .support import PluginCase, Stack, assert_unavailable, plugin_module
 
 _SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
 
@@ -295,3 +296,28 @@ class ForgetBehindALargeFrame(PluginCase):
         status, _, _ = await s.get("/prompt")
         self.assertEqual(status, 200)
         self.assertEqual(len(s.fake.decides()), 2, "asked again: the forget was read first")
+
+
+class FilterMemoBounds(unittest.TestCase):
+    """The store itself: every user polling has an entry; the least recently used goes first, and
+    the bytes stay bounded whatever the entry count."""
+
+    def test_least_recently_used_goes_first(self) -> None:
+        memo = plugin_module("gate").FilterMemo(max_entries=3, max_bytes=1 << 20)
+        for user in ("a", "b", "c"):
+            memo.put((1, "queue", "/queue", user), b"body", "replace", user.encode())
+        self.assertEqual(memo.get((1, "queue", "/queue", "a"), b"body"), ("replace", b"a"))  # a used again
+        memo.put((1, "queue", "/queue", "d"), b"body", "replace", b"d")
+        self.assertIsNone(memo.get((1, "queue", "/queue", "b"), b"body"), "the least recently used went")
+        for user in ("a", "c", "d"):
+            self.assertEqual(memo.get((1, "queue", "/queue", user), b"body"), ("replace", user.encode()), user)
+        self.assertIsNone(memo.get((1, "queue", "/queue", "a"), b"another body"), "only a byte-identical answer")
+
+    def test_bytes_are_bounded(self) -> None:
+        memo = plugin_module("gate").FilterMemo(max_entries=64, max_bytes=4000)
+        for i in range(10):
+            memo.put((1, "object_info", "/object_info", str(i)), b"x" * 500, "replace", b"y" * 500)
+        self.assertLessEqual(memo._bytes, 4000)
+        self.assertEqual(len(memo._entries), 4)
+        memo.put((1, "object_info", "/object_info", "big"), b"x" * 900, "replace", b"y" * 200)
+        self.assertIsNone(memo.get((1, "object_info", "/object_info", "big"), b"x" * 900), "over a quarter of the bound: not kept")
