@@ -60,10 +60,10 @@ export class HostFileWatcher {
     await this.close()
     this.dirs = next
     if (next.length === 0) return
-    const watcher = new TreeWatcher((path, present) => {
+    const watcher = new TreeWatcher((path, present, ctimeMs) => {
       const key = this.keyOf(path)
       if (key === null) return
-      if (present) void this.appeared(key, path)
+      if (present) void this.appeared(key, path, ctimeMs)
       else this.ownership.forgetFile(key).catch((err: unknown) => this.log.error({ err, key }, 'could not forget a removed host file'))
     }, this.log, 'host folder')
     this.watcher = watcher
@@ -71,17 +71,19 @@ export class HostFileWatcher {
     for (const [, dir] of next) await watcher.add(dir, { quiet: true })
   }
 
-  private async appeared(key: string, path: string): Promise<void> {
+  /** A new file; its ctime as the watcher just read it, or read here (a whole-folder read stats nothing). */
+  private async appeared(key: string, path: string, ctimeMs?: number): Promise<void> {
     // an upload's file is its uploader's (the upload's own step says so), not the running prompt's
     if (this.ownership.uploadInFlight(folderOf(key))) return
     const since = this.now()
-    let ctimeMs: number
-    try {
-      const s = await stat(path)
-      if (!s.isFile()) return
-      ctimeMs = s.ctimeMs
-    } catch {
-      return // gone again before it was looked at
+    if (ctimeMs === undefined) {
+      try {
+        const s = await stat(path)
+        if (!s.isFile()) return
+        ctimeMs = s.ctimeMs
+      } catch {
+        return // gone again before it was looked at
+      }
     }
     this.attribute({ key, ctimeMs, since })
   }
@@ -93,8 +95,6 @@ export class HostFileWatcher {
     }
     return null
   }
-
-
 
   private attribute(file: Pending): void {
     if (file.ctimeMs > this.ownership.latestEventMs && this.now() - file.since < PENDING_MS) {

@@ -48,14 +48,14 @@ const SELF = Symbol('the directory itself')
 type Mark = string | typeof WHOLE | typeof SELF
 
 /** What `path` is (a symlink followed, as ComfyUI does), `gone` when it is not there, `unknown` when it could not be told. */
-type Kind = { kind: 'file' | 'dir'; id: string } | { kind: 'gone' } | { kind: 'unknown' }
+type Kind = { kind: 'file'; id: string; ctimeMs: number } | { kind: 'dir'; id: string } | { kind: 'gone' } | { kind: 'unknown' }
 
 const GONE_CODES = new Set(['ENOENT', 'ENOTDIR', 'ELOOP'])
 
 async function kindOf(path: string): Promise<Kind> {
   try {
     const s = await stat(path)
-    if (s.isFile()) return { kind: 'file', id: `${s.dev}:${s.ino}` }
+    if (s.isFile()) return { kind: 'file', id: `${s.dev}:${s.ino}`, ctimeMs: s.ctimeMs }
     if (s.isDirectory()) return { kind: 'dir', id: `${s.dev}:${s.ino}` }
     return { kind: 'gone' } // a socket, a device: not an item
   } catch (err) {
@@ -75,11 +75,12 @@ export class TreeWatcher {
   private closed = false
 
   /**
-   * @param onFile every file that appears (`present`) or goes, by absolute path
+   * @param onFile every file that appears (`present`) or goes, by absolute path; with its ctime
+   *   when it was just looked at alone (a whole-directory read stats nothing)
    * @param label what the roots are, for the log
    */
   constructor(
-    private readonly onFile: (abs: string, present: boolean) => void,
+    private readonly onFile: (abs: string, present: boolean, ctimeMs?: number) => void,
     private readonly log: Pick<FastifyBaseLogger, 'warn'>,
     private readonly label = 'directory',
   ) {}
@@ -220,7 +221,7 @@ export class TreeWatcher {
     }
     if (found.kind === 'file' && !state.files.has(name)) {
       state.files.add(name)
-      this.onFile(path, true)
+      this.onFile(path, true, found.ctimeMs)
     } else if (found.kind === 'dir' && !state.dirs.has(name)) {
       state.dirs.add(name)
       await this.enter(path, new Set(), false)
