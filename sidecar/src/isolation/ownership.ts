@@ -53,7 +53,10 @@ const WINDOWS_KEPT = 512
 export class Ownership {
   private readonly promptsByOwner = new Map<string, Set<string>>()
   private readonly windows: RunWindow[] = []
+  /** files: grows whenever a file gains an owner or goes (filesVersion) */
   private version = 0
+  /** prompts: grows whenever a prompt is recorded (promptsVersion) */
+  private promptsSeq = 0
   /** prompt ids taken by a submission whose record is being stored */
   private readonly reserved = new Map<string, string>()
   /** folders with an upload under way, until when */
@@ -81,8 +84,6 @@ export class Ownership {
     this.promptsSeq++
     this.onChange()
   }
-
-  private promptsSeq = 0
 
   /** Moves whenever any owner's set of prompt ids changes (filters of /queue and /history name it in their memo). */
   get promptsVersion(): number {
