@@ -1,10 +1,7 @@
 /**
  * The password-hash worker: a child process of the sidecar that runs argon2
- * at the lowest CPU priority (SCHED_IDLE where `chrt` can set it, else nice 19),
- * so a login storm takes only the CPU nobody else wants: the decision path and
- * ComfyUI itself always run first. SCHED_IDLE because nice 19 still takes its
- * slice when it is running as a decision wakes: measured in a storm of 200
- * connections, another user's decision p99 was 5.2 ms at nice 19.
+ * at the lowest CPU priority (nice 19), so a login storm takes only the CPU
+ * nobody else wants: the decision path and ComfyUI itself always run first.
  *
  * On Linux a priority belongs to a thread: the worker lowers every thread it
  * has at start (libuv's pool, where argon2 runs, may already exist: the module
@@ -16,7 +13,6 @@
  * hashing itself failed. The worker never logs a password.
  */
 import argon2 from 'argon2'
-import { execFileSync } from 'node:child_process'
 import { readdirSync } from 'node:fs'
 import { setPriority } from 'node:os'
 
@@ -51,12 +47,6 @@ try {
   lowerPriority()
 } catch {
   // not permitted (some sandboxes): hashes then run at normal priority, still capped in number
-}
-try {
-  // every thread now; threads made later inherit the policy of the thread that makes them
-  execFileSync('chrt', ['--idle', '--all-tasks', '--pid', '0', String(process.pid)], { stdio: 'ignore', timeout: 2000 })
-} catch {
-  // no chrt (util-linux), or not permitted: nice 19 stays
 }
 
 async function answer(request: HashRequest): Promise<HashAnswer> {
