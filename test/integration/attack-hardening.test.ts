@@ -153,9 +153,21 @@ describe('hole 4: the last enabled admin survives parallel admin changes', () =>
           await registerAndLogin(h, `admin${i}`, { admin: root, role: 'admin' })
           names.push(`admin${i}`)
         }
-        // admin1's own session drives every request; a row never deletes admin1, so the bearer
-        // is still valid when each request is authenticated, whichever change runs first
+        // admin1's own session drives every request. A change that disables or demotes admin1
+        // revokes that session, so a request authenticated after it ran would rightly get 401.
+        // The hole is about changes that were both admitted: hold the admin-change queue shut
+        // until every request has passed authentication (and its password hash) and queued.
         const driver = await h.services.sessions.issue(h.services.users.byUsername('root-admin')!, false)
+        const users = h.services.users
+        const enqueue = users.serialised.bind(users)
+        let open!: () => void
+        void enqueue(() => new Promise<void>((resolve) => { open = resolve }))
+        let queued = 0
+        users.serialised = (change) => {
+          const run = enqueue(change)
+          if (++queued === changes.length) open()
+          return run
+        }
         const results = await Promise.all(changes.map((c) =>
           h.call(c.method, `/authsvc/api/users/${names[c.target - 1]}`, { headers: bearer(driver.token), ...(c.body ? { body: c.body } : {}) })))
         const ok = results.filter((r) => r.status === 200).length
