@@ -17,7 +17,6 @@ whole decision; under load the loop always has other work and never spins.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 import logging
 import os
@@ -27,7 +26,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from .protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode_frame, encode_json
+from .protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode_frame
 
 log = logging.getLogger("authsvc")
 
@@ -40,11 +39,13 @@ except (AttributeError, ValueError, OSError):
     _CLOCK_TICKS = 100
 # Host events kept while the sidecar is away (a restart): ownership of what ran meanwhile is not lost.
 _EVENT_BACKLOG = 10_000
-# Decisions kept for reuse (DecisionClient.decide): at most this many request descriptions, each
-# kept by a digest of its encoding, and none whose encoding is longer than _KEPT_DESCRIPTION_MAX
-# (a description of many repeated header lines is decided every time rather than held).
+# Decisions kept for reuse (DecisionClient.decide): at most this many request descriptions,
+# holding at most _KEPT_SIZE_MAX characters of them together, and none longer than
+# _KEPT_DESCRIPTION_MAX (a description of many repeated header lines is decided every time
+# rather than held).
 _KEPT_MAX = 4096
 _KEPT_DESCRIPTION_MAX = 16 * 1024
+_KEPT_SIZE_MAX = 8 * 1024 * 1024
 _KEPT_MS_MAX = 5000
 # what a decision kept for reuse may not carry: each needs the sidecar again for the same request
 _NOT_REUSABLE = ("need_body", "need_form", "ws_tag", "ws_entry", "body_replaced")
@@ -341,7 +342,8 @@ class DecisionClient:
         self._peer_of: _Connection | None = None
         self._peer_pid = None
         # pass decisions the sidecar allowed us to reuse, by the exact description they answered
-        self._kept: dict[bytes, tuple[dict[str, Any], float]] = {}
+        self._kept: dict[tuple[Any, ...], tuple[dict[str, Any], float, int]] = {}
+        self._kept_size = 0  # characters of the descriptions held in _kept
         self.epoch = 0
         # one more for every connection made: what a sidecar said under an earlier one is not reused
         self.generation = 0
@@ -415,7 +417,7 @@ class DecisionClient:
         if isinstance(epoch, int) and not isinstance(epoch, bool):
             # a forget read while this hello was answered may already name a newer epoch
             self.epoch = max(self.epoch, epoch)
-        self._kept.clear()
+        self._clear_kept()
         self.generation += 1
         self._conn = conn
         while self._backlog and not conn.closed:
@@ -435,19 +437,25 @@ class DecisionClient:
     def _lost(self, conn: _Connection) -> None:
         if self._conn is conn:
             self._conn = None
-            self._kept.clear()  # nothing decided by a sidecar we no longer hear is used again
+            self._clear_kept()  # nothing decided by a sidecar we no longer hear is used again
 
-    async def decide(self, description: dict[str, Any]) -> dict[str, Any]:
-        """The decision for a request description: a kept one when the sidecar said this very
-        description may reuse it (``cache`` of a pass) and neither its time ran out nor anything
-        it read changed since (``forget``); otherwise the sidecar's answer.
+    async def decide(
+        self,
+        fields: tuple[Any, ...],
+        size: int,
+        message: Callable[[tuple[Any, ...]], dict[str, Any]],
+        check: Callable[[dict[str, Any]], dict[str, Any]] = lambda answer: answer,
+    ) -> dict[str, Any]:
+        """The decision for a request: a kept one when the sidecar said this very description may
+        reuse it (``cache`` of a pass) and neither its time ran out nor anything it read changed
+        since (``forget``); otherwise the sidecar's answer to ``message(fields)``, once ``check``
+        accepts it (a kept answer was accepted when it came).
 
-        Reuse is keyed on the whole description as sent (method, path, query, matched route,
-        headers, peer, scheme), so a kept decision answers only a request the sidecar would
-        see as the same one. It needs a live connection: a lost sidecar drops them all."""
-        text = encode_json(description).encode("utf-8", "surrogatepass")
-        key = hashlib.blake2b(text, digest_size=32).digest() if len(text) <= _KEPT_DESCRIPTION_MAX else None
-        kept = self._kept.get(key) if key is not None else None
+        ``fields`` is the whole description as a tuple (method, path, query, matched route,
+        headers, peer, scheme), and reuse needs an equal tuple, so a kept decision answers only
+        a request the sidecar would see as the same one; ``size`` (characters) bounds what is
+        held. It needs a live connection: a lost sidecar drops them all."""
+        kept = self._kept.get(fields) if size <= _KEPT_DESCRIPTION_MAX else None
         if kept is not None:
             conn = self._conn
             if conn is not None and not conn.closed:
@@ -455,19 +463,19 @@ class DecisionClient:
                 # answer in the socket must end this decision before it is used again
                 while conn._receive() and not conn.closed:
                     pass
-            kept = self._kept.get(key)
+            kept = self._kept.get(fields)
             if kept is not None and kept[1] > time.monotonic() and self._conn is not None and not self._conn.closed:
                 return kept[0]
-            self._kept.pop(key, None)
+            self._drop_kept(fields)
         generation = self.generation
-        answer = await self.call(description)
+        answer = check(await self.call(message(fields)))
         cache = answer.get("cache")
         # kept only when answered on the connection it was asked on
-        if key is not None and cache is not None and answer.get("action") == "pass" and generation == self.generation:
-            self._keep(key, answer, cache)
+        if size <= _KEPT_DESCRIPTION_MAX and cache is not None and answer.get("action") == "pass" and generation == self.generation:
+            self._keep(fields, size, answer, cache)
         return answer
 
-    def _keep(self, key: bytes, answer: dict[str, Any], cache: Any) -> None:
+    def _keep(self, key: tuple[Any, ...], size: int, answer: dict[str, Any], cache: Any) -> None:
         if not isinstance(cache, dict):
             return
         ms, epoch = cache.get("ms"), cache.get("epoch")
@@ -481,16 +489,27 @@ class DecisionClient:
         spec = answer.get("filter")
         if spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("memo"), str)):
             return
-        if len(self._kept) >= _KEPT_MAX:
-            del self._kept[next(iter(self._kept))]
-        self._kept[key] = (answer, time.monotonic() + ms / 1000)
+        self._drop_kept(key)
+        while self._kept and (len(self._kept) >= _KEPT_MAX or self._kept_size + size > _KEPT_SIZE_MAX):
+            self._drop_kept(next(iter(self._kept)))
+        self._kept[key] = (answer, time.monotonic() + ms / 1000, size)
+        self._kept_size += size
+
+    def _drop_kept(self, key: tuple[Any, ...]) -> None:
+        entry = self._kept.pop(key, None)
+        if entry is not None:
+            self._kept_size -= entry[2]
+
+    def _clear_kept(self) -> None:
+        self._kept.clear()
+        self._kept_size = 0
 
     def _forget(self, message: dict[str, Any]) -> None:
         """forget from the sidecar: something decisions read changed; no kept decision is used again."""
         epoch = message.get("epoch")
         if isinstance(epoch, int) and epoch > self.epoch:
             self.epoch = epoch
-        self._kept.clear()
+        self._clear_kept()
 
     async def call(self, message: dict[str, Any], payload: bytes = b"") -> dict[str, Any]:
         """One exchange; the answer's payload, if any, is dropped (see ``exchange``)."""

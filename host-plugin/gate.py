@@ -41,8 +41,11 @@ _WS_KEY = "authsvc_ws"
 _WS_ENTRY_KEY = "authsvc_ws_entry"
 
 
-def describe(request: web.Request) -> dict[str, Any]:
-    """The request description of the protocol (shared/protocol.json)."""
+def description_fields(request: web.Request) -> tuple[tuple[Any, ...], int]:
+    """The request description (shared/protocol.json) as a tuple of its fields, in the order of
+    ``described``, and the number of characters of its text fields. The tuple is what a kept
+    decision is found by: two requests with equal tuples have equal descriptions, so building
+    and encoding the description waits until the sidecar is really asked."""
     match_info = request.match_info
     resource = match_info.route.resource
     if resource is None:
@@ -50,13 +53,14 @@ def describe(request: web.Request) -> dict[str, Any]:
         http_exception = getattr(match_info, "http_exception", None)
         route_status = http_exception.status if http_exception is not None else 404
     else:
-        kind = "static" if isinstance(resource, web.StaticResource) else "route"
-        route = {"pattern": resource.canonical, "kind": kind}
+        route = (resource.canonical, "static" if isinstance(resource, web.StaticResource) else "route")
         route_status = 200
     headers: dict[str, str] = {}
+    size = 0
     for name, value in request.headers.items():  # one pass: a request has fewer headers than the list
         lower = name.lower()
         if lower in _WANTED_HEADERS:
+            size += len(lower) + len(value)
             if lower not in headers:
                 headers[lower] = value
             else:
@@ -64,18 +68,32 @@ def describe(request: web.Request) -> dict[str, Any]:
                 # appended X-Forwarded-For line must never hide behind the client's first one
                 headers[lower] = f"{headers[lower]}{'; ' if lower == 'cookie' else ', '}{value}"
     rel_url = request.rel_url
+    path, query = rel_url.raw_path, rel_url.raw_query_string
+    fields = (request.method, path, query, route, route_status, tuple(match_info.items()), tuple(headers.items()),
+              request.remote or "", request.scheme)
+    return fields, size + len(path) + len(query)
+
+
+def described(fields: tuple[Any, ...]) -> dict[str, Any]:
+    """The description message of ``description_fields``."""
+    method, path, query, route, route_status, match_info, headers, peer, scheme = fields
     return {
         "type": "decide",
-        "method": request.method,
-        "path": rel_url.raw_path,
-        "query": rel_url.raw_query_string,
-        "route": route,
+        "method": method,
+        "path": path,
+        "query": query,
+        "route": None if route is None else {"pattern": route[0], "kind": route[1]},
         "route_status": route_status,
         "match_info": dict(match_info),
-        "headers": headers,
-        "peer": request.remote or "",
-        "scheme": request.scheme,
+        "headers": dict(headers),
+        "peer": peer,
+        "scheme": scheme,
     }
+
+
+def describe(request: web.Request) -> dict[str, Any]:
+    """The request description of the protocol (shared/protocol.json)."""
+    return described(description_fields(request)[0])
 
 
 def _replace_headers(request: web.Request, headers: CIMultiDict) -> bool:
@@ -159,6 +177,10 @@ def checked(answer: dict[str, Any], step: str) -> dict[str, Any]:
     return answer
 
 
+def _checked_decide(answer: dict[str, Any]) -> dict[str, Any]:
+    return checked(answer, "decide")
+
+
 def respond(decision: dict[str, Any]) -> web.Response:
     headers = CIMultiDict()
     raw_headers = decision.get("headers") or {}
@@ -201,7 +223,8 @@ class Gate:
 
     async def handle(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            decision = checked(await self.client.decide(describe(request)), "decide")
+            fields, size = description_fields(request)
+            decision = await self.client.decide(fields, size, described, _checked_decide)
             if REFUSALS.cause is not None:
                 REFUSALS.recovered()
             action = decision.get("action")

@@ -6,6 +6,8 @@ import socket
 import time
 import unittest
 
+from multidict import CIMultiDict
+
 from .support import PluginCase, Stack, assert_unavailable, plugin_module
 
 _SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)
@@ -67,6 +69,45 @@ class Reuse(PluginCase):
             status, _, _ = await s.request(method, path, headers=headers)
             self.assertEqual(status, 200, label)
             self.assertEqual(len(s.fake.decides()) - before, 1 if asks else 0, label)
+
+
+class KeptBounds(PluginCase):
+    """What is held stays bounded: a description over the per-request bound is decided every time,
+    and past the bound of all descriptions held together the least recently kept goes first."""
+
+    @staticmethod
+    def cookies(mark: str, total: int) -> CIMultiDict:
+        # several Cookie lines (aiohttp caps one line near 8 KB); the description joins them into one
+        lines, size = CIMultiDict(), 0
+        while size < total:
+            value = f"{mark}{size}=" + "x" * min(4000, total - size)
+            lines.add("Cookie", value)
+            size += len(value)
+        return lines
+
+    async def test_a_description_over_the_size_bound_is_decided_every_time(self) -> None:
+        s = await self.start(answer(KEEP))
+        bound = s.plugin.decision_client._KEPT_DESCRIPTION_MAX
+        rows = [("just under the bound", self.cookies("a", bound - 200), 1), ("over the bound", self.cookies("b", bound + 10), 2)]
+        for label, headers, asked in rows:
+            before = len(s.fake.decides())
+            for _ in range(2):
+                status, _, _ = await s.get("/prompt", headers=headers)
+                self.assertEqual(status, 200, label)
+            self.assertEqual(len(s.fake.decides()) - before, asked, label)
+
+    async def test_past_the_bound_of_all_held_the_least_recently_kept_goes_first(self) -> None:
+        s = await self.start(answer(KEEP))
+        module = s.plugin.decision_client
+        module._KEPT_SIZE_MAX = 40_000  # ten descriptions of about 4 KB each
+        users = [self.cookies(f"u{i}-", 3800) for i in range(11)]
+        for headers in users:
+            await s.get("/prompt", headers=headers)
+        self.assertEqual(len(s.fake.decides()), 11)
+        await s.get("/prompt", headers=users[10])
+        self.assertEqual(len(s.fake.decides()), 11, "the last one kept is still held")
+        await s.get("/prompt", headers=users[0])
+        self.assertEqual(len(s.fake.decides()), 12, "the first one kept went to make room")
 
 
 class KeptFilter(PluginCase):
