@@ -156,20 +156,25 @@ describe('hole 4: the last enabled admin survives parallel admin changes', () =>
         // admin1's own session drives every request. A change that disables or demotes admin1
         // revokes that session, so a request authenticated after it ran would rightly get 401.
         // The hole is about changes that were both admitted: hold the admin-change queue shut
-        // until every request has passed authentication (and its password hash) and queued.
+        // until every request has passed authentication (and its password hash) and queued, or
+        // was answered without queueing (then the assertions below say so, rather than a hang).
         const driver = await h.services.sessions.issue(h.services.users.byUsername('root-admin')!, false)
         const users = h.services.users
         const enqueue = users.serialised.bind(users)
         let open!: () => void
         void enqueue(() => new Promise<void>((resolve) => { open = resolve }))
         let queued = 0
+        let answered = 0
+        const openOnceAllIn = () => { if (queued + answered === changes.length) open() }
         users.serialised = (change) => {
           const run = enqueue(change)
-          if (++queued === changes.length) open()
+          queued++
+          openOnceAllIn()
           return run
         }
         const results = await Promise.all(changes.map((c) =>
-          h.call(c.method, `/authsvc/api/users/${names[c.target - 1]}`, { headers: bearer(driver.token), ...(c.body ? { body: c.body } : {}) })))
+          h.call(c.method, `/authsvc/api/users/${names[c.target - 1]}`, { headers: bearer(driver.token), ...(c.body ? { body: c.body } : {}) })
+            .finally(() => { answered++; openOnceAllIn() })))
         const ok = results.filter((r) => r.status === 200).length
         assert.equal(ok, changes.length - 1, JSON.stringify(results.map((r) => [r.status, r.body.code])))
         const refused = results.filter((r) => r.status !== 200)
