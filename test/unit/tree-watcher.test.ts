@@ -133,6 +133,26 @@ describe('TreeWatcher', () => {
     await reported('later/models/m.safetensors')
   })
 
+  it('images written into the parent of roots waited for cost one look each, not one per root (ComfyUI\'s output/checkpoints, output/loras, ...)', async () => {
+    const missing = ['checkpoints', 'clip', 'vae', 'diffusion_models', 'loras']
+    await watcher.add(root, { quiet: true })
+    for (const name of missing) await watcher.add(join(root, name), { quiet: true })
+    const before = watcher.looks
+    for (let i = 0; i < 20; i++) {
+      const file = join(root, `img_${i}.png`)
+      writeFileSync(file, 'x')
+      for (let k = 0; k < 5; k++) appendFileSync(file, 'more') // an image being written: 'change' events
+    }
+    await marker()
+    for (let i = 0; i < 20; i++) assert.equal(count(`output/img_${i}.png`, true), 1)
+    // one stat per new file (and the marker); a wait re-armed on every event would add about 3 per root per event
+    assert.ok(watcher.looks - before <= 21, `${watcher.looks - before} stats for 21 new files`)
+    // and a root waited for is still seen when it appears
+    mkdirSync(join(root, 'loras'))
+    writeFileSync(join(root, 'loras', 'style.safetensors'), 'x')
+    await reported('output/loras/style.safetensors')
+  })
+
   it('a symlink loop is entered once; a symlinked file counts as a file', async () => {
     mkdirSync(join(root, 'a'))
     symlinkSync(join(root, 'a'), join(root, 'a', 'loop'))

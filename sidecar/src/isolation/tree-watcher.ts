@@ -26,7 +26,7 @@
  */
 import { watch, type FSWatcher } from 'node:fs'
 import { readdir, stat } from 'node:fs/promises'
-import { basename, dirname, join } from 'node:path'
+import { basename, dirname, join, relative, sep } from 'node:path'
 import type { FastifyBaseLogger } from 'fastify'
 
 /** Per watched directory: what it held at its last look, its identity and its watcher. */
@@ -73,6 +73,8 @@ export class TreeWatcher {
   /** every add and every batch, one after another */
   private chain: Promise<void> = Promise.resolve()
   private closed = false
+  /** stats made so far (what a change costs, for tests and benches) */
+  looks = 0
 
   /**
    * @param onFile every file that appears (`present`) or goes, by absolute path; with its ctime
@@ -94,6 +96,11 @@ export class TreeWatcher {
     return this.serially(() => this.addNow(root, options.quiet === true))
   }
 
+  private kind(path: string): Promise<Kind> {
+    this.looks++
+    return kindOf(path)
+  }
+
   private serially(step: () => Promise<void>): Promise<void> {
     const next = this.chain.then(step, step)
     this.chain = next.catch((err: unknown) => this.log.warn({ err }, `${this.label} watcher step failed`))
@@ -107,15 +114,28 @@ export class TreeWatcher {
     if (this.dirs.has(root) || this.closed) return
     let parent = dirname(root)
     for (;;) {
-      if ((await kindOf(parent)).kind === 'dir') break
+      if ((await this.kind(parent)).kind === 'dir') break
       const up = dirname(parent)
       if (up === parent) return
       parent = up
     }
     if (this.closed) return
+    // Only an entry of the name on the way to the root appearing there matters (or the parent
+    // itself going, reported under its own name): the parent may be a busy folder (ComfyUI
+    // names output/checkpoints and output/loras as model folders, which rarely exist), where
+    // every image written must not cost a look at each root waited for.
+    const next = relative(parent, root).split(sep)[0]
+    const self = basename(parent)
     let waiting: FSWatcher
     try {
-      waiting = watch(parent, { persistent: false }, () => {
+      waiting = watch(parent, { persistent: false }, (event, name) => {
+        if (typeof name === 'string' && name !== '' && (event !== 'rename' || (name !== next && name !== self))) return
+        if (!this.waiting.delete(waiting)) return
+        waiting.close()
+        void this.add(root)
+      })
+      // a dead wait: looked at again from scratch (the parent may have gone)
+      waiting.on('error', () => {
         if (!this.waiting.delete(waiting)) return
         waiting.close()
         void this.add(root)
@@ -126,7 +146,7 @@ export class TreeWatcher {
       return
     }
     // made while the wait was being set up: no event will say so
-    if ((await kindOf(root)).kind === 'dir' && this.waiting.delete(waiting)) {
+    if ((await this.kind(root)).kind === 'dir' && this.waiting.delete(waiting)) {
       waiting.close()
       await this.enter(root, new Set(), false)
     }
@@ -135,7 +155,7 @@ export class TreeWatcher {
   /** Reads `dir` and everything under it; `quiet`: its files are not reported. */
   private async enter(dir: string, seen: Set<string>, quiet: boolean): Promise<void> {
     if (this.closed || this.dirs.has(dir)) return
-    const found = await kindOf(dir)
+    const found = await this.kind(dir)
     if (this.closed || this.dirs.has(dir) || found.kind !== 'dir' || seen.has(found.id)) return
     seen.add(found.id)
     const state: DirState = { files: new Set(), dirs: new Set(), id: found.id, watcher: null }
@@ -176,7 +196,7 @@ export class TreeWatcher {
         if (e.isFile()) files.add(e.name)
         else if (e.isDirectory()) dirs.add(e.name)
         else if (e.isSymbolicLink()) {
-          const kind = await kindOf(join(dir, e.name))
+          const kind = await this.kind(join(dir, e.name))
           if (kind.kind === 'file') files.add(e.name)
           else if (kind.kind === 'dir') dirs.add(e.name)
           else if (kind.kind === 'unknown') {
@@ -210,7 +230,7 @@ export class TreeWatcher {
 
   /** One entry of the directory, as it is now. */
   private async look(dir: string, state: DirState, name: string): Promise<void> {
-    const found: Kind = name === '.git' ? { kind: 'gone' } : await kindOf(join(dir, name))
+    const found: Kind = name === '.git' ? { kind: 'gone' } : await this.kind(join(dir, name))
     if (this.closed || found.kind === 'unknown' || this.dirs.get(dir) !== state) return
     const path = join(dir, name)
     if (found.kind !== 'file' && state.files.delete(name)) this.onFile(path, false)
@@ -230,7 +250,7 @@ export class TreeWatcher {
 
   /** Is the directory still there, and the same one? If not it is dropped; a root is waited for again. */
   private async checkSelf(dir: string, state: DirState): Promise<boolean> {
-    const found = await kindOf(dir)
+    const found = await this.kind(dir)
     if (this.closed || this.dirs.get(dir) !== state) return false
     if (found.kind === 'unknown' || (found.kind === 'dir' && found.id === state.id)) return true
     this.drop(dir)
