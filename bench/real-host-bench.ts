@@ -13,16 +13,23 @@
  *
  * Figures per layout, a non-admin user with an API token, keep-alive (wrk):
  * - GET /prompt at 1 connection: added p50 and p99; at 32 connections: req/s ratio;
- * - GET /object_info (about 320 KB) at 1 connection: p50 ratio, for that user and for `intern`,
- *   a user whose role lacks can_view_all_comfyui_items and who was granted one checkpoint
- *   (issue 11: every model list filtered to the grants);
+ * - GET /object_info (about 320 KB), one request at a time, the hosts interleaved request by
+ *   request (BENCH_REAL_OBJECT_INFO_TURNS each per round): p50 ratio (the median of per-turn
+ *   ratios, each request against the bare one next to it in time), for that user and for
+ *   `intern`, a user whose role lacks can_view_all_comfyui_items and who was granted one
+ *   checkpoint (issue 11: every model list filtered to the grants). Rounds of 3 s of wrk per
+ *   host put seconds between the two sides of a ratio, and this VM's speed drifts by more than
+ *   3 % within seconds;
  * - GET /history with 200 entries (tiny prompts EmptyImage → SaveImage queued
  *   through the gate as that user; on the bare host the same 200 queued
  *   directly): p50 of the user's filtered history against the bare one;
  * - a CPU-bound prompt (EmptyImage 3072×3072 batch 3 → SaveImage) run to
  *   completion while the client polls GET /queue 20 times a second (through
  *   the gate, or bare): its execution time by the host's own timestamps
- *   (execution_start → execution_success), gated / bare.
+ *   (execution_start → execution_success), gated / bare. After each prompt the host is told to
+ *   collect its garbage now (POST /free {"unload_models": true}, which keeps its cache) and the
+ *   next prompt waits until every host is quiet: ComfyUI collects 10 s after a prompt, which
+ *   otherwise lands in whichever host's prompt runs then (on one core, 5-25 % of it).
  * Once: the CPU the plugin and the sidecar use over 10 idle seconds (utime +
  * stime from /proc: the sidecar and its workers, and ComfyUI's event-loop thread,
  * where the plugin runs, minus that thread of the bare host).
@@ -44,6 +51,7 @@
  * Ends with one PASS/FAIL line per target; exits 1 when a target is missed.
  */
 import { execFileSync } from 'node:child_process'
+import { Agent, get } from 'node:http'
 import { readFileSync, readdirSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../test/helpers/real-host.js'
@@ -53,6 +61,8 @@ import { ensureWrk, median, printVerdicts, wrk, type Verdict, type WrkResult } f
 const SECONDS = Number(process.env.BENCH_REAL_SECONDS ?? 3)
 const ROUNDS = Number(process.env.BENCH_REAL_ROUNDS ?? 5)
 const PROMPT_ROUNDS = Number(process.env.BENCH_REAL_PROMPT_ROUNDS ?? 9)
+/** /object_info requests per host per round, interleaved host by host */
+const OBJECT_INFO_TURNS = Number(process.env.BENCH_REAL_OBJECT_INFO_TURNS ?? 40)
 const AIOHTTP = (process.env.BENCH_REAL_AIOHTTP ?? '3.8') as AiohttpVersion
 /** the package the `gated` host loads: this checkout, or a snapshot of it (BENCH_REAL_PACKAGE) */
 const PACKAGE = process.env.BENCH_REAL_PACKAGE
@@ -127,6 +137,8 @@ interface Host {
   host: RealHost
   /** what the bench user sends (an API token on the gated host; the same header on the bare one, which ignores it) */
   headers: Record<string, string>
+  /** what an admin sends (POST /free is for admins) */
+  adminHeaders: Record<string, string>
 }
 
 async function must(res: Response, what: string): Promise<any> {
@@ -189,7 +201,11 @@ async function cpuBoundPrompt(h: Host, color: number): Promise<number> {
     next += 50
     await sleep(Math.max(0, next - performance.now()))
   }
-  return executionMs(h, id)
+  const ms = await executionMs(h, id)
+  // ComfyUI collects garbage 10 s after a prompt, on whatever core: now, before the next host's prompt
+  const res = await fetch(`${h.host.url}/free`, { method: 'POST', headers: { ...h.adminHeaders, 'Content-Type': 'application/json' }, body: JSON.stringify({ unload_models: true }) })
+  await must(res, `${h.name} POST /free`)
+  return ms
 }
 
 // ---------------------------------------------------------------------------------------
@@ -197,8 +213,9 @@ async function cpuBoundPrompt(h: Host, color: number): Promise<number> {
 interface Figures {
   c1: WrkResult[]
   c32: WrkResult[]
-  objectInfo: WrkResult[]
-  objectInfoIntern: WrkResult[]
+  /** ms of every request, interleaved host by host: entry i of every host was taken in the same turn */
+  objectInfo: number[]
+  objectInfoIntern: number[]
   history: WrkResult[]
   prompt: number[]
   /** CPU of the host's process group (ComfyUI, sidecar, workers) per request, µs: less noisy than time on a shared machine */
@@ -229,6 +246,50 @@ async function measured(h: Host, path: string, connections: number, headers: str
     return (ticks / TICKS_PER_SECOND) * 1e6 / Math.max(1, result.requests)
   }
   return [result, perRequest(() => true), perRequest((pid) => pid !== hostPid)]
+}
+
+/**
+ * GET `path` on every host in turn, `count` times each (the order rotating every turn), over one
+ * keep-alive connection per host: each host's latencies (ms, request sent to body read) and the CPU
+ * µs per request its process group spent meanwhile. A round of wrk per host compares hosts seconds
+ * apart; this compares them one request apart, so the drift of a shared machine (other tenants,
+ * the clock) falls on every host alike.
+ */
+async function interleaved(hosts: Host[], path: string, headersOf: (h: Host) => Record<string, string>, count: number): Promise<Map<string, { ms: number[]; cpu: number }>> {
+  const agents = hosts.map(() => new Agent({ keepAlive: true, maxSockets: 1 }))
+  const once = (i: number): Promise<number> => new Promise((resolve, reject) => {
+    const h = hosts[i]
+    const started = performance.now()
+    get(`${h.host.url}${path}`, { agent: agents[i], headers: headersOf(h) }, (res) => {
+      if (res.statusCode !== 200) reject(new Error(`${h.name} GET ${path}: ${res.statusCode}`))
+      res.on('data', () => {})
+      res.on('end', () => resolve(performance.now() - started))
+      res.on('error', reject)
+    }).on('error', reject)
+  })
+  try {
+    for (let i = 0; i < hosts.length; i++) await once(i) // the connections, and a warm answer
+    const groups = hosts.map((h) => group(h.host.host.pid!))
+    const before = groups.map((g) => cpuTicks(g))
+    const ms: number[][] = hosts.map(() => [])
+    for (let turn = 0; turn < count; turn++) {
+      for (const i of rotation(hosts.map((_, k) => k), turn)) ms[i].push(await once(i))
+    }
+    const after = groups.map((g) => cpuTicks(g))
+    return new Map(hosts.map((h, i) => [h.name, { ms: ms[i], cpu: ((sumTicks(after[i]) - sumTicks(before[i])) / TICKS_PER_SECOND) * 1e6 / count }]))
+  } finally {
+    for (const a of agents) a.destroy()
+  }
+}
+
+/** Waits until no host's processes used more than a tick of CPU over 250 ms (at most 15 s): work left over from one host's prompt (its garbage collection, a sidecar's writes) must not fall into another's. */
+async function quiet(hosts: Host[]): Promise<void> {
+  const all = () => sumTicks(cpuTicks(hosts.flatMap((h) => group(h.host.host.pid!))))
+  for (const until = Date.now() + 15_000; Date.now() < until;) {
+    const before = all()
+    await sleep(250)
+    if (all() - before <= 1) return
+  }
 }
 
 interface Variant {
@@ -286,9 +347,11 @@ async function main(): Promise<void> {
     const users = await Promise.all(gatedHosts.map((h) => benchUser(h.url)))
     const tokens = users.map((u) => u.token)
     const internTokens = new Map<string, string>()
-    const bare: Host = { name: 'bare', host: realHosts[0], headers: { Authorization: `Bearer ${tokens[0]}` } }
+    const bare: Host = { name: 'bare', host: realHosts[0], headers: { Authorization: `Bearer ${tokens[0]}` }, adminHeaders: {} }
     internTokens.set('bare', users[0].intern)
-    const gated: Host[] = gatedHosts.map((h, i) => ({ name: i === 0 ? 'gated' : compared[i - 1].name, host: h, headers: { Authorization: `Bearer ${tokens[i]}` } }))
+    const gated: Host[] = gatedHosts.map((h, i) => ({
+      name: i === 0 ? 'gated' : compared[i - 1].name, host: h, headers: { Authorization: `Bearer ${tokens[i]}` }, adminHeaders: { Authorization: `Bearer ${users[i].admin}` },
+    }))
     for (const [i, h] of gated.entries()) internTokens.set(h.name, users[i].intern)
     const hosts = [bare, ...gated]
     const wrkHeaders = (h: Host) => [`Authorization: ${h.headers.Authorization}`]
@@ -360,12 +423,14 @@ async function main(): Promise<void> {
           f.c32.push(c32)
           f.cpuC32.push(cpuC32)
         })
-        await each(async (h, f) => {
-          const [result, cpu] = await measured(h, '/object_info', 1, wrkHeaders(h))
-          f.objectInfo.push(result)
-          f.cpuObjectInfo.push(cpu)
-        })
-        await each(async (h, f) => void f.objectInfoIntern.push(await wrk(`${h.host.url}/object_info`, 1, [`Authorization: Bearer ${internTokens.get(h.name)}`], SECONDS)))
+        const oi = await interleaved(order, '/object_info', (h) => h.headers, OBJECT_INFO_TURNS)
+        const oiIntern = await interleaved(order, '/object_info', (h) => ({ Authorization: `Bearer ${internTokens.get(h.name)}` }), OBJECT_INFO_TURNS)
+        for (const h of hosts) {
+          const f = figures[layout].get(h.name)!
+          f.objectInfo.push(...oi.get(h.name)!.ms)
+          f.cpuObjectInfo.push(oi.get(h.name)!.cpu)
+          f.objectInfoIntern.push(...oiIntern.get(h.name)!.ms)
+        }
         await each(async (h, f) => void f.history.push(await wrk(`${h.host.url}/history`, 1, wrkHeaders(h), SECONDS)))
       }
     }
@@ -377,6 +442,7 @@ async function main(): Promise<void> {
         setLayout(layout)
         for (let round = 0; round < PROMPT_ROUNDS; round++) {
           for (const h of rotation(hosts, round)) {
+            await quiet(hosts)
             const pid = h.host.host.pid!
             const side = () => sumTicks(cpuTicks(group(pid).filter((p) => p !== pid))) + sumTicks(cpuTicks([pid], pid))
             const before = side()
@@ -408,14 +474,16 @@ async function main(): Promise<void> {
     }
     for (const layout of layouts) {
       const fs = hosts.map((h) => figures[layout].get(h.name)!)
-      const m = (key: 'c1' | 'c32' | 'objectInfo' | 'objectInfoIntern' | 'history', field: keyof WrkResult) => fs.map((f) => f[key].map((r) => r[field]))
+      const m = (key: 'c1' | 'c32' | 'history', field: keyof WrkResult) => fs.map((f) => f[key].map((r) => r[field]))
       console.log(`\nreal ComfyUI 0.3.64 (aiohttp ${AIOHTTP}), ${LAYOUT_NAMES[layout]}; wrk ${SECONDS}s x ${ROUNDS} alternating rounds; medians, and each variant against bare as the median of its per-round differences or ratios`)
       console.log(header)
       const p50 = row('GET /prompt p50, 1 connection', m('c1', 'p50'), 'ms', 'added')
       const p99 = row('GET /prompt p99, 1 connection', m('c1', 'p99'), 'ms', 'added')
       const rps = row('GET /prompt, 32 connections', m('c32', 'rps'), 'req/s', 'ratio')
-      const oi = row('GET /object_info p50, 1 connection', m('objectInfo', 'p50'), 'ms', 'ratio')
-      const oiIntern = row('GET /object_info p50, model grants (intern)', m('objectInfoIntern', 'p50'), 'ms', 'ratio')
+      // p50 of each host's requests; against bare: the median of per-turn ratios (a request against
+      // the bare one next to it in time)
+      const oi = row(`GET /object_info p50, interleaved (${ROUNDS}x${OBJECT_INFO_TURNS})`, fs.map((f) => f.objectInfo), 'ms', 'ratio')
+      const oiIntern = row('GET /object_info p50, model grants (intern)', fs.map((f) => f.objectInfoIntern), 'ms', 'ratio')
       row(`GET /history (${HISTORY_ENTRIES} entries, non-admin) p50`, m('history', 'p50'), 'ms', 'ratio')
       row('host+sidecar CPU per request, 1 connection', fs.map((f) => f.cpuC1), 'us', 'added')
       row('host+sidecar CPU per request, 32 connections', fs.map((f) => f.cpuC32), 'us', 'added')
@@ -471,7 +539,7 @@ const MODELS = ['checkpoints/bench-granted.safetensors', 'checkpoints/bench-othe
  * `intern`, whose role lacks can_view_all_comfyui_items, granted one checkpoint; their API
  * tokens. On the bare host the tokens are sent too (and ignored).
  */
-async function benchUser(url: string): Promise<{ token: string; intern: string }> {
+async function benchUser(url: string): Promise<{ token: string; intern: string; admin: string }> {
   const post = async (path: string, body: object, headers: Record<string, string> = {}) =>
     must(await fetch(`${url}${path}`, {
       method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json', ...headers }, body: JSON.stringify(body),
@@ -500,6 +568,7 @@ async function benchUser(url: string): Promise<{ token: string; intern: string }
   return {
     token: (await post('/authsvc/generate_token', { username: 'bench', password: PASSWORD, label: 'bench' })).token as string,
     intern: (await post('/authsvc/generate_token', { username: 'intern', password: PASSWORD, label: 'bench' })).token as string,
+    admin: (await post('/authsvc/generate_token', { username: 'root', password: PASSWORD, label: 'bench' })).token as string,
   }
 }
 
