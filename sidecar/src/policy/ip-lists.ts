@@ -59,7 +59,7 @@ export class IpListGate implements IpGate {
     const permanent = lists.blacklist.filter((e) => e.expires_at_iso === undefined).map((e) => e.ip)
     const temporary = lists.blacklist
       .filter((e) => e.expires_at_iso !== undefined)
-      .map((e) => ({ set: new IpSet([e.ip]), until: Date.parse(e.expires_at_iso as string) }))
+      .map((e) => ({ set: new IpSet([e.ip], false), until: Date.parse(e.expires_at_iso as string) }))
     return { whitelist: new IpSet(lists.whitelist), permanent: new IpSet(permanent), temporary }
   }
 }
