@@ -41,13 +41,43 @@ _WS_KEY = "authsvc_ws"
 _WS_ENTRY_KEY = "authsvc_ws_entry"
 
 
+# description_fields results by what they are computed from (see there); at most this many,
+# none from more than _RAW_MEMO_CHARS characters of header lines
+_RAW_MEMO: dict[tuple[Any, ...], tuple[tuple[Any, ...], int]] = {}
+_RAW_MEMO_MAX = 512
+_RAW_MEMO_CHARS = 16 * 1024
+
+
 def description_fields(request: web.Request) -> tuple[tuple[Any, ...], int]:
     """The request description (shared/protocol.json) as a tuple of its fields, in the order of
     ``described``, and the number of characters of its text fields. The tuple is what a kept
     decision is found by: two requests with equal tuples have equal descriptions, so building
-    and encoding the description waits until the sidecar is really asked."""
+    and encoding the description waits until the sidecar is really asked.
+
+    The fields are a function of the method, the raw path and query, the matched route, the
+    header lines as received, the peer and the scheme; a client on a keep-alive connection
+    sends the very same lines again and again, so the result is remembered by those (the
+    header loop below was a third of the gate's own Python per request)."""
     match_info = request.match_info
     resource = match_info.route.resource
+    rel_url = request.rel_url
+    raw_headers = request.raw_headers
+    raw_key = None
+    if resource is not None:  # an unmatched path has a new route object every time
+        raw_key = (request.method, rel_url.raw_path, rel_url.raw_query_string, match_info.route, raw_headers,
+                   request.remote, request.scheme)
+        found = _RAW_MEMO.get(raw_key)
+        if found is not None:
+            return found
+    result = _description_fields(request, match_info, resource)
+    if raw_key is not None and sum(len(k) + len(v) for k, v in raw_headers) <= _RAW_MEMO_CHARS:
+        if len(_RAW_MEMO) >= _RAW_MEMO_MAX:
+            _RAW_MEMO.clear()
+        _RAW_MEMO[raw_key] = result
+    return result
+
+
+def _description_fields(request: web.Request, match_info: Any, resource: Any) -> tuple[tuple[Any, ...], int]:
     if resource is None:
         route = None
         http_exception = getattr(match_info, "http_exception", None)

@@ -132,3 +132,42 @@ class Description(PluginCase):
         self.assertEqual(response.status, 200)
         d = self.s.fake.decides()[-1]
         self.assertTrue(d["headers"]["user-agent"].startswith("caf"))
+
+    async def test_a_remembered_description_is_the_description_of_exactly_those_header_lines(self) -> None:
+        """The fields are remembered by the raw header lines (keep-alive clients repeat them); every
+        row is a request whose lines differ from the one before, and each must be described as sent,
+        also after a request that looked the same but for one line, and after the memo started over."""
+        rows = [
+            ([b"Authorization: Bearer a"], {"authorization": "Bearer a"}),
+            ([b"Authorization: Bearer a"], {"authorization": "Bearer a"}),
+            ([b"Authorization: Bearer b"], {"authorization": "Bearer b"}),
+            ([b"Authorization: Bearer a", b"X-Forwarded-For: 10.0.0.1"], {"authorization": "Bearer a", "x-forwarded-for": "10.0.0.1"}),
+            ([b"Authorization: Bearer a", b"X-Forwarded-For: 10.0.0.1", b"X-Forwarded-For: 10.0.0.2"],
+             {"authorization": "Bearer a", "x-forwarded-for": "10.0.0.1, 10.0.0.2"}),
+            ([b"Authorization: Bearer a", b"X-Forwarded-For: 10.0.0.1"], {"authorization": "Bearer a", "x-forwarded-for": "10.0.0.1"}),
+            ([b"Authorization: Bearer a", b"X-Unknown: 1"], {"authorization": "Bearer a"}),
+            ([b"Authorization: Bearer a", b"Cookie: s=1", b"Cookie: t=2"], {"authorization": "Bearer a", "cookie": "s=1; t=2"}),
+            ([b"Authorization: Bearer a"], {"authorization": "Bearer a"}),
+            ([], {}),
+        ]
+
+        async def described_lines(lines: list[bytes], path: bytes = b"/prompt") -> dict:
+            head = b"GET " + path + b" HTTP/1.1\r\nHost: t\r\n" + b"".join(line + b"\r\n" for line in lines)
+            response = await raw_http(self.s.port, head + b"Connection: close\r\n\r\n")
+            self.assertEqual(response.status, 200)
+            return self.s.fake.decides()[-1]
+
+        for round_ in range(2):
+            for i, (lines, expected) in enumerate(rows):
+                d = await described_lines(lines)
+                got = {k: v for k, v in d["headers"].items() if k not in ("host", "connection")}
+                self.assertEqual(got, expected, f"round {round_}, row {i}: {lines}")
+                self.assertEqual((d["path"], d["query"]), ("/prompt", ""))
+            # the same lines on other paths and queries are other descriptions
+            for target, query in ((b"/queue?x=1", "x=1"), (b"/queue?x=2", "x=2"), (b"/queue", ""), (b"/queue?x=1", "x=1")):
+                d = await described_lines(rows[0][0], target)
+                self.assertEqual((d["path"], d["query"], d["route"]["pattern"]), ("/queue", query, "/queue"))
+            # many different clients: the memo starts over, and the answers stay right
+            for n in range(600):
+                d = await described_lines([b"Authorization: Bearer n%d" % n])
+                self.assertEqual(d["headers"]["authorization"], f"Bearer n{n}")
