@@ -23,10 +23,15 @@
  * - GET /history with 200 entries (tiny prompts EmptyImage → SaveImage queued
  *   through the gate as that user; on the bare host the same 200 queued
  *   directly): p50 of the user's filtered history against the bare one;
- * - a CPU-bound prompt (EmptyImage 3072×3072 batch 3 → SaveImage) run to
- *   completion while the client polls GET /queue 20 times a second (through
- *   the gate, or bare): its execution time by the host's own timestamps
- *   (execution_start → execution_success), gated / bare. After each prompt the host is told to
+ * - CPU-bound prompts run to completion while the client polls GET /queue 20 times a second
+ *   (through the gate, or bare): their execution time by the host's own timestamps
+ *   (execution_start → execution_success), gated / bare. Two prompts, each in every round:
+ *   `compute` (EmptyImage 512×512 batch 6 → ImageBlur radius 10 → SaveImage: a convolution, the
+ *   kind of work sampling is, about 1.7 s; judged) and `memory` (EmptyImage 3072×3072 batch 3 →
+ *   SaveImage, the issue's example: mostly first touches of about 700 MB of new memory and a PNG
+ *   encoding; printed, not judged: on a bare ComfyUI alone it took 1.2 to 2.3 s from run to run
+ *   on this VM, with its CPU time as long as its wall time, while the compute prompt varied by
+ *   ±3 %, so a 3 % target cannot be judged on it in a bench's nine rounds). After each prompt the host is told to
  *   collect its garbage now (POST /free {"unload_models": true}, which keeps its cache) and the
  *   next prompt waits until every host is quiet: ComfyUI collects 10 s after a prompt, which
  *   otherwise lands in whichever host's prompt runs then (on one core, 5-25 % of it).
@@ -35,8 +40,8 @@
  * where the plugin runs, minus that thread of the bare host).
  *
  * Environment: BENCH_REAL_SECONDS (wrk run, default 3), BENCH_REAL_ROUNDS
- * (default 5), BENCH_REAL_PROMPT_ROUNDS (default 9, each prompt's time varies by 10-15 %
- * run to run, bare or gated; 0 skips the prompt),
+ * (default 5), BENCH_REAL_PROMPT_ROUNDS (default 9, the memory prompt's time varies by 10-20 %
+ * run to run, bare or gated; 0 skips the prompts),
  * BENCH_REAL_LAYOUTS (`pinned,free`), BENCH_REAL_AIOHTTP (`3.8` or `3.11`,
  * default 3.8), and AUTHSVC_* for the gated host (e.g. AUTHSVC_DECISION_SPIN_US).
  * BENCH_REAL_PACKAGE: the package the `gated` host loads instead of this
@@ -187,12 +192,25 @@ async function executionMs(h: Host, promptId: string): Promise<number> {
   return end - start
 }
 
+type PromptKind = 'compute' | 'memory'
+const PROMPT_KINDS: PromptKind[] = ['compute', 'memory']
+
+/** The CPU-bound prompts (see the header); `color` makes each one new, or ComfyUI would answer a repeated graph from its cache. */
+function heavyGraph(kind: PromptKind, color: number, prefix: string): Record<string, unknown> {
+  if (kind === 'memory') return graph(3072, 3072, 3, color, prefix)
+  return {
+    '1': { class_type: 'EmptyImage', inputs: { width: 512, height: 512, batch_size: 6, color } },
+    '2': { class_type: 'ImageBlur', inputs: { image: ['1', 0], blur_radius: 10, sigma: 8 } },
+    '3': { class_type: 'SaveImage', inputs: { images: ['2', 0], filename_prefix: prefix } },
+  }
+}
+
 /**
- * Queues the CPU-bound prompt and polls GET /queue 20 times a second until it has
+ * Queues a CPU-bound prompt and polls GET /queue 20 times a second until it has
  * run; returns the host's execution time.
  */
-async function cpuBoundPrompt(h: Host, color: number): Promise<number> {
-  const id = await queuePrompt(h, graph(3072, 3072, 3, color, `bench-heavy-${h.name}`))
+async function cpuBoundPrompt(h: Host, kind: PromptKind, color: number): Promise<number> {
+  const id = await queuePrompt(h, heavyGraph(kind, color, `bench-${kind}-${h.name}`))
   const until = Date.now() + 120_000
   let next = performance.now()
   for (;;) {
@@ -217,7 +235,8 @@ interface Figures {
   objectInfo: number[]
   objectInfoIntern: number[]
   history: WrkResult[]
-  prompt: number[]
+  /** execution ms of each CPU-bound prompt, by kind */
+  prompt: Record<PromptKind, number[]>
   /** CPU of the host's process group (ComfyUI, sidecar, workers) per request, µs: less noisy than time on a shared machine */
   cpuC1: number[]
   cpuC32: number[]
@@ -225,11 +244,11 @@ interface Figures {
   sidecarC32: number[]
   /** CPU of the host's process group per /object_info request (ordinary user), µs */
   cpuObjectInfo: number[]
-  /** CPU of the event-loop thread and the sidecar while the CPU-bound prompt ran, % of its execution time */
+  /** CPU of the event-loop thread and the sidecar while the compute prompt ran, % of its execution time */
   promptSideCpu: number[]
 }
 
-const emptyFigures = (): Figures => ({ c1: [], c32: [], objectInfo: [], objectInfoIntern: [], history: [], prompt: [], cpuC1: [], cpuC32: [], sidecarC32: [], cpuObjectInfo: [], promptSideCpu: [] })
+const emptyFigures = (): Figures => ({ c1: [], c32: [], objectInfo: [], objectInfoIntern: [], history: [], prompt: { compute: [], memory: [] }, cpuC1: [], cpuC32: [], sidecarC32: [], cpuObjectInfo: [], promptSideCpu: [] })
 
 const sumTicks = (m: Map<number, number>) => [...m.values()].reduce((a, b) => a + b, 0)
 
@@ -435,20 +454,22 @@ async function main(): Promise<void> {
       }
     }
     if (PROMPT_ROUNDS > 0) {
-      // every CPU-bound prompt has its own colour: ComfyUI would answer a repeated graph from its cache
       let color = 1000
-      for (const h of hosts) await cpuBoundPrompt(h, color++) // warm-up (first large allocations)
+      for (const h of hosts) for (const kind of PROMPT_KINDS) await cpuBoundPrompt(h, kind, color++) // warm-up (first large allocations)
       for (const layout of layouts) {
         setLayout(layout)
         for (let round = 0; round < PROMPT_ROUNDS; round++) {
-          for (const h of rotation(hosts, round)) {
-            await quiet(hosts)
-            const pid = h.host.host.pid!
-            const side = () => sumTicks(cpuTicks(group(pid).filter((p) => p !== pid))) + sumTicks(cpuTicks([pid], pid))
-            const before = side()
-            const f = figures[layout].get(h.name)!
-            f.prompt.push(await cpuBoundPrompt(h, color++))
-            f.promptSideCpu.push((100 * (side() - before) / TICKS_PER_SECOND * 1000) / f.prompt[f.prompt.length - 1])
+          for (const kind of PROMPT_KINDS) {
+            for (const h of rotation(hosts, round)) {
+              await quiet(hosts)
+              const pid = h.host.host.pid!
+              const side = () => sumTicks(cpuTicks(group(pid).filter((p) => p !== pid))) + sumTicks(cpuTicks([pid], pid))
+              const before = side()
+              const f = figures[layout].get(h.name)!
+              const ms = await cpuBoundPrompt(h, kind, color++)
+              f.prompt[kind].push(ms)
+              if (kind === 'compute') f.promptSideCpu.push((100 * (side() - before) / TICKS_PER_SECOND * 1000) / ms)
+            }
           }
         }
       }
@@ -499,13 +520,14 @@ async function main(): Promise<void> {
       judge(`${tag}: /object_info p50 gated/bare`, oi, 3, '<= 1.03', oi <= 1.03)
       judge(`${tag}: /object_info p50 filtered to model grants, gated/bare (issue 11)`, oiIntern, 3, '<= 1.10', oiIntern <= 1.1)
       if (PROMPT_ROUNDS > 0) {
-        const prompt = row(`CPU-bound prompt ms, /queue polled 20/s (x${PROMPT_ROUNDS})`, fs.map((f) => f.prompt), 'ms', 'ratio')
+        const prompt = row(`CPU-bound prompt ms (compute), /queue polled 20/s (x${PROMPT_ROUNDS})`, fs.map((f) => f.prompt.compute), 'ms', 'ratio')
         row('  loop thread + sidecar CPU meanwhile, %', fs.map((f) => f.promptSideCpu), '%', 'added')
+        row('CPU-bound prompt ms (memory), not judged', fs.map((f) => f.prompt.memory), 'ms', 'ratio')
         judge(`${tag}: CPU-bound prompt time gated/bare, polled`, prompt, 3, '<= 1.03', prompt <= 1.03)
       }
       for (const [i, h] of hosts.entries()) {
         console.log(`  ${h.name} rounds: /prompt p50 ${fs[i].c1.map((r) => r.p50).join(' ')}, p99 ${fs[i].c1.map((r) => r.p99).join(' ')}; req/s ${fs[i].c32.map((r) => Math.round(r.rps)).join(' ')}` +
-          (PROMPT_ROUNDS > 0 ? `; prompt ms ${fs[i].prompt.join(' ')}` : ''))
+          (PROMPT_ROUNDS > 0 ? `; compute prompt ms ${fs[i].prompt.compute.join(' ')}; memory prompt ms ${fs[i].prompt.memory.join(' ')}` : ''))
       }
     }
     console.log(`\n(real-host bench: ${((Date.now() - started) / 1000).toFixed(0)} s)`)
@@ -562,6 +584,11 @@ async function benchUser(url: string): Promise<{ token: string; intern: string; 
     })
     const text = await res.text()
     if (res.status === 200) break
+    if (res.status === 404 || res.status === 405) {
+      // a compared package from before model grants (BENCH_REAL_COMPARE): the intern then sees every model
+      console.log(`${url}: no model grants in this package (${text.slice(0, 80)}); its intern rows are unfiltered`)
+      break
+    }
     if (Date.now() > until) throw new Error(`grant to intern: ${res.status} ${text.slice(0, 200)}`)
     await sleep(100)
   }
