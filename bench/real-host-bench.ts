@@ -14,7 +14,7 @@
  * Figures per layout, a non-admin user with an API token, keep-alive (wrk):
  * - GET /prompt at 1 connection: added p50 and p99; at 32 connections: req/s ratio;
  * - GET /object_info (about 320 KB), one request at a time, the hosts interleaved request by
- *   request (BENCH_REAL_OBJECT_INFO_TURNS each per round): p50 ratio (the median of per-turn
+ *   request (BENCH_REAL_OBJECT_INFO_TURNS, default 100, each per round): p50 ratio (the median of per-turn
  *   ratios, each request against the bare one next to it in time), for that user and for
  *   `intern`, a user whose role lacks can_view_all_comfyui_items and who was granted one
  *   checkpoint (issue 11: every model list filtered to the grants). Rounds of 3 s of wrk per
@@ -67,7 +67,7 @@ const SECONDS = Number(process.env.BENCH_REAL_SECONDS ?? 3)
 const ROUNDS = Number(process.env.BENCH_REAL_ROUNDS ?? 5)
 const PROMPT_ROUNDS = Number(process.env.BENCH_REAL_PROMPT_ROUNDS ?? 9)
 /** /object_info requests per host per round, interleaved host by host */
-const OBJECT_INFO_TURNS = Number(process.env.BENCH_REAL_OBJECT_INFO_TURNS ?? 40)
+const OBJECT_INFO_TURNS = Number(process.env.BENCH_REAL_OBJECT_INFO_TURNS ?? 100)
 const AIOHTTP = (process.env.BENCH_REAL_AIOHTTP ?? '3.8') as AiohttpVersion
 /** the package the `gated` host loads: this checkout, or a snapshot of it (BENCH_REAL_PACKAGE) */
 const PACKAGE = process.env.BENCH_REAL_PACKAGE
@@ -250,12 +250,18 @@ const emptyFigures = (): Figures => ({ c1: [], c32: [], objectInfo: [], objectIn
 
 const sumTicks = (m: Map<number, number>) => [...m.values()].reduce((a, b) => a + b, 0)
 
-/** wrk, and the CPU µs per request the host's process group spent meanwhile: all of it, and its sidecar's part. */
+/**
+ * wrk, and the CPU µs per request the host's process group spent on it: all of it, and its sidecar's
+ * part. Read once the host is quiet again: after a 32-connection burst the sidecar collects its
+ * garbage (about 50 ms of CPU within half a second), which belongs to the burst, and would otherwise
+ * fall into the first requests of the next figure.
+ */
 async function measured(h: Host, path: string, connections: number, headers: string[]): Promise<[WrkResult, number, number]> {
   const hostPid = h.host.host.pid!
   const pids = group(hostPid)
   const before = cpuTicks(pids)
   const result = await wrk(`${h.host.url}${path}`, connections, headers, SECONDS)
+  await quiet([h])
   const after = cpuTicks(pids)
   const perRequest = (only: (pid: number) => boolean) => {
     let ticks = 0
@@ -299,7 +305,7 @@ async function interleaved(hosts: Host[], path: string, headersOf: (h: Host) => 
   }
 }
 
-/** Waits until no host's processes used more than a tick of CPU over 250 ms (at most 15 s): work left over from one host's prompt (its garbage collection, a sidecar's writes) must not fall into another's. */
+/** Waits until no host's processes used more than a tick of CPU over 250 ms (at most 15 s): work left over from one host's prompt or burst (its garbage collection, a sidecar's writes) must not fall into another figure. */
 async function quiet(hosts: Host[]): Promise<void> {
   const all = () => sumTicks(cpuTicks(hosts.flatMap((h) => group(h.host.host.pid!))))
   for (const until = Date.now() + 15_000; Date.now() < until;) {
