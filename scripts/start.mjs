@@ -7,27 +7,41 @@ import { spawn } from 'node:child_process'
 import { mkdirSync, existsSync, symlinkSync } from 'node:fs'
 import { join, dirname, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { comfyArgs, comfyPort, findComfyPython, isComfyDir } from './comfyui-launch.mjs'
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
-const port = process.env.PORT || '8188'
+// `npm start -- --cpu --port 8190`: everything after `--` is the host's own flags
+const userArgs = process.argv.slice(2)
 const dataDir = resolve(process.env.AUTHSVC_DATA_DIR || join(root, 'users'))
 const env = { ...process.env, AUTHSVC_DATA_DIR: dataDir }
 
-let command, args, cwd
+let command, args, cwd, port
 if (process.env.COMFYUI_DIR) {
   cwd = resolve(process.env.COMFYUI_DIR)
-  command = process.env.COMFYUI_PYTHON || 'python3'
-  args = ['main.py', '--listen', '127.0.0.1', '--port', port]
+  if (!isComfyDir(cwd)) {
+    console.error(`authsvc: COMFYUI_DIR=${cwd} has no main.py; point it at your ComfyUI folder`)
+    process.exit(2)
+  }
+  const found = findComfyPython(cwd)
+  if (found.error) {
+    console.error(`authsvc: ${found.error}`)
+    process.exit(2)
+  }
+  port = comfyPort(userArgs, process.env.PORT || '8188')
+  command = found.python
+  args = comfyArgs(userArgs, port)
+  console.log(`authsvc: running ComfyUI in ${cwd} with ${command} (from ${found.source}): ${args.join(' ')}`)
 } else {
+  port = comfyPort(userArgs, process.env.PORT || '8188')
   const base = join(root, '.standin')
   mkdirSync(join(base, 'custom_nodes'), { recursive: true })
   const link = join(base, 'custom_nodes', 'authsvc')
   if (!existsSync(link)) symlinkSync(root, link)
   cwd = root
   command = process.env.AUTHSVC_PYTHON || '/usr/bin/python3'
-  args = [join(root, 'test/host-standin/main.py'), '--base-dir', base, '--listen', '127.0.0.1', '--port', port]
+  args = [join(root, 'test/host-standin/main.py'), '--base-dir', base, ...comfyArgs(userArgs, port).slice(1)]
+  console.log(`authsvc: starting the ComfyUI stand-in on http://127.0.0.1:${port} (data dir ${dataDir})`)
 }
-console.log(`authsvc: starting ${process.env.COMFYUI_DIR ? 'ComfyUI' : 'the ComfyUI stand-in'} on http://127.0.0.1:${port} (data dir ${dataDir})`)
 console.log(`authsvc: first run? open http://127.0.0.1:${port}/register to create the administrator`)
 const child = spawn(command, args, { cwd, env, stdio: 'inherit' })
 

@@ -37,7 +37,11 @@ def parse_args(argv=None):
     p.add_argument("--multi-user", action="store_true", help="per-user userdata from the comfy-user header (ComfyUI's --multi-user)")
     p.add_argument("--front-end-root", default=None, help="web root (default: the stand-in's web/)")
     p.add_argument("--verbose", action="store_true", help="debug logging")
-    return p.parse_args(argv)
+    # `npm start -- --cpu ...` passes ComfyUI's own flags; the stand-in has no use for most of them
+    ns, ignored = p.parse_known_args(argv)
+    if ignored:
+        print(f"stand-in: ignoring ComfyUI flags it does not implement: {' '.join(ignored)}", file=sys.stderr, flush=True)
+    return ns
 
 
 def _aiohttp_version() -> tuple[int, ...]:
