@@ -2,8 +2,9 @@
  * `npm run bench`: the stand-in bench (bench/gate-bench.ts), another user's decisions
  * while a long /history is filtered (bench/isolation-bench.ts), then the same gate
  * inside the real ComfyUI (bench/real-host-bench.ts, which skips with one line
- * when no real ComfyUI is available). Each runs in its own process; exits 1
- * when either missed a target. BENCH_ONLY=standin, isolation or real runs one.
+ * when no real ComfyUI is available), then a sidecar killed under load inside it
+ * (bench/restart-bench.ts). Each runs in its own process; exits 1 when any missed a
+ * target. BENCH_ONLY=standin, isolation, real or restart runs one.
  */
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
@@ -13,6 +14,7 @@ const parts = [
   ['standin', 'gate-bench.ts'],
   ['isolation', 'isolation-bench.ts'],
   ['real', 'real-host-bench.ts'],
+  ['restart', 'restart-bench.ts'],
 ].filter(([name]) => !only || only === name)
 let failed = false
 for (const [, file] of parts) {

@@ -97,7 +97,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
             client.hello_extra = lambda: {**events.hello_fields(), **gate.hello_fields()}
             host_facts.install(app, prompt_server, hello, client.send_event)
         app.middlewares[app.middlewares.index(deny)] = gate.middleware
-        log.info("authsvc: gate installed (sidecar socket %s)", socket_path)
+        log.debug("authsvc: gate installed (sidecar socket %s)", socket_path)
     except Exception:
         log.exception("authsvc: setup failed; every request will be answered 503 until this is fixed")
 

@@ -372,6 +372,10 @@ class DecisionClient:
         conn = self._conn
         return conn is not None and not conn.closed
 
+    @property
+    def plugin_version(self) -> str:
+        return str(self._hello.get("plugin_version", "?"))
+
     async def connect(self) -> None:
         """Open a connection and complete the hello exchange, or raise Unavailable.
 

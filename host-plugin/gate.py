@@ -255,7 +255,7 @@ class Gate:
         try:
             fields, size = description_fields(request)
             decision = await self.client.decide(fields, size, described, _checked_decide)
-            if REFUSALS.cause is not None:
+            if REFUSALS.cause is not None or not REFUSALS.started:
                 REFUSALS.recovered()
             action = decision.get("action")
             if action == "respond":
@@ -566,7 +566,10 @@ class FilterMemo:
 
 class RefusalLog:
     """One log line when refusals start (with the cause), then a count per interval, then one line
-    when decisions work again: an outage under load must not write a line per request."""
+    when decisions work again: an outage under load must not write a line per request.
+
+    Requests refused before the sidecar was ever ready are the normal start of ComfyUI (a browser
+    or a health probe that is early), not an outage: they are logged at debug only."""
 
     def __init__(self, interval: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval = interval
@@ -574,9 +577,17 @@ class RefusalLog:
         self.cause: str | None = None
         self.count = 0
         self.since = 0.0
+        self.started = False  # a decision has worked at least once since the plugin loaded
 
     def refused(self, cause: str) -> None:
         now = self.clock()
+        if not self.started:
+            if self.cause is None:
+                log.debug("authsvc: refusing requests (503) until the sidecar is ready: %s", cause)
+                self.cause, self.count, self.since = cause, 0, now
+            else:
+                self.count += 1
+            return
         if self.cause is None:
             log.warning("authsvc: refusing requests (503): %s", cause)
             self.cause, self.count, self.since = cause, 0, now
@@ -587,6 +598,12 @@ class RefusalLog:
             self.cause, self.count, self.since = cause, 0, now
 
     def recovered(self) -> None:
+        if not self.started:
+            self.started = True
+            if self.cause is not None:
+                log.debug("authsvc: %d request(s) were refused while the sidecar started", self.count + 1)
+            self.cause = None
+            return
         if self.cause is not None:
             log.warning("authsvc: decisions work again (%d request(s) refused since the last report)", self.count)
             self.cause = None

@@ -14,9 +14,10 @@ Guarantees:
   503 page, and is retried slowly (every ``slow_retry_s``, or as soon as one of
   the files it depends on changes); the sidecar's own output of the repeated
   failing attempts is dropped, so the log has one report per cause, not per retry;
-- a sidecar that dies after it was ready is restarted with exponential backoff
-  (0.1 s doubling to 5 s), and the decision client reconnects as soon as it
-  answers the hello;
+- a sidecar that dies after it was ready is restarted at once (every request is refused
+  until it answers, so each moment of waiting is an outage), then, if it keeps dying, with
+  exponential backoff (0.1 s doubling to 5 s); the decision client reconnects as soon as
+  it answers the hello (polled every 10 ms while it starts);
 - while it is down, the gate refuses every request (the client is not ready).
 """
 from __future__ import annotations
@@ -49,6 +50,37 @@ INSTALLING = Outage(
 )
 
 
+class _Run:
+    """A sidecar process, the tasks copying its output, and the build it was started from."""
+
+    def __init__(self, process: asyncio.subprocess.Process, pumps: list[asyncio.Future], build: object) -> None:
+        self.process = process
+        self.pumps = pumps
+        self.build = build
+
+
+def _build_id(root: str) -> object:
+    """What tells one build of the sidecar from the next (the stamp install.py writes with it)."""
+    try:
+        st = os.stat(install_state.stamp_path(os.path.join(root, "sidecar", "dist")))
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+    except OSError:
+        return None
+
+
+async def _end(process: asyncio.subprocess.Process) -> None:
+    """TERM, then KILL after 5 s; returns once it has exited."""
+    if process.returncode is None:
+        try:
+            process.terminate()
+            await asyncio.wait_for(process.wait(), 5)
+        except asyncio.TimeoutError:
+            process.kill()
+            await process.wait()
+        except ProcessLookupError:
+            pass
+
+
 class SidecarSupervisor:
     def __init__(self, client: DecisionClient, socket_path: str, data_dir: str, root: str = PACKAGE_ROOT,
                  slow_retry_s: float = 30.0) -> None:
@@ -67,6 +99,9 @@ class SidecarSupervisor:
         self._muted: list[tuple[IO[str], str]] | None = None
         self._last_early_status: int | None = None  # exit status of the last start that never got ready
         self._acted = False  # a watched file changed: the next failure may say something new
+        self._ready_before = False  # the first ready writes the "gate ready" line, later ones "restarted"
+        self._standby: _Run | None = None
+        self.standby_enabled = os.environ.get("AUTHSVC_STANDBY_SIDECAR", "1") != "0"
         # at import, so a broken install is in the log before ComfyUI even listens
         self.problem = install_state.check(root)
         if self.problem is not None:
@@ -101,7 +136,7 @@ class SidecarSupervisor:
         self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
-        backoff = 0.1
+        backoff = 0.0
         early_failures: list[int] = []
         while not self._stopping:
             # taken before the attempt: a fix made while it runs (before its failure is even reported) counts
@@ -134,12 +169,13 @@ class SidecarSupervisor:
             if was_ready:
                 early_failures.clear()
                 if asyncio.get_running_loop().time() - started > 30:
-                    backoff = 0.1
+                    backoff = 0.0
                 set_outage(STARTING)
-                log.error("authsvc: sidecar exited (status %s); restarting in %.1f s (requests are refused meanwhile)",
-                          status, backoff)
-                await self._sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                log.error("authsvc: sidecar exited (status %s); restarting %s (requests are refused meanwhile)",
+                          status, f"in {backoff:.1f} s" if backoff else "now")
+                if backoff:
+                    await self._sleep(backoff)
+                backoff = min(max(backoff * 2, 0.1), 5.0)
                 continue
             early_failures.append(status)
             if status == CONFIG_EXIT_STATUS:
@@ -155,8 +191,8 @@ class SidecarSupervisor:
                 if len(early_failures) == 1:
                     log.error("authsvc: sidecar exited before it was ready (status %s); retrying", status)
                 set_outage(STARTING)
-                await self._sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                await self._sleep(max(backoff, 0.1))
+                backoff = min(max(backoff * 2, 0.1), 5.0)
 
     async def _install(self) -> bool:
         """install.py with this very Python (ComfyUI's), its lines in our log; True when the build is usable."""
@@ -179,32 +215,77 @@ class SidecarSupervisor:
             return True
         return False
 
-    async def _spawn_and_wait(self) -> tuple[int | None, bool]:
-        """One run of the sidecar: its exit status, and whether it was ever ready."""
+    def _sidecar_env(self, standby: bool) -> dict[str, str]:
         env = dict(os.environ)
         env["AUTHSVC_SOCKET"] = self.socket_path
         env["AUTHSVC_DATA_DIR"] = self.data_dir
         env["AUTHSVC_EXIT_ON_STDIN_EOF"] = "1"
+        if standby:
+            env["AUTHSVC_STANDBY"] = "1"
+        else:
+            env.pop("AUTHSVC_STANDBY", None)
+        return env
+
+    async def _spawn(self, standby: bool) -> _Run:
         node = install_state.find_node()
         assert node is not None  # install_state.check passed just before
+        process = await asyncio.create_subprocess_exec(
+            node, os.path.join(self.root, "sidecar", "dist", "main.js"),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=self._sidecar_env(standby),
+        )
+        pumps = [asyncio.ensure_future(self._pump(process.stdout, sys.stdout)),
+                 asyncio.ensure_future(self._pump(process.stderr, sys.stderr))]
+        return _Run(process, pumps, _build_id(self.root))
+
+    async def _promote_standby(self) -> _Run | None:
+        """The standby, told to start, if it is alive and of the build a cold start would run."""
+        run, self._standby = self._standby, None
+        if run is None:
+            return None
+        if run.process.returncode is not None or run.build != _build_id(self.root) or run.process.stdin is None:
+            await _end(run.process)
+            return None
+        try:
+            run.process.stdin.write(b"go\n")
+            await run.process.stdin.drain()
+        except (ConnectionError, OSError):
+            await _end(run.process)
+            return None
+        return run
+
+    async def _keep_standby(self) -> None:
+        """After a sidecar became ready: one more, loaded and waiting, for the moment it dies."""
+        if not self.standby_enabled or self._stopping or self._standby is not None:
+            return
+        try:
+            run = await self._spawn(standby=True)
+        except OSError:
+            return  # a cold start remains possible; the next ready sidecar tries again
+        if self._stopping:
+            await _end(run.process)
+            return
+        self._standby = run
+
+    async def _spawn_and_wait(self) -> tuple[int | None, bool]:
+        """One run of the sidecar: its exit status, and whether it was ever ready."""
         # a retry after a failed start holds the sidecar's output until it turns out to be a different failure
         self._muted = [] if self._last_early_status is not None and not self._acted else None
         self._acted = False
-        self.process = await asyncio.create_subprocess_exec(
-            node, os.path.join(self.root, "sidecar", "dist", "main.js"),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
-        )
-        pumps = [asyncio.ensure_future(self._pump(self.process.stdout, sys.stdout)),
-                 asyncio.ensure_future(self._pump(self.process.stderr, sys.stderr))]
-        waiter = asyncio.ensure_future(self.process.wait())
+        run = await self._promote_standby() or await self._spawn(standby=False)
+        self.process = run.process
+        waiter = asyncio.ensure_future(run.process.wait())
         ready = await self._connect_until_ready(waiter)
         if ready:
             self._unmute()
             self._reported = None
             self._last_early_status = None
             set_outage(UNKNOWN)  # what the page says if a decision fails from now on
+            await self._keep_standby()
         status = await waiter
-        await asyncio.gather(*pumps)
+        # A worker of the dead sidecar (the password hasher) may hold its stderr open a little
+        # longer; its last lines still reach the log, but the restart does not wait for them.
+        await asyncio.wait(run.pumps, timeout=0.05)
         if not ready:
             if status == self._last_early_status:
                 self._muted = None  # the same failure again: its output is in the log once already
@@ -241,16 +322,28 @@ class SidecarSupervisor:
             out.flush()
 
     async def _connect_until_ready(self, exited: "asyncio.Future[int]") -> bool:
-        delay = 0.02
+        # a refused connect to a socket that does not exist yet costs microseconds: poll often,
+        # since every moment between the sidecar listening and this noticing is an outage
         while not exited.done() and not self._stopping:
             try:
                 await self.client.connect()
-                log.info("authsvc: sidecar ready (pid %s)", self.process.pid if self.process else "?")
+                self._log_ready()
                 return True
             except Unavailable:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 0.5)
+                await asyncio.sleep(0.01)
         return False
+
+    def _log_ready(self) -> None:
+        """The one line a healthy start writes; a restart says so instead."""
+        pid = self.process.pid if self.process else "?"
+        if self._ready_before:
+            log.info("authsvc: sidecar restarted (pid %s)", pid)
+            return
+        self._ready_before = True
+        info = self.client.sidecar_info or {}
+        log.info("authsvc: gate ready: authsvc %s (sidecar %s, protocol v%s), data dir %s, sidecar pid %s",
+                 self.client.plugin_version, info.get("sidecar_version", "?"), info.get("protocol", "?"),
+                 self.data_dir, pid)
 
     def _watched(self) -> tuple[tuple[str, float, int] | None, ...]:
         """What a slow retry waits on besides the clock: a change means someone acted on the cause."""
@@ -290,14 +383,8 @@ class SidecarSupervisor:
         if self._stop_event is not None:
             self._stop_event.set()
         self.client.close()
-        process = self.process
-        if process is not None and process.returncode is None:
-            process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), 5)
-            except asyncio.TimeoutError:
-                process.kill()
-                await process.wait()
+        standby, self._standby = self._standby, None
+        await asyncio.gather(*(_end(p) for p in (self.process, standby.process if standby else None) if p is not None))
         if self._task is not None:
             self._task.cancel()
 

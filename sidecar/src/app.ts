@@ -24,6 +24,7 @@ import { createDecider, type OwnedRoutes } from './decide/decide.js'
 import { PROTOCOL_VERSION, type CloseSocketsMessage, type ForgetMessage, type HelloMessage } from './decide/protocol.js'
 import type { DecisionHandlers } from './decide/server.js'
 import { AuthsvcError } from './errors.js'
+import { AccessLog, accessLogLevel } from './http/access-log.js'
 import { registerErrorHandling } from './http/errors.js'
 import { registerRequestContext } from './http/request-context.js'
 import { adminRoutes } from './routes/admin.js'
@@ -63,6 +64,9 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     // closes its object, an unknown key is refused, never silently dropped
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
     return503OnClosing: true,
+    // Fastify's two lines per request (incoming, completed) would land in ComfyUI's console for
+    // every page and API call; one line per answered request instead, and only when asked for
+    logController: new AccessLog(accessLogLevel(process.env, logger)),
   })
   const router = FindMyWay()
   app.addHook('onRoute', (route) => {

@@ -18,12 +18,24 @@ export const REDACT_PATHS = [
   'backup_code', '*.backup_code', 'mfa_temp_token', '*.mfa_temp_token',
 ]
 
+/** Fastify's own start-up line, which a healthy start must not print (issue 27): demoted to debug. */
+const FASTIFY_LISTENING = /^Server listening at /
+
 export function createLogger(options: { level?: string; destination?: pino.DestinationStream } = {}): Logger {
   return pino(
     {
       level: options.level ?? process.env.AUTHSVC_LOG_LEVEL ?? 'info',
       base: { svc: 'authsvc-sidecar' },
       redact: { paths: REDACT_PATHS, censor: '[REDACTED]' },
+      hooks: {
+        logMethod(args, method, level) {
+          if (level === 30 && typeof args[0] === 'string' && FASTIFY_LISTENING.test(args[0])) {
+            this.debug(...(args as [string]))
+            return
+          }
+          method.apply(this, args)
+        },
+      },
       serializers: {
         req: (req: { method?: string; url?: string; headers?: Record<string, string> }) => ({
           method: req.method,

@@ -12,7 +12,30 @@ import { listenDecisionSocket, removeStaleSocket } from './decide/server.js'
 import { createLogger } from './log.js'
 import { openServices } from './services.js'
 
+/**
+ * A standby (AUTHSVC_STANDBY=1) has loaded every module (most of a start's CPU) and waits for
+ * one line on stdin before it touches the data dir: the plugin promotes it the moment the
+ * running sidecar dies, so decisions come back without a cold start (issue 27). Its stdin
+ * closing first means the host is gone: it exits without having done anything.
+ */
+function standbyUntilPromoted(): Promise<boolean> {
+  return new Promise((resolve) => {
+    let seen = ''
+    const onData = (chunk: Buffer) => {
+      seen += chunk.toString('utf8')
+      if (!seen.includes('\n')) return
+      process.stdin.off('data', onData)
+      process.stdin.off('end', onEnd)
+      resolve(seen.startsWith('go'))
+    }
+    const onEnd = () => resolve(false)
+    process.stdin.on('data', onData)
+    process.stdin.once('end', onEnd)
+  })
+}
+
 async function main(): Promise<void> {
+  if (process.env.AUTHSVC_STANDBY === '1' && !(await standbyUntilPromoted())) process.exit(0)
   const log = createLogger()
   const dataDir = dataDirFromEnv(process.env)
   mkdirSync(dataDir, { recursive: true, mode: 0o700 })
@@ -49,7 +72,9 @@ async function main(): Promise<void> {
   const pidFile = join(dataDir, 'sidecar.pid')
   writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o600 })
   chmodSync(pidFile, 0o600) // a leftover file keeps its mode through writeFileSync
-  log.info({ decisionSocket, httpSocket, dataDir, users: services.users.count }, 'authsvc sidecar ready')
+  // under the plugin, the plugin's own "gate ready" line says this once for both processes
+  const readyLevel = process.env.AUTHSVC_EXIT_ON_STDIN_EOF === '1' ? 'debug' : 'info'
+  log[readyLevel]({ decisionSocket, httpSocket, dataDir, users: services.users.count }, 'authsvc sidecar ready')
   // expired sessions can never validate again; drop them so memory and the store do not grow forever
   const pruning = setInterval(() => {
     services.sessions.prune().catch((err: unknown) => log.error({ err }, 'session prune failed'))

@@ -130,7 +130,12 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const throttle = await Throttle.open(kv, clock, {}, storeLog)
   const grantRecords = await Collection.load<ModelGrantRecord>(kv, 'model_grant', accessLog)
   const passwords = new PasswordHasher(config.argon2)
-  await passwords.ready
+  // Not awaited: decisions never hash, and a restarted sidecar must answer them at once (issue 27).
+  // The dummy hash only evens out an unknown user's login, which waits for it through verifyDummy.
+  let closing = false // a close during the dummy hash interrupts it: that is not argon2 failing
+  passwords.ready.catch((err: unknown) => {
+    if (!closing) log.error({ err }, 'argon2 does not work: every password check will fail')
+  })
   const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, promptRecords, fileRecords, grantRecords]
   const flushAll = async (): Promise<void> => {
     await Promise.all([...all.map((c) => c.flush()), throttle.flush()])
@@ -152,6 +157,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     },
     flush: flushAll,
     async close() {
+      closing = true
       await roles.close()
       passwords.close()
       await flushAll()

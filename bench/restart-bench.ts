@@ -1,0 +1,108 @@
+/**
+ * A sidecar killed under load, inside the REAL ComfyUI (skipped with one line when none is
+ * available): how long the gate refuses (503) before it answers again (issue 27: at most 0.5 s).
+ *
+ * BENCH_RESTART_CLIENTS (default 300) keep-alive clients send GET /prompt with an API token back
+ * to back; the sidecar gets SIGKILL; the window runs from the kill to the end of the last refused
+ * answer. BENCH_RESTART_KILLS kills (default 5) in two layouts, as the other benches: `one core`
+ * (ComfyUI and its sidecar on CPU 0, the clients on CPU 1) and `nothing pinned`. The verdict is
+ * on the median kill of each layout and the worst is printed beside it; a run-to-run spread shows
+ * there. Any answer other than 200 or 503 fails the run.
+ */
+import { execFileSync } from 'node:child_process'
+import { readdirSync, readFileSync } from 'node:fs'
+import { REAL_HOST_SKIP, destroyRealHost, startRealHost } from '../test/helpers/real-host.js'
+import { PASSWORD } from '../test/helpers/client.js'
+import { killUnderLoad } from '../test/helpers/kill-under-load.js'
+import { median, printVerdicts, type Verdict } from './lib.js'
+
+const CLIENTS = Number(process.env.BENCH_RESTART_CLIENTS ?? 300)
+const KILLS = Number(process.env.BENCH_RESTART_KILLS ?? 5)
+const TARGET_MS = 500
+const LAYOUTS = (process.env.BENCH_RESTART_LAYOUTS ?? 'pinned,free').split(',') as Array<'pinned' | 'free'>
+
+async function post(url: string, path: string, body: object, headers: Record<string, string> = {}): Promise<any> {
+  const res = await fetch(`${url}${path}`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json', ...headers }, body: JSON.stringify(body),
+  })
+  const text = await res.text()
+  if (res.status >= 300) throw new Error(`POST ${path}: ${res.status} ${text.slice(0, 200)}`)
+  return JSON.parse(text)
+}
+
+/** Every live pid of process group `pgid`. */
+function group(pgid: number): number[] {
+  const out: number[] = []
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      if (fields[0] !== 'Z' && Number(fields[2]) === pgid) out.push(Number(entry))
+    } catch {
+      // gone
+    }
+  }
+  return out
+}
+
+function pin(pids: number[], cpus: string): void {
+  for (const pid of pids) {
+    try {
+      execFileSync('taskset', ['-a', '-p', '-c', cpus, String(pid)], { stdio: 'ignore' })
+    } catch {
+      // exited meanwhile
+    }
+  }
+}
+
+async function main(): Promise<void> {
+  if (REAL_HOST_SKIP) {
+    console.log(`\nsidecar restart under load: skipped (${REAL_HOST_SKIP})`)
+    return
+  }
+  const host = await startRealHost({})
+  const verdicts: Verdict[] = []
+  let failed = false
+  try {
+    await post(host.url, '/register', { username: 'root', password: PASSWORD })
+    const token = (await post(host.url, '/authsvc/generate_token', { username: 'root', password: PASSWORD, label: 'bench' })).token as string
+    console.log(`\nsidecar killed under load (real ComfyUI 0.3.64, ${CLIENTS} keep-alive clients on GET /prompt, ${KILLS} kills per layout)`)
+    for (const layout of LAYOUTS) {
+      const windows: number[] = []
+      const respawns: number[] = []
+      for (let k = 0; k < KILLS; k++) {
+        // the sidecar is a new process after every kill: pin the whole group each time
+        pin(group(host.host.pid!), layout === 'pinned' ? '0' : '0-1')
+        pin([process.pid], layout === 'pinned' ? '1' : '0-1')
+        const result = await killUnderLoad({ url: host.url, token, clients: CLIENTS, sidecarPid: () => host.sidecarPid() })
+        if (result.unexpected.length > 0) {
+          failed = true
+          console.log(`  ${layout}: answers other than 200/503 after the kill: ${JSON.stringify(result.unexpected.slice(0, 5))}`)
+        }
+        windows.push(result.windowMs)
+        if (result.respawnMs !== null) respawns.push(result.respawnMs)
+        console.log(`  ${layout} kill ${k + 1}: refused for ${result.windowMs.toFixed(0)} ms (${result.refused} of ${result.answered} answers; new sidecar pid after ${result.respawnMs?.toFixed(0) ?? '?'} ms)`)
+      }
+      pin([process.pid], '0-1')
+      const med = median(windows)
+      const worst = Math.max(...windows)
+      verdicts.push({
+        name: `503 window after a sidecar kill, ${layout === 'pinned' ? 'one core' : 'nothing pinned'} (median; worst ${worst.toFixed(0)} ms)`,
+        value: `${med.toFixed(0)} ms`,
+        target: `<= ${TARGET_MS} ms`,
+        ok: med <= TARGET_MS,
+      })
+    }
+  } finally {
+    await destroyRealHost(host)
+  }
+  verdicts.push({ name: 'answers after a kill are 200 or 503 only', value: failed ? 'other' : 'yes', target: 'yes', ok: !failed })
+  printVerdicts('sidecar restart under load', verdicts)
+  if (verdicts.some((v) => !v.ok)) process.exitCode = 1
+}
+
+main().catch((err: unknown) => {
+  console.error(err)
+  process.exit(1)
+})
