@@ -4,7 +4,8 @@
  * config is invalid; exits when its stdin closes if asked to (the plugin's
  * pipe), so it never outlives the ComfyUI process that started it.
  */
-import { mkdirSync, chmodSync, writeFileSync, rmSync } from 'node:fs'
+import { mkdirSync, chmodSync, mkdtempSync, writeFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { buildApp } from './app.js'
 import { ConfigError, dataDirFromEnv, loadConfig } from './config/load.js'
@@ -34,8 +35,36 @@ function standbyUntilPromoted(): Promise<boolean> {
   })
 }
 
+/**
+ * A standby's rehearsal: one whole start (store, app, its routes and schemas) on a scratch data
+ * dir, closed again. V8 compiles a function on its first call and several modules load parts of
+ * themselves on first use; after the rehearsal a promotion pays for neither. Nothing of the real
+ * data dir is touched, and the scratch dir is removed whether the rehearsal worked or not.
+ */
+async function rehearse(): Promise<void> {
+  const scratch = mkdtempSync(join(tmpdir(), 'authsvc-standby-'))
+  try {
+    const quiet = createLogger({ level: 'silent' })
+    const defaults = loadConfig(scratch, {})
+    const config = { ...defaults, argon2: { ...defaults.argon2, memory_kib: 64, time_cost: 1, parallelism: 1 } }
+    const services = await openServices({ config, dataDir: scratch, env: { AUTHSVC_SECRET: 'standby-rehearsal-only' }, log: quiet, watchGroups: false })
+    const built = buildApp(services, quiet)
+    await built.app.ready()
+    await built.app.inject({ method: 'GET', url: '/authsvc/health' })
+    await built.stop()
+    await built.app.close()
+    await services.close()
+  } finally {
+    rmSync(scratch, { recursive: true, force: true })
+  }
+}
+
 async function main(): Promise<void> {
-  if (process.env.AUTHSVC_STANDBY === '1' && !(await standbyUntilPromoted())) process.exit(0)
+  if (process.env.AUTHSVC_STANDBY === '1') {
+    // a rehearsal that fails only costs the promotion its head start
+    await rehearse().catch(() => {})
+    if (!(await standbyUntilPromoted())) process.exit(0)
+  }
   const log = createLogger()
   const dataDir = dataDirFromEnv(process.env)
   mkdirSync(dataDir, { recursive: true, mode: 0o700 })

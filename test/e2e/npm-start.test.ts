@@ -17,7 +17,7 @@ import { join } from 'node:path'
 import { tmpdir } from 'node:os'
 import { AIOHTTP_VERSIONS, ROOT, poll, pythonEnv, type AiohttpVersion } from '../helpers/stack.js'
 import { PASSWORD, json } from '../helpers/client.js'
-import { alive, childrenOf } from '../helpers/processes.js'
+import { alive, childrenOf, isStandbySidecar, processesWithEnv } from '../helpers/processes.js'
 
 async function freePort(): Promise<number> {
   const server = createServer()
@@ -59,18 +59,21 @@ async function npmStart(aiohttp: AiohttpVersion, dataDir: string): Promise<Start
 }
 
 /** Everything `npm start` runs: start.mjs, the host it spawned, and the sidecar (from sidecar.pid). */
-function processTree(started: Started, dataDir: string): { node: number; host: number; sidecar: number } {
+function processTree(started: Started, dataDir: string): { node: number; host: number; sidecar: number; standbys: number[] } {
   const node = started.child.pid!
   const hosts = childrenOf(node)
   assert.equal(hosts.length, 1, `start.mjs has one child (the host): ${hosts}`)
   const sidecar = Number(readFileSync(join(dataDir, 'sidecar.pid'), 'utf8'))
   assert.ok(alive(sidecar), `sidecar ${sidecar} is running`)
-  assert.deepEqual(childrenOf(hosts[0]), [sidecar], 'the host\'s child is the sidecar of sidecar.pid')
-  assert.match(readFileSync(`/proc/${sidecar}/cmdline`, 'utf8'), /sidecar\/dist\/main\.js/)
-  return { node, host: hosts[0], sidecar }
+  const children = childrenOf(hosts[0])
+  assert.ok(children.includes(sidecar), `the host's children ${children} include the sidecar of sidecar.pid`)
+  const others = children.filter((pid) => pid !== sidecar)
+  assert.ok(others.every(isStandbySidecar), `the host's other children are standby sidecars: ${others}`)
+  for (const pid of children) assert.match(readFileSync(`/proc/${pid}/cmdline`, 'utf8'), /sidecar\/dist\/main\.js/)
+  return { node, host: hosts[0], sidecar, standbys: others }
 }
 
-async function expectAllGone(started: Started, pids: { node: number; host: number; sidecar: number }): Promise<void> {
+async function expectAllGone(started: Started, pids: { node: number; host: number; sidecar: number; standbys: number[] }): Promise<void> {
   const timer = setTimeout(() => started.child.kill('SIGKILL'), 15_000)
   const done = started.child.exitCode !== null || started.child.signalCode !== null
   const [code, signal] = done ? [started.child.exitCode, started.child.signalCode] : await once(started.child, 'exit')
@@ -79,6 +82,7 @@ async function expectAllGone(started: Started, pids: { node: number; host: numbe
   assert.equal(code, 0, `start.mjs exit code:\n${started.output()}`)
   assert.ok(await poll(async () => !alive(pids.host), 5000), `the host ${pids.host} outlived start.mjs`)
   assert.ok(await poll(async () => !alive(pids.sidecar), 5000), `the sidecar ${pids.sidecar} outlived the host`)
+  for (const standby of pids.standbys) assert.ok(await poll(async () => !alive(standby), 5000), `the standby ${standby} outlived the host`)
 }
 
 for (const aiohttp of AIOHTTP_VERSIONS) {
@@ -199,6 +203,69 @@ describe('`npm start` itself: every stop signal stops the whole tree', { concurr
       } finally {
         // when the row fails, nothing it started may outlive it (the sidecar runs in its own session)
         for (const pid of [-npm.pid!, ...tree]) {
+          try {
+            process.kill(pid, 'SIGKILL')
+          } catch {
+            // gone already
+          }
+        }
+        rmSync(join(dataDir, '..'), { recursive: true, force: true })
+      }
+    })
+  }
+})
+
+// Issue 27: a stop signal stops everything `npm start` started in every state it can be in, not only
+// once it is up: while the host is still starting, while a standby sidecar waits beside the running
+// one, and while a killed sidecar is being replaced. Each row: SIGTERM to npm alone, then no process
+// of its tree may be left and the port must be free.
+describe('`npm start` stopped in each state leaves no process behind', { concurrency: false }, () => {
+  const aiohttp = AIOHTTP_VERSIONS[0]
+  type State = 'starting' | 'running with a standby' | 'replacing a killed sidecar'
+  const states: State[] = ['starting', 'running with a standby', 'replacing a killed sidecar']
+  for (const state of states) {
+    it(`SIGTERM while ${state}`, async () => {
+      const dataDir = join(mkdtempSync(join(tmpdir(), 'as-npm-state-')), 'data')
+      const port = await freePort()
+      const env: NodeJS.ProcessEnv = { ...process.env, ...pythonEnv(aiohttp), PORT: String(port), AUTHSVC_DATA_DIR: dataDir, PYTHONUNBUFFERED: '1' }
+      delete env.COMFYUI_DIR
+      delete env.AUTHSVC_SOCKET
+      const npm = spawn('npm', ['start', '--silent'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+      let out = ''
+      npm.stdout!.on('data', (d: Buffer) => (out += d.toString()))
+      npm.stderr!.on('data', (d: Buffer) => (out += d.toString()))
+      const url = `http://127.0.0.1:${port}`
+      const seen = new Set<number>()
+      const collect = () => {
+        for (const pid of descendants(npm.pid!)) seen.add(pid)
+      }
+      try {
+        if (state === 'starting') {
+          // the host process exists (start.mjs spawned it) but the gate is not answering yet
+          const spawned = await poll(async () => npm.exitCode === null && /starting the ComfyUI stand-in/.test(out) && descendants(npm.pid!).length >= 2, 180_000)
+          assert.ok(spawned, `npm start did not spawn the host:\n${out}`)
+          assert.ok(!existsSync(join(dataDir, 'sidecar.pid')), 'caught before the sidecar was ready')
+        } else {
+          const up = await poll(async () => npm.exitCode === null && existsSync(join(dataDir, 'sidecar.pid')) && !(await portRefuses(url)), 180_000)
+          assert.ok(up, `npm start did not come up on ${url}:\n${out}`)
+          const standby = await poll(async () => descendants(npm.pid!).some(isStandbySidecar), 30_000)
+          assert.ok(standby, `no standby sidecar appeared beside the running one: ${descendants(npm.pid!)}`)
+          if (state === 'replacing a killed sidecar') {
+            collect()
+            process.kill(Number(readFileSync(join(dataDir, 'sidecar.pid'), 'utf8')), 'SIGKILL')
+          }
+        }
+        collect()
+        const exited = once(npm, 'exit')
+        process.kill(npm.pid!, 'SIGTERM')
+        await exited
+        // also what was spawned after the last look: every process that carries this run's data dir
+        const left = () => [...new Set([...[...seen].filter(alive), ...processesWithEnv(`AUTHSVC_DATA_DIR=${dataDir}`)])]
+        const gone = await poll(async () => left().length === 0, 15_000)
+        assert.ok(gone, `still running after SIGTERM while ${state}: ${left()}\n${out}`)
+        assert.ok(await portRefuses(url), `port ${port} is still served`)
+      } finally {
+        for (const pid of [-npm.pid!, ...seen, ...processesWithEnv(`AUTHSVC_DATA_DIR=${dataDir}`)]) {
           try {
             process.kill(pid, 'SIGKILL')
           } catch {

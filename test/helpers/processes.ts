@@ -29,3 +29,26 @@ export function childrenOf(pid: number): number[] {
   }
   return out
 }
+
+/** A standby sidecar (loaded, waiting to replace the running one): its environment says so. */
+export function isStandbySidecar(pid: number): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').includes('AUTHSVC_STANDBY=1')
+  } catch {
+    return false
+  }
+}
+
+/** Live pids whose environment holds `entry` (`AUTHSVC_DATA_DIR=/tmp/x`): every process a run started, even one spawned after a look at the tree. */
+export function processesWithEnv(entry: string): number[] {
+  const out: number[] = []
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name) || Number(name) === process.pid) continue
+    try {
+      if (readFileSync(`/proc/${name}/environ`, 'utf8').split('\0').includes(entry)) out.push(Number(name))
+    } catch {
+      // exited meanwhile, or not ours to read
+    }
+  }
+  return out
+}
