@@ -141,7 +141,9 @@ class SidecarSupervisor:
         while not self._stopping:
             # taken before the attempt: a fix made while it runs (before its failure is even reported) counts
             watched = self._watched()
-            problem = install_state.check(self.root)
+            # off the event loop: it runs `node --version` and hashes the sources, while every
+            # request is waiting for this restart
+            problem = await asyncio.get_running_loop().run_in_executor(None, install_state.check, self.root)
             if problem is not None:
                 if problem.installable and self.auto_install:
                     key = self._inputs_key()

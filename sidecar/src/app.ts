@@ -27,6 +27,7 @@ import { AuthsvcError } from './errors.js'
 import { AccessLog, accessLogLevel } from './http/access-log.js'
 import { registerErrorHandling } from './http/errors.js'
 import { registerRequestContext } from './http/request-context.js'
+import { sharedSchemaCompilers } from './http/schema-compilers.js'
 import { adminRoutes } from './routes/admin.js'
 import { adminCredentialRoutes } from './routes/admin-credentials.js'
 import { accountRoutes } from './routes/account.js'
@@ -63,6 +64,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     // wrong types are refused, never converted ({"disabled": 0} is not false); where a schema
     // closes its object, an unknown key is refused, never silently dropped
     ajv: { customOptions: { coerceTypes: false, removeAdditional: false } },
+    schemaController: { compilersFactory: sharedSchemaCompilers },
     return503OnClosing: true,
     // Fastify's two lines per request (incoming, completed) would land in ComfyUI's console for
     // every page and API call; one line per answered request instead, and only when asked for
