@@ -238,6 +238,7 @@ class Gate:
         # what the sidecar said about each open socket, handed back to it after a restart
         self._socket_entries: dict[str, dict[str, Any]] = {}
         self._memos = FilterMemo()
+        self.refusals = RefusalLog()  # per gate: "before the first ready" is this gate's start
         client.push_handlers["close_ws"] = self._close_sockets
 
         @web.middleware
@@ -255,8 +256,9 @@ class Gate:
         try:
             fields, size = description_fields(request)
             decision = await self.client.decide(fields, size, described, _checked_decide)
-            if REFUSALS.cause is not None or not REFUSALS.started:
-                REFUSALS.recovered()
+            refusals = self.refusals
+            if refusals.cause is not None or not refusals.started:
+                refusals.recovered()
             action = decision.get("action")
             if action == "respond":
                 return self._stamped(respond(decision))
@@ -267,7 +269,7 @@ class Gate:
             else:
                 prepared = await self._prepare_pass(request, decision)
         except Unavailable as exc:
-            return self._stamped(_refuse(request, exc))
+            return self._stamped(_refuse(request, exc, self.refusals))
         except web.HTTPException as exc:
             # the host's own limits while the gate read a form for it (413 over client_max_size)
             exc.headers[VERSION_HEADER] = self.version
@@ -308,7 +310,7 @@ class Gate:
             try:
                 response = await self._filter(request, response, filter_spec)
             except Unavailable as exc:
-                return self._stamped(_refuse(request, exc))
+                return self._stamped(_refuse(request, exc, self.refusals))
             except Exception:
                 log.exception("authsvc: bug in the plugin while filtering %s; refusing", request.rel_url.raw_path)
                 return self._stamped(unavailable_response(request))
@@ -609,14 +611,11 @@ class RefusalLog:
             self.cause = None
 
 
-REFUSALS = RefusalLog()
-
-
-def _refuse(request: web.Request, exc: Unavailable) -> web.Response:
+def _refuse(request: web.Request, exc: Unavailable, refusals: RefusalLog) -> web.Response:
     if isinstance(exc, MalformedAnswer):
         log.error("authsvc: malformed sidecar answer (%s); refusing %s %s", exc, request.method, request.rel_url.raw_path)
     else:
-        REFUSALS.refused(str(exc))
+        refusals.refused(str(exc))
     return unavailable_response(request)
 
 

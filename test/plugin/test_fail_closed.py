@@ -40,6 +40,39 @@ class NoSidecar(PluginCase):
         await s.wait_status("/prompt", 200)
 
 
+class RefusalLogLevels(PluginCase):
+    """Issue 27: a healthy start is quiet. Requests refused before the sidecar was ever ready are
+    the start itself (debug); an outage after that is a warning when it starts and when it ends."""
+
+    async def test_refusals_before_the_first_ready_are_debug_then_an_outage_warns(self) -> None:
+        s = await self.start(wait=False)
+        await s.fake.stop()  # the sidecar is not there yet: requests arrive before it ever answered
+        for _ in range(3):
+            status, _, body = await s.get("/prompt")
+            assert_unavailable(self, status, body)
+        await s.fake.start()
+        await s.wait_status("/prompt", 200)
+        self.assertEqual(LOGS.lines(logging.INFO, "refus"), [], "no refusal line above debug during the start")
+        self.assertEqual(LOGS.lines(logging.INFO, "work again"), [])
+        self.assertTrue(LOGS.lines(logging.DEBUG, "until the sidecar is ready"), "the early refusals are at debug")
+
+        await s.fake.stop()  # now a real outage
+        status, _, body = await s.get("/prompt")
+        assert_unavailable(self, status, body)
+        self.assertEqual(len(LOGS.lines(logging.WARNING, "refusing requests (503)")), 1)
+        await s.fake.start()
+        await s.wait_status("/prompt", 200)
+        self.assertEqual(len(LOGS.lines(logging.WARNING, "decisions work again")), 1)
+
+    async def test_a_start_with_no_early_request_still_warns_on_a_later_outage(self) -> None:
+        s = await self.start()
+        self.assertEqual((await s.get("/prompt"))[0], 200)
+        await s.fake.stop()
+        status, _, body = await s.get("/prompt")
+        assert_unavailable(self, status, body)
+        self.assertEqual(len(LOGS.lines(logging.WARNING, "refusing requests (503)")), 1)
+
+
 class Timeout(PluginCase):
     async def test_slower_than_timeout_is_503_within_the_timeout(self) -> None:
         async def slow(msg: dict) -> dict:
