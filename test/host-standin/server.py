@@ -13,14 +13,16 @@ What a custom node (the authsvc plugin above all) can rely on, as inside ComfyUI
 from __future__ import annotations
 
 import asyncio
+import datetime
 import hashlib
+import ipaddress
 import json
 import logging
 import mimetypes
 import os
 import struct
 import sys
-import time
+import urllib.parse
 import uuid
 from collections import deque
 from typing import Any, Awaitable, Callable, Optional
@@ -62,8 +64,8 @@ class _LogBuffer(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
-            self.entries.append({"t": f"{stamp}.{int(record.msecs):03d}", "m": record.getMessage() + "\n"})
+            stamp = datetime.datetime.fromtimestamp(record.created).isoformat()
+            self.entries.append({"t": stamp, "m": record.getMessage() + "\n"})
         except Exception:  # a log line must never break the caller
             pass
 
@@ -86,36 +88,44 @@ async def cache_control(request: web.Request, handler: Handler) -> web.StreamRes
     return resp
 
 
-_LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
+def _is_loopback_name(name: str) -> bool:
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
-def _host_part(value: str) -> tuple[str, str]:
-    """Split `host[:port]` (IPv6 in brackets) into (lower-cased host, port or '')."""
-    value = value.strip().lower()
-    if value.startswith("["):
-        end = value.find("]")
-        host, rest = value[1:end], value[end + 1:]
-        return host, rest[1:] if rest.startswith(":") else ""
-    name, _, port = value.partition(":")
-    return name, port
+def _split_host_header(value: str) -> tuple[str, Optional[int]]:
+    """`Host` as (lower-cased name without IPv6 brackets, port or None)."""
+    parts = urllib.parse.urlsplit("//" + value.strip())
+    return (parts.hostname or ""), parts.port
 
 
 def create_origin_only_middleware() -> Callable[..., Any]:
-    """Refuse a browser's cross-site request to a loopback server (DNS rebinding / CSRF)."""
+    """Refuse a browser's cross-site request to a loopback server (DNS rebinding / CSRF).
+
+    Seen on the real host: only a loopback `Host` (localhost, 127/8, ::1) is protected; an
+    Origin without a host part (`null`, `file://`) passes; names compare case-insensitively,
+    ports only when both sides carry one; a malformed Origin port is a 500. The check runs
+    before the bare 200 for OPTIONS, so a foreign preflight is refused too.
+    """
 
     @web.middleware
     async def origin_only_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        method = request.method
-        if method == "OPTIONS":
+        origin, host = request.headers.get("Origin"), request.headers.get("Host")
+        if origin is not None and host:
+            host_name, host_port = _split_host_header(host)
+            seen = urllib.parse.urlsplit(origin)
+            origin_name, origin_port = seen.hostname, seen.port  # .port raises on junk -> 500
+            if origin_name and _is_loopback_name(host_name):
+                ports_differ = None not in (host_port, origin_port) and host_port != origin_port
+                if origin_name != host_name or ports_differ:
+                    logging.debug("refused cross-origin request: Origin %s, Host %s", origin, host)
+                    return web.Response(status=web.HTTPForbidden.status_code)
+        if request.method in ("OPTIONS",):
             return web.Response()  # preflight: answered here, no CORS headers
-        host = request.headers.get("Host")
-        origin = request.headers.get("Origin")
-        if host and origin:
-            host_name, _ = _host_part(host)
-            origin_authority = origin.split("://", 1)[-1].split("/", 1)[0]
-            if host_name in _LOOPBACK_NAMES and _host_part(origin_authority) != _host_part(host):
-                logging.warning("refused cross-origin request: Origin %s, Host %s", origin, host)
-                return web.Response(status=403)
         return await handler(request)
 
     return origin_only_middleware
@@ -206,7 +216,7 @@ class PromptServer:
 
     # ------------------------------------------------------------------ routes
     def _declare_routes(self) -> None:
-        """Fill `routes` in ComfyUI's order; custom nodes append theirs afterwards."""
+        """The routes that exist before custom nodes load (they append theirs after these)."""
         r, internal = self.routes, self.internal_routes
 
         internal.get("/logs")(self._logs_text)
@@ -222,12 +232,17 @@ class PromptServer:
         r.get("/system_stats")(self._system_stats)
         r.get("/features")(self._features)
         host_prompts.register(self, r)
+
+    def _declare_late_routes(self) -> None:
+        """Routes the real host adds in add_routes(): after those of custom nodes."""
+        r = self.routes
         host_userdata.register(self, r)
         host_files.register_experiment_models(self, r)
         r.get("/workflow_templates")(self._empty_object)
         r.get("/i18n")(self._empty_object)
 
     def add_routes(self) -> None:
+        self._declare_late_routes()
         internal = web.Application()
         internal.add_routes(self.internal_routes)
         self.app.add_subapp("/internal", internal)
@@ -324,8 +339,9 @@ class PromptServer:
             return
         if isinstance(message, dict) and message.get("type") == "feature_flags":
             data = message.get("data")
-            self.socket_flags[sid] = data if isinstance(data, dict) else {}
-            await self.send("feature_flags", self.feature_flags(), sid)
+            if isinstance(data, dict):  # the real host ignores any other shape silently
+                self.socket_flags[sid] = data
+                await self.send("feature_flags", self.feature_flags(), sid)
 
     # ------------------------------------------------------------------ sending
     def _targets(self, sid: Optional[str]) -> list[web.WebSocketResponse]:
