@@ -212,6 +212,9 @@ class PromptServer:
         self.prompt_queue: Any = execution.PromptQueue(self)
         self.routes = web.RouteTableDef()
         self.internal_routes = web.RouteTableDef()
+        # Declared now (so e.g. `user_manager` exists while custom nodes import) but mounted
+        # after the custom nodes' routes, where the real host has them.
+        self.late_routes = web.RouteTableDef()
         self._declare_routes()
 
     # ------------------------------------------------------------------ routes
@@ -233,29 +236,27 @@ class PromptServer:
         r.get("/features")(self._features)
         host_prompts.register(self, r)
 
-    def _declare_late_routes(self) -> None:
-        """Routes the real host adds in add_routes(): after those of custom nodes."""
-        r = self.routes
-        host_userdata.register(self, r)
-        host_files.register_experiment_models(self, r)
-        r.get("/workflow_templates")(self._empty_object)
-        r.get("/i18n")(self._empty_object)
+        late = self.late_routes
+        host_userdata.register(self, late)
+        host_files.register_experiment_models(self, late)
+        late.get("/workflow_templates")(self._empty_object)
+        late.get("/i18n")(self._empty_object)
 
     def add_routes(self) -> None:
-        self._declare_late_routes()
         internal = web.Application()
         internal.add_routes(self.internal_routes)
         self.app.add_subapp("/internal", internal)
 
         # every route twice: the /api twin first (the frontend's path), then the bare one
         twins: list[web.AbstractRouteDef] = []
-        for d in self.routes:
+        defs = [*self.routes, *self.late_routes]
+        for d in defs:
             if isinstance(d, web.RouteDef):
                 twins.append(web.RouteDef(d.method, "/api" + d.path, d.handler, d.kwargs))
             elif isinstance(d, web.StaticDef):
                 twins.append(web.StaticDef("/api" + d.prefix, d.path, d.kwargs))
         self.app.add_routes(twins)
-        self.app.router.add_routes(self.routes)
+        self.app.router.add_routes(defs)
 
         for pkg, web_dir in loader.EXTENSION_WEB_DIRS.items():
             self.app.add_routes([web.static("/extensions/" + pkg, web_dir)])
