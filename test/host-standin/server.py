@@ -6,7 +6,9 @@ What a custom node (the authsvc plugin above all) can rely on, as inside ComfyUI
 * `app.middlewares` starts as [cache_control, origin-only check, handler counter] and may
   be edited while custom nodes import;
 * `add_routes()` mounts `/internal` first, then every RouteDef of `.routes` under `/api`
-  and then bare, then the `/extensions/<pkg>` statics and the web root (fixtures/routes.txt);
+  and then bare (custom nodes' routes land before /settings, as on the real host), then the
+  `/extensions/<pkg>` statics and the web root (fixtures/routes.txt);
+* the origin check and static headers were compared request by request with the real host;
 * `send_sync` may be called from any thread; every message reaches the sockets in the
   order it was sent, through one queue drained by `publish_loop()`.
 """
@@ -379,7 +381,10 @@ class PromptServer:
     def send_sync(self, event: Any, data: Any, sid: Optional[str] = None) -> None:
         """Queue a message from any thread; publish_loop sends it on the server loop."""
         item = (event, data, sid)
-        self.loop.call_soon_threadsafe(self._enqueue, item)
+        try:
+            self.loop.call_soon_threadsafe(self._enqueue, item)
+        except RuntimeError:  # the loop is already closed: a late worker message, dropped
+            logging.debug("server loop closed; %r not sent", event)
 
     def _enqueue(self, item: tuple[Any, Any, Optional[str]]) -> None:
         if self._outbox is None:
