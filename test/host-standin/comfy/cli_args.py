@@ -1,17 +1,21 @@
-"""ComfyUI's `comfy.cli_args.args`, as far as the server looks at it (main.py fills it).
+"""The stand-in's `comfy.cli_args`: the one `args` object the server and custom nodes share.
 
-One object, as in ComfyUI: a custom node that changes `args.multi_user` at import time
-changes what the server's user manager does from then on.
+main.py fills it from its own command line. It is a single shared object on purpose: a
+custom node that flips `args.multi_user` while it is imported changes how the user routes
+treat requests from then on, as it would inside ComfyUI.
 """
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
+import types
 
-args = SimpleNamespace(
-    multi_user=False,
+# Default web root: the small index.html + assets shipped next to the stand-in.
+_STANDIN_WEB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "web")
+
+args = types.SimpleNamespace(
+    multi_user=False,          # --multi-user: trust the comfy-user header (for known users)
     listen="127.0.0.1",
     port=8188,
-    max_upload_size=100,
-    front_end_root=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "web"),
+    max_upload_size=100,       # MiB; the app's client_max_size and /features report this
+    front_end_root=_STANDIN_WEB,
 )
