@@ -1,0 +1,334 @@
+"""The stand-in's file routes: model lists, uploads, /view, model metadata, /internal file lists.
+
+Each `register_*` function decorates its handlers onto the `web.RouteTableDef` it is given
+(server.py decides where they go in the route table). Status codes and bodies follow what the
+real ComfyUI 0.3.64 answers (fixtures/ and black-box runs), with these deliberate differences:
+
+* Uploads are streamed to `<base>/.standin-uploads/` in 64 KiB chunks and renamed into place,
+  so memory stays flat; the size limit (`--max-upload-size`, 100 MiB) still gives aiohttp's 413.
+* `/upload/mask` stores the mask as sent (no PIL compositing), and `/view?preview=&channel=`
+  and model previews serve the file as it is.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import mimetypes
+import os
+import shutil
+import struct
+import uuid
+from typing import Any, Callable
+
+from aiohttp import web
+
+import folder_paths
+
+CHUNK = 64 * 1024
+_FILE_TYPES = ("output", "input", "temp")
+_ACTIVE_TYPES = {"text/html", "application/xhtml+xml", "text/javascript", "text/css"}
+
+
+def _inside(root: str, path: str) -> bool:
+    root = os.path.abspath(root)
+    return os.path.commonpath((root, os.path.abspath(path))) == root
+
+
+def _upload_limit() -> int:
+    import server  # the caller's module; imported late because server.py imports this one
+
+    return round(float(getattr(server.args, "max_upload_size", 100)) * 1024 * 1024)
+
+
+# --------------------------------------------------------------------------- model lists
+def register_models(ps: Any, routes: web.RouteTableDef) -> None:
+    @routes.get("/embeddings")
+    async def embeddings(request: web.Request) -> web.Response:
+        names = folder_paths.get_filename_list("embeddings")
+        return web.json_response([os.path.splitext(n)[0] for n in names])
+
+    @routes.get("/models")
+    async def model_folders(request: web.Request) -> web.Response:
+        return web.json_response(list(folder_paths.folder_names_and_paths))
+
+    @routes.get("/models/{folder}")
+    async def model_files(request: web.Request) -> web.Response:
+        folder = request.match_info.get("folder", "")
+        if folder not in folder_paths.folder_names_and_paths:
+            return web.Response(status=404)
+        return web.json_response(folder_paths.get_filename_list(folder))
+
+
+# --------------------------------------------------------------------------- uploads
+class _Upload:
+    """The fields of one multipart upload; the `image` part already sits in a spool file."""
+
+    def __init__(self) -> None:
+        self.fields: dict[str, str] = {}
+        self.spool: str | None = None
+        self.filename: str | None = None
+        self.digest: bytes = b""
+
+    def discard(self) -> None:
+        if self.spool is not None and os.path.exists(self.spool):
+            os.remove(self.spool)
+        self.spool = None
+
+
+async def _read_upload(request: web.Request) -> _Upload:
+    """Reads the form part by part; the file goes to disk chunk by chunk, never into memory.
+
+    Counts bytes like aiohttp's `request.post()` (64 KiB reads, every part's payload), so an
+    oversized form fails with the same 413 the real host gives.
+    """
+    limit = _upload_limit()
+    spool_dir = os.path.join(folder_paths.base_path, ".standin-uploads")
+    form = _Upload()
+    total = 0
+    if request.content_type != "multipart/form-data":
+        # a form without files arrives url-encoded; small, so read it whole as the real host does
+        for key, value in (await request.post()).items():
+            form.fields.setdefault(key, value if isinstance(value, str) else "")
+        if "image" in form.fields:
+            form.filename = ""  # a plain `image` field is not a file
+        return form
+    reader = await request.multipart()
+    try:
+        while True:
+            part = await reader.next()
+            if part is None:
+                break
+            if part.name == "image" and form.filename is None and part.filename is None:
+                form.filename = ""  # a plain `image` field is not a file
+                await part.release()
+            elif part.name == "image" and part.filename is not None and form.spool is None:
+                os.makedirs(spool_dir, exist_ok=True)
+                form.spool = os.path.join(spool_dir, uuid.uuid4().hex)
+                form.filename = part.filename
+                digest = hashlib.sha256()
+                with open(form.spool, "wb") as out:
+                    while True:
+                        chunk = await part.read_chunk(CHUNK)
+                        if not chunk:
+                            break
+                        total += len(chunk)
+                        if 0 < limit < total:
+                            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=total)
+                        digest.update(chunk)
+                        out.write(chunk)
+                form.digest = digest.digest()
+            else:
+                raw = await part.read()  # small text fields
+                total += len(raw)
+                if 0 < limit < total:
+                    raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=total)
+                if part.name is not None and part.name not in form.fields:
+                    form.fields[part.name] = raw.decode(part.get_charset(default="utf-8"))
+    except BaseException:
+        form.discard()
+        raise
+    return form
+
+
+def _same_content(path: str, digest: bytes) -> bool:
+    if not os.path.isfile(path):
+        return False
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.digest() == digest
+
+
+def _store(form: _Upload, keep: Callable[[_Upload], bool] | None = None) -> web.Response:
+    """Moves the spooled upload into its folder and answers `{name, subfolder, type}`.
+
+    Order of checks as on the real host: an unknown `type` fails first (500), then a missing
+    file (400), then a name or subfolder that leaves the folder (400). Same content as an
+    existing file: that file's name, nothing written. Same name, other content: `name (n).ext`,
+    unless `overwrite` is `true` or `1`. `keep` may veto the write (the answer stays the same).
+    """
+    kind = form.fields.get("type", "input")
+    folder = folder_paths.get_directory_by_type(kind)
+    if folder is None:
+        # the real handler crashes on an unknown type, which aiohttp answers with its 500
+        raise ValueError(f"unknown upload type {kind!r}")
+    if form.filename is None:
+        return web.Response(status=400)
+    if not form.filename:
+        # a file part without a name (or `image` sent as a plain field) crashes the real one too
+        raise ValueError("upload without a file name")
+    subfolder = form.fields.get("subfolder", "")
+    target_dir = os.path.join(folder, os.path.normpath(subfolder))
+    name = form.filename
+    if not _inside(folder, os.path.join(target_dir, name)):
+        return web.Response(status=400)
+    os.makedirs(target_dir, exist_ok=True)
+    if form.fields.get("overwrite") not in ("true", "1"):
+        stem, ext = os.path.splitext(name)
+        n = 0
+        while os.path.exists(os.path.join(target_dir, name)):
+            if _same_content(os.path.join(target_dir, name), form.digest):
+                form.discard()  # an identical file is already there: answer its name
+                break
+            n += 1
+            name = f"{stem} ({n}){ext}"
+    answer = web.json_response({"name": name, "subfolder": subfolder, "type": kind})
+    if form.spool is not None and (keep is None or keep(form)):
+        shutil.move(form.spool, os.path.join(target_dir, name))
+        form.spool = None
+    return answer
+
+
+def _original_exists(form: _Upload) -> bool:
+    """/upload/mask writes only over an existing original named by `original_ref`."""
+    ref = json.loads(form.fields.get("original_ref"))  # type: ignore[arg-type]  (missing or not JSON: 500 like ComfyUI)
+    folder = folder_paths.get_directory_by_type(ref.get("type"))
+    if folder is None or "filename" not in ref:
+        return False
+    here = os.path.join(folder, ref.get("subfolder", ""))
+    original = os.path.join(here, ref["filename"])
+    return _inside(here, original) and os.path.isfile(original)
+
+
+def register_files(ps: Any, routes: web.RouteTableDef) -> None:
+    @routes.post("/upload/image")
+    async def upload_image(request: web.Request) -> web.Response:
+        form = await _read_upload(request)
+        try:
+            return _store(form)
+        finally:
+            form.discard()
+
+    @routes.post("/upload/mask")
+    async def upload_mask(request: web.Request) -> web.Response:
+        form = await _read_upload(request)
+        try:
+            _original_exists(form)  # a missing or broken original_ref fails before anything else
+            return _store(form, _original_exists)
+        finally:
+            form.discard()
+
+    @routes.get("/view")
+    async def view(request: web.Request) -> web.StreamResponse:
+        q = request.rel_url.query
+        if "filename" not in q:
+            return web.Response(status=404)
+        name, folder = folder_paths.annotated_filepath(q["filename"])
+        if not name or name.startswith("/") or ".." in name:
+            return web.Response(status=400)
+        if folder is None:
+            folder = folder_paths.get_directory_by_type(q.get("type", "output"))
+            if folder is None:
+                return web.Response(status=400)
+        here = os.path.join(folder, q.get("subfolder", ""))
+        if not _inside(folder, here):
+            return web.Response(status=403)
+        name = os.path.basename(name)  # a name carrying a folder is looked up by its last part
+        path = os.path.join(here, name)
+        if not os.path.isfile(path):
+            return web.Response(status=404)
+        # types a browser would run (HTML, script, CSS) are sent as opaque bytes, like the real host
+        mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if mime in _ACTIVE_TYPES:
+            mime = "application/octet-stream"
+        return web.FileResponse(path, headers={"Content-Disposition": f'filename="{name}"', "Content-Type": mime})
+
+    @routes.get("/view_metadata/{folder_name}")
+    async def view_metadata(request: web.Request) -> web.Response:
+        folder = request.match_info["folder_name"]
+        filename = request.rel_url.query.get("filename")
+        if folder not in folder_paths.folder_names_and_paths or not filename or not filename.endswith(".safetensors"):
+            return web.Response(status=404)
+        path = folder_paths.get_full_path(folder, filename)
+        if path is None:
+            return web.Response(status=404)
+        with open(path, "rb") as f:
+            size = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(size))
+        meta = header.get("__metadata__")
+        if meta is None:
+            return web.Response(status=404)
+        return web.json_response(meta)
+
+
+# --------------------------------------------------------------------------- experiment
+_NOT_MODEL_FOLDERS = ("configs", "custom_nodes")  # never listed by /experiment/models
+
+
+def _model_entries(dirs: list[str]) -> list[dict[str, Any]]:
+    """Model files of each directory (hidden ones skipped), with the index of that directory."""
+    found = []
+    for index, root in enumerate(dirs):
+        for here, subdirs, names in os.walk(root, followlinks=True):
+            subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+            for n in names:
+                if n.startswith(".") or os.path.splitext(n)[1].lower() not in folder_paths.supported_pt_extensions:
+                    continue
+                path = os.path.join(here, n)
+                st = os.stat(path)
+                found.append({"name": os.path.relpath(path, root).replace(os.sep, "/"), "pathIndex": index,
+                              "modified": st.st_mtime, "created": st.st_ctime, "size": st.st_size})
+    return found
+
+
+def _preview_of(model: str) -> str | None:
+    """An image beside the model: `<stem>.<image ext>` or `<stem>.preview.<image ext>`."""
+    folder, stem = os.path.split(os.path.splitext(model)[0])
+    if not os.path.isdir(folder):
+        return None
+    for entry in sorted(os.listdir(folder)):
+        if not entry.startswith(stem + "."):
+            continue
+        rest = entry[len(stem) + 1:]
+        if rest.lower().startswith("preview."):
+            rest = rest[len("preview."):]
+        if "." not in rest and (mimetypes.guess_type("x." + rest)[0] or "").startswith("image/"):
+            return os.path.join(folder, entry)
+    return None
+
+
+def register_experiment_models(ps: Any, routes: web.RouteTableDef) -> None:
+    @routes.get("/experiment/models")
+    async def model_folders(request: web.Request) -> web.Response:
+        return web.json_response([{"name": name, "folders": dirs}
+                                  for name, (dirs, _exts) in folder_paths.folder_names_and_paths.items()
+                                  if name not in _NOT_MODEL_FOLDERS])
+
+    @routes.get("/experiment/models/{folder}")
+    async def model_files(request: web.Request) -> web.Response:
+        folder = request.match_info["folder"]
+        if folder not in folder_paths.folder_names_and_paths:
+            return web.Response(status=404)
+        return web.json_response(_model_entries(folder_paths.get_folder_paths(folder)))
+
+    @routes.get("/experiment/models/preview/{folder}/{path_index}/{filename:.*}")
+    async def model_preview(request: web.Request) -> web.StreamResponse:
+        folder = request.match_info["folder"]
+        if folder not in folder_paths.folder_names_and_paths:
+            return web.Response(status=404)
+        # a bad index is the real host's 500 too (int() / list index errors)
+        root = folder_paths.get_folder_paths(folder)[int(request.match_info["path_index"])]
+        model = os.path.join(root, request.match_info["filename"])
+        image = _preview_of(model) if _inside(root, model) else None
+        if image is None:
+            return web.Response(status=404)
+        return web.FileResponse(image)
+
+
+# --------------------------------------------------------------------------- internal
+def register_internal(ps: Any, routes: web.RouteTableDef) -> None:
+    @routes.get("/folder_paths")
+    async def folder_table(request: web.Request) -> web.Response:
+        return web.json_response({name: dirs for name, (dirs, _exts) in folder_paths.folder_names_and_paths.items()})
+
+    @routes.get("/files/{directory_type}")
+    async def top_level_files(request: web.Request) -> web.Response:
+        kind = request.match_info["directory_type"]
+        if kind not in _FILE_TYPES:
+            return web.json_response({"error": "Invalid directory type"}, status=400)
+        folder = folder_paths.get_directory_by_type(kind) or ""
+        with os.scandir(folder) as it:
+            files = [(e.stat().st_mtime, e.name) for e in it if e.is_file()]
+        files.sort(key=lambda f: f[0], reverse=True)  # newest first
+        return web.json_response([name for _mtime, name in files])
