@@ -85,6 +85,9 @@ async def _read_upload(request: web.Request) -> _Upload:
     spool_dir = os.path.join(folder_paths.base_path, ".standin-uploads")
     form = _Upload()
     total = 0
+    if getattr(request, "_post", None) is not None:
+        # a middleware (the gate) already parsed the form with post(); aiohttp spooled its files
+        return _from_parsed(await request.post(), spool_dir)
     if request.content_type != "multipart/form-data":
         # a form without files arrives url-encoded; small, so read it whole as the real host does
         for key, value in (await request.post()).items():
@@ -127,6 +130,26 @@ async def _read_upload(request: web.Request) -> _Upload:
     except BaseException:
         form.discard()
         raise
+    return form
+
+
+def _from_parsed(post: Any, spool_dir: str) -> _Upload:
+    form = _Upload()
+    for key, value in post.items():
+        if key == "image" and form.filename is None:
+            form.filename = getattr(value, "filename", None) or ""
+            if hasattr(value, "file") and form.filename:
+                os.makedirs(spool_dir, exist_ok=True)
+                form.spool = os.path.join(spool_dir, uuid.uuid4().hex)
+                digest = hashlib.sha256()
+                value.file.seek(0)
+                with open(form.spool, "wb") as out:
+                    for chunk in iter(lambda: value.file.read(CHUNK), b""):
+                        digest.update(chunk)
+                        out.write(chunk)
+                form.digest = digest.digest()
+        elif isinstance(value, str):
+            form.fields.setdefault(key, value)
     return form
 
 
@@ -174,7 +197,8 @@ def _store(form: _Upload, keep: Callable[[_Upload], bool] | None = None) -> web.
             n += 1
             name = f"{stem} ({n}){ext}"
     answer = web.json_response({"name": name, "subfolder": subfolder, "type": kind})
-    if form.spool is not None and (keep is None or keep(form)):
+    wanted = keep is None or keep(form)  # runs even for a duplicate, so its errors still show
+    if form.spool is not None and wanted:
         shutil.move(form.spool, os.path.join(target_dir, name))
         form.spool = None
     return answer
@@ -183,11 +207,12 @@ def _store(form: _Upload, keep: Callable[[_Upload], bool] | None = None) -> web.
 def _original_exists(form: _Upload) -> bool:
     """/upload/mask writes only over an existing original named by `original_ref`."""
     ref = json.loads(form.fields.get("original_ref"))  # type: ignore[arg-type]  (missing or not JSON: 500 like ComfyUI)
+    filename = ref["filename"]  # absent: KeyError, a 500 as on the real host
     folder = folder_paths.get_directory_by_type(ref.get("type"))
-    if folder is None or "filename" not in ref:
+    if folder is None:
         return False
     here = os.path.join(folder, ref.get("subfolder", ""))
-    original = os.path.join(here, ref["filename"])
+    original = os.path.join(here, filename)
     return _inside(here, original) and os.path.isfile(original)
 
 
@@ -204,7 +229,6 @@ def register_files(ps: Any, routes: web.RouteTableDef) -> None:
     async def upload_mask(request: web.Request) -> web.Response:
         form = await _read_upload(request)
         try:
-            _original_exists(form)  # a missing or broken original_ref fails before anything else
             return _store(form, _original_exists)
         finally:
             form.discard()
