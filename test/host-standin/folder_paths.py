@@ -17,7 +17,7 @@ from __future__ import annotations
 import mimetypes
 import os
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 
 supported_pt_extensions: set[str] = {".ckpt", ".pt", ".pt2", ".bin", ".pth", ".safetensors", ".pkl", ".sft"}
 
@@ -48,29 +48,25 @@ _MODEL_FOLDERS: list[tuple[str, tuple[str, ...], set[str] | None]] = [
 
 _LEGACY = {"unet": "diffusion_models", "clip": "text_encoders"}
 
+FolderEntry = tuple[list[str], set[str]]  # (directories searched in order, allowed extensions)
+
 base_path: str = os.path.dirname(os.path.realpath(__file__))
-models_dir: str = os.path.join(base_path, "models")
-folder_names_and_paths: dict[str, tuple[list[str], set[str]]] = {}
-output_directory: str = ""
-input_directory: str = ""
-temp_directory: str = ""
-user_directory: str = ""
+models_dir: str = ""
+folder_names_and_paths: dict[str, FolderEntry] = {}
+_roots: dict[str, str] = {}  # "input", "output", "temp", "user" -> directory
 
 
 def set_base_path(path: str) -> None:
     """Roots every folder at `path`; forgets folders custom nodes added before."""
-    global base_path, models_dir, output_directory, input_directory, temp_directory, user_directory
-    base_path = os.path.abspath(path)
-    models_dir = os.path.join(base_path, "models")
-    output_directory = os.path.join(base_path, "output")
-    input_directory = os.path.join(base_path, "input")
-    temp_directory = os.path.join(base_path, "temp")
-    user_directory = os.path.join(base_path, "user")
+    global base_path, models_dir
+    root = os.path.abspath(path)
+    base_path, models_dir = root, os.path.join(root, "models")
+    _roots.update({kind: os.path.join(root, kind) for kind in ("input", "output", "temp", "user")})
     folder_names_and_paths.clear()
     for name, subdirs, exts in _MODEL_FOLDERS:
         dirs = [os.path.join(models_dir, d) for d in subdirs]
         if name == "custom_nodes":
-            dirs = [os.path.join(base_path, "custom_nodes")]
+            dirs = [os.path.join(root, "custom_nodes")]
         folder_names_and_paths[name] = (dirs, set(supported_pt_extensions) if exts is None else set(exts))
 
 
@@ -159,27 +155,26 @@ def get_full_path_or_raise(name: str, filename: str) -> str:
     return found
 
 
-def get_input_directory() -> str:
-    return input_directory
+def _root_getter(kind: str) -> Callable[[], str]:
+    def getter() -> str:
+        return _roots[kind]
+
+    getter.__name__ = getter.__qualname__ = f"get_{kind}_directory"
+    return getter
 
 
-def get_output_directory() -> str:
-    return output_directory
+get_input_directory = _root_getter("input")
+get_output_directory = _root_getter("output")
+get_temp_directory = _root_getter("temp")
+get_user_directory = _root_getter("user")
 
 
-def get_temp_directory() -> str:
-    return temp_directory
+def get_directory_by_type(kind: str) -> str | None:
+    """The folder of `output`, `input` or `temp`; None for anything else (`user` included)."""
+    return _roots.get(kind) if kind in ("output", "input", "temp") else None
 
 
-def get_user_directory() -> str:
-    return user_directory
-
-
-def get_directory_by_type(type_name: str) -> str | None:
-    return {"output": output_directory, "input": input_directory, "temp": temp_directory}.get(type_name)
-
-
-def annotated_filepath(name: str) -> tuple[str, str | None]:
+def annotated_filepath(text: str) -> tuple[str, str | None]:
     """`"x.png [input]"` -> `("x.png", <input dir>)`; a plain name -> `(name, None)`.
 
     Like the real host, the tag is cut together with the one character before it, which is
@@ -187,14 +182,14 @@ def annotated_filepath(name: str) -> tuple[str, str | None]:
     """
     for kind in ("output", "input", "temp"):
         tag = f"[{kind}]"
-        if name.endswith(tag):
-            return name[: -len(tag) - 1], get_directory_by_type(kind)
-    return name, None
+        if text.endswith(tag):
+            return text[: -len(tag) - 1], get_directory_by_type(kind)
+    return text, None
 
 
 def get_annotated_filepath(name: str, default_dir: str | None = None) -> str:
     plain, folder = annotated_filepath(name)
-    return os.path.join(folder or default_dir or input_directory, plain)
+    return os.path.join(folder or default_dir or _roots["input"], plain)
 
 
 def exists_annotated_filepath(name: str) -> bool:

@@ -18,15 +18,28 @@ import os
 import shutil
 import struct
 import uuid
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
 import folder_paths
 
 CHUNK = 64 * 1024
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _FILE_TYPES = ("output", "input", "temp")
+_BAD_DIRECTORY_TYPE = {"error": "Invalid directory type"}
 _ACTIVE_TYPES = {"text/html", "application/xhtml+xml", "text/javascript", "text/css"}
+
+
+def _mount(routes: web.RouteTableDef, table: tuple[tuple[str, str, Handler], ...]) -> None:
+    """Adds `(method, path, handler)` rows in order; a GET also answers HEAD, as `routes.get` does."""
+    for method, path, handler in table:
+        routes.route(method, path, **({"allow_head": True} if method == "GET" else {}))(handler)
+
+
+def _bare(status: int) -> web.Response:
+    """An empty answer: the real host's 400/403/404s carry no body (nor JSON)."""
+    return web.Response(status=status)
 
 
 def _inside(root: str, path: str) -> bool:
@@ -42,21 +55,24 @@ def _upload_limit() -> int:
 
 # --------------------------------------------------------------------------- model lists
 def register_models(ps: Any, routes: web.RouteTableDef) -> None:
-    @routes.get("/embeddings")
     async def embeddings(request: web.Request) -> web.Response:
         names = folder_paths.get_filename_list("embeddings")
         return web.json_response([os.path.splitext(n)[0] for n in names])
 
-    @routes.get("/models")
     async def model_folders(request: web.Request) -> web.Response:
         return web.json_response(list(folder_paths.folder_names_and_paths))
 
-    @routes.get("/models/{folder}")
     async def model_files(request: web.Request) -> web.Response:
         folder = request.match_info.get("folder", "")
         if folder not in folder_paths.folder_names_and_paths:
-            return web.Response(status=404)
+            return _bare(404)
         return web.json_response(folder_paths.get_filename_list(folder))
+
+    _mount(routes, (
+        ("GET", "/embeddings", embeddings),
+        ("GET", "/models", model_folders),
+        ("GET", "/models/{folder}", model_files),
+    ))
 
 
 # --------------------------------------------------------------------------- uploads
@@ -177,7 +193,7 @@ def _store(form: _Upload, keep: Callable[[_Upload], bool] | None = None) -> web.
         # the real handler crashes on an unknown type, which aiohttp answers with its 500
         raise ValueError(f"unknown upload type {kind!r}")
     if form.filename is None:
-        return web.Response(status=400)
+        return _bare(400)
     if not form.filename:
         # a file part without a name (or `image` sent as a plain field) crashes the real one too
         raise ValueError("upload without a file name")
@@ -185,7 +201,7 @@ def _store(form: _Upload, keep: Callable[[_Upload], bool] | None = None) -> web.
     target_dir = os.path.join(folder, os.path.normpath(subfolder))
     name = form.filename
     if not _inside(folder, os.path.join(target_dir, name)):
-        return web.Response(status=400)
+        return _bare(400)
     os.makedirs(target_dir, exist_ok=True)
     if form.fields.get("overwrite") not in ("true", "1"):
         stem, ext = os.path.splitext(name)
@@ -217,7 +233,6 @@ def _original_exists(form: _Upload) -> bool:
 
 
 def register_files(ps: Any, routes: web.RouteTableDef) -> None:
-    @routes.post("/upload/image")
     async def upload_image(request: web.Request) -> web.Response:
         form = await _read_upload(request)
         try:
@@ -225,7 +240,6 @@ def register_files(ps: Any, routes: web.RouteTableDef) -> None:
         finally:
             form.discard()
 
-    @routes.post("/upload/mask")
     async def upload_mask(request: web.Request) -> web.Response:
         form = await _read_upload(request)
         try:
@@ -233,47 +247,52 @@ def register_files(ps: Any, routes: web.RouteTableDef) -> None:
         finally:
             form.discard()
 
-    @routes.get("/view")
     async def view(request: web.Request) -> web.StreamResponse:
         q = request.rel_url.query
         if "filename" not in q:
-            return web.Response(status=404)
+            return _bare(404)
         name, folder = folder_paths.annotated_filepath(q["filename"])
         if not name or name.startswith("/") or ".." in name:
-            return web.Response(status=400)
+            return _bare(400)
         if folder is None:
             folder = folder_paths.get_directory_by_type(q.get("type", "output"))
             if folder is None:
-                return web.Response(status=400)
+                return _bare(400)
         here = os.path.join(folder, q.get("subfolder", ""))
         if not _inside(folder, here):
-            return web.Response(status=403)
+            return _bare(403)
         name = os.path.basename(name)  # a name carrying a folder is looked up by its last part
         path = os.path.join(here, name)
         if not os.path.isfile(path):
-            return web.Response(status=404)
+            return _bare(404)
         # types a browser would run (HTML, script, CSS) are sent as opaque bytes, like the real host
         mime = mimetypes.guess_type(name)[0] or "application/octet-stream"
         if mime in _ACTIVE_TYPES:
             mime = "application/octet-stream"
         return web.FileResponse(path, headers={"Content-Disposition": f'filename="{name}"', "Content-Type": mime})
 
-    @routes.get("/view_metadata/{folder_name}")
     async def view_metadata(request: web.Request) -> web.Response:
         folder = request.match_info["folder_name"]
         filename = request.rel_url.query.get("filename")
         if folder not in folder_paths.folder_names_and_paths or not filename or not filename.endswith(".safetensors"):
-            return web.Response(status=404)
+            return _bare(404)
         path = folder_paths.get_full_path(folder, filename)
         if path is None:
-            return web.Response(status=404)
+            return _bare(404)
         with open(path, "rb") as f:
             size = struct.unpack("<Q", f.read(8))[0]
             header = json.loads(f.read(size))
         meta = header.get("__metadata__")
         if meta is None:
-            return web.Response(status=404)
+            return _bare(404)
         return web.json_response(meta)
+
+    _mount(routes, (
+        ("POST", "/upload/image", upload_image),
+        ("POST", "/upload/mask", upload_mask),
+        ("GET", "/view", view),
+        ("GET", "/view_metadata/{folder_name}", view_metadata),
+    ))
 
 
 # --------------------------------------------------------------------------- experiment
@@ -285,7 +304,7 @@ def _model_entries(dirs: list[str]) -> list[dict[str, Any]]:
     found = []
     for index, root in enumerate(dirs):
         for here, subdirs, names in os.walk(root, followlinks=True):
-            subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+            subdirs[:] = sorted(d for d in subdirs if d[0] != ".")  # hidden folders are skipped
             for n in names:
                 if n.startswith(".") or os.path.splitext(n)[1].lower() not in folder_paths.supported_pt_extensions:
                     continue
@@ -313,46 +332,52 @@ def _preview_of(model: str) -> str | None:
 
 
 def register_experiment_models(ps: Any, routes: web.RouteTableDef) -> None:
-    @routes.get("/experiment/models")
     async def model_folders(request: web.Request) -> web.Response:
         return web.json_response([{"name": name, "folders": dirs}
                                   for name, (dirs, _exts) in folder_paths.folder_names_and_paths.items()
                                   if name not in _NOT_MODEL_FOLDERS])
 
-    @routes.get("/experiment/models/{folder}")
     async def model_files(request: web.Request) -> web.Response:
         folder = request.match_info["folder"]
         if folder not in folder_paths.folder_names_and_paths:
-            return web.Response(status=404)
+            return _bare(404)
         return web.json_response(_model_entries(folder_paths.get_folder_paths(folder)))
 
-    @routes.get("/experiment/models/preview/{folder}/{path_index}/{filename:.*}")
     async def model_preview(request: web.Request) -> web.StreamResponse:
         folder = request.match_info["folder"]
         if folder not in folder_paths.folder_names_and_paths:
-            return web.Response(status=404)
+            return _bare(404)
         # a bad index is the real host's 500 too (int() / list index errors)
         root = folder_paths.get_folder_paths(folder)[int(request.match_info["path_index"])]
         model = os.path.join(root, request.match_info["filename"])
         image = _preview_of(model) if _inside(root, model) else None
         if image is None:
-            return web.Response(status=404)
+            return _bare(404)
         return web.FileResponse(image)
+
+    _mount(routes, (
+        ("GET", "/experiment/models", model_folders),
+        ("GET", "/experiment/models/{folder}", model_files),
+        ("GET", "/experiment/models/preview/{folder}/{path_index}/{filename:.*}", model_preview),
+    ))
 
 
 # --------------------------------------------------------------------------- internal
 def register_internal(ps: Any, routes: web.RouteTableDef) -> None:
-    @routes.get("/folder_paths")
     async def folder_table(request: web.Request) -> web.Response:
         return web.json_response({name: dirs for name, (dirs, _exts) in folder_paths.folder_names_and_paths.items()})
 
-    @routes.get("/files/{directory_type}")
     async def top_level_files(request: web.Request) -> web.Response:
         kind = request.match_info["directory_type"]
         if kind not in _FILE_TYPES:
-            return web.json_response({"error": "Invalid directory type"}, status=400)
+            return web.json_response(_BAD_DIRECTORY_TYPE, status=400)
         folder = folder_paths.get_directory_by_type(kind) or ""
         with os.scandir(folder) as it:
             files = [(e.stat().st_mtime, e.name) for e in it if e.is_file()]
         files.sort(key=lambda f: f[0], reverse=True)  # newest first
         return web.json_response([name for _mtime, name in files])
+
+    _mount(routes, (
+        ("GET", "/folder_paths", folder_table),
+        ("GET", "/files/{directory_type}", top_level_files),
+    ))
