@@ -77,15 +77,40 @@ def register_models(ps: Any, routes: web.RouteTableDef) -> None:
 
 # --------------------------------------------------------------------------- uploads
 class _Upload:
-    """The fields of one multipart upload; the `image` part already sits in a spool file."""
+    """One upload form: its text fields, and the `image` file spooled to disk with its sha256."""
 
-    def __init__(self) -> None:
+    def __init__(self, spool_dir: str) -> None:
+        self.spool_dir = spool_dir
         self.fields: dict[str, str] = {}
+        self.filename: str | None = None  # None: no `image` part; "": one without a file name
         self.spool: str | None = None
-        self.filename: str | None = None
         self.digest: bytes = b""
+        self._out: Any = None
+        self._hash: Any = None
+
+    def open_file(self, filename: str) -> None:
+        self.filename = filename
+        os.makedirs(self.spool_dir, exist_ok=True)
+        self.spool = os.path.join(self.spool_dir, uuid.uuid4().hex)
+        self._out, self._hash = open(self.spool, "wb"), hashlib.sha256()
+
+    @property
+    def writing(self) -> bool:
+        return self._out is not None
+
+    def write(self, chunk: bytes) -> None:
+        self._hash.update(chunk)
+        self._out.write(chunk)
+
+    def close_file(self) -> None:
+        self._out.close()
+        self._out = None
+        self.digest = self._hash.digest()
 
     def discard(self) -> None:
+        if self._out is not None:
+            self._out.close()
+            self._out = None
         if self.spool is not None and os.path.exists(self.spool):
             os.remove(self.spool)
         self.spool = None
@@ -97,76 +122,59 @@ async def _read_upload(request: web.Request) -> _Upload:
     Counts bytes like aiohttp's `request.post()` (64 KiB reads, every part's payload), so an
     oversized form fails with the same 413 the real host gives.
     """
-    limit = _upload_limit()
-    spool_dir = os.path.join(folder_paths.base_path, ".standin-uploads")
-    form = _Upload()
-    total = 0
-    if getattr(request, "_post", None) is not None:
-        # a middleware (the gate) already parsed the form with post(); aiohttp spooled its files
-        return _from_parsed(await request.post(), spool_dir)
-    if request.content_type != "multipart/form-data":
-        # a form without files arrives url-encoded; small, so read it whole as the real host does
-        for key, value in (await request.post()).items():
-            form.fields.setdefault(key, value if isinstance(value, str) else "")
-        if "image" in form.fields:
-            form.filename = ""  # a plain `image` field is not a file
+    form = _Upload(os.path.join(folder_paths.base_path, ".standin-uploads"))
+    if getattr(request, "_post", None) is not None or request.content_type != "multipart/form-data":
+        # Either a middleware (the gate) already parsed the form with post(), which the handler
+        # must reuse (aiohttp spooled its files), or a form without files came url-encoded.
+        _from_parsed(await request.post(), form)
         return form
+    limit = _upload_limit()
+    total = 0
     reader = await request.multipart()
     try:
         while True:
             part = await reader.next()
             if part is None:
                 break
-            if part.name == "image" and form.filename is None and part.filename is None:
-                form.filename = ""  # a plain `image` field is not a file
-                await part.release()
-            elif part.name == "image" and part.filename is not None and form.spool is None:
-                os.makedirs(spool_dir, exist_ok=True)
-                form.spool = os.path.join(spool_dir, uuid.uuid4().hex)
-                form.filename = part.filename
-                digest = hashlib.sha256()
-                with open(form.spool, "wb") as out:
-                    while True:
-                        chunk = await part.read_chunk(CHUNK)
-                        if not chunk:
-                            break
-                        total += len(chunk)
-                        if 0 < limit < total:
-                            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=total)
-                        digest.update(chunk)
-                        out.write(chunk)
-                form.digest = digest.digest()
-            else:
-                raw = await part.read()  # small text fields
-                total += len(raw)
+            is_image = part.name == "image" and form.filename is None
+            if is_image and part.filename:
+                form.open_file(part.filename)
+            text = bytearray()
+            while True:
+                chunk = await part.read_chunk(CHUNK)
+                if not chunk:
+                    break
+                total += len(chunk)
                 if 0 < limit < total:
                     raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=total)
-                if part.name is not None and part.name not in form.fields:
-                    form.fields[part.name] = raw.decode(part.get_charset(default="utf-8"))
+                if form.writing:
+                    form.write(chunk)
+                elif part.filename is None and len(text) < CHUNK:
+                    text += chunk  # a text field; other files' contents are never kept
+            if form.writing:
+                form.close_file()
+            elif is_image:
+                form.filename = ""  # `image` as a plain field, or a file part without a name
+            elif part.name is not None and part.filename is None and part.name not in form.fields:
+                form.fields[part.name] = text.decode(part.get_charset(default="utf-8"), "replace")
     except BaseException:
         form.discard()
         raise
     return form
 
 
-def _from_parsed(post: Any, spool_dir: str) -> _Upload:
-    form = _Upload()
+def _from_parsed(post: Any, form: _Upload) -> None:
     for key, value in post.items():
-        if key == "image" and form.filename is None:
-            form.filename = getattr(value, "filename", None) or ""
-            if hasattr(value, "file") and form.filename:
-                os.makedirs(spool_dir, exist_ok=True)
-                form.spool = os.path.join(spool_dir, uuid.uuid4().hex)
-                digest = hashlib.sha256()
-                value.file.seek(0)
-                with open(form.spool, "wb") as out:
-                    for chunk in iter(lambda: value.file.read(CHUNK), b""):
-                        digest.update(chunk)
-                        out.write(chunk)
-                form.digest = digest.digest()
-        elif isinstance(value, str):
+        if isinstance(value, str):
             form.fields.setdefault(key, value)
-    return form
+        elif key == "image" and form.filename is None and getattr(value, "filename", ""):
+            form.open_file(value.filename)
+            value.file.seek(0)
+            for chunk in iter(lambda: value.file.read(CHUNK), b""):
+                form.write(chunk)
+            form.close_file()
+    if "image" in post and form.filename is None:
+        form.filename = ""  # `image` as a plain field, or a file part without a name
 
 
 def _same_content(path: str, digest: bytes) -> bool:
