@@ -7,7 +7,8 @@ they use (see the stand-in contract). What it guarantees:
   `root/output`, `root/temp`, `root/user`, `root/custom_nodes`); main.py calls it first.
 * `folder_names_and_paths` maps each model folder name to `(directories, extensions)`, in the
   order `GET /models` lists them. The legacy names `unet` and `clip` are aliases of
-  `diffusion_models` and `text_encoders`, whose first directory is the legacy one.
+  `diffusion_models` and `text_encoders`, which also search `models/unet` and `models/clip`.
+  Unlike ComfyUI, no folder also searches `output/<name>` (the tests pin two directories).
 * File lists are read from the disk on every call: sorted, recursive, relative with `/`.
 * `get_save_image_path` numbers files the way SaveImage does: `<prefix>_<NNNNN>_.png`, next
   number = the highest one already in the folder + 1.
