@@ -79,7 +79,7 @@ class PromptQueue:
         with self._lock:
             item = self._running.pop(task)
             if len(self.history) >= HISTORY_LIMIT:
-                self.history.pop(next(iter(self.history)))
+                del self.history[next(iter(self.history))]  # the oldest entry
             kept = {k: v for k, v in item[3].items() if k not in SECRET_KEYS}
             self.history[item[1]] = {"prompt": [item[0], item[1], item[2], kept, item[4]],
                                      "outputs": outputs, "status": status, "meta": meta}
@@ -140,24 +140,32 @@ class PromptQueue:
 
 
 # =========================================================================== validation
+def _type_name(exc: BaseException) -> str:
+    module = type(exc).__module__
+    return type(exc).__qualname__ if module == "builtins" else f"{module}.{type(exc).__qualname__}"
+
+
 def _problem(kind: str, message: str, details: str = "", **extra: Any) -> dict[str, Any]:
     return {"type": kind, "message": message, "details": details, "extra_info": extra}
 
 
 def _is_link(value: Any) -> bool:
-    return isinstance(value, list) and len(value) == 2 and isinstance(value[1], int) and not isinstance(value[1], bool)
+    return isinstance(value, list) and len(value) == 2
 
 
-def _check_constant(name: str, spec: list, value: Any) -> tuple[Any, dict | None]:
+def _spec_parts(spec: Any) -> tuple[Any, dict]:
+    spec = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+    return (spec[0] if spec else None), (spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {})
+
+
+def _check_constant(name: str, spec: Any, value: Any) -> tuple[Any, dict | None]:
     """The value converted to the input's type, or the problem with it."""
-    kind = spec[0] if spec else None
-    options = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
-    choices = kind if isinstance(kind, list) else options.get("options") if kind == "COMBO" else None
-    if choices is not None:
-        if isinstance(value, list) or value not in choices:
-            shown = str(choices) if len(choices) <= 20 else str(choices[:20])[:-1] + ", ...]"
-            return value, _problem("value_not_in_list", "Value not in list", f"{name}: '{value}' not in {shown}",
-                                   input_name=name, input_config=spec, received_value=value)
+    kind, options = _spec_parts(spec)
+    about = {"input_name": name, "input_config": [kind, options], "received_value": value}
+    if isinstance(kind, list):
+        # only the classic list form is checked; the host lets a ["COMBO", {...}] value through
+        if value not in kind:
+            return value, _problem("value_not_in_list", "Value not in list", f"{name}: '{value}' not in {kind}", **about)
         return value, None
     casts = {"INT": int, "FLOAT": float, "STRING": str, "BOOLEAN": bool}
     if kind not in casts:
@@ -165,17 +173,13 @@ def _check_constant(name: str, spec: list, value: Any) -> tuple[Any, dict | None
     try:
         value = casts[kind](value)
     except (TypeError, ValueError) as exc:
-        return value, _problem("invalid_input_type", f"Failed to convert an input {name} value to a {kind} value",
-                               f"{name}, {value}, {exc}", input_name=name, input_config=spec,
-                               received_value=value, exception_message=str(exc))
-    if kind in ("INT", "FLOAT"):
-        low, high = options.get("min"), options.get("max")
-        if low is not None and value < low:
-            return value, _problem("value_smaller_than_min", f"Value {value} smaller than min of {low}", name,
-                                   input_name=name, input_config=spec, received_value=value)
-        if high is not None and value > high:
-            return value, _problem("value_bigger_than_max", f"Value {value} bigger than max of {high}", name,
-                                   input_name=name, input_config=spec, received_value=value)
+        return value, _problem("invalid_input_type", f"Failed to convert an input value to a {kind} value",
+                               f"{name}, {value}, {exc}", **about, exception_message=str(exc))
+    low, high = options.get("min"), options.get("max")
+    if kind in ("INT", "FLOAT") and low is not None and value < low:
+        return value, _problem("value_smaller_than_min", f"Value {value} smaller than min of {low}", name, **about)
+    if kind in ("INT", "FLOAT") and high is not None and value > high:
+        return value, _problem("value_bigger_than_max", f"Value {value} bigger than max of {high}", name, **about)
     return value, None
 
 
@@ -186,26 +190,27 @@ class _Checker:
         self.prompt = prompt
         self.good: dict[str, bool] = {}
         self.problems: dict[str, list[dict]] = {}
-        self.infos: dict[str, dict] = {}
-
-    def info(self, class_type: str) -> dict:
-        if class_type not in self.infos:
-            self.infos[class_type] = nodes.node_info(class_type)
-        return self.infos[class_type]
 
     def check(self, node_id: str) -> bool:
         if node_id in self.good:
             return self.good[node_id]
         self.good[node_id] = True  # provisional: a cycle does not recurse forever
-        node = self.prompt[node_id]
-        inputs = node.setdefault("inputs", {})
         problems: list[dict] = []
         upstream_ok = True
         try:
-            declared = self.info(node["class_type"]).get("input", {})
-        except Exception as exc:  # a custom node's INPUT_TYPES may raise
-            declared = {}
-            problems.append(_problem("exception_during_validation", "Exception when validating node", str(exc)))
+            upstream_ok = self.check_inputs(self.prompt[node_id], problems)
+        except Exception as exc:  # e.g. a link to a node that is not in the prompt (KeyError)
+            problems.append(_problem("exception_during_validation", "Exception when validating node", str(exc),
+                                     exception_type=_type_name(exc), traceback=traceback.format_tb(exc.__traceback__)))
+        if problems:
+            self.problems[node_id] = problems
+        self.good[node_id] = upstream_ok and not problems
+        return self.good[node_id]
+
+    def check_inputs(self, node: dict, problems: list[dict]) -> bool:
+        inputs = node.setdefault("inputs", {})
+        declared = nodes.node_info(node["class_type"]).get("input", {})
+        upstream_ok = True
         for section in ("required", "optional"):
             for name, spec in (declared.get(section) or {}).items():
                 if name not in inputs:
@@ -216,23 +221,23 @@ class _Checker:
                 value = inputs[name]
                 if isinstance(value, dict) and "__value__" in value:
                     value = inputs[name] = value["__value__"]  # how clients send a literal list
+                elif isinstance(value, list) and not _is_link(value):
+                    problems.append(_problem("bad_linked_input", "Bad linked input, must be a length-2 list of "
+                                             "[node_id, slot_index]", name, input_name=name,
+                                             input_config=list(_spec_parts(spec)), received_value=value))
+                    continue
                 elif _is_link(value):
                     source = str(value[0])
                     if source not in self.prompt:
-                        problems.append(_problem("bad_linked_input", "Bad linked input", f"{name}: {value}",
-                                                 input_name=name))
-                    elif not self.check(source):
-                        upstream_ok = False
+                        raise KeyError(source)
+                    upstream_ok = self.check(source) and upstream_ok
                     continue
-                value, problem = _check_constant(name, list(spec) if isinstance(spec, (list, tuple)) else [spec], value)
+                value, problem = _check_constant(name, spec, value)
                 if problem is None:
                     inputs[name] = value
                 else:
                     problems.append(problem)
-        if problems:
-            self.problems[node_id] = problems
-        self.good[node_id] = upstream_ok and not problems
-        return self.good[node_id]
+        return upstream_ok
 
     def needed_by(self, output: str) -> list[str]:
         seen: list[str] = []
@@ -275,7 +280,8 @@ def validate_prompt(prompt_id: str, prompt: Any, targets: list | None = None) ->
                 entry["dependent_outputs"].append(output)
     if good:
         return True, None, good, node_errors
-    lines = [f"{p['message']}: {p['details']}" for e in node_errors.values() for p in e["errors"]]
+    # the summary names only the failing outputs' own problems, not those of nodes upstream
+    lines = [f"{p['message']}: {p['details']}" for o in outputs if o not in good for p in checker.problems.get(o, [])]
     return False, _problem("prompt_outputs_failed_validation", "Prompt outputs failed validation", "\n".join(lines)), [], node_errors
 
 
@@ -289,11 +295,6 @@ def report_progress(value: float, total: float) -> None:
     if run is not None and run.node is not None:
         run.server.send_sync("progress", {"value": value, "max": total, "prompt_id": run.prompt_id, "node": run.node},
                              run.client_id)
-
-
-def _type_name(exc: BaseException) -> str:
-    module = type(exc).__module__
-    return type(exc).__qualname__ if module == "builtins" else f"{module}.{type(exc).__qualname__}"
 
 
 class _Run:
@@ -324,8 +325,9 @@ class _Run:
         if self.client_id is not None:
             self.server.send_sync(event, data, self.client_id)
 
-    def progress_state(self, node_id: str, state: str) -> None:
-        self.states[node_id] = {"value": 1.0 if state == "finished" else 0.0, "max": 1.0, "state": state,
+    def progress_state(self, node_id: str, state: str, whole: float = 1.0) -> None:
+        # the host reports a cached node with integer values, a run one with floats
+        self.states[node_id] = {"value": whole if state == "finished" else 0.0, "max": whole, "state": state,
                                 "node_id": node_id, "prompt_id": self.prompt_id, "display_node_id": node_id,
                                 "parent_node_id": None, "real_node_id": node_id}
         snapshot = {k: dict(v) for k, v in self.states.items()}
@@ -400,15 +402,18 @@ class _Run:
         self.say("execution_start", {"prompt_id": self.prompt_id})
         self.say("execution_cached", {"nodes": cached, "prompt_id": self.prompt_id})
         kept: dict[str, tuple] = {}
+        for node_id in cached:
+            # served from the cache: its results, and its UI output reported before anything runs
+            kept[sigs[node_id]] = self.cache[sigs[node_id]]
+            self.values[node_id], ui = self.cache[sigs[node_id]]
+            if ui is not None:
+                self.ui[node_id] = ui
+                self.tell("executed", {"node": node_id, "display_node": node_id, "output": ui,
+                                       "prompt_id": self.prompt_id})
+                self.progress_state(node_id, "finished", whole=1)
         try:
             for node_id in order:
                 if node_id in cached:
-                    self.values[node_id], ui = self.cache[sigs[node_id]]
-                    if ui is not None:
-                        self.ui[node_id] = ui
-                        self.tell("executed", {"node": node_id, "display_node": node_id, "output": ui,
-                                               "prompt_id": self.prompt_id})
-                    kept[sigs[node_id]] = self.cache[sigs[node_id]]
                     continue
                 nodes.stop_if_interrupted()
                 self.node = node_id

@@ -32,6 +32,11 @@ def _all_node_info() -> dict[str, Any]:
     return out
 
 
+def _done() -> web.Response:
+    # the host answers these POSTs with a bare 200 and no body
+    return web.Response()
+
+
 def register(ps: Any, routes: web.RouteTableDef) -> None:
     queue = ps.prompt_queue
 
@@ -66,7 +71,7 @@ def register(ps: Any, routes: web.RouteTableDef) -> None:
         return web.json_response({"queue_running": running, "queue_pending": pending})
 
     @routes.post("/prompt")
-    async def post_prompt(request):
+    async def queue_prompt(request):
         body = ps.trigger_on_prompt(await request.json())
         if "number" in body:
             number = float(body["number"])
@@ -95,7 +100,7 @@ def register(ps: Any, routes: web.RouteTableDef) -> None:
             queue.wipe_queue()
         for prompt_id in body.get("delete", []):
             queue.delete_queue_item(prompt_id)
-        return web.Response(status=200)
+        return _done()
 
     @routes.post("/interrupt")
     async def interrupt(request):
@@ -104,12 +109,12 @@ def register(ps: Any, routes: web.RouteTableDef) -> None:
         target = body.get("prompt_id") if isinstance(body, dict) else None
         if target is None or target in queue.running_prompt_ids():
             nodes.interrupt_processing(True)
-        return web.Response(status=200)
+        return _done()
 
     @routes.post("/free")
     async def free(request):
         await request.json()  # nothing is loaded, so there is nothing to free
-        return web.Response(status=200)
+        return _done()
 
     @routes.post("/history")
     async def edit_history(request):
@@ -118,4 +123,4 @@ def register(ps: Any, routes: web.RouteTableDef) -> None:
             queue.wipe_history()
         for prompt_id in body.get("delete", []):
             queue.delete_history_item(prompt_id)
-        return web.Response(status=200)
+        return _done()
