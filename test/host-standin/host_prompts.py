@@ -28,7 +28,7 @@ def _all_node_info() -> dict[str, Any]:
         try:
             out[name] = nodes.node_info(name)
         except Exception:  # one broken custom node must not hide the others
-            log.exception("[ERROR] An error occurred while retrieving information for the '%s' node.", name)
+            log.exception("object_info: describing %s failed; it is left out", name)
     return out
 
 
