@@ -210,6 +210,9 @@ class _Checker:
     def check_inputs(self, node: dict, problems: list[dict]) -> bool:
         inputs = node.setdefault("inputs", {})
         declared = nodes.node_info(node["class_type"]).get("input", {})
+        # a class's own VALIDATE_INPUTS replaces the usual check of the inputs it names
+        own_check = getattr(nodes.NODE_CLASS_MAPPINGS[node["class_type"]], "VALIDATE_INPUTS", None)
+        own_names = list(inspect.signature(own_check).parameters) if own_check is not None else []
         upstream_ok = True
         for section in ("required", "optional"):
             for name, spec in (declared.get(section) or {}).items():
@@ -232,11 +235,20 @@ class _Checker:
                         raise KeyError(source)
                     upstream_ok = self.check(source) and upstream_ok
                     continue
+                if name in own_names:
+                    continue
                 value, problem = _check_constant(name, spec, value)
                 if problem is None:
                     inputs[name] = value
                 else:
                     problems.append(problem)
+        mine = {n: inputs[n] for n in own_names if n in inputs and not _is_link(inputs[n])}
+        if own_check is not None and mine and not problems:
+            verdict = own_check(**mine)
+            if verdict is not True:
+                shown = ", ".join(mine)
+                problems.append(_problem("custom_validation_failed", "Custom validation failed for node",
+                                         f"{shown} - {verdict}", input_name=shown))
         return upstream_ok
 
     def needed_by(self, output: str) -> list[str]:

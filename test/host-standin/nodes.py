@@ -148,7 +148,22 @@ class ImageScaleBy:
         return (replace(image, width=max(1, round(image.width * scale_by)), height=max(1, round(image.height * scale_by))),)
 
 
-class LoadImage:
+class _InputFileCheck:
+    """Any existing input file passes (subfolders and `[type]` annotations too), not only the listed ones."""
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, image):
+        return True if folder_paths.exists_annotated_filepath(image) else f"Invalid image file: {image}"
+
+
+class LoadImageMask(_InputFileCheck):
+    FUNCTION = "load"
+
+    def load(self, image, channel="alpha"):
+        return (None,)
+
+
+class LoadImage(_InputFileCheck):
     FUNCTION = "load"
 
     def load(self, image):
@@ -352,7 +367,8 @@ def node_info(class_type: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- registration
-_WORKING = {c.__name__: c for c in (EmptyImage, ImageScale, ImageScaleBy, LoadImage, GetImageSize, SaveImage, PreviewImage)}
+_WORKING = {c.__name__: c for c in (EmptyImage, ImageScale, ImageScaleBy, LoadImage, LoadImageMask, GetImageSize,
+                                    SaveImage, PreviewImage)}
 
 
 def _captured_class(name: str, entry: dict[str, Any]) -> type:
