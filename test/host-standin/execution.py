@@ -1,818 +1,512 @@
-"""Stand-in for ComfyUI's `execution` module: PromptQueue, validate_prompt and a fake executor.
+"""Prompt queue, validation and the executor thread of the stand-in.
 
-The executor walks the graph like ComfyUI (outputs first, dependencies depth-first,
-identical nodes served from the cache of the previous prompt), emits the same
-WebSocket messages in the same order as a real 0.3.64 run (fixtures/ws-transcript.jsonl),
-writes a tiny real PNG per image for SaveImage / PreviewImage and stores the history
-entry in the shape of fixtures/history.json. Other nodes do nothing but pass values on.
+Guarantees (the observed behaviour of ComfyUI 0.3.64, see README "Execution"):
+* One thread, named `Thread-N (prompt_worker)`, takes prompts off the queue by number and
+  runs each in a fresh event loop, so every executor `send_sync` call comes from that thread.
+* Execution messages go to the prompt's `client_id` only; without one, only
+  `progress_state`, `progress` and `execution_interrupted` are sent (to every socket).
+  `executing` with `node: null` follows the history entry.
+* A node whose inputs (followed through its links) equal those of a node of the previous
+  prompt is served from that prompt's results: `execution_cached`, nothing re-run.
+* History entries never hold `auth_token_comfy_org` / `api_key_comfy_org`.
 """
 from __future__ import annotations
 
 import asyncio
-import copy
 import heapq
+import inspect
 import json
 import logging
 import os
-import random
-import struct
-import sys
 import threading
 import time
 import traceback
-import zlib
-from typing import Any, NamedTuple
+import uuid
+from typing import Any
 
-import folder_paths
 import nodes
 
-SENSITIVE_EXTRA_DATA_KEYS = ("auth_token_comfy_org", "api_key_comfy_org")
-MAXIMUM_HISTORY_SIZE = 10000
-# pause between taking a prompt off the queue and starting it
-EXEC_DELAY_SECONDS = float(os.environ.get("STANDIN_EXEC_DELAY", "0.01"))
+log = logging.getLogger("standin.execution")
+
+HISTORY_LIMIT = 10000
+SECRET_KEYS = ("auth_token_comfy_org", "api_key_comfy_org")
+START_DELAY = float(os.environ.get("STANDIN_EXEC_DELAY", "0.01"))
 
 
-def full_type_name(klass) -> str:
-    module = klass.__module__
-    if module == 'builtins':
-        return klass.__qualname__
-    return module + '.' + klass.__qualname__
+def _ms() -> int:
+    return int(time.time() * 1000)
 
 
-# ====================================================================== queue
+# =========================================================================== queue and history
 class PromptQueue:
-    class ExecutionStatus(NamedTuple):
-        status_str: str
-        completed: bool
-        messages: list
+    """Pending items ordered by number (ties: arrival), the running ones, and the history."""
 
-    def __init__(self, server):
+    def __init__(self, server: Any) -> None:
         self.server = server
-        self.mutex = threading.RLock()
-        self.not_empty = threading.Condition(self.mutex)
-        self.task_counter = 0
-        self.queue: list = []
-        self.currently_running: dict = {}
-        self.history: dict = {}
-        self.flags: dict = {}
-        self.closed = False  # stand-in only: set by close() so that the worker thread ends
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._pending: list[tuple[float, int, list]] = []  # heap of (number, arrival, item)
+        self._arrivals = 0
+        self._running: dict[int, list] = {}
+        self._next_task = 0
+        self._closed = False
+        self.history: dict[str, dict[str, Any]] = {}
 
-    def put(self, item) -> None:
-        with self.mutex:
-            heapq.heappush(self.queue, item)
-            self.server.queue_updated()
-            self.not_empty.notify()
+    # ------------------------------------------------------------------ queue
+    def put(self, item: list) -> None:
+        with self._lock:
+            self._arrivals += 1
+            heapq.heappush(self._pending, (item[0], self._arrivals, item))
+            self._wake.notify()
+        self.server.queue_updated()
 
-    def get(self, timeout=None):
-        """Blocks the calling (worker) thread until a prompt is queued; marks it running.
-        None after `timeout` seconds without one, or once the queue is closed."""
-        with self.not_empty:
-            if not self.queue and not self.closed:
-                self.not_empty.wait_for(lambda: self.queue or self.closed, timeout=timeout)
-            if not self.queue or self.closed:
+    def get(self, timeout: float | None = None) -> tuple[list, int] | None:
+        """The next item and its task id, or None on timeout or once closed."""
+        with self._lock:
+            while not self._pending and not self._closed:
+                if not self._wake.wait(timeout):
+                    return None
+            if self._closed:
                 return None
-            item = heapq.heappop(self.queue)
-            number = self.task_counter
-            self.task_counter += 1
-            self.currently_running[number] = copy.deepcopy(item)
-            self.server.queue_updated()
-            return (item, number)
+            item = heapq.heappop(self._pending)[2]
+            self._next_task += 1
+            task = self._next_task
+            self._running[task] = item
+        self.server.queue_updated()
+        return item, task
+
+    def task_done(self, task: int, outputs: dict, status: dict, meta: dict) -> None:
+        with self._lock:
+            item = self._running.pop(task)
+            if len(self.history) >= HISTORY_LIMIT:
+                del self.history[next(iter(self.history))]  # the oldest entry
+            kept = {k: v for k, v in item[3].items() if k not in SECRET_KEYS}
+            self.history[item[1]] = {"prompt": [item[0], item[1], item[2], kept, item[4]],
+                                     "outputs": outputs, "status": status, "meta": meta}
+        self.server.queue_updated()
 
     def close(self) -> None:
-        with self.not_empty:
-            self.closed = True
-            self.not_empty.notify_all()
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
 
-    def task_done(self, item_id, history_result, status: "PromptQueue.ExecutionStatus | None", process_item=None) -> None:
-        with self.mutex:
-            prompt = self.currently_running.pop(item_id)
-            if len(self.history) > MAXIMUM_HISTORY_SIZE:
-                self.history.pop(next(iter(self.history)))
-            status_dict = None
-            if status is not None:
-                status_dict = copy.deepcopy(status._asdict())
-            if process_item is not None:
-                prompt = process_item(prompt)
-            self.history[prompt[1]] = {
-                "prompt": prompt,
-                "outputs": {},
-                "status": status_dict,
-            }
-            self.history[prompt[1]].update(history_result)
-            self.server.queue_updated()
+    def get_current_queue(self) -> tuple[list, list]:
+        with self._lock:
+            return [list(i) for i in self._running.values()], [list(e[2]) for e in self._pending]
 
-    def get_current_queue(self):
-        with self.mutex:
-            out = []
-            for x in self.currently_running.values():
-                out += [x]
-            return (out, copy.deepcopy(self.queue))
-
-    def get_current_queue_volatile(self):
-        with self.mutex:
-            running = [x for x in self.currently_running.values()]
-            queued = copy.copy(self.queue)
-            return (running, queued)
+    def running_prompt_ids(self) -> list[str]:
+        with self._lock:
+            return [i[1] for i in self._running.values()]
 
     def get_tasks_remaining(self) -> int:
-        with self.mutex:
-            return len(self.queue) + len(self.currently_running)
+        with self._lock:
+            return len(self._pending) + len(self._running)
 
     def wipe_queue(self) -> None:
-        with self.mutex:
-            self.queue = []
-            self.server.queue_updated()
+        with self._lock:
+            self._pending.clear()
+        self.server.queue_updated()
 
-    def delete_queue_item(self, function) -> bool:
-        with self.mutex:
-            for x in range(len(self.queue)):
-                if function(self.queue[x]):
-                    if len(self.queue) == 1:
-                        self.wipe_queue()
-                    else:
-                        self.queue.pop(x)
-                        heapq.heapify(self.queue)
-                    self.server.queue_updated()
-                    return True
-        return False
+    def delete_queue_item(self, prompt_id: str) -> bool:
+        """Removes a pending item; running or unknown ids are left alone."""
+        with self._lock:
+            left = [e for e in self._pending if e[2][1] != prompt_id]
+            if len(left) == len(self._pending):
+                return False
+            heapq.heapify(left)
+            self._pending = left
+        self.server.queue_updated()
+        return True
 
-    def get_history(self, prompt_id=None, max_items=None, offset=-1, map_function=None):
-        with self.mutex:
-            if prompt_id is None:
-                out = {}
-                i = 0
-                if offset < 0 and max_items is not None:
-                    offset = len(self.history) - max_items
-                for k in self.history:
-                    if i >= offset:
-                        p = self.history[k]
-                        if map_function is not None:
-                            p = map_function(p)
-                        out[k] = p
-                        if max_items is not None and len(out) >= max_items:
-                            break
-                    i += 1
-                return out
-            elif prompt_id in self.history:
-                p = self.history[prompt_id]
-                if map_function is None:
-                    p = copy.deepcopy(p)
-                else:
-                    p = map_function(p)
-                return {prompt_id: p}
-            else:
-                return {}
+    # ------------------------------------------------------------------ history
+    def get_history(self, prompt_id: str | None = None, max_items: int | None = None, offset: int = -1) -> dict:
+        with self._lock:
+            if prompt_id is not None:
+                return {prompt_id: self.history[prompt_id]} if prompt_id in self.history else {}
+            ids = list(self.history)
+            if offset < 0:
+                # a negative offset means "the newest max_items", or everything without a limit
+                offset = max(0, len(ids) - max_items) if max_items is not None else 0
+            chosen = ids[offset:] if max_items is None else ids[offset:offset + max_items]
+            return {i: self.history[i] for i in chosen}
 
     def wipe_history(self) -> None:
-        with self.mutex:
-            self.history = {}
+        with self._lock:
+            self.history.clear()
 
-    def delete_history_item(self, id_to_delete) -> None:
-        with self.mutex:
-            self.history.pop(id_to_delete, None)
-
-    def set_flag(self, name, data) -> None:
-        with self.mutex:
-            self.flags[name] = data
-            self.not_empty.notify()
-
-    def get_flags(self, reset=True):
-        with self.mutex:
-            if reset:
-                ret = self.flags
-                self.flags = {}
-                return ret
-            return self.flags.copy()
+    def delete_history_item(self, prompt_id: str) -> None:
+        with self._lock:
+            self.history.pop(prompt_id, None)
 
 
-def remove_sensitive(item):
-    """History keeps the queue item minus the comfy.org secrets of extra_data."""
-    extra = item[3]
-    if isinstance(extra, dict):
-        extra = {k: v for k, v in extra.items() if k not in SENSITIVE_EXTRA_DATA_KEYS}
-    return tuple(item[:3]) + (extra,) + tuple(item[4:])
+# =========================================================================== validation
+def _type_name(exc: BaseException) -> str:
+    module = type(exc).__module__
+    return type(exc).__qualname__ if module == "builtins" else f"{module}.{type(exc).__qualname__}"
 
 
-# ====================================================================== validation
-def get_input_info(class_inputs, input_name):
-    input_category = None
-    input_info = None
-    for category in ("required", "optional", "hidden"):
-        section = class_inputs.get(category) or {}
-        if input_name in section:
-            input_category = category
-            input_info = section[input_name]
-            break
-    if input_info is None:
-        return None, None, None
-    input_type = input_info[0] if isinstance(input_info, (list, tuple)) else input_info
-    extra_info = input_info[1] if isinstance(input_info, (list, tuple)) and len(input_info) > 1 else {}
-    return input_type, input_category, extra_info
+def _problem(kind: str, message: str, details: str = "", **extra: Any) -> dict[str, Any]:
+    return {"type": kind, "message": message, "details": details, "extra_info": extra}
 
 
-def validate_node_input(received_type, input_type, strict=False) -> bool:
-    if not received_type != input_type:
-        return True
-    if not isinstance(received_type, str) or not isinstance(input_type, str):
-        return False
-    received_types = set(t.strip() for t in received_type.split(","))
-    input_types = set(t.strip() for t in input_type.split(","))
-    if "*" in received_types or "*" in input_types:
-        return True
-    if received_types == input_types:
-        return True
-    if strict:
-        return received_types.issubset(input_types)
-    return len(received_types.intersection(input_types)) > 0
+def _is_link(value: Any) -> bool:
+    return isinstance(value, list) and len(value) == 2
 
 
-def _is_link(val) -> bool:
-    return isinstance(val, list)
+def _spec_parts(spec: Any) -> tuple[Any, dict]:
+    spec = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+    return (spec[0] if spec else None), (spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {})
 
 
-def validate_inputs(prompt, item, validated):
-    unique_id = item
-    if unique_id in validated:
-        return validated[unique_id]
+def _check_constant(name: str, spec: Any, value: Any) -> tuple[Any, dict | None]:
+    """The value converted to the input's type, or the problem with it."""
+    kind, options = _spec_parts(spec)
+    about = {"input_name": name, "input_config": [kind, options], "received_value": value}
+    if isinstance(kind, list):
+        # only the classic list form is checked; the host lets a ["COMBO", {...}] value through
+        if value not in kind:
+            return value, _problem("value_not_in_list", "Value not in list", f"{name}: '{value}' not in {kind}", **about)
+        return value, None
+    casts = {"INT": int, "FLOAT": float, "STRING": str, "BOOLEAN": bool}
+    if kind not in casts:
+        return value, None  # a type only a link can carry: nothing to check on a constant
+    try:
+        value = casts[kind](value)
+    except (TypeError, ValueError) as exc:
+        return value, _problem("invalid_input_type", f"Failed to convert an input value to a {kind} value",
+                               f"{name}, {value}, {exc}", **about, exception_message=str(exc))
+    low, high = options.get("min"), options.get("max")
+    if kind in ("INT", "FLOAT") and low is not None and value < low:
+        return value, _problem("value_smaller_than_min", f"Value {value} smaller than min of {low}", name, **about)
+    if kind in ("INT", "FLOAT") and high is not None and value > high:
+        return value, _problem("value_bigger_than_max", f"Value {value} bigger than max of {high}", name, **about)
+    return value, None
 
-    inputs = prompt[unique_id]['inputs']
-    class_type = prompt[unique_id]['class_type']
-    class_inputs = nodes.node_info(class_type)["input"]
-    valid_inputs = list((class_inputs.get('required') or {}).keys()) + \
-        [k for k in (class_inputs.get('optional') or {}).keys() if k not in (class_inputs.get('required') or {})]
 
-    errors = []
-    valid = True
+class _Checker:
+    """Checks the nodes an output needs; converted values are written back into the prompt."""
 
-    for x in valid_inputs:
-        input_type, input_category, extra_info = get_input_info(class_inputs, x)
-        assert extra_info is not None
-        if x not in inputs:
-            if input_category == "required":
-                errors.append({
-                    "type": "required_input_missing",
-                    "message": "Required input is missing",
-                    "details": f"{x}",
-                    "extra_info": {"input_name": x},
-                })
-            continue
+    def __init__(self, prompt: dict) -> None:
+        self.prompt = prompt
+        self.good: dict[str, bool] = {}
+        self.problems: dict[str, list[dict]] = {}
 
-        val = inputs[x]
-        info = (input_type, extra_info)
-        if _is_link(val):
-            if len(val) != 2:
-                errors.append({
-                    "type": "bad_linked_input",
-                    "message": "Bad linked input, must be a length-2 list of [node_id, slot_index]",
-                    "details": f"{x}",
-                    "extra_info": {"input_name": x, "input_config": info, "received_value": val},
-                })
-                continue
+    def check(self, node_id: str) -> bool:
+        if node_id in self.good:
+            return self.good[node_id]
+        self.good[node_id] = True  # provisional: a cycle does not recurse forever
+        problems: list[dict] = []
+        upstream_ok = True
+        try:
+            upstream_ok = self.check_inputs(self.prompt[node_id], problems)
+        except Exception as exc:  # e.g. a link to a node that is not in the prompt (KeyError)
+            problems.append(_problem("exception_during_validation", "Exception when validating node", str(exc),
+                                     exception_type=_type_name(exc), traceback=traceback.format_tb(exc.__traceback__)))
+        if problems:
+            self.problems[node_id] = problems
+        self.good[node_id] = upstream_ok and not problems
+        return self.good[node_id]
 
-            o_id = val[0]
-            o_class_type = prompt[o_id]['class_type']
-            r = nodes.node_info(o_class_type)["output"]
-            received_type = r[val[1]]
-            if not validate_node_input(received_type, input_type):
-                details = f"{x}, received_type({received_type}) mismatch input_type({input_type})"
-                errors.append({
-                    "type": "return_type_mismatch",
-                    "message": "Return type mismatch between linked nodes",
-                    "details": details,
-                    "extra_info": {"input_name": x, "input_config": info, "received_type": received_type, "linked_node": val},
-                })
-                continue
-            try:
-                r = validate_inputs(prompt, o_id, validated)
-                if r[0] is False:
-                    valid = False
+    def check_inputs(self, node: dict, problems: list[dict]) -> bool:
+        inputs = node.setdefault("inputs", {})
+        declared = nodes.node_info(node["class_type"]).get("input", {})
+        # a class's own VALIDATE_INPUTS replaces the usual check of the inputs it names
+        own_check = getattr(nodes.NODE_CLASS_MAPPINGS[node["class_type"]], "VALIDATE_INPUTS", None)
+        own_names = list(inspect.signature(own_check).parameters) if own_check is not None else []
+        upstream_ok = True
+        for section in ("required", "optional"):
+            for name, spec in (declared.get(section) or {}).items():
+                if name not in inputs:
+                    if section == "required":
+                        problems.append(_problem("required_input_missing", "Required input is missing", name,
+                                                 input_name=name))
                     continue
-            except Exception as ex:
-                typ, _, tb = sys.exc_info()
-                valid = False
-                reasons = [{
-                    "type": "exception_during_inner_validation",
-                    "message": "Exception when validating inner node",
-                    "details": str(ex),
-                    "extra_info": {
-                        "input_name": x, "input_config": info, "exception_message": str(ex),
-                        "exception_type": full_type_name(typ), "traceback": traceback.format_tb(tb), "linked_node": val,
-                    },
-                }]
-                validated[o_id] = (False, reasons, o_id)
-                continue
-        else:
-            try:
-                if input_type == "INT":
-                    val = int(val)
-                    inputs[x] = val
-                if input_type == "FLOAT":
-                    val = float(val)
-                    inputs[x] = val
-                if input_type == "STRING":
-                    val = str(val)
-                    inputs[x] = val
-                if input_type == "BOOLEAN":
-                    val = bool(val)
-                    inputs[x] = val
-            except Exception as ex:
-                errors.append({
-                    "type": "invalid_input_type",
-                    "message": f"Failed to convert an input value to a {input_type} value",
-                    "details": f"{x}, {val}, {ex}",
-                    "extra_info": {"input_name": x, "input_config": info, "received_value": val, "exception_message": str(ex)},
-                })
-                continue
-
-            if input_type in ("INT", "FLOAT"):
-                if "min" in extra_info and val < extra_info["min"]:
-                    errors.append({
-                        "type": "value_smaller_than_min",
-                        "message": "Value {} smaller than min of {}".format(val, extra_info["min"]),
-                        "details": f"{x}",
-                        "extra_info": {"input_name": x, "input_config": info, "received_value": val},
-                    })
+                value = inputs[name]
+                if isinstance(value, dict) and "__value__" in value:
+                    value = inputs[name] = value["__value__"]  # how clients send a literal list
+                elif isinstance(value, list) and not _is_link(value):
+                    problems.append(_problem("bad_linked_input", "Bad linked input, must be a length-2 list of "
+                                             "[node_id, slot_index]", name, input_name=name,
+                                             input_config=list(_spec_parts(spec)), received_value=value))
                     continue
-                if "max" in extra_info and val > extra_info["max"]:
-                    errors.append({
-                        "type": "value_bigger_than_max",
-                        "message": "Value {} bigger than max of {}".format(val, extra_info["max"]),
-                        "details": f"{x}",
-                        "extra_info": {"input_name": x, "input_config": info, "received_value": val},
-                    })
+                elif _is_link(value):
+                    source = str(value[0])
+                    if source not in self.prompt:
+                        raise KeyError(source)
+                    upstream_ok = self.check(source) and upstream_ok
                     continue
-
-            if isinstance(input_type, list) or input_type == "COMBO":
-                combo_options = extra_info.get("options", []) if input_type == "COMBO" else input_type
-                is_multiselect = extra_info.get("multiselect", False)
-                if is_multiselect and isinstance(val, list):
-                    invalid_vals = [v for v in val if v not in combo_options]
+                if name in own_names:
+                    continue
+                value, problem = _check_constant(name, spec, value)
+                if problem is None:
+                    inputs[name] = value
                 else:
-                    invalid_vals = [val] if val not in combo_options else []
-                if invalid_vals:
-                    input_config = info
-                    if len(combo_options) > 20:
-                        list_info = f"(list of length {len(combo_options)})"
-                        input_config = None
-                    else:
-                        list_info = str(combo_options)
-                    value_str = f"'{invalid_vals[0]}'" if len(invalid_vals) == 1 else str(invalid_vals)
-                    errors.append({
-                        "type": "value_not_in_list",
-                        "message": "Value not in list",
-                        "details": f"{x}: {value_str} not in {list_info}",
-                        "extra_info": {"input_name": x, "input_config": input_config, "received_value": val},
-                    })
-                    continue
+                    problems.append(problem)
+        mine = {n: inputs[n] for n in own_names if n in inputs and not _is_link(inputs[n])}
+        if own_check is not None and mine and not problems:
+            verdict = own_check(**mine)
+            if verdict is not True:
+                shown = ", ".join(mine)
+                problems.append(_problem("custom_validation_failed", "Custom validation failed for node",
+                                         f"{shown} - {verdict}", input_name=shown))
+        return upstream_ok
 
-    if len(errors) > 0 or valid is not True:
-        ret = (False, errors, unique_id)
-    else:
-        ret = (True, [], unique_id)
-    validated[unique_id] = ret
-    return ret
+    def needed_by(self, output: str) -> list[str]:
+        seen: list[str] = []
+        stack = [output]
+        while stack:
+            node_id = stack.pop()
+            if node_id in seen or node_id not in self.prompt:
+                continue
+            seen.append(node_id)
+            stack += [str(v[0]) for v in self.prompt[node_id].get("inputs", {}).values() if _is_link(v)]
+        return seen
 
 
-async def validate_prompt(prompt_id, prompt, partial_execution_list):
+def validate_prompt(prompt_id: str, prompt: Any, targets: list | None = None) -> tuple[bool, dict | None, list[str], dict]:
+    """(ok, error, outputs to run, node errors), as POST /prompt reports them."""
     outputs = []
-    for x in prompt:
-        if 'class_type' not in prompt[x]:
-            error = {
-                "type": "invalid_prompt",
-                "message": "Cannot execute because a node is missing the class_type property.",
-                "details": f"Node ID '#{x}'",
-                "extra_info": {},
-            }
-            return (False, error, [], {})
+    for node_id, node in prompt.items():
+        if not isinstance(node, dict) or "class_type" not in node:
+            return False, _problem("invalid_prompt", "Cannot execute because a node is missing the class_type property.",
+                                   f"Node ID '#{node_id}'"), [], {}
+        cls = nodes.NODE_CLASS_MAPPINGS.get(node["class_type"])
+        if cls is None:
+            return False, _problem("invalid_prompt", f"Cannot execute because node {node['class_type']} does not exist.",
+                                   f"Node ID '#{node_id}'"), [], {}
+        if getattr(cls, "OUTPUT_NODE", False) and (targets is None or node_id in targets):
+            outputs.append(node_id)
+    if not outputs:
+        return False, _problem("prompt_no_outputs", "Prompt has no outputs"), [], {}
 
-        class_type = prompt[x]['class_type']
-        class_ = nodes.NODE_CLASS_MAPPINGS.get(class_type, None)
-        if class_ is None:
-            error = {
-                "type": "invalid_prompt",
-                "message": f"Cannot execute because node {class_type} does not exist.",
-                "details": f"Node ID '#{x}'",
-                "extra_info": {},
-            }
-            return (False, error, [], {})
-
-        if hasattr(class_, 'OUTPUT_NODE') and class_.OUTPUT_NODE is True:
-            if partial_execution_list is None or x in partial_execution_list:
-                if x not in outputs:
-                    outputs.append(x)
-
-    if len(outputs) == 0:
-        error = {
-            "type": "prompt_no_outputs",
-            "message": "Prompt has no outputs",
-            "details": "",
-            "extra_info": {},
-        }
-        return (False, error, [], {})
-
-    good_outputs = []
-    errors = []
-    node_errors: dict = {}
-    validated: dict = {}
-    for o in outputs:
-        valid = False
-        reasons = []
-        try:
-            m = validate_inputs(prompt, o, validated)
-            valid = m[0]
-            reasons = m[1]
-        except Exception as ex:
-            typ, _, tb = sys.exc_info()
-            valid = False
-            reasons = [{
-                "type": "exception_during_validation",
-                "message": "Exception when validating node",
-                "details": str(ex),
-                "extra_info": {"exception_type": full_type_name(typ), "traceback": traceback.format_tb(tb)},
-            }]
-            validated[o] = (False, reasons, o)
-
-        if valid is True:
-            good_outputs.append(o)
-        else:
-            errors += [(o, reasons)]
-            for node_id, result in validated.items():
-                valid = result[0]
-                reasons = result[1]
-                if valid is not True and len(reasons) > 0:
-                    if node_id not in node_errors:
-                        class_type = prompt[node_id]['class_type']
-                        node_errors[node_id] = {
-                            "errors": reasons,
-                            "dependent_outputs": [],
-                            "class_type": class_type,
-                        }
-                    node_errors[node_id]["dependent_outputs"].append(o)
-            logging.error("Failed to validate prompt for output %s", o)
-
-    if len(good_outputs) == 0:
-        errors_list = []
-        for o, errors_ in errors:
-            for error in errors_:
-                errors_list.append(f"{error['message']}: {error['details']}")
-        error = {
-            "type": "prompt_outputs_failed_validation",
-            "message": "Prompt outputs failed validation",
-            "details": "\n".join(errors_list),
-            "extra_info": {},
-        }
-        return (False, error, list(good_outputs), node_errors)
-
-    return (True, None, list(good_outputs), node_errors)
-
-
-# ====================================================================== PNG
-def make_png(width: int, height: int, rgb: tuple[int, int, int], text: dict[str, str] | None = None) -> bytes:
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    raw = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
-    out = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-    for key, value in (text or {}).items():
-        out += chunk(b"tEXt", key.encode("latin-1") + b"\x00" + value.encode("latin-1", "replace"))
-    out += chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
-    return out
-
-
-MAX_PNG_SIDE = 16
-MAX_BATCH = 64
-
-
-class FakeImage(dict):
-    """What flows on IMAGE links: {"width", "height", "batch", "color"} (0xRRGGBB)."""
-
-
-def _image(value) -> FakeImage:
-    if isinstance(value, FakeImage):
-        return value
-    return FakeImage(width=8, height=8, batch=1, color=0x808080)
-
-
-class InterruptProcessingException(Exception):
-    pass
-
-
-# ====================================================================== executor
-class PromptExecutor:
-    def __init__(self, server):
-        self.server = server
-        self.cache: dict = {}  # signature -> {"outputs": tuple, "ui": dict | None}
-        self.reset()
-
-    def reset(self):
-        self.status_messages: list = []
-        self.success = True
-        self.history_result: dict = {"outputs": {}, "meta": {}}
-
-    def add_message(self, event, data: dict, broadcast: bool):
-        data = {**data, "timestamp": int(time.time() * 1000)}
-        self.status_messages.append((event, data))
-        if self.server.client_id is not None or broadcast:
-            self.server.send_sync(event, data, self.server.client_id)
-
-    # -- graph helpers
-    def _signature(self, prompt, node_id, memo, nonce):
-        if node_id in memo:
-            return memo[node_id]
-        node = prompt[node_id]
-        class_type = node["class_type"]
-        parts: list[Any] = [class_type]
-        cls = nodes.NODE_CLASS_MAPPINGS.get(class_type)
-        if class_type == "StandinSleep" or (cls is not None and hasattr(cls, "IS_CHANGED") and not nodes.is_builtin(class_type)):
-            parts.append(("never-cached", nonce, node_id))
-        for k in sorted(node.get("inputs", {})):
-            v = node["inputs"][k]
-            if _is_link(v) and len(v) == 2 and v[0] in prompt:
-                parts.append((k, "link", self._signature(prompt, v[0], memo, nonce), v[1]))
-            else:
-                parts.append((k, json.dumps(v, sort_keys=True, default=str)))
-        sig = json.dumps(parts, default=str)
-        memo[node_id] = sig
-        return sig
-
-    def _progress_state(self, prompt_id, states):
-        nodes_ = {}
-        for nid, st in states.items():
-            nodes_[nid] = {
-                "value": st["value"], "max": st["max"], "state": st["state"],
-                "node_id": nid, "prompt_id": prompt_id, "display_node_id": nid,
-                "parent_node_id": None, "real_node_id": nid,
-            }
-        self.server.send_sync("progress_state", {"prompt_id": prompt_id, "nodes": nodes_}, self.server.client_id)
-
-    async def execute(self, prompt, prompt_id, extra_data=None, execute_outputs=None):
-        if extra_data is None:
-            extra_data = {}
-        if execute_outputs is None:
-            execute_outputs = []
-        nodes.interrupt_processing(False)
-        self.reset()
-        server = self.server
-        server.client_id = extra_data.get("client_id") if isinstance(extra_data, dict) else None
-
-        self.add_message("execution_start", {"prompt_id": prompt_id}, broadcast=False)
-
-        nonce = f"{prompt_id}:{time.monotonic_ns()}"
-        memo: dict = {}
-        sigs = {}
-        for nid in prompt:
-            try:
-                sigs[nid] = self._signature(prompt, nid, memo, nonce)
-            except Exception:
-                sigs[nid] = f"unhashable:{nonce}:{nid}"
-        # the cache keeps only what the current prompt can use (ComfyUI's classic cache)
-        current = set(sigs.values())
-        self.cache = {s: v for s, v in self.cache.items() if s in current}
-
-        cached_nodes = [nid for nid in prompt if sigs[nid] in self.cache]
-        self.add_message("execution_cached", {"nodes": cached_nodes, "prompt_id": prompt_id}, broadcast=False)
-        cached = set(cached_nodes)
-
-        # execution order: outputs (even cached), dependencies first, cached deps not visited
-        order: list[str] = []
-        seen: set[str] = set()
-
-        def visit(nid):
-            if nid in seen:
-                return
-            seen.add(nid)
-            if nid not in cached:
-                for v in prompt[nid].get("inputs", {}).values():
-                    if _is_link(v) and len(v) == 2 and v[0] in prompt and v[0] not in cached:
-                        visit(v[0])
-            order.append(nid)
-
-        for o in execute_outputs:
-            if o in prompt:
-                visit(o)
-
-        values: dict[str, tuple] = {}
-        ui_outputs: dict[str, dict] = {}
-        meta_outputs: dict[str, dict] = {}
-        executed: set[str] = set()
-        states: dict[str, dict] = {}
-        current_node = None
-        current_inputs: dict = {}
-
-        def output_of(nid, idx):
-            if nid not in values:
-                entry = self.cache.get(sigs.get(nid))
-                if entry is not None:
-                    values[nid] = entry["outputs"]
-            outs = values.get(nid) or ()
-            try:
-                return outs[idx]
-            except (IndexError, TypeError):
-                return None
-
-        try:
-            for nid in order:
-                node = prompt[nid]
-                class_type = node["class_type"]
-                current_node = nid
-                if nid in cached:
-                    entry = self.cache[sigs[nid]]
-                    values[nid] = entry["outputs"]
-                    if server.client_id is not None:
-                        server.send_sync("executed", {"node": nid, "display_node": nid, "output": entry["ui"],
-                                                      "prompt_id": prompt_id}, server.client_id)
-                    if entry["ui"] is not None:
-                        ui_outputs[nid] = entry["ui"]
-                        meta_outputs[nid] = {"node_id": nid, "display_node": nid, "parent_node": None, "real_node_id": nid}
-                    states[nid] = {"value": 1.0, "max": 1.0, "state": "finished"}
-                    self._progress_state(prompt_id, states)
-                    executed.add(nid)
-                    continue
-
-                if nodes.processing_interrupted():
-                    raise InterruptProcessingException()
-
-                inputs = {}
-                for k, v in node.get("inputs", {}).items():
-                    if _is_link(v) and len(v) == 2:
-                        inputs[k] = output_of(v[0], v[1])
-                    else:
-                        inputs[k] = v
-                current_inputs = inputs
-
-                states[nid] = {"value": 0.0, "max": 1.0, "state": "running"}
-                self._progress_state(prompt_id, states)
-                # like ComfyUI: no client_id, no `executing` (progress_state is what broadcasts)
-                if server.client_id is not None:
-                    server.last_node_id = nid
-                    server.send_sync("executing", {"node": nid, "display_node": nid, "prompt_id": prompt_id}, server.client_id)
-
-                outs, ui = await self._run_node(prompt, prompt_id, nid, class_type, inputs, extra_data)
-                values[nid] = outs
-                if ui is not None:
-                    ui_outputs[nid] = ui
-                    meta_outputs[nid] = {"node_id": nid, "display_node": nid, "parent_node": None, "real_node_id": nid}
-                    if server.client_id is not None:
-                        server.send_sync("executed", {"node": nid, "display_node": nid, "output": ui, "prompt_id": prompt_id},
-                                         server.client_id)
-                self.cache[sigs[nid]] = {"outputs": outs, "ui": ui}
-                executed.add(nid)
-                states[nid] = {"value": 1.0, "max": 1.0, "state": "finished"}
-                self._progress_state(prompt_id, states)
-        except InterruptProcessingException:
-            self.success = False
-            self.add_message("execution_interrupted", {
-                "prompt_id": prompt_id,
-                "node_id": current_node,
-                "node_type": prompt[current_node]["class_type"] if current_node in prompt else None,
-                "executed": list(executed),
-            }, broadcast=True)
-        except asyncio.CancelledError:
-            raise
-        except Exception as ex:
-            typ, _, tb = sys.exc_info()
-            logging.error("!!! Exception during processing !!! %s", ex)
-            self.success = False
-            self.add_message("execution_error", {
-                "prompt_id": prompt_id,
-                "node_id": current_node,
-                "node_type": prompt[current_node]["class_type"] if current_node in prompt else None,
-                "executed": list(executed),
-                "exception_message": str(ex),
-                "exception_type": full_type_name(typ),
-                "traceback": traceback.format_tb(tb),
-                "current_inputs": {k: [repr(v)] for k, v in current_inputs.items()},
-                "current_outputs": list(values.keys()),
-            }, broadcast=False)
-
-        if self.success:
-            self.add_message("execution_success", {"prompt_id": prompt_id}, broadcast=False)
-        server.last_node_id = None
-        self.history_result = {"outputs": ui_outputs, "meta": meta_outputs}
-
-    # -- node implementations
-    async def _run_node(self, prompt, prompt_id, nid, class_type, inputs, extra_data):
-        server = self.server
-        info = nodes.node_info(class_type)
-        n_out = len(info.get("output") or [])
-
-        if class_type == "EmptyImage":
-            img = FakeImage(width=int(inputs.get("width") or 512), height=int(inputs.get("height") or 512),
-                            batch=int(inputs.get("batch_size") or 1), color=int(inputs.get("color") or 0))
-            return (img,), None
-        if class_type in ("ImageScale", "ImageScaleBy", "ImageUpscaleWithModel"):
-            img = FakeImage(_image(inputs.get("image")))
-            if class_type == "ImageScale":
-                img["width"] = int(inputs.get("width") or img["width"])
-                img["height"] = int(inputs.get("height") or img["height"])
-            elif class_type == "ImageScaleBy":
-                f = float(inputs.get("scale_by") or 1.0)
-                img["width"], img["height"] = int(img["width"] * f), int(img["height"] * f)
-            else:
-                img["width"], img["height"] = img["width"] * 4, img["height"] * 4
-            return (img,), None
-        if class_type == "LoadImage":
-            return (FakeImage(width=8, height=8, batch=1, color=0x808080), None), None
-        if class_type == "GetImageSize":
-            img = _image(inputs.get("image"))
-            server.send_progress_text(f"width: {img['width']}, height: {img['height']}\n batch size: {img['batch']}", nid)
-            return (img["width"], img["height"], img["batch"]), None
-        if class_type in ("SaveImage", "PreviewImage"):
-            return (), self._save_images(prompt, class_type, inputs, extra_data)
-        if class_type == "StandinSleep":
-            seconds = float(inputs.get("seconds") or 0)
-            text = inputs.get("text") or ""
-            if text:
-                server.send_progress_text(str(text), nid)
-            steps = max(1, int(seconds / 0.1))
-            end = time.monotonic() + seconds
-            step = 0
-            while True:
-                if nodes.processing_interrupted():
-                    raise InterruptProcessingException()
-                now = time.monotonic()
-                if now >= end:
-                    break
-                await asyncio.sleep(min(0.02, end - now))
-                new_step = min(steps, int((1 - (end - time.monotonic()) / seconds) * steps)) if seconds > 0 else steps
-                if new_step != step:
-                    step = new_step
-                    server.send_sync("progress", {"value": step, "max": steps, "prompt_id": prompt_id, "node": nid},
-                                     server.client_id)
-            if inputs.get("fail"):
-                raise RuntimeError("StandinSleep failed on purpose")
-            return (), None
-        # anything else: no work, empty outputs of the declared arity
-        return tuple(None for _ in range(n_out)), None
-
-    def _save_images(self, prompt, class_type, inputs, extra_data):
-        img = _image(inputs.get("images"))
-        if class_type == "SaveImage":
-            output_dir = folder_paths.get_output_directory()
-            filename_prefix = str(inputs.get("filename_prefix", "ComfyUI"))
-            kind = "output"
-        else:
-            output_dir = folder_paths.get_temp_directory()
-            filename_prefix = "ComfyUI" + "_temp_" + ''.join(random.choice("abcdefghijklmnopqrstupvxyz") for _ in range(5))
-            kind = "temp"
-        full_output_folder, filename, counter, subfolder, filename_prefix = folder_paths.get_save_image_path(
-            filename_prefix, output_dir, img["width"], img["height"])
-        color = int(img.get("color") or 0)
-        rgb = ((color >> 16) & 0xFF, (color >> 8) & 0xFF, color & 0xFF)
-        text = {"prompt": json.dumps(prompt)}
-        pnginfo = extra_data.get("extra_pnginfo") if isinstance(extra_data, dict) else None
-        if isinstance(pnginfo, dict):
-            for k, v in pnginfo.items():
-                text[str(k)] = json.dumps(v)
-        data = make_png(max(1, min(MAX_PNG_SIDE, img["width"])), max(1, min(MAX_PNG_SIDE, img["height"])), rgb, text)
-        results = []
-        for batch_number in range(max(1, min(MAX_BATCH, int(img.get("batch") or 1)))):
-            filename_with_batch_num = filename.replace("%batch_num%", str(batch_number))
-            file = f"{filename_with_batch_num}_{counter:05}_.png"
-            with open(os.path.join(full_output_folder, file), "wb") as f:
-                f.write(data)
-            results.append({"filename": file, "subfolder": subfolder, "type": kind})
-            counter += 1
-        return {"images": results}
-
-
-def prompt_worker(q: PromptQueue, server) -> None:
-    """Runs in its own thread, as ComfyUI's does (`threading.Thread(target=prompt_worker)`, so the
-    thread is named "Thread-N (prompt_worker)"): one prompt at a time, each in a fresh event loop
-    of this thread. So every executor `send_sync` comes from this thread, not the server's loop."""
-    e = PromptExecutor(server)
-    while not q.closed:
-        got = q.get(timeout=1000.0)
-        if got is None:
+    checker = _Checker(prompt)
+    good = [o for o in outputs if checker.check(o)]
+    node_errors: dict[str, dict] = {}
+    for output in outputs:
+        if output in good:
             continue
-        item, item_id = got
-        time.sleep(EXEC_DELAY_SECONDS)
-        prompt_id = item[1]
-        server.last_prompt_id = prompt_id
-        extra_data = item[3]
+        for node_id in checker.needed_by(output):
+            if node_id in checker.problems:
+                entry = node_errors.setdefault(node_id, {"errors": checker.problems[node_id], "dependent_outputs": [],
+                                                         "class_type": prompt[node_id]["class_type"]})
+                entry["dependent_outputs"].append(output)
+    if good:
+        return True, None, good, node_errors
+    # the summary names only the failing outputs' own problems, not those of nodes upstream
+    lines = [f"{p['message']}: {p['details']}" for o in outputs if o not in good for p in checker.problems.get(o, [])]
+    return False, _problem("prompt_outputs_failed_validation", "Prompt outputs failed validation", "\n".join(lines)), [], node_errors
+
+
+# =========================================================================== execution
+_current: "_Run | None" = None  # the run in progress (one worker thread)
+
+
+def report_progress(value: float, total: float) -> None:
+    """For long-running nodes: a `progress` message for the node that runs now."""
+    run = _current
+    if run is not None and run.node is not None:
+        run.server.send_sync("progress", {"value": value, "max": total, "prompt_id": run.prompt_id, "node": run.node},
+                             run.client_id)
+
+
+class _Run:
+    """One prompt's execution: the messages it sends and what goes into its history entry."""
+
+    def __init__(self, server: Any, item: list, cache: dict[str, tuple]) -> None:
+        self.server = server
+        self.number, self.prompt_id, self.prompt, self.extra, self.targets = item[:5]
+        self.client_id = self.extra.get("client_id")
+        self.cache = cache
+        self.messages: list[list] = []
+        self.states: dict[str, dict] = {}
+        self.values: dict[str, tuple] = {}
+        self.ui: dict[str, Any] = {}
+        self.done: list[str] = []
+        self.node: str | None = None
+
+    # ------------------------------------------------------------------ messages
+    def say(self, event: str, data: dict, to_all: bool = False) -> None:
+        """A message that is also kept in the history entry."""
+        data["timestamp"] = _ms()
+        self.messages.append([event, data])
+        if self.client_id is not None or to_all:
+            self.server.send_sync(event, data, self.client_id)
+
+    def tell(self, event: str, data: dict) -> None:
+        """A message for the prompt's own client only."""
+        if self.client_id is not None:
+            self.server.send_sync(event, data, self.client_id)
+
+    def progress_state(self, node_id: str, state: str, whole: float = 1.0) -> None:
+        # the host reports a cached node with integer values, a run one with floats
+        self.states[node_id] = {"value": whole if state == "finished" else 0.0, "max": whole, "state": state,
+                                "node_id": node_id, "prompt_id": self.prompt_id, "display_node_id": node_id,
+                                "parent_node_id": None, "real_node_id": node_id}
+        snapshot = {k: dict(v) for k, v in self.states.items()}
+        self.server.send_sync("progress_state", {"prompt_id": self.prompt_id, "nodes": snapshot}, self.client_id)
+
+    # ------------------------------------------------------------------ graph
+    def order(self) -> list[str]:
+        """Every node the outputs need, each after the nodes it reads from."""
+        placed: list[str] = []
+        entered: set[str] = set()
+
+        def place(node_id: str) -> None:
+            if node_id in entered:  # placed already, or a cycle
+                return
+            entered.add(node_id)
+            for value in self.prompt[node_id].get("inputs", {}).values():
+                if _is_link(value):
+                    place(str(value[0]))
+            placed.append(node_id)
+
+        for output in self.targets:
+            place(output)
+        return placed
+
+    def signatures(self, order: list[str]) -> dict[str, str]:
+        sigs: dict[str, str] = {}
+        for node_id in order:  # upstream first, so every link's source is known
+            node = self.prompt[node_id]
+            cls = nodes.NODE_CLASS_MAPPINGS[node["class_type"]]
+            parts: dict[str, Any] = {}
+            for name, value in node.get("inputs", {}).items():
+                parts[name] = ["link", sigs[str(value[0])], value[1]] if _is_link(value) else value
+            nonce = uuid.uuid4().hex if getattr(cls, "NEVER_CACHED", False) else ""
+            sigs[node_id] = json.dumps([node["class_type"], parts, nonce], sort_keys=True, default=repr)
+        return sigs
+
+    def arguments(self, node_id: str) -> dict[str, Any]:
+        node = self.prompt[node_id]
+        declared = nodes.node_info(node["class_type"]).get("input", {})
+        given = node.get("inputs", {})
+        args: dict[str, Any] = {}
+        for section in ("required", "optional"):
+            for name in declared.get(section) or {}:
+                if name in given:
+                    value = given[name]
+                    args[name] = self.values[str(value[0])][value[1]] if _is_link(value) else value
+        hidden = {"PROMPT": self.prompt, "EXTRA_PNGINFO": self.extra.get("extra_pnginfo"), "UNIQUE_ID": node_id,
+                  "AUTH_TOKEN_COMFY_ORG": self.extra.get("auth_token_comfy_org"),
+                  "API_KEY_COMFY_ORG": self.extra.get("api_key_comfy_org")}
+        for name, kind in (declared.get("hidden") or {}).items():
+            args[name] = hidden.get(kind)
+        return args
+
+    async def run_node(self, node_id: str) -> None:
+        node = self.prompt[node_id]
+        cls = nodes.NODE_CLASS_MAPPINGS[node["class_type"]]
+        result = getattr(cls(), cls.FUNCTION)(**self.arguments(node_id))
+        if inspect.isawaitable(result):
+            result = await result
+        ui = None
+        if isinstance(result, dict):
+            ui, result = result.get("ui"), result.get("result", ())
+        self.values[node_id] = tuple(result or ())
+        if ui is not None:
+            self.ui[node_id] = ui
+
+    # ------------------------------------------------------------------ the run
+    async def execute(self) -> tuple[bool, dict]:
+        order = self.order()
+        sigs = self.signatures(order)
+        cached = [n for n in self.prompt if n in sigs and sigs[n] in self.cache]
+        self.say("execution_start", {"prompt_id": self.prompt_id})
+        self.say("execution_cached", {"nodes": cached, "prompt_id": self.prompt_id})
+        kept: dict[str, tuple] = {}
+        for node_id in cached:
+            # served from the cache: its results, and its UI output reported before anything runs
+            kept[sigs[node_id]] = self.cache[sigs[node_id]]
+            self.values[node_id], ui = self.cache[sigs[node_id]]
+            if ui is not None:
+                self.ui[node_id] = ui
+                self.tell("executed", {"node": node_id, "display_node": node_id, "output": ui,
+                                       "prompt_id": self.prompt_id})
+                self.progress_state(node_id, "finished", whole=1)
         try:
-            asyncio.run(e.execute(item[2], prompt_id, extra_data, item[4]))
+            for node_id in order:
+                if node_id in cached:
+                    continue
+                nodes.stop_if_interrupted()
+                self.node = node_id
+                self.server.last_node_id = node_id
+                self.progress_state(node_id, "running")
+                self.tell("executing", {"node": node_id, "display_node": node_id, "prompt_id": self.prompt_id})
+                await self.run_node(node_id)
+                kept[sigs[node_id]] = (self.values[node_id], self.ui.get(node_id))
+                if node_id in self.ui:
+                    self.tell("executed", {"node": node_id, "display_node": node_id, "output": self.ui[node_id],
+                                           "prompt_id": self.prompt_id})
+                self.done.append(node_id)
+                self.progress_state(node_id, "finished")
+            self.say("execution_success", {"prompt_id": self.prompt_id})
+            ok = True
+        except nodes.Interrupted:
+            self.say("execution_interrupted", self.failure_base(), to_all=True)
+            ok = False
+        except Exception as exc:
+            log.error("!!! Exception during processing !!! %s", exc)
+            log.debug("%s", traceback.format_exc())
+            data = self.failure_base()
+            data.update({"exception_message": str(exc), "exception_type": _type_name(exc),
+                         "traceback": traceback.format_tb(exc.__traceback__),
+                         "current_inputs": self.shown_inputs(), "current_outputs": list(self.values)})
+            self.say("execution_error", data)
+            ok = False
+        # like the host's default cache: only the last prompt's results are kept
+        self.cache.clear()
+        self.cache.update(kept)
+        return ok, {"status_str": "success" if ok else "error", "completed": ok, "messages": self.messages}
+
+    def failure_base(self) -> dict[str, Any]:
+        node_type = self.prompt[self.node]["class_type"] if self.node in self.prompt else None
+        return {"prompt_id": self.prompt_id, "node_id": self.node, "node_type": node_type, "executed": list(self.done)}
+
+    def shown_inputs(self) -> dict[str, Any]:
+        if self.node not in self.prompt:
+            return {}
+        return {k: [v if isinstance(v, (str, int, float, bool)) or v is None else repr(v)]
+                for k, v in self.prompt[self.node].get("inputs", {}).items()}
+
+
+def prompt_worker(queue: PromptQueue, server: Any) -> None:
+    """The thread body; its name is what makes the thread `Thread-N (prompt_worker)`."""
+    global _current
+    cache: dict[str, tuple] = {}
+    while True:
+        got = queue.get(timeout=1.0)
+        if got is None:
+            if queue._closed:
+                return
+            continue
+        item, task = got
+        nodes.interrupt_processing(False)  # an interrupt sent while idle does not stop this prompt
+        time.sleep(START_DELAY)
+        run = _Run(server, item, cache)
+        server.last_prompt_id = run.prompt_id
+        server.client_id = run.client_id
+        _current = run
+        try:
+            _ok, status = asyncio.run(run.execute())  # a fresh event loop for every prompt
         except Exception:
-            logging.exception("stand-in executor failed")
-            e.success = False
-        q.task_done(item_id, e.history_result,
-                    status=PromptQueue.ExecutionStatus(
-                        status_str='success' if e.success else 'error',
-                        completed=e.success,
-                        messages=e.status_messages),
-                    process_item=remove_sensitive)
-        if server.client_id is not None:
-            server.send_sync("executing", {"node": None, "prompt_id": prompt_id}, server.client_id)
+            log.exception("stand-in executor failed")
+            status = {"status_str": "error", "completed": False, "messages": run.messages}
+        finally:
+            _current = None
+        meta = {n: {"node_id": n, "display_node": n, "parent_node": None, "real_node_id": n} for n in run.ui}
+        queue.task_done(task, dict(run.ui), status, meta)
+        server.last_node_id = None
+        if run.client_id is not None:
+            server.send_sync("executing", {"node": None, "prompt_id": run.prompt_id}, run.client_id)
 
 
-def start_prompt_worker(q: PromptQueue, server) -> threading.Thread:
-    thread = threading.Thread(target=prompt_worker, args=(q, server), daemon=True)
+def start_prompt_worker(queue: PromptQueue, server: Any) -> threading.Thread:
+    thread = threading.Thread(target=prompt_worker, args=(queue, server), daemon=True)
     thread.start()
     return thread
 
 
-def stop_prompt_worker(q: PromptQueue, thread: threading.Thread, timeout: float = 5.0) -> None:
-    """Stand-in only (ComfyUI just exits): interrupt what runs, end the worker thread."""
-    q.close()
-    nodes.interrupt_processing(True)
-    thread.join(timeout)
+def stop_prompt_worker(queue: PromptQueue, thread: threading.Thread) -> None:
+    queue.close()
+    nodes.interrupt_processing(True)  # ends a long node quickly
+    thread.join(timeout=5)

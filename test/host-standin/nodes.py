@@ -1,383 +1,401 @@
-"""Stand-in for ComfyUI's `nodes` module.
+"""Node classes of the stand-in and their `/object_info` descriptions.
 
-* NODE_CLASS_MAPPINGS holds one placeholder class per node of the captured
-  object_info (fixtures/object_info.json, ComfyUI 0.3.64), plus UpscaleModelLoader /
-  ImageUpscaleWithModel (absent from the capture only because spandrel was missing)
-  and the stand-in's own StandinSleep, then every custom node's classes.
-* Inputs whose choices are files (model folders, input/) are recomputed live.
-* Custom nodes are loaded exactly like ComfyUI does (`load_custom_node`).
+Guarantees:
+* `NODE_CLASS_MAPPINGS` holds every class of the captured `/object_info` (in the captured
+  order), then `UpscaleModelLoader`, `ImageUpscaleWithModel` and `StandinSleep`; custom
+  nodes are added after those by the loader.
+* `node_info(name)` answers the captured description for captured classes, with every input
+  that lists files rebuilt from the disk on each call (through `folder_paths` attributes
+  looked up at call time, so a wrapper installed by a plugin is seen). Other classes are
+  described from their INPUT_TYPES / RETURN_TYPES / ... attributes.
+* Only a handful of classes do real (tiny) work; every other one returns `None` outputs.
+  Images are `Picture` values: a logical size and one colour. Written PNGs are at most
+  16x16 and carry the graph as a `prompt` tEXt chunk.
+* `interrupt_processing()` / `processing_interrupted()` is the one interrupt flag the
+  executor and the long-running nodes look at.
 """
 from __future__ import annotations
 
-import copy
-import importlib.util
+import asyncio
 import json
-import logging
 import os
-import sys
-import time
-import traceback
+import random
+import re
+import string
+import struct
+import threading
+import zlib
+from dataclasses import dataclass, replace
+from typing import Any
 
 import folder_paths
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIXTURES = os.path.join(HERE, "fixtures")
-
 NODE_CLASS_MAPPINGS: dict[str, type] = {}
 NODE_DISPLAY_NAME_MAPPINGS: dict[str, str] = {}
+# Filled by the custom-node loader; kept here because packages look for them in `nodes`.
 EXTENSION_WEB_DIRS: dict[str, str] = {}
 LOADED_MODULE_DIRS: dict[str, str] = {}
-# results of the last init_external_custom_nodes: [(seconds, path, success)]
-IMPORT_RESULTS: list[tuple[float, str, bool]] = []
 
-# ---------------------------------------------------------------- interrupt flag
-_interrupt = False
+MAX_BATCH = 64
+MAX_SIDE = 16
+_CAPTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "object_info.json")
+
+
+# --------------------------------------------------------------------------- interrupt flag
+class Interrupted(Exception):
+    """Raised inside a run once the interrupt flag is up."""
+
+
+_interrupt = threading.Event()
 
 
 def interrupt_processing(value: bool = True) -> None:
-    global _interrupt
-    _interrupt = value
+    if value:
+        _interrupt.set()
+    else:
+        _interrupt.clear()
 
 
 def processing_interrupted() -> bool:
-    return _interrupt
+    return _interrupt.is_set()
 
 
-# ---------------------------------------------------------------- built-in node infos
-_EXTRA_INFOS = {
-    "UpscaleModelLoader": {
-        "input": {"required": {"model_name": [[]]}},
-        "input_order": {"required": ["model_name"]},
-        "output": ["UPSCALE_MODEL"], "output_is_list": [False], "output_name": ["UPSCALE_MODEL"],
-        "name": "UpscaleModelLoader", "display_name": "Load Upscale Model", "description": "",
-        "python_module": "comfy_extras.nodes_upscale_model", "category": "loaders", "output_node": False,
-    },
-    "ImageUpscaleWithModel": {
-        "input": {"required": {"upscale_model": ["UPSCALE_MODEL"], "image": ["IMAGE"]}},
-        "input_order": {"required": ["upscale_model", "image"]},
-        "output": ["IMAGE"], "output_is_list": [False], "output_name": ["IMAGE"],
-        "name": "ImageUpscaleWithModel", "display_name": "Upscale Image (using Model)", "description": "",
-        "python_module": "comfy_extras.nodes_upscale_model", "category": "image/upscaling", "output_node": False,
-    },
-    "StandinSleep": {
-        "input": {
-            "required": {"seconds": ["FLOAT", {"default": 1.0, "min": 0.0, "max": 3600.0, "step": 0.1}]},
-            "optional": {
-                "text": ["STRING", {"default": ""}],
-                "fail": ["BOOLEAN", {"default": False}],
-                "images": ["IMAGE"],
-            },
-        },
-        "input_order": {"required": ["seconds"], "optional": ["text", "fail", "images"]},
-        "output": [], "output_is_list": [], "output_name": [],
-        "name": "StandinSleep", "display_name": "Stand-in Sleep",
-        "description": "Test node of the ComfyUI stand-in: runs for `seconds` (interruptible), never cached. "
-                       "`text` is sent as a binary progress-text frame to all sockets; `fail` raises.",
-        "python_module": "nodes", "category": "testing", "output_node": True,
-    },
-}
-
-_BASE_INFO: dict[str, dict] | None = None
+def stop_if_interrupted() -> None:
+    if _interrupt.is_set():
+        raise Interrupted()
 
 
-def base_infos() -> dict[str, dict]:
-    global _BASE_INFO
-    if _BASE_INFO is None:
-        with open(os.path.join(FIXTURES, "object_info.json"), encoding="utf-8") as f:
-            infos = json.load(f)
-        for name, info in _EXTRA_INFOS.items():
-            infos.setdefault(name, info)
-        _BASE_INFO = infos
-    return _BASE_INFO
+# --------------------------------------------------------------------------- pictures and PNGs
+@dataclass(frozen=True)
+class Picture:
+    """What flows along IMAGE links: no pixels, only what the tests can observe."""
+    width: int
+    height: int
+    count: int
+    rgb: tuple[int, int, int]
 
 
-def _input_files(filter_fn=None) -> list[str]:
-    input_dir = folder_paths.get_input_directory()
+def _png(width: int, height: int, rgb: tuple[int, int, int], text: dict[str, str]) -> bytes:
+    def chunk(tag: bytes, body: bytes) -> bytes:
+        crc = zlib.crc32(tag + body) & 0xFFFFFFFF
+        return struct.pack(">I", len(body)) + tag + body + struct.pack(">I", crc)
+
+    row = b"\x00" + bytes(rgb) * width  # filter byte 0, then RGB triples
+    parts = [chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))]
+    parts += [chunk(b"tEXt", k.encode("latin-1") + b"\0" + v.encode("latin-1", "replace")) for k, v in text.items()]
+    parts.append(chunk(b"IDAT", zlib.compress(row * height)))
+    parts.append(chunk(b"IEND", b""))
+    return b"\x89PNG\r\n\x1a\n" + b"".join(parts)
+
+
+def _png_size(path: str) -> tuple[int, int] | None:
     try:
-        files = [f for f in os.listdir(input_dir) if os.path.isfile(os.path.join(input_dir, f))]
-    except FileNotFoundError:
-        files = []
-    if filter_fn is not None:
-        files = filter_fn(files)
-    return sorted(files)
+        with open(path, "rb") as f:
+            head = f.read(24)
+    except OSError:
+        return None
+    if head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        return None
+    return struct.unpack(">II", head[16:24])
 
 
-def vae_list() -> list[str]:
-    vaes = folder_paths.get_filename_list("vae")
-    approx = folder_paths.get_filename_list("vae_approx")
-    flags = set()
-    for v in approx:
-        for stem in ("taesd_decoder.", "taesd_encoder.", "taesdxl_decoder.", "taesdxl_encoder.",
-                     "taesd3_decoder.", "taesd3_encoder.", "taef1_decoder.", "taef1_encoder."):
-            if v.startswith(stem):
-                flags.add(stem[:-1])
-    for name in ("taesd", "taesdxl", "taesd3", "taef1"):
-        if f"{name}_decoder" in flags and f"{name}_encoder" in flags:
-            vaes.append(name)
-    vaes.append("pixel_space")
-    return vaes
+def _write_pictures(images: Picture, prefix: str, folder: str, kind: str, prompt: Any) -> dict[str, Any]:
+    full_dir, base, counter, subfolder, _ = folder_paths.get_save_image_path(prefix, folder, images.width, images.height)
+    os.makedirs(full_dir, exist_ok=True)
+    text = {"prompt": json.dumps(prompt)} if prompt is not None else {}
+    w, h = max(1, min(images.width, MAX_SIDE)), max(1, min(images.height, MAX_SIDE))
+    written = []
+    for _ in range(images.count):
+        name = f"{base}_{counter:05}_.png"
+        with open(os.path.join(full_dir, name), "wb") as f:
+            f.write(_png(w, h, images.rgb, text))
+        written.append({"filename": name, "subfolder": subfolder, "type": kind})
+        counter += 1
+    return {"ui": {"images": written}}
 
 
-def diffusers_list() -> list[str]:
-    paths = []
-    for search_path in folder_paths.get_folder_paths("diffusers"):
-        if os.path.exists(search_path):
-            for root, _subdir, files in os.walk(search_path, followlinks=True):
-                if "model_index.json" in files:
-                    paths.append(os.path.relpath(root, start=search_path))
-    return paths
+def _resize(images: Picture, width: int, height: int) -> Picture:
+    # 0 keeps the aspect ratio from the other side, as the host's scaler does
+    if width == 0 and height == 0:
+        return images
+    if width == 0:
+        width = max(1, round(images.width * height / images.height))
+    if height == 0:
+        height = max(1, round(images.height * width / images.width))
+    return replace(images, width=width, height=height)
 
 
-def _folder(name):
-    return lambda: folder_paths.get_filename_list(name)
+# --------------------------------------------------------------------------- working classes
+class EmptyImage:
+    FUNCTION = "make"
+
+    def make(self, width, height, batch_size=1, color=0):
+        rgb = ((color >> 16) & 0xFF, (color >> 8) & 0xFF, color & 0xFF)
+        return (Picture(width, height, min(batch_size, MAX_BATCH), rgb),)
 
 
-# (class, input) -> model folder: the enum is the folder's live file list
-MODEL_INPUTS: dict[tuple[str, str], str] = {
-    ("CheckpointLoaderSimple", "ckpt_name"): "checkpoints",
-    ("CheckpointLoader", "ckpt_name"): "checkpoints",
-    ("CheckpointLoader", "config_name"): "configs",
-    ("unCLIPCheckpointLoader", "ckpt_name"): "checkpoints",
-    ("ImageOnlyCheckpointLoader", "ckpt_name"): "checkpoints",
-    ("CreateHookModelAsLora", "ckpt_name"): "checkpoints",
-    ("CreateHookModelAsLoraModelOnly", "ckpt_name"): "checkpoints",
-    ("LoraLoader", "lora_name"): "loras",
-    ("LoraLoaderModelOnly", "lora_name"): "loras",
-    ("CreateHookLora", "lora_name"): "loras",
-    ("CreateHookLoraModelOnly", "lora_name"): "loras",
-    ("CLIPLoader", "clip_name"): "text_encoders",
-    ("DualCLIPLoader", "clip_name1"): "text_encoders",
-    ("DualCLIPLoader", "clip_name2"): "text_encoders",
-    ("TripleCLIPLoader", "clip_name1"): "text_encoders",
-    ("TripleCLIPLoader", "clip_name2"): "text_encoders",
-    ("TripleCLIPLoader", "clip_name3"): "text_encoders",
-    ("QuadrupleCLIPLoader", "clip_name1"): "text_encoders",
-    ("QuadrupleCLIPLoader", "clip_name2"): "text_encoders",
-    ("QuadrupleCLIPLoader", "clip_name3"): "text_encoders",
-    ("QuadrupleCLIPLoader", "clip_name4"): "text_encoders",
-    ("UNETLoader", "unet_name"): "diffusion_models",
-    ("ControlNetLoader", "control_net_name"): "controlnet",
-    ("DiffControlNetLoader", "control_net_name"): "controlnet",
-    ("StyleModelLoader", "style_model_name"): "style_models",
-    ("CLIPVisionLoader", "clip_name"): "clip_vision",
-    ("GLIGENLoader", "gligen_name"): "gligen",
-    ("HypernetworkLoader", "hypernetwork_name"): "hypernetworks",
-    ("PhotoMakerLoader", "photomaker_model_name"): "photomaker",
-    ("ModelPatchLoader", "name"): "model_patches",
-    ("AudioEncoderLoader", "audio_encoder_name"): "audio_encoders",
-    ("UpscaleModelLoader", "model_name"): "upscale_models",
-}
+class ImageScale:
+    FUNCTION = "scale"
 
-# (class, input) -> callable returning the live choices
-LIVE_INPUTS = {key: _folder(folder) for key, folder in MODEL_INPUTS.items()}
-LIVE_INPUTS.update({
-    ("VAELoader", "vae_name"): vae_list,
-    ("TrainLoraNode", "existing_lora"): lambda: folder_paths.get_filename_list("loras") + ["[None]"],
-    ("DiffusersLoader", "model_path"): diffusers_list,
-    ("LoadImage", "image"): lambda: _input_files(lambda fs: folder_paths.filter_files_content_types(fs, ["image"])),
-    ("LoadImageMask", "image"): lambda: _input_files(),
-    ("LoadLatent", "latent"): lambda: _input_files(lambda fs: [f for f in fs if f.endswith(".latent")]),
-})
-_LIVE_CLASSES: dict[str, list[str]] = {}
-for (_cls, _inp) in LIVE_INPUTS:
-    _LIVE_CLASSES.setdefault(_cls, []).append(_inp)
+    def scale(self, image, upscale_method, width, height, crop="disabled"):
+        return (_resize(image, width, height),)
 
 
-def builtin_node_info(class_type: str) -> dict:
-    """The captured info of a built-in class; file enums replaced by live lists.
+class ImageScaleBy:
+    FUNCTION = "scale"
 
-    Returns the shared dict for classes without live inputs (do not mutate)."""
-    info = base_infos()[class_type]
-    live = _LIVE_CLASSES.get(class_type)
-    if not live:
-        return info
-    info = copy.deepcopy(info)
-    for input_name in live:
-        for section in ("required", "optional"):
-            spec = (info["input"].get(section) or {}).get(input_name)
-            if spec is None:
-                continue
-            values = LIVE_INPUTS[(class_type, input_name)]()
-            if spec and spec[0] == "COMBO":
-                spec[1]["options"] = values
-            else:
-                spec[0] = values
-    return info
+    def scale(self, image, upscale_method, scale_by):
+        return (replace(image, width=max(1, round(image.width * scale_by)), height=max(1, round(image.height * scale_by))),)
 
 
-class StandinBuiltinNode:
-    """Placeholder for a built-in ComfyUI node (its info comes from the capture)."""
-    STANDIN_BUILTIN = True
-    FUNCTION = "execute"
-    CATEGORY = ""
+class _InputFileCheck:
+    """Any existing input file passes (subfolders and `[type]` annotations too), not only the listed ones."""
+
+    @classmethod
+    def VALIDATE_INPUTS(cls, image):
+        return True if folder_paths.exists_annotated_filepath(image) else f"Invalid image file: {image}"
+
+
+class LoadImageMask(_InputFileCheck):
+    FUNCTION = "load"
+
+    def load(self, image, channel="alpha"):
+        return (None,)
+
+
+class LoadImage(_InputFileCheck):
+    FUNCTION = "load"
+
+    def load(self, image):
+        # never fails on a file that is not a PNG (the stand-in has no decoder); the size is
+        # read from a PNG header when there is one
+        path = folder_paths.get_annotated_filepath(image)
+        w, h = _png_size(path) or (64, 64)
+        return (Picture(w, h, 1, (128, 128, 128)), None)
+
+
+class GetImageSize:
+    FUNCTION = "measure"
+
+    def measure(self, image, unique_id=None):
+        import server  # the running PromptServer, for its binary progress-text frame
+        text = f"width: {image.width}, height: {image.height}\n batch size: {image.count}"
+        if unique_id is not None:
+            server.PromptServer.instance.send_progress_text(text, unique_id, None)
+        return (image.width, image.height, image.count)
+
+
+class SaveImage:
+    FUNCTION = "save"
+
+    def save(self, images, filename_prefix="ComfyUI", prompt=None, extra_pnginfo=None):
+        return _write_pictures(images, filename_prefix, folder_paths.get_output_directory(), "output", prompt)
+
+
+class PreviewImage:
+    FUNCTION = "save"
+
+    def save(self, images, prompt=None, extra_pnginfo=None):
+        tag = "".join(random.choice(string.ascii_lowercase) for _ in range(5))
+        return _write_pictures(images, "ComfyUI_temp_" + tag, folder_paths.get_temp_directory(), "temp", prompt)
+
+
+def _file_enum(folder: str, extra: tuple[str, ...] = ()) -> Any:
+    return lambda: [*folder_paths.get_filename_list(folder), *extra]
+
+
+class UpscaleModelLoader:
+    RELATIVE_PYTHON_MODULE = "comfy_extras.nodes_upscale_model"
+    CATEGORY = "loaders"
+    RETURN_TYPES = ("UPSCALE_MODEL",)
+    FUNCTION = "load"
 
     @classmethod
     def INPUT_TYPES(cls):
-        return builtin_node_info(cls.STANDIN_NAME)["input"]
+        return {"required": {"model_name": (folder_paths.get_filename_list("upscale_models"),)}}
+
+    def load(self, model_name):
+        return (model_name,)
 
 
-def _make_builtin(name: str, info: dict) -> type:
-    attrs = {
-        "STANDIN_NAME": name,
-        "RETURN_TYPES": tuple(info.get("output") or ()),
-        "RETURN_NAMES": tuple(info.get("output_name") or ()),
-        "OUTPUT_NODE": bool(info.get("output_node")),
-        "CATEGORY": info.get("category", ""),
-        "DESCRIPTION": info.get("description", ""),
+class ImageUpscaleWithModel:
+    RELATIVE_PYTHON_MODULE = "comfy_extras.nodes_upscale_model"
+    CATEGORY = "image/upscaling"
+    RETURN_TYPES = ("IMAGE",)
+    FUNCTION = "upscale"
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"upscale_model": ("UPSCALE_MODEL",), "image": ("IMAGE",)}}
+
+    def upscale(self, upscale_model, image):
+        # the factor is read from names like "4x-ultrasharp.pth" or "x2.pth"; 4 otherwise
+        found = re.search(r"(\d+)x|x(\d+)", str(upscale_model or "").lower())
+        factor = int(found.group(1) or found.group(2)) if found else 4
+        return (replace(image, width=image.width * factor, height=image.height * factor),)
+
+
+class StandinSleep:
+    """Test node: keeps the worker busy, reports progress, can fail on request."""
+    RELATIVE_PYTHON_MODULE = "nodes"
+    CATEGORY = "standin"
+    RETURN_TYPES = ()
+    OUTPUT_NODE = True
+    FUNCTION = "sleep"
+    NEVER_CACHED = True
+
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {
+            "required": {"seconds": ("FLOAT", {"default": 1.0, "min": 0.0, "max": 3600.0, "step": 0.01})},
+            "optional": {"text": ("STRING", {"default": ""}), "fail": ("BOOLEAN", {"default": False}),
+                         "images": ("IMAGE",)},
+            "hidden": {"unique_id": "UNIQUE_ID"},
+        }
+
+    async def sleep(self, seconds, text="", fail=False, images=None, unique_id=None):
+        import execution
+        import server
+        if text:
+            server.PromptServer.instance.send_progress_text(text, unique_id, None)
+        ticks = max(1, int(seconds / 0.1 + 0.999)) if seconds > 0 else 0
+        for tick in range(ticks):
+            stop_if_interrupted()
+            await asyncio.sleep(max(0.0, min(0.1, seconds - tick * 0.1)))
+            execution.report_progress(tick + 1, ticks)
+        stop_if_interrupted()
+        if fail:
+            raise RuntimeError("StandinSleep was asked to fail")
+        return ()
+
+
+# --------------------------------------------------------------------------- /object_info
+_captured: dict[str, dict[str, Any]] = {}
+
+# Captured inputs that list files: class -> input -> how to list them now.
+_FILE_INPUTS: dict[str, dict[str, Any]] = {
+    "CheckpointLoaderSimple": {"ckpt_name": _file_enum("checkpoints")},
+    "CheckpointLoader": {"ckpt_name": _file_enum("checkpoints")},
+    "unCLIPCheckpointLoader": {"ckpt_name": _file_enum("checkpoints")},
+    "ImageOnlyCheckpointLoader": {"ckpt_name": _file_enum("checkpoints")},
+    "CreateHookModelAsLora": {"ckpt_name": _file_enum("checkpoints")},
+    "CreateHookModelAsLoraModelOnly": {"ckpt_name": _file_enum("checkpoints")},
+    "LoraLoader": {"lora_name": _file_enum("loras")},
+    "LoraLoaderModelOnly": {"lora_name": _file_enum("loras")},
+    "CreateHookLora": {"lora_name": _file_enum("loras")},
+    "CreateHookLoraModelOnly": {"lora_name": _file_enum("loras")},
+    "TrainLoraNode": {"existing_lora": _file_enum("loras", ("[None]",))},
+    "VAELoader": {"vae_name": _file_enum("vae", ("pixel_space",))},
+    "CLIPLoader": {"clip_name": _file_enum("text_encoders")},
+    "DualCLIPLoader": {f"clip_name{i}": _file_enum("text_encoders") for i in (1, 2)},
+    "TripleCLIPLoader": {f"clip_name{i}": _file_enum("text_encoders") for i in (1, 2, 3)},
+    "QuadrupleCLIPLoader": {f"clip_name{i}": _file_enum("text_encoders") for i in (1, 2, 3, 4)},
+    "UNETLoader": {"unet_name": _file_enum("diffusion_models")},
+    "ControlNetLoader": {"control_net_name": _file_enum("controlnet")},
+    "DiffControlNetLoader": {"control_net_name": _file_enum("controlnet")},
+    "CLIPVisionLoader": {"clip_name": _file_enum("clip_vision")},
+    "StyleModelLoader": {"style_model_name": _file_enum("style_models")},
+    "GLIGENLoader": {"gligen_name": _file_enum("gligen")},
+    "HypernetworkLoader": {"hypernetwork_name": _file_enum("hypernetworks")},
+    "PhotoMakerLoader": {"photomaker_model_name": _file_enum("photomaker")},
+    "ModelPatchLoader": {"name": _file_enum("model_patches")},
+    "AudioEncoderLoader": {"audio_encoder_name": _file_enum("audio_encoders")},
+    "LoadImage": {"image": lambda: _input_files(images_only=True)},
+    "LoadImageMask": {"image": lambda: _input_files(images_only=False)},
+}
+
+
+def _input_files(images_only: bool) -> list[str]:
+    # top level of input/ only: uploads into a subfolder never show up here
+    folder = folder_paths.get_input_directory()
+    try:
+        names = sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n)))
+    except OSError:
+        return []
+    return folder_paths.filter_files_content_types(names, ["image"]) if images_only else names
+
+
+def _with_options(spec: list[Any], options: list[str]) -> list[Any]:
+    """The same input spec with a new option list, in whichever of the two forms it uses."""
+    if spec and spec[0] == "COMBO" and len(spec) > 1 and isinstance(spec[1], dict):
+        return ["COMBO", {**spec[1], "options": options}]
+    return [options, *spec[1:]]
+
+
+def _live_capture(name: str) -> dict[str, Any]:
+    entry = _captured[name]
+    listers = _FILE_INPUTS.get(name)
+    if not listers:
+        return entry  # shared, never mutated: the handler only serialises it
+    sections = {}
+    for section, inputs in entry["input"].items():
+        if isinstance(inputs, dict) and any(k in listers for k in inputs):
+            inputs = {k: _with_options(v, listers[k]()) if k in listers else v for k, v in inputs.items()}
+        sections[section] = inputs
+    return {**entry, "input": sections}
+
+
+def _described(name: str, cls: type) -> dict[str, Any]:
+    inputs = cls.INPUT_TYPES()
+    outputs = list(getattr(cls, "RETURN_TYPES", ()))
+    info: dict[str, Any] = {
+        "input": inputs,
+        "input_order": {section: list(v) for section, v in inputs.items() if isinstance(v, dict)},
+        "output": outputs,
+        "output_is_list": list(getattr(cls, "OUTPUT_IS_LIST", [False] * len(outputs))),
+        "output_name": list(getattr(cls, "RETURN_NAMES", outputs)),
+        "name": name,
+        "display_name": NODE_DISPLAY_NAME_MAPPINGS.get(name, name),
+        "description": getattr(cls, "DESCRIPTION", ""),
+        "python_module": getattr(cls, "RELATIVE_PYTHON_MODULE", "nodes"),
+        "category": getattr(cls, "CATEGORY", "sd"),
+        "output_node": bool(getattr(cls, "OUTPUT_NODE", False)),
     }
-    return type(name, (StandinBuiltinNode,), attrs)
-
-
-def init_builtin_nodes() -> None:
-    for name, info in base_infos().items():
-        if name not in NODE_CLASS_MAPPINGS:
-            NODE_CLASS_MAPPINGS[name] = _make_builtin(name, info)
-            if info.get("display_name"):
-                NODE_DISPLAY_NAME_MAPPINGS[name] = info["display_name"]
-
-
-def is_builtin(class_type: str) -> bool:
-    cls = NODE_CLASS_MAPPINGS.get(class_type)
-    return cls is not None and getattr(cls, "STANDIN_BUILTIN", False) is True
-
-
-def node_info(node_class: str) -> dict:
-    """GET /object_info entry for a class (ComfyUI's server.node_info for custom classes)."""
-    if is_builtin(node_class):
-        return builtin_node_info(node_class)
-    obj_class = NODE_CLASS_MAPPINGS[node_class]
-    if hasattr(obj_class, "GET_NODE_INFO_V1"):
-        return obj_class.GET_NODE_INFO_V1()
-    info = {}
-    info['input'] = obj_class.INPUT_TYPES()
-    info['input_order'] = {key: list(value.keys()) for (key, value) in obj_class.INPUT_TYPES().items()}
-    info['output'] = obj_class.RETURN_TYPES
-    info['output_is_list'] = obj_class.OUTPUT_IS_LIST if hasattr(obj_class, 'OUTPUT_IS_LIST') else [False] * len(obj_class.RETURN_TYPES)
-    info['output_name'] = obj_class.RETURN_NAMES if hasattr(obj_class, 'RETURN_NAMES') else info['output']
-    info['name'] = node_class
-    info['display_name'] = NODE_DISPLAY_NAME_MAPPINGS[node_class] if node_class in NODE_DISPLAY_NAME_MAPPINGS.keys() else node_class
-    info['description'] = obj_class.DESCRIPTION if hasattr(obj_class, 'DESCRIPTION') else ''
-    info['python_module'] = getattr(obj_class, "RELATIVE_PYTHON_MODULE", "nodes")
-    info['category'] = 'sd'
-    if hasattr(obj_class, 'OUTPUT_NODE') and obj_class.OUTPUT_NODE is True:
-        info['output_node'] = True
-    else:
-        info['output_node'] = False
-    if hasattr(obj_class, 'CATEGORY'):
-        info['category'] = obj_class.CATEGORY
-    if hasattr(obj_class, 'OUTPUT_TOOLTIPS'):
-        info['output_tooltips'] = obj_class.OUTPUT_TOOLTIPS
-    if getattr(obj_class, "DEPRECATED", False):
-        info['deprecated'] = True
-    if getattr(obj_class, "EXPERIMENTAL", False):
-        info['experimental'] = True
-    if hasattr(obj_class, 'API_NODE'):
-        info['api_node'] = obj_class.API_NODE
+    for flag in ("DEPRECATED", "EXPERIMENTAL", "API_NODE"):
+        if getattr(cls, flag, False):
+            info[flag.lower()] = True
+    if hasattr(cls, "OUTPUT_TOOLTIPS"):
+        info["output_tooltips"] = list(cls.OUTPUT_TOOLTIPS)
     return info
 
 
-# ---------------------------------------------------------------- custom node loading
-def get_module_name(module_path: str) -> str:
-    base_path = os.path.basename(module_path)
-    if os.path.isfile(module_path):
-        base_path = os.path.splitext(base_path)[0]
-    return base_path
+def node_info(class_type: str) -> dict[str, Any]:
+    cls = NODE_CLASS_MAPPINGS[class_type]
+    if getattr(cls, "STANDIN_CAPTURED", False) and class_type in _captured:
+        return _live_capture(class_type)
+    return _described(class_type, cls)
 
 
-def load_custom_node(module_path: str, ignore=frozenset(), module_parent: str = "custom_nodes") -> bool:
-    """ComfyUI's loader: by file path, sys.modules key = the path ('.' -> '_x_')."""
-    module_name = get_module_name(module_path)
-    if os.path.isfile(module_path):
-        sp = os.path.splitext(module_path)
-        sys_module_name = sp[0]
-    else:
-        sys_module_name = module_path.replace(".", "_x_")
-    try:
-        logging.debug("Trying to load custom node %s", module_path)
-        if os.path.isfile(module_path):
-            module_spec = importlib.util.spec_from_file_location(sys_module_name, module_path)
-            module_dir = os.path.split(module_path)[0]
-        else:
-            module_spec = importlib.util.spec_from_file_location(
-                sys_module_name, os.path.join(module_path, "__init__.py"),
-                submodule_search_locations=[module_path])
-            module_dir = module_path
-
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[sys_module_name] = module
-        module_spec.loader.exec_module(module)
-
-        LOADED_MODULE_DIRS[module_name] = os.path.abspath(module_dir)
-
-        if hasattr(module, "WEB_DIRECTORY") and getattr(module, "WEB_DIRECTORY") is not None:
-            web_dir = os.path.abspath(os.path.join(module_dir, getattr(module, "WEB_DIRECTORY")))
-            if os.path.isdir(web_dir):
-                EXTENSION_WEB_DIRS[module_name] = web_dir
-
-        if hasattr(module, "NODE_CLASS_MAPPINGS") and getattr(module, "NODE_CLASS_MAPPINGS") is not None:
-            for name, node_cls in module.NODE_CLASS_MAPPINGS.items():
-                if name not in ignore:
-                    NODE_CLASS_MAPPINGS[name] = node_cls
-                    node_cls.RELATIVE_PYTHON_MODULE = "{}.{}".format(module_parent, get_module_name(module_path))
-            if hasattr(module, "NODE_DISPLAY_NAME_MAPPINGS") and getattr(module, "NODE_DISPLAY_NAME_MAPPINGS") is not None:
-                NODE_DISPLAY_NAME_MAPPINGS.update(module.NODE_DISPLAY_NAME_MAPPINGS)
-            return True
-        logging.warning("Skip %s module for custom nodes due to the lack of NODE_CLASS_MAPPINGS.", module_path)
-        return False
-    except Exception as e:
-        tb = traceback.format_exc()
-        logging.warning(tb)
-        logging.warning("Cannot import %s module for custom nodes: %s", module_path, e)
-        print(f"IMPORT FAILED: {module_path}", flush=True)
-        return False
+# --------------------------------------------------------------------------- registration
+_WORKING = {c.__name__: c for c in (EmptyImage, ImageScale, ImageScaleBy, LoadImage, LoadImageMask, GetImageSize,
+                                    SaveImage, PreviewImage)}
 
 
-def _custom_node_candidates(custom_node_path: str) -> list[str]:
-    try:
-        possible_modules = sorted(os.listdir(os.path.realpath(custom_node_path)))
-    except FileNotFoundError:
-        return []
-    out = []
-    for possible_module in possible_modules:
-        module_path = os.path.join(custom_node_path, possible_module)
-        if os.path.isfile(module_path) and os.path.splitext(module_path)[1] != ".py":
-            continue
-        if module_path.endswith(".disabled"):
-            continue
-        if possible_module == "__pycache__":
-            continue
-        out.append(module_path)
-    return out
+def _captured_class(name: str, entry: dict[str, Any]) -> type:
+    """A class for a captured node: the working one when there is one, else a do-nothing one."""
+    body: dict[str, Any] = {
+        "STANDIN_CAPTURED": True,
+        "RETURN_TYPES": tuple(entry.get("output", ())),
+        "OUTPUT_NODE": bool(entry.get("output_node")),
+        "CATEGORY": entry.get("category", ""),
+    }
+    base = _WORKING.get(name)
+    if base is None:
+        body["FUNCTION"] = "nothing"
+        body["nothing"] = lambda self, **_: tuple(None for _ in body["RETURN_TYPES"])
+        base = object
+    return type(name, (base,), body)
 
 
-def execute_prestartup_scripts() -> None:
-    """Runs each package's prestartup_script.py (before PromptServer exists), as ComfyUI does."""
-    for custom_node_path in folder_paths.get_folder_paths("custom_nodes"):
-        for module_path in _custom_node_candidates(custom_node_path):
-            if os.path.isfile(module_path):
-                continue
-            script_path = os.path.join(module_path, "prestartup_script.py")
-            if not os.path.exists(script_path):
-                continue
-            try:
-                spec = importlib.util.spec_from_file_location(os.path.splitext(script_path)[0], script_path)
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-            except Exception as e:
-                logging.error("Failed to execute startup-script: %s / %s", script_path, e)
-
-
-def init_external_custom_nodes() -> None:
-    base_node_names = set(NODE_CLASS_MAPPINGS.keys())
-    IMPORT_RESULTS.clear()
-    for custom_node_path in folder_paths.get_folder_paths("custom_nodes"):
-        for module_path in _custom_node_candidates(custom_node_path):
-            time_before = time.perf_counter()
-            success = load_custom_node(module_path, base_node_names, module_parent="custom_nodes")
-            IMPORT_RESULTS.append((time.perf_counter() - time_before, module_path, success))
-    if IMPORT_RESULTS:
-        lines = ["", "Import times for custom nodes:"]
-        for n in sorted(IMPORT_RESULTS):
-            import_message = "" if n[2] else " (IMPORT FAILED)"
-            lines.append("{:6.1f} seconds{}: {}".format(n[0], import_message, n[1]))
-        print("\n".join(lines) + "\n", flush=True)
+def init_builtin_nodes() -> None:
+    with open(_CAPTURE, encoding="utf-8") as f:
+        _captured.update(json.load(f))
+    for name, entry in _captured.items():
+        NODE_CLASS_MAPPINGS[name] = _captured_class(name, entry)
+        if entry.get("display_name") is not None:
+            NODE_DISPLAY_NAME_MAPPINGS[name] = entry["display_name"]
+    for cls in (UpscaleModelLoader, ImageUpscaleWithModel, StandinSleep):
+        NODE_CLASS_MAPPINGS[cls.__name__] = cls
+    NODE_DISPLAY_NAME_MAPPINGS.update({"UpscaleModelLoader": "Load Upscale Model",
+                                       "ImageUpscaleWithModel": "Upscale Image (using Model)",
+                                       "StandinSleep": "Stand-in Sleep"})
