@@ -29,6 +29,14 @@ import comfy.cli_args
 import folder_paths
 
 SETTINGS_FILE = "comfy.settings.json"
+USERS_FILE = "users.json"
+ONE_FILE = "/userdata/{file}"  # `file` is one path segment: sub-folders arrive as %2F
+
+# the host's plain-text answers, word for word (clients and tests compare them)
+NO_DIR, BAD_DIR, DIR_MISSING = "Directory not provided", "Invalid directory", "Directory not found"
+BAD_USER, BAD_PATH = "Invalid user specified in request", "Invalid path requested"
+PATH_MISSING, NOT_A_DIR = "Requested path not found", "Requested path is not a directory"
+EXISTS, DUPLICATE = "File already exists", "Duplicate username."
 
 
 def _multi_user() -> bool:
@@ -44,6 +52,11 @@ def _flag(request: web.Request, name: str) -> bool:
 def _keeps_existing(request: web.Request) -> bool:
     # only the exact word "false" refuses to replace a file ("False", "0" still replace)
     return request.rel_url.query.get("overwrite") == "false"
+
+
+def _plain(status: int, text: str | None = None) -> web.Response:
+    # no text: an empty body (octet-stream on aiohttp 3.8), as the host answers
+    return web.Response(status=status, text=text)
 
 
 def _slashed(path: str) -> str:
@@ -67,10 +80,10 @@ class UserStore:
         elif "--multi-user" not in sys.argv[1:]:
             # a host started as single-user knows its one user from the start; the flag is
             # read from the command line because the plugin may have flipped args by now
-            self.users = {"default": "default"}
+            self.users = dict(default="default")
 
     def get_users_file(self) -> str:
-        return os.path.join(folder_paths.get_user_directory(), "users.json")
+        return os.path.join(folder_paths.get_user_directory(), USERS_FILE)
 
     def user_id(self, request: web.Request) -> str:
         if not _multi_user():
@@ -80,12 +93,18 @@ class UserStore:
             raise KeyError("unknown user: " + wanted)
         return wanted
 
-    def root(self, request: web.Request, create: bool = True) -> str:
+    def root(self, request: web.Request) -> str:
         base = os.path.abspath(folder_paths.get_user_directory())
-        own = os.path.abspath(os.path.join(base, self.user_id(request)))
-        if create:
+        return os.path.abspath(os.path.join(base, self.user_id(request)))
+
+    def file_in(self, request: web.Request, relative: str) -> tuple[str, str | None]:
+        """(user folder, path of `relative` in it or None). The user folder is created
+        only for a path that stays inside it, as the host does."""
+        own = self.root(request)
+        target = self.within(own, relative)
+        if target is not None:
             os.makedirs(own, exist_ok=True)
-        return own
+        return own, target
 
     @staticmethod
     def within(root: str, relative: str) -> str | None:
@@ -115,19 +134,15 @@ def request_user_id(request: web.Request) -> str:
 
 
 def _list_files(folder: str, recurse: bool) -> list[str]:
-    """Files under `folder`, relative with `/`; names starting with a dot are skipped
-    (and, when recursing, everything below such a folder)."""
-    if not recurse:
-        return sorted(n for n in os.listdir(folder)
-                      if not n.startswith(".") and os.path.isfile(os.path.join(folder, n)))
+    """Files under `folder`, relative with `/`: each folder's own files (by name) before
+    those of its subfolders. Names starting with a dot are skipped, and so is everything
+    below a folder whose name does."""
     found: list[str] = []
     for here, subdirs, files in os.walk(folder):
-        subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+        subdirs[:] = sorted(d for d in subdirs if not d.startswith(".")) if recurse else []
         rel = os.path.relpath(here, folder)
-        for n in files:
-            if not n.startswith("."):
-                found.append(_slashed(n if rel == "." else os.path.join(rel, n)))
-    return sorted(found)
+        found += [_slashed(n if rel == "." else os.path.join(rel, n)) for n in sorted(files) if not n.startswith(".")]
+    return found
 
 
 def _tree(root: str, start: str) -> list[dict[str, Any]]:
@@ -156,7 +171,8 @@ def register(ps: Any, routes: web.RouteTableDef) -> None:
     # ---------------------------------------------------------------- settings
     def settings_path(request: web.Request) -> str:
         try:
-            return os.path.join(store.root(request), SETTINGS_FILE)
+            own, _ = store.file_in(request, SETTINGS_FILE)  # a plain name: always inside
+            return os.path.join(own, SETTINGS_FILE)
         except KeyError:
             raise web.HTTPUnauthorized()
 
@@ -183,7 +199,7 @@ def register(ps: Any, routes: web.RouteTableDef) -> None:
         path = settings_path(request)
         incoming = await request.json()
         write_settings(path, {**read_settings(path), **incoming})  # a non-object body: 500
-        return web.Response(status=200)
+        return web.Response()
 
     @routes.post("/settings/{id}")
     async def set_setting(request: web.Request) -> web.Response:
@@ -191,7 +207,7 @@ def register(ps: Any, routes: web.RouteTableDef) -> None:
         values = read_settings(path)
         values[request.match_info["id"]] = await request.json()
         write_settings(path, values)
-        return web.Response(status=200)
+        return web.Response()
 
     # ---------------------------------------------------------------- users
     @routes.get("/users")
@@ -205,21 +221,21 @@ def register(ps: Any, routes: web.RouteTableDef) -> None:
     async def create_user(request: web.Request) -> web.Response:
         name = (await request.json())["username"]  # missing or not text: 500, like the host
         if name in store.users.values():  # compared as sent; stored stripped
-            return web.json_response({"error": "Duplicate username."}, status=400)
+            return web.json_response({"error": DUPLICATE}, status=400)
         return web.json_response(store.add(name))
 
     # ---------------------------------------------------------------- listings
     @routes.get("/userdata")
     async def list_userdata(request: web.Request) -> web.Response:
-        root = store.root(request)
+        root = store.root(request)  # listings never create the user folder
         wanted = request.rel_url.query.get("dir", "")
         if not wanted:
-            return web.Response(status=400, text="Directory not provided")
+            return _plain(400, NO_DIR)
         folder = store.within(root, wanted)
         if folder is None:
-            return web.Response(status=403, text="Invalid directory")
+            return _plain(403, BAD_DIR)
         if not os.path.exists(folder):
-            return web.Response(status=404, text="Directory not found")
+            return _plain(404, DIR_MISSING)
         names = _list_files(folder, _flag(request, "recurse")) if os.path.isdir(folder) else []
         if _flag(request, "full_info"):
             return web.json_response([_stat_entry(os.path.join(folder, n), n) for n in names])
@@ -230,18 +246,18 @@ def register(ps: Any, routes: web.RouteTableDef) -> None:
     @routes.get("/v2/userdata")
     async def tree_userdata(request: web.Request) -> web.Response:
         try:
-            root = store.root(request, create=False)
+            root = store.root(request)
         except KeyError:
-            return web.Response(status=403, text="Invalid user specified in request")
+            return _plain(403, BAD_USER)
         start = store.within(root, request.rel_url.query.get("path", ""))
         if start is None:
-            return web.Response(status=400, text="Invalid path requested")
+            return _plain(400, BAD_PATH)
         if not os.path.exists(start):
             if start == root:  # a user who never saved anything has an empty tree
                 return web.json_response([])
-            return web.Response(status=404, text="Requested path not found")
+            return _plain(404, PATH_MISSING)
         if not os.path.isdir(start):
-            return web.Response(status=400, text="Requested path is not a directory")
+            return _plain(400, NOT_A_DIR)
         return web.json_response(_tree(root, start))
 
     # ---------------------------------------------------------------- single files
@@ -253,58 +269,54 @@ def register(ps: Any, routes: web.RouteTableDef) -> None:
             return web.json_response(_stat_entry(path, shown(root, path)))
         return web.json_response(shown(root, path))
 
-    @routes.get("/userdata/{file}")
+    @routes.get(ONE_FILE)
     async def read_file(request: web.Request) -> web.StreamResponse:
-        root = store.root(request)
-        path = store.within(root, request.match_info["file"])
+        root, path = store.file_in(request, request.match_info["file"])
         if path is None:
-            return web.Response(status=403)
+            return _plain(403)
         if not os.path.exists(path):
-            return web.Response(status=404)
+            return _plain(404)
         return web.FileResponse(path)
 
-    @routes.post("/userdata/{file}")
+    @routes.post(ONE_FILE)
     async def write_file(request: web.Request) -> web.Response:
-        root = store.root(request)
-        path = store.within(root, request.match_info["file"])
+        root, path = store.file_in(request, request.match_info["file"])
         if path is None:
-            return web.Response(status=403)
+            return _plain(403)
         if os.path.exists(path) and _keeps_existing(request):
-            return web.Response(status=409, text="File already exists")
+            return _plain(409, EXISTS)
         body = await request.read()
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 f.write(body)
         except OSError:  # a folder where the file goes, or a file where a folder goes
-            return web.Response(status=400)
+            return _plain(400)
         return answer(request, root, path)
 
-    @routes.delete("/userdata/{file}")
+    @routes.delete(ONE_FILE)
     async def delete_file(request: web.Request) -> web.Response:
-        root = store.root(request)
-        path = store.within(root, request.match_info["file"])
+        root, path = store.file_in(request, request.match_info["file"])
         if path is None:
-            return web.Response(status=403)
+            return _plain(403)
         if not os.path.exists(path):
-            return web.Response(status=404)
+            return _plain(404)
         os.remove(path)  # a folder raises: 500, as on the host
-        return web.Response(status=204)
+        return _plain(204)
 
-    @routes.post("/userdata/{file}/move/{dest}")
+    @routes.post(ONE_FILE + "/move/{dest}")
     async def move_file(request: web.Request) -> web.Response:
-        root = store.root(request)
-        source = store.within(root, request.match_info["file"])
+        root, source = store.file_in(request, request.match_info["file"])
         if source is None:
-            return web.Response(status=403)
+            return _plain(403)
         if not os.path.exists(source):
-            return web.Response(status=404)
+            return _plain(404)
         target = store.within(root, request.match_info["dest"])
         if target is None:
             # the host fails here with a 500 and moves nothing; so do we
             raise PermissionError("move target leaves the user folder")
         if os.path.exists(target) and _keeps_existing(request):
-            return web.Response(status=409, text="File already exists")
+            return _plain(409, EXISTS)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.move(source, target)
         return answer(request, root, target)
