@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import uuid
 from typing import Any
 
@@ -77,9 +76,9 @@ class UserStore:
         if os.path.isfile(listed):
             with open(listed, encoding="utf-8") as f:
                 self.users = json.load(f)
-        elif "--multi-user" not in sys.argv[1:]:
-            # a host started as single-user knows its one user from the start; the flag is
-            # read from the command line because the plugin may have flipped args by now
+        elif not _multi_user():
+            # a host started as single-user knows its one user from the start. Read while
+            # the server is built, before custom nodes load and may switch the flag on.
             self.users = dict(default="default")
 
     def get_users_file(self) -> str:
@@ -163,6 +162,8 @@ def _tree(root: str, start: str) -> list[dict[str, Any]]:
 
 
 def register(ps: Any, routes: web.RouteTableDef) -> None:
+    """Declares the routes on `routes` and sets `ps.user_manager`. Call it while the server
+    is built, before custom nodes are imported (see UserStore)."""
     global _store
     store = UserStore()
     _store = store
@@ -174,7 +175,7 @@ def register(ps: Any, routes: web.RouteTableDef) -> None:
             own, _ = store.file_in(request, SETTINGS_FILE)  # a plain name: always inside
             return os.path.join(own, SETTINGS_FILE)
         except KeyError:
-            raise web.HTTPUnauthorized()
+            raise web.HTTPUnauthorized() from None  # the host answers 401 here, not 500
 
     def read_settings(path: str) -> dict[str, Any]:
         if not os.path.isfile(path):
