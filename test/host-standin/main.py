@@ -60,7 +60,7 @@ def _url(host: str, port: int) -> str:
 
 def build_control_app(ps) -> web.Application:
     """Stand-in only: a separate app on 127.0.0.1 that the gate never sees."""
-    import nodes
+    import loader
 
     counter = ps.handler_counter
     routes = web.RouteTableDef()
@@ -110,7 +110,7 @@ def build_control_app(ps) -> web.Application:
 
     @routes.get("/imports")
     async def imports(request):
-        return web.json_response([{"path": p, "seconds": t, "success": ok} for (t, p, ok) in nodes.IMPORT_RESULTS])
+        return web.json_response([{"path": p, "seconds": t, "success": ok} for (t, p, ok) in loader.IMPORT_RESULTS])
 
     app = web.Application()
     app.add_routes(routes)
@@ -185,6 +185,7 @@ def main(argv=None) -> int:
         os.makedirs(d, exist_ok=True)
 
     import server  # noqa: E402  (after folder_paths is rooted)
+    import loader  # noqa: E402
     import nodes  # noqa: E402
 
     server.args.multi_user = ns.multi_user
@@ -193,14 +194,14 @@ def main(argv=None) -> int:
     if ns.front_end_root:
         server.args.front_end_root = os.path.abspath(ns.front_end_root)
 
-    nodes.execute_prestartup_scripts()
+    loader.execute_prestartup_scripts()
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     ps = server.PromptServer(loop)
 
     nodes.init_builtin_nodes()
-    nodes.init_external_custom_nodes()
+    loader.init_external_custom_nodes()
     ps.add_routes()
 
     try:
