@@ -347,6 +347,14 @@ class DecisionClient:
         self.epoch = 0
         # one more for every connection made: what a sidecar said under an earlier one is not reused
         self.generation = 0
+        # A supervisor that replaces a dead sidecar at once sets `hold_while_restarting`; then a
+        # request that finds no connection while `restarting` waits for the replacement (at most
+        # `timeout`, as for any decision) instead of being refused at once. Clients see a short
+        # wait instead of errors, and do not hammer the host with retries while it restarts the
+        # sidecar (issue 27). Nothing passes without a decision: after the wait it is still a 503.
+        self.hold_while_restarting = False
+        self.restarting = False
+        self._connected: asyncio.Event | None = None
         self.push_handlers["forget"] = self._forget
 
     def may_spin(self) -> bool:
@@ -424,6 +432,9 @@ class DecisionClient:
         self._clear_kept()
         self.generation += 1
         self._conn = conn
+        self.restarting = False
+        if self._connected is not None:
+            self._connected.set()
         while self._backlog and not conn.closed:
             conn.queue(self._backlog.popleft())
 
@@ -442,6 +453,10 @@ class DecisionClient:
         if self._conn is conn:
             self._conn = None
             self._clear_kept()  # nothing decided by a sidecar we no longer hear is used again
+            if self._connected is not None:
+                self._connected.clear()
+            # the supervisor will replace it (and says so, or calls it off, once it knows why)
+            self.restarting = self.hold_while_restarting
 
     async def decide(
         self,
@@ -523,10 +538,22 @@ class DecisionClient:
     async def exchange(self, message: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
         """Sends ``message`` with ``payload``; returns the answer and its payload."""
         conn = self._conn
+        if (conn is None or conn.closed) and self.restarting:
+            conn = await self._replacement()
         if conn is None or conn.closed:
             self.ensure_connecting()
             raise Unavailable("sidecar not connected")
         return await self._call(conn, message, spin=True, payload=payload)
+
+    async def _replacement(self) -> _Connection | None:
+        """The connection to the sidecar that replaces a dead one, if it comes within the timeout."""
+        if self._connected is None:
+            self._connected = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._connected.wait(), self.timeout)
+        except asyncio.TimeoutError:
+            return None
+        return self._conn
 
     def send_event(self, message: dict[str, Any]) -> None:
         """A host fact for the sidecar; never answered. Kept (bounded) while the sidecar is away."""

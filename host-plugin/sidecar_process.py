@@ -14,10 +14,11 @@ Guarantees:
   503 page, and is retried slowly (every ``slow_retry_s``, or as soon as one of
   the files it depends on changes); the sidecar's own output of the repeated
   failing attempts is dropped, so the log has one report per cause, not per retry;
-- a sidecar that dies after it was ready is restarted at once (every request is refused
-  until it answers, so each moment of waiting is an outage), then, if it keeps dying, with
-  exponential backoff (0.1 s doubling to 5 s); the decision client reconnects as soon as
-  it answers the hello (polled every 10 ms while it starts);
+- a sidecar that dies after it was ready is replaced at once, by a standby that has loaded
+  everything but the store when there is one (requests that arrive meanwhile wait for it, up
+  to the decision timeout); if it keeps dying within STABLE_RUN_S of its start, with
+  exponential backoff (0.1 s doubling to 5 s, requests refused meanwhile); the decision
+  client reconnects as soon as it answers the hello (polled every 10 ms while it starts);
 - while it is down, the gate refuses every request (the client is not ready).
 """
 from __future__ import annotations
@@ -39,6 +40,9 @@ log = logging.getLogger("authsvc")
 PACKAGE_ROOT = install_state.package_root()
 CONFIG_EXIT_STATUS = 2  # sidecar/src/main.ts: invalid configuration
 _EARLY_FAILURES_BEFORE_SLOW = 3
+# A sidecar that ran this long before it died is replaced at once; one that dies sooner again
+# is a crash loop, replaced after a growing pause (0.1 s doubling to 5 s).
+STABLE_RUN_S = 10.0
 _MUTED_CHUNKS = 64  # of up to _CHUNK bytes: what a failing start prints, kept until we know it repeats
 _CHUNK = 64 * 1024
 
@@ -101,6 +105,7 @@ class SidecarSupervisor:
         self._acted = False  # a watched file changed: the next failure may say something new
         self._ready_before = False  # the first ready writes the "gate ready" line, later ones "restarted"
         self._standby: _Run | None = None
+        client.hold_while_restarting = True  # this supervisor replaces a dead sidecar at once
         self.standby_enabled = os.environ.get("AUTHSVC_STANDBY_SIDECAR", "1") != "0"
         # at import, so a broken install is in the log before ComfyUI even listens
         self.problem = install_state.check(root)
@@ -124,6 +129,7 @@ class SidecarSupervisor:
 
     def _report(self, problem: Problem) -> None:
         """Logs a cause once per streak and puts it on the page."""
+        self.client.restarting = False  # no replacement is on its way: refuse at once, with the page
         set_outage(problem_page(problem))
         line = problem.log_line()
         if line != self._reported:
@@ -141,9 +147,12 @@ class SidecarSupervisor:
         while not self._stopping:
             # taken before the attempt: a fix made while it runs (before its failure is even reported) counts
             watched = self._watched()
-            # off the event loop: it runs `node --version` and hashes the sources, while every
-            # request is waiting for this restart
-            problem = await asyncio.get_running_loop().run_in_executor(None, install_state.check, self.root)
+            # A waiting standby of the current build passed this check when it was started, and
+            # it is what was running a moment ago: promoting it does not wait for the check (it
+            # runs `node --version` and hashes the sources while every request waits). A cold
+            # start checks, off the event loop.
+            problem = None if self._standby_usable() else await asyncio.get_running_loop().run_in_executor(
+                None, install_state.check, self.root)
             if problem is not None:
                 if problem.installable and self.auto_install:
                     key = self._inputs_key()
@@ -170,16 +179,19 @@ class SidecarSupervisor:
                 break
             if was_ready:
                 early_failures.clear()
-                if asyncio.get_running_loop().time() - started > 30:
+                if asyncio.get_running_loop().time() - started >= STABLE_RUN_S:
                     backoff = 0.0
                 set_outage(STARTING)
-                log.error("authsvc: sidecar exited (status %s); restarting %s (requests are refused meanwhile)",
-                          status, f"in {backoff:.1f} s" if backoff else "now")
+                log.error("authsvc: sidecar exited (status %s); restarting %s", status,
+                          f"in {backoff:.1f} s (requests are refused meanwhile)" if backoff else "now (requests wait for it)")
+                # requests wait for a replacement that starts now, not for one that backs off
+                self.client.restarting = not backoff
                 if backoff:
                     await self._sleep(backoff)
                 backoff = min(max(backoff * 2, 0.1), 5.0)
                 continue
             early_failures.append(status)
+            self.client.restarting = False  # this one never got ready: the next try is not immediate
             if status == CONFIG_EXIT_STATUS:
                 self._report(Problem("bad_config", "the sidecar refused its configuration (config.json in its data "
                                      "folder, or an AUTHSVC_ variable; its errors are in the log)",
@@ -239,6 +251,10 @@ class SidecarSupervisor:
         pumps = [asyncio.ensure_future(self._pump(process.stdout, sys.stdout)),
                  asyncio.ensure_future(self._pump(process.stderr, sys.stderr))]
         return _Run(process, pumps, _build_id(self.root))
+
+    def _standby_usable(self) -> bool:
+        run = self._standby
+        return run is not None and run.process.returncode is None and run.build == _build_id(self.root)
 
     async def _promote_standby(self) -> _Run | None:
         """The standby, told to start, if it is alive and of the build a cold start would run."""
@@ -382,6 +398,8 @@ class SidecarSupervisor:
 
     async def stop(self, _app: Any = None) -> None:
         self._stopping = True
+        self.client.hold_while_restarting = False  # nothing replaces it any more: refuse at once
+        self.client.restarting = False
         if self._stop_event is not None:
             self._stop_event.set()
         self.client.close()

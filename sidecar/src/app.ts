@@ -2,6 +2,11 @@
  * buildApp(services): the Fastify instance for owned routes, and the
  * decision handlers, with no I/O of their own (main.ts listens).
  *
+ * In two steps, so a standby sidecar can do the first before it may touch the data dir:
+ * prepareApp() registers every route (what a start spends most of its time on) against
+ * services that are bound later; bind(services) builds what decides. Nothing may use the
+ * services before bind(): that throws, it never reads an empty store (issue 27).
+ *
  * Every `/authsvc/...` route is registered twice, as `/authsvc/...` and
  * `/api/authsvc/...`, by the same plugin, so the prefix can never change who
  * is authenticated or what is allowed.
@@ -39,6 +44,7 @@ import { assetRoutes, pageRoutes } from './routes/pages.js'
 import { generateTokenHandler, generateTokenSchema, tokenRoutes } from './routes/tokens.js'
 import { workflowAdminRoutes, workflowRoutes } from './routes/workflows.js'
 import { SERVICE_VERSION, type Services } from './services.js'
+import type { Clock } from './identity/clock.js'
 
 export const OWNED_BODY_LIMIT = 1024 * 1024
 
@@ -57,7 +63,38 @@ export interface BuiltApp {
   stop(): Promise<void>
 }
 
+/** Services that exist once bind() gave them; any use before that throws. */
+function lateServices(): { services: Services; bind(target: Services): void } {
+  let target: Services | undefined
+  const services = new Proxy({} as Services, {
+    get(_shape, key) {
+      if (target === undefined) throw new Error(`the sidecar used its services before the store was opened (${String(key)})`)
+      return Reflect.get(target, key)
+    },
+  })
+  return {
+    services,
+    bind(value) {
+      if (target !== undefined) throw new Error('services are bound once')
+      target = value
+    },
+  }
+}
+
+export interface PreparedApp {
+  app: FastifyInstance
+  owned: OwnedRoutes
+  /** the decision side, on the opened services; once */
+  bind(services: Services): BuiltApp
+}
+
 export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltApp {
+  return prepareApp(logger, services.clock).bind(services)
+}
+
+export function prepareApp(logger: FastifyBaseLogger, clock: Clock): PreparedApp {
+  const late = lateServices()
+  const services = late.services
   const app = Fastify({
     loggerInstance: logger,
     bodyLimit: OWNED_BODY_LIMIT,
@@ -86,6 +123,8 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
   // it caused has left for the plugin: a forget held in our write buffer (the plugin busy reading
   // a large answer) must not be overtaken by the change's own answer (decide/access-epoch.ts).
   let flushed: () => Promise<void> = async () => {}
+  // the host's model folders, watched; read by the decision path and the model admin routes
+  const modelCache = new ModelCache(logger, clock)
   const epochAtStart = new WeakMap<object, number>()
   app.addHook('onRequest', async (request) => {
     epochAtStart.set(request, services.accessEpoch.value)
@@ -131,6 +170,15 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     },
   }
 
+  return { app, owned, bind: (opened) => bindDecisions(app, owned, modelCache, logger, opened, late.bind, (fn) => (flushed = fn)) }
+}
+
+function bindDecisions(
+  app: FastifyInstance, owned: OwnedRoutes, modelCache: ModelCache, logger: FastifyBaseLogger, services: Services,
+  bindLate: (services: Services) => void, setFlushed: (fn: () => Promise<void>) => void,
+): BuiltApp {
+  bindLate(services)
+
   let push: (message: CloseSocketsMessage | ForgetMessage) => void = () => {}
   // every change a decision reads reaches the plugin before that change's own answer leaves
   services.accessEpoch.onBump((epoch) => push({ type: 'forget', epoch }))
@@ -143,8 +191,6 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
   )
   const watcher = new HostFileWatcher(services.ownership, logger)
   const filters = new FilterPool()
-  // the host's model folders, watched; read by the decision path and the model admin routes
-  const modelCache = new ModelCache(logger, services.clock)
   // the model lists a filter's memo names: their change ends the decisions the plugin keeps
   modelCache.onChange = () => services.accessEpoch.bump()
   const models = new ModelAccess(modelCache, services.modelGrants)
@@ -216,9 +262,7 @@ export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltAp
     setPush(fn) {
       push = fn
     },
-    setFlushed(fn) {
-      flushed = fn
-    },
+    setFlushed,
     async stop() {
       liveSockets.stop()
       await watcher.close()

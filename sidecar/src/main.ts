@@ -7,7 +7,8 @@
 import { mkdirSync, chmodSync, mkdtempSync, writeFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { buildApp } from './app.js'
+import { buildApp, prepareApp } from './app.js'
+import { systemClock } from './identity/clock.js'
 import { ConfigError, dataDirFromEnv, loadConfig } from './config/load.js'
 import { listenDecisionSocket, removeStaleSocket } from './decide/server.js'
 import { createLogger } from './log.js'
@@ -60,12 +61,21 @@ async function rehearse(): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  if (process.env.AUTHSVC_STANDBY === '1') {
-    // a rehearsal that fails only costs the promotion its head start
-    await rehearse().catch(() => {})
-    if (!(await standbyUntilPromoted())) process.exit(0)
-  }
   const log = createLogger()
+  const prepared = prepareApp(log, systemClock)
+  const standby = process.env.AUTHSVC_STANDBY === '1'
+  if (standby) {
+    let told = false // promoted (or told to go away) already
+    const promoted = standbyUntilPromoted().finally(() => (told = true))
+    // the real app's routes and schemas, before the data dir may be touched: a promotion then
+    // only opens the store and binds the decision side to it
+    await prepared.app.ready()
+    // a rehearsal that fails only costs the promotion its head start; none once promoted
+    if (!told) await rehearse().catch(() => {})
+    if (!(await promoted)) process.exit(0)
+  }
+  // what the start costs from here (the standby's promotion, or a cold start after the imports)
+  const since = { at: performance.now(), cpu: process.cpuUsage() }
   const dataDir = dataDirFromEnv(process.env)
   mkdirSync(dataDir, { recursive: true, mode: 0o700 })
   chmodSync(dataDir, 0o700)
@@ -82,7 +92,7 @@ async function main(): Promise<void> {
   const decisionSocket = process.env.AUTHSVC_SOCKET || join(dataDir, 'authsvc.sock')
   const httpSocket = decisionSocket.replace(/\.sock$/, '') + '-http.sock'
   const services = await openServices({ config, dataDir, env: process.env, log })
-  const built = buildApp(services, log)
+  const built = prepared.bind(services)
   const { app, handlers } = built
   removeStaleSocket(httpSocket)
   const oldMask = process.umask(0o177)
@@ -103,7 +113,11 @@ async function main(): Promise<void> {
   chmodSync(pidFile, 0o600) // a leftover file keeps its mode through writeFileSync
   // under the plugin, the plugin's own "gate ready" line says this once for both processes
   const readyLevel = process.env.AUTHSVC_EXIT_ON_STDIN_EOF === '1' ? 'debug' : 'info'
-  log[readyLevel]({ decisionSocket, httpSocket, dataDir, users: services.users.count }, 'authsvc sidecar ready')
+  const cpu = process.cpuUsage(since.cpu)
+  log[readyLevel]({
+    decisionSocket, httpSocket, dataDir, users: services.users.count, standby,
+    start_ms: Math.round(performance.now() - since.at), start_cpu_ms: Math.round((cpu.user + cpu.system) / 1000),
+  }, 'authsvc sidecar ready')
   // expired sessions can never validate again; drop them so memory and the store do not grow forever
   const pruning = setInterval(() => {
     services.sessions.prune().catch((err: unknown) => log.error({ err }, 'session prune failed'))

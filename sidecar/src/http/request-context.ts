@@ -76,11 +76,10 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
   })
 
   // force_https: the browser learns to use https only from this host's answers over https
-  if (services.config.force_https) {
-    app.addHook('onSend', async (request, reply) => {
-      if (request.facts?.isHttps) reply.header('Strict-Transport-Security', HSTS_VALUE)
-    })
-  }
+  // (the config is read per answer: routes are registered before the services are opened)
+  app.addHook('onSend', async (request, reply) => {
+    if (request.facts?.isHttps && services.config.force_https) reply.header('Strict-Transport-Security', HSTS_VALUE)
+  })
 }
 
 async function enforceAuthLevel(request: FastifyRequest, reply: FastifyReply, headers: Record<string, string | undefined>): Promise<FastifyReply | undefined> {

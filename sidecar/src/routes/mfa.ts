@@ -26,13 +26,11 @@ const Body = Type.Object({
 type MfaBody = { mfa_temp_token?: string; code?: string; backup_code?: string }
 
 export function mfaRoutes(services: Services) {
-  const { mfa } = services
-
   /** The user a setup-family call acts for, and the temp token it used (if any). */
   const setupCaller = async (request: FastifyRequest): Promise<{ user: UserRecord; tempId?: string; temp?: { rememberMe: boolean; redirectUrl: string } }> => {
     const body = (request.body ?? {}) as MfaBody
     if (body.mfa_temp_token !== undefined) {
-      const temp = mfa.tempToken(body.mfa_temp_token, 'setup')
+      const temp = services.mfa.tempToken(body.mfa_temp_token, 'setup')
       const user = temp ? services.users.byId(temp.userId) : undefined
       // a setup token exists only for a user without MFA: once enrolled, it is spent
       if (!temp || !user || user.disabled || user.mfa_enabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
@@ -55,7 +53,7 @@ export function mfaRoutes(services: Services) {
     app.post('/api/mfa/setup', { config: { auth: 'public' }, schema: { body: Type.Optional(Body) } }, async (request) => {
       const { user } = await setupCaller(request)
       if (user.mfa_enabled) await checkSecondFactor(services, request, user, (request.body ?? {}) as MfaBody)
-      const { secret, uri, backupCodes } = await mfa.beginSetup(user.user_id, user.username)
+      const { secret, uri, backupCodes } = await services.mfa.beginSetup(user.user_id, user.username)
       const qr_svg = await QRCode.toString(uri, { type: 'svg', errorCorrectionLevel: 'M', margin: 1 })
       return {
         provisioning_uri: uri,
@@ -69,14 +67,14 @@ export function mfaRoutes(services: Services) {
     app.post('/api/mfa/verify-setup', { config: { auth: 'public' }, schema: { body: Body } }, async (request, reply) => {
       const { user, tempId, temp } = await setupCaller(request)
       const code = (request.body as MfaBody).code
-      if (!(await throttledAttempt(services, request, mfaKey(user.user_id), () => mfa.finishSetup(user.user_id, code)))) {
-        if (tempId) mfa.failTempToken(tempId)
+      if (!(await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.finishSetup(user.user_id, code)))) {
+        if (tempId) services.mfa.failTempToken(tempId)
         throw new AuthsvcError('MFA_INVALID_CODE')
       }
       await services.users.update(user.user_id, { mfa_enabled: true })
       request.log.info({ event: 'mfa_enabled', username: user.username }, 'mfa enabled')
       if (tempId && temp) {
-        mfa.consumeTempToken(tempId)
+        services.mfa.consumeTempToken(tempId)
         const jwt_token = await issueSession(request, reply, user, temp.rememberMe)
         return { message: 'MFA enabled', jwt_token, redirect_url: temp.redirectUrl }
       }
@@ -85,11 +83,11 @@ export function mfaRoutes(services: Services) {
 
     app.post('/api/mfa/verify', { config: { auth: 'public' }, schema: { body: Body } }, async (request, reply) => {
       const body = request.body as MfaBody
-      const temp = mfa.tempToken(body.mfa_temp_token, 'login')
+      const temp = services.mfa.tempToken(body.mfa_temp_token, 'login')
       const user = temp ? services.users.byId(temp.userId) : undefined
       if (!temp || !user || user.disabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
       await checkSecondFactor(services, request, user, body, temp.id)
-      mfa.consumeTempToken(temp.id)
+      services.mfa.consumeTempToken(temp.id)
       const jwt_token = await issueSession(request, reply, user, temp.rememberMe)
       request.log.info({ event: 'user_login', username: user.username }, 'login (mfa)')
       return { message: 'Login successful', jwt_token, redirect_url: temp.redirectUrl }

@@ -40,8 +40,9 @@ function cpeError(reply: FastifyReply, status: number, message: string): Fastify
 }
 
 export function workflowRoutes(services: Services) {
-  const store = services.workflows
-  const dirOf = (hostUser: string): string | null => store.file(hostUser, WORKFLOWS_DIR)
+  // read at request time: the store is opened after the routes are registered (a standby's app)
+  const store = () => services.workflows
+  const dirOf = (hostUser: string): string | null => store().file(hostUser, WORKFLOWS_DIR)
 
   return async function (app: FastifyInstance): Promise<void> {
     for (const prefix of ['/api/cpe', '/cpe']) {
@@ -60,8 +61,8 @@ export function workflowRoutes(services: Services) {
         const name = workflowName((request.query as { filename: string }).filename)
         if (name === null) return cpeError(reply, 400, 'Invalid workflow name')
         for (const hostUser of [hostUserOf(p), SHARED_HOST_USER]) {
-          const path = store.file(hostUser, `${WORKFLOWS_DIR}/${name}`)
-          if (!store.isFile(path)) continue
+          const path = store().file(hostUser, `${WORKFLOWS_DIR}/${name}`)
+          if (!store().isFile(path)) continue
           let workflow: unknown
           try {
             workflow = JSON.parse(readFileSync(path, 'utf8'))
@@ -92,9 +93,9 @@ export function workflowRoutes(services: Services) {
         }
         const name = workflowName(body.name ?? `workflow-${new Date(services.clock()).toISOString().replace(/[:.]/g, '-')}`)
         if (name === null) return cpeError(reply, 400, 'Invalid workflow name')
-        const path = store.file(hostUserOf(p), `${WORKFLOWS_DIR}/${name}`)
+        const path = store().file(hostUserOf(p), `${WORKFLOWS_DIR}/${name}`)
         if (path === null) return cpeError(reply, 503, 'The host has not named its user folder yet')
-        store.write(path, text)
+        store().write(path, text)
         return { status: 'success', message: 'Workflow saved successfully', filename: name }
       })
 
@@ -108,7 +109,8 @@ export function workflowRoutes(services: Services) {
 
 /** Admin: publish one of the admin's own workflows to the shared set (under /authsvc and /api/authsvc). */
 export function workflowAdminRoutes(services: Services) {
-  const store = services.workflows
+  // read at request time: the store is opened after the routes are registered (a standby's app)
+  const store = () => services.workflows
   return async function (app: FastifyInstance): Promise<void> {
     app.post('/api/workflows/publish', {
       config: { auth: 'admin' },
@@ -116,11 +118,11 @@ export function workflowAdminRoutes(services: Services) {
     }, async (request) => {
       const name = workflowName((request.body as { filename: string }).filename)
       if (name === null) throw new AuthsvcError('VALIDATION_FAILED', 'Invalid workflow name')
-      const own = store.file(hostUserOf(request.principal!), `${WORKFLOWS_DIR}/${name}`)
-      if (!store.isFile(own)) throw new AuthsvcError('NOT_FOUND', 'No workflow of yours by that name')
-      const shared = store.file(SHARED_HOST_USER, `${WORKFLOWS_DIR}/${name}`)
+      const own = store().file(hostUserOf(request.principal!), `${WORKFLOWS_DIR}/${name}`)
+      if (!store().isFile(own)) throw new AuthsvcError('NOT_FOUND', 'No workflow of yours by that name')
+      const shared = store().file(SHARED_HOST_USER, `${WORKFLOWS_DIR}/${name}`)
       if (shared === null) throw new AuthsvcError('AUTHSVC_UNAVAILABLE', 'The host has not named its user folder yet')
-      store.write(shared, readFileSync(own))
+      store().write(shared, readFileSync(own))
       return { status: 'ok', filename: name }
     })
   }
