@@ -53,6 +53,18 @@ def _timeout_seconds() -> float:
     return value / 1000.0
 
 
+def _restart_hold_seconds(timeout: float) -> float:
+    """How long a request waits for a sidecar that is being replaced (AUTHSVC_RESTART_HOLD_MS,
+    default and at most the decision timeout; 0 refuses at once, as before issue 27)."""
+    raw = os.environ.get("AUTHSVC_RESTART_HOLD_MS")
+    if raw is None:
+        return timeout
+    value = int(raw)  # a malformed value is a setup error: deny-all stays
+    if value < 0:
+        raise ValueError("AUTHSVC_RESTART_HOLD_MS must not be negative")
+    return min(value / 1000.0, timeout)
+
+
 def _spin_us() -> int:
     value = int(os.environ.get("AUTHSVC_DECISION_SPIN_US", "250"))
     if value < 0 or value > 10_000:
@@ -81,6 +93,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
         socket_path = external or _socket_path(data_dir)
         hello = {"protocol": PROTOCOL_VERSION, "plugin_version": PLUGIN_VERSION, "host": host_facts.collect()}
         client = DecisionClient(socket_path, _timeout_seconds(), hello, _spin_us())
+        client.hold_s = _restart_hold_seconds(client.timeout)
         gate = Gate(client, PLUGIN_VERSION, HostUsers(prompt_server).ensure if prompt_server is not None else None)
         if external:
             runner: Any = ExternalSidecar(client)

@@ -348,13 +348,16 @@ class DecisionClient:
         # one more for every connection made: what a sidecar said under an earlier one is not reused
         self.generation = 0
         # A supervisor that replaces a dead sidecar at once sets `hold_while_restarting`; then a
-        # request that finds no connection while `restarting` waits for the replacement (at most
-        # `timeout`, as for any decision) instead of being refused at once. Clients see a short
-        # wait instead of errors, and do not hammer the host with retries while it restarts the
-        # sidecar (issue 27). Nothing passes without a decision: after the wait it is still a 503.
+        # decision asked while `restarting` (no connection, a replacement on its way) waits for
+        # the replacement instead of being refused at once. The wait and the decision together
+        # stay within `timeout`, as for any decision; steps after a decision (body, form,
+        # filter) never wait, since their context came from the sidecar that died. Clients see a
+        # short wait instead of errors, and do not hammer the host with retries while it
+        # restarts the sidecar (issue 27). Nothing passes without a decision.
         self.hold_while_restarting = False
         self.restarting = False
-        self._connected: asyncio.Event | None = None
+        self.hold_s = timeout  # AUTHSVC_RESTART_HOLD_MS; at most the timeout
+        self._hold_over: asyncio.Event | None = None  # set when a connection is made or the hold is called off
         self.push_handlers["forget"] = self._forget
 
     def may_spin(self) -> bool:
@@ -433,8 +436,8 @@ class DecisionClient:
         self.generation += 1
         self._conn = conn
         self.restarting = False
-        if self._connected is not None:
-            self._connected.set()
+        if self._hold_over is not None:
+            self._hold_over.set()
         while self._backlog and not conn.closed:
             conn.queue(self._backlog.popleft())
 
@@ -453,9 +456,9 @@ class DecisionClient:
         if self._conn is conn:
             self._conn = None
             self._clear_kept()  # nothing decided by a sidecar we no longer hear is used again
-            if self._connected is not None:
-                self._connected.clear()
-            # the supervisor will replace it (and says so, or calls it off, once it knows why)
+            if self._hold_over is not None:
+                self._hold_over.clear()
+            # the supervisor will replace it (and calls the hold off once it knows it will not)
             self.restarting = self.hold_while_restarting
 
     async def decide(
@@ -538,22 +541,33 @@ class DecisionClient:
     async def exchange(self, message: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
         """Sends ``message`` with ``payload``; returns the answer and its payload."""
         conn = self._conn
-        if (conn is None or conn.closed) and self.restarting:
+        timeout = self.timeout
+        if (conn is None or conn.closed) and self.restarting and self.hold_s > 0 and message.get("type") == "decide":
+            self.ensure_connecting()  # a sidecar still alive behind a dropped connection answers at once
+            started = time.monotonic()
             conn = await self._replacement()
-        if conn is None or conn.closed:
+            timeout = self.timeout - (time.monotonic() - started)
+        if conn is None or conn.closed or timeout <= 0:
             self.ensure_connecting()
             raise Unavailable("sidecar not connected")
-        return await self._call(conn, message, spin=True, payload=payload)
+        return await self._call(conn, message, spin=True, payload=payload, timeout=timeout)
 
     async def _replacement(self) -> _Connection | None:
-        """The connection to the sidecar that replaces a dead one, if it comes within the timeout."""
-        if self._connected is None:
-            self._connected = asyncio.Event()
+        """The connection to the sidecar that replaces a dead one, if it comes within the hold."""
+        if self._hold_over is None:
+            self._hold_over = asyncio.Event()
         try:
-            await asyncio.wait_for(self._connected.wait(), self.timeout)
+            await asyncio.wait_for(self._hold_over.wait(), min(self.hold_s, self.timeout))
         except asyncio.TimeoutError:
             return None
         return self._conn
+
+    def stop_holding(self) -> None:
+        """No replacement is on its way (a crash loop, a cause a restart does not fix, a stop):
+        what waits for one is refused now, and what comes next is refused at once."""
+        self.restarting = False
+        if self._hold_over is not None:
+            self._hold_over.set()
 
     def send_event(self, message: dict[str, Any]) -> None:
         """A host fact for the sidecar; never answered. Kept (bounded) while the sidecar is away."""
@@ -580,7 +594,7 @@ class DecisionClient:
             log.exception("authsvc: handling the sidecar's %s message failed", message.get("type"))
 
     def _call(
-        self, conn: _Connection, message: dict[str, Any], spin: bool, payload: bytes = b""
+        self, conn: _Connection, message: dict[str, Any], spin: bool, payload: bytes = b"", timeout: float | None = None,
     ) -> "asyncio.Future[tuple[dict[str, Any], bytes]]":
         loop = conn.loop
         request_id = next(self._ids)
@@ -590,7 +604,7 @@ class DecisionClient:
         except (ProtocolError, TypeError, ValueError) as exc:
             raise Unavailable(f"cannot encode request: {exc}") from None
         future: asyncio.Future = loop.create_future()
-        timer = loop.call_later(self.timeout, self._expire, conn, request_id)
+        timer = loop.call_later(self.timeout if timeout is None else timeout, self._expire, conn, request_id)
         conn.pending[request_id] = (future, timer)
         # Alone and idle: send now and poll for the answer. Otherwise batch the frame with
         # the other requests of this loop iteration: one write, one wake-up of the sidecar.

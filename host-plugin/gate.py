@@ -257,7 +257,7 @@ class Gate:
             fields, size = description_fields(request)
             decision = await self.client.decide(fields, size, described, _checked_decide)
             refusals = self.refusals
-            if refusals.cause is not None or not refusals.started:
+            if refusals.cause is not None or refusals.starting:
                 refusals.recovered()
             action = decision.get("action")
             if action == "respond":
@@ -571,7 +571,8 @@ class RefusalLog:
     when decisions work again: an outage under load must not write a line per request.
 
     Requests refused before the sidecar was ever ready are the normal start of ComfyUI (a browser
-    or a health probe that is early), not an outage: they are logged at debug only."""
+    or a health probe that is early), not an outage: they are logged at debug only, unless the
+    start takes longer than one interval (a sidecar that never comes must not be silent)."""
 
     def __init__(self, interval: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.interval = interval
@@ -579,16 +580,22 @@ class RefusalLog:
         self.cause: str | None = None
         self.count = 0
         self.since = 0.0
-        self.started = False  # a decision has worked at least once since the plugin loaded
+        self.starting = True  # no decision has worked yet, and the start is not overdue
 
     def refused(self, cause: str) -> None:
         now = self.clock()
-        if not self.started:
+        if self.starting:
             if self.cause is None:
                 log.debug("authsvc: refusing requests (503) until the sidecar is ready: %s", cause)
                 self.cause, self.count, self.since = cause, 0, now
-            else:
-                self.count += 1
+                return
+            self.count += 1
+            if now - self.since < self.interval:
+                return
+            self.starting = False
+            log.warning("authsvc: refusing requests (503): no decision has worked since the start, %.0f s ago "
+                        "(%d request(s) refused): %s", now - self.since, self.count + 1, cause)
+            self.cause, self.count, self.since = cause, 0, now
             return
         if self.cause is None:
             log.warning("authsvc: refusing requests (503): %s", cause)
@@ -600,8 +607,8 @@ class RefusalLog:
             self.cause, self.count, self.since = cause, 0, now
 
     def recovered(self) -> None:
-        if not self.started:
-            self.started = True
+        if self.starting:
+            self.starting = False
             if self.cause is not None:
                 log.debug("authsvc: %d request(s) were refused while the sidecar started", self.count + 1)
             self.cause = None

@@ -5,7 +5,8 @@ Guarantees:
   cleanup; it also exits by itself when its stdin pipe closes, so a crash of
   the host never leaves an orphan serving stale policy);
 - it is started only from a build that matches this package's sources, on a
-  Node.js >= 20 (install_state.check, before every start): a plain clone, an
+  Node.js >= 20 (install_state.check, before every cold start and before a standby
+  is started; a standby whose build on disk changed since is not promoted): a plain clone, an
   interrupted install or an update that was not built never runs. When only the
   install is missing and Node is there, install.py runs in the background first
   (AUTHSVC_AUTO_INSTALL=0 turns that off) and the page says so;
@@ -19,7 +20,9 @@ Guarantees:
   to the decision timeout); if it keeps dying within STABLE_RUN_S of its start, with
   exponential backoff (0.1 s doubling to 5 s, requests refused meanwhile); the decision
   client reconnects as soon as it answers the hello (polled every 10 ms while it starts);
-- while it is down, the gate refuses every request (the client is not ready).
+- while it is down, the gate refuses every request (the client is not ready), except that a
+  decision asked while a replacement is on its way waits for it, within the decision timeout;
+- stop() ends the supervising task first, then every process it started (sidecar, standby).
 """
 from __future__ import annotations
 
@@ -129,7 +132,7 @@ class SidecarSupervisor:
 
     def _report(self, problem: Problem) -> None:
         """Logs a cause once per streak and puts it on the page."""
-        self.client.restarting = False  # no replacement is on its way: refuse at once, with the page
+        self.client.stop_holding()  # no replacement is on its way: refuse at once, with the page
         set_outage(problem_page(problem))
         line = problem.log_line()
         if line != self._reported:
@@ -147,11 +150,12 @@ class SidecarSupervisor:
         while not self._stopping:
             # taken before the attempt: a fix made while it runs (before its failure is even reported) counts
             watched = self._watched()
-            # A waiting standby of the current build passed this check when it was started, and
-            # it is what was running a moment ago: promoting it does not wait for the check (it
-            # runs `node --version` and hashes the sources while every request waits). A cold
-            # start checks, off the event loop.
-            problem = None if self._standby_usable() else await asyncio.get_running_loop().run_in_executor(
+            # A waiting standby of the current build passed this check before it was started,
+            # and it is what was running a moment ago: promoting it does not wait for the check
+            # (it runs `node --version` and hashes the sources while every request waits). A
+            # cold start checks first, off the event loop.
+            promoted = await self._promote_standby()
+            problem = None if promoted is not None else await asyncio.get_running_loop().run_in_executor(
                 None, install_state.check, self.root)
             if problem is not None:
                 if problem.installable and self.auto_install:
@@ -168,7 +172,7 @@ class SidecarSupervisor:
                 continue
             started = asyncio.get_running_loop().time()
             try:
-                status, was_ready = await self._spawn_and_wait()
+                status, was_ready = await self._spawn_and_wait(promoted)
             except OSError as exc:  # node vanished or is not executable since the check: no restart fixes that
                 self._report(Problem("spawn_failed", "the sidecar process could not be started",
                                      "check AUTHSVC_NODE or the node on PATH, then restart ComfyUI",
@@ -185,13 +189,13 @@ class SidecarSupervisor:
                 log.error("authsvc: sidecar exited (status %s); restarting %s", status,
                           f"in {backoff:.1f} s (requests are refused meanwhile)" if backoff else "now (requests wait for it)")
                 # requests wait for a replacement that starts now, not for one that backs off
-                self.client.restarting = not backoff
                 if backoff:
+                    self.client.stop_holding()
                     await self._sleep(backoff)
                 backoff = min(max(backoff * 2, 0.1), 5.0)
                 continue
             early_failures.append(status)
-            self.client.restarting = False  # this one never got ready: the next try is not immediate
+            self.client.stop_holding()  # this one never got ready: the next try is not immediate
             if status == CONFIG_EXIT_STATUS:
                 self._report(Problem("bad_config", "the sidecar refused its configuration (config.json in its data "
                                      "folder, or an AUTHSVC_ variable; its errors are in the log)",
@@ -210,6 +214,7 @@ class SidecarSupervisor:
 
     async def _install(self) -> bool:
         """install.py with this very Python (ComfyUI's), its lines in our log; True when the build is usable."""
+        self.client.stop_holding()  # minutes, not a moment: refuse at once, with the page
         set_outage(INSTALLING)
         process = await asyncio.create_subprocess_exec(
             sys.executable, os.path.join(self.root, "install.py"), cwd=self.root,
@@ -243,6 +248,7 @@ class SidecarSupervisor:
     async def _spawn(self, standby: bool) -> _Run:
         node = install_state.find_node()
         assert node is not None  # install_state.check passed just before
+        build = _build_id(self.root)  # before the start: a build swapped in meanwhile is not this one
         process = await asyncio.create_subprocess_exec(
             node, os.path.join(self.root, "sidecar", "dist", "main.js"),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -250,17 +256,15 @@ class SidecarSupervisor:
         )
         pumps = [asyncio.ensure_future(self._pump(process.stdout, sys.stdout)),
                  asyncio.ensure_future(self._pump(process.stderr, sys.stderr))]
-        return _Run(process, pumps, _build_id(self.root))
-
-    def _standby_usable(self) -> bool:
-        run = self._standby
-        return run is not None and run.process.returncode is None and run.build == _build_id(self.root)
+        return _Run(process, pumps, build)
 
     async def _promote_standby(self) -> _Run | None:
-        """The standby, told to start, if it is alive and of the build a cold start would run."""
+        """The standby, told to start, if it is alive and of the build a cold start would run;
+        otherwise None (and an unusable standby is ended)."""
         run, self._standby = self._standby, None
         if run is None:
             return None
+        self.process = run.process  # from here stop() ends it, whatever happens below
         if run.process.returncode is not None or run.build != _build_id(self.root) or run.process.stdin is None:
             await _end(run.process)
             return None
@@ -273,25 +277,34 @@ class SidecarSupervisor:
         return run
 
     async def _keep_standby(self) -> None:
-        """After a sidecar became ready: one more, loaded and waiting, for the moment it dies."""
+        """After a sidecar became ready: one more, loaded and waiting, for the moment it dies.
+        Only of a build that passes the same check a cold start makes (nobody waits for it now)."""
         if not self.standby_enabled or self._stopping or self._standby is not None:
             return
+        build = _build_id(self.root)
+        problem = await asyncio.get_running_loop().run_in_executor(None, install_state.check, self.root)
+        if problem is not None or self._stopping or build != _build_id(self.root):
+            return  # the next cold start reports it
         try:
             run = await self._spawn(standby=True)
         except OSError:
             return  # a cold start remains possible; the next ready sidecar tries again
-        if self._stopping:
+        if self._stopping or run.build != build:
             await _end(run.process)
             return
         self._standby = run
 
-    async def _spawn_and_wait(self) -> tuple[int | None, bool]:
-        """One run of the sidecar: its exit status, and whether it was ever ready."""
+    async def _spawn_and_wait(self, promoted: _Run | None) -> tuple[int | None, bool]:
+        """One run of the sidecar (the promoted standby, or a cold start): its exit status, and
+        whether it was ever ready."""
         # a retry after a failed start holds the sidecar's output until it turns out to be a different failure
         self._muted = [] if self._last_early_status is not None and not self._acted else None
         self._acted = False
-        run = await self._promote_standby() or await self._spawn(standby=False)
+        run = promoted or await self._spawn(standby=False)
         self.process = run.process
+        if self._stopping:  # stop() came while it started: it may have missed this process
+            await _end(run.process)
+            return None, False
         waiter = asyncio.ensure_future(run.process.wait())
         ready = await self._connect_until_ready(waiter)
         if ready:
@@ -399,14 +412,20 @@ class SidecarSupervisor:
     async def stop(self, _app: Any = None) -> None:
         self._stopping = True
         self.client.hold_while_restarting = False  # nothing replaces it any more: refuse at once
-        self.client.restarting = False
+        self.client.stop_holding()
         if self._stop_event is not None:
             self._stop_event.set()
         self.client.close()
+        # the supervising task first, so it cannot start or promote a process after this looked
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass  # it was stopped; what it left running is ended below
         standby, self._standby = self._standby, None
         await asyncio.gather(*(_end(p) for p in (self.process, standby.process if standby else None) if p is not None))
-        if self._task is not None:
-            self._task.cancel()
 
 
 class ExternalSidecar:

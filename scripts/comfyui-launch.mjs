@@ -81,7 +81,7 @@ export function flagValue(args, flag) {
 export function comfyArgs(userArgs, defaultPort) {
   const args = ['main.py']
   if (!userArgs.some((a) => a === '--listen' || a.startsWith('--listen='))) args.push('--listen', '127.0.0.1')
-  if (flagValue(userArgs, '--port') === undefined) args.push('--port', String(defaultPort))
+  if (!userArgs.some((a) => a === '--port' || a.startsWith('--port='))) args.push('--port', String(defaultPort))
   return [...args, ...userArgs]
 }
 

@@ -28,6 +28,9 @@ function standbyUntilPromoted(): Promise<boolean> {
       if (!seen.includes('\n')) return
       process.stdin.off('data', onData)
       process.stdin.off('end', onEnd)
+      // paused until the stdin watch below takes over: an EOF (the host died) meanwhile must
+      // not be emitted to nobody, or this sidecar would outlive its host
+      process.stdin.pause()
       resolve(seen.startsWith('go'))
     }
     const onEnd = () => resolve(false)
@@ -44,6 +47,13 @@ function standbyUntilPromoted(): Promise<boolean> {
  */
 async function rehearse(): Promise<void> {
   const scratch = mkdtempSync(join(tmpdir(), 'authsvc-standby-'))
+  // a standby stopped mid-rehearsal (the host stopping) leaves no scratch dir behind
+  const stopped = () => {
+    rmSync(scratch, { recursive: true, force: true })
+    process.exit(0)
+  }
+  process.once('SIGTERM', stopped)
+  process.once('SIGINT', stopped)
   try {
     const quiet = createLogger({ level: 'silent' })
     const defaults = loadConfig(scratch, {})
@@ -56,6 +66,8 @@ async function rehearse(): Promise<void> {
     await built.app.close()
     await services.close()
   } finally {
+    process.off('SIGTERM', stopped)
+    process.off('SIGINT', stopped)
     rmSync(scratch, { recursive: true, force: true })
   }
 }

@@ -77,8 +77,8 @@ describe('/mfa page in chromium', { concurrency: false }, () => {
   let bobSecret: string
 
   before(async () => {
-    // info: every request is logged, so the no-token check has lines to search (and a marker to wait for)
-    ;[stack, browser] = await Promise.all([startStack({ env: { AUTHSVC_LOG_LEVEL: 'info' } }), launchChromium()])
+    // the access log: every request is logged, so the no-token check has lines to search (and a marker to wait for)
+    ;[stack, browser] = await Promise.all([startStack({ env: { AUTHSVC_LOG_LEVEL: 'info', AUTHSVC_ACCESS_LOG: '1' } }), launchChromium()])
     assert.equal((await register(stack, 'root')).status, 201)
     admin = (await login(stack, 'root')).jwt
     assert.equal((await register(stack, 'bob', { bearer: admin })).status, 201)

@@ -104,7 +104,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     }
 
     before(async () => {
-      stack = await startStack({ aiohttp, env: { AUTHSVC_LOG_LEVEL: 'info' } }) // the tests read login and logout events from the log
+      // the tests read login and logout events from the log, and every request's line (the access log)
+      stack = await startStack({ aiohttp, env: { AUTHSVC_LOG_LEVEL: 'info', AUTHSVC_ACCESS_LOG: '1' } })
       assert.equal((await register(stack, 'root')).status, 201)
       const root = (await login(stack, 'root')).jwt
       assert.equal((await register(stack, 'alice', { bearer: root })).status, 201)

@@ -125,6 +125,9 @@ describe('a sidecar killed under load, real ComfyUI', { skip: REAL_HOST_SKIP }, 
       const before = host.sidecarPid()
       const result = await killUnderLoad({ url: host.url, token, clients: 50, sidecarPid: () => host.sidecarPid(), timeoutMs: 60_000 })
       assert.deepEqual(result.unexpected, [], 'fail closed: nothing but 200 and 503')
+      // refused: at most the requests in flight when it died, one per client; the rest waited
+      assert.ok(result.refused <= 50, `${result.refused} refusals: requests sent during the restart waited for it`)
+      assert.ok(result.slowestMs < 2000 + 500, `no request waited past the decision timeout (${result.slowestMs.toFixed(0)} ms)`)
       assert.equal(host.sidecarPid(), standby, 'the standby became the sidecar')
       assert.ok(!alive(before))
       console.log(`no answer for ${result.silentMs.toFixed(0)} ms, 503s until ${result.windowMs.toFixed(0)} ms after the kill (${result.refused} of ${result.answered} answers)`)

@@ -171,9 +171,10 @@ export async function standbyWaiting(hostPid: number, quietMs = 300, timeoutMs =
 }
 
 /**
- * The plugin replaces a sidecar at once only when it ran for STABLE_RUN_S (10 s, sidecar_process.py)
- * since it became ready (the pid file is written then); a sidecar dying sooner is a crash loop and
- * waits out a backoff. A bench that kills faster measures the crash-loop pause, not a restart.
+ * The plugin replaces a sidecar at once only when it ran for STABLE_RUN_S (10 s, sidecar_process.py),
+ * counted from the moment it was started or promoted, a little before it wrote its pid file; a
+ * sidecar dying sooner is a crash loop and waits out a backoff. So 10.5 s from the pid file's
+ * time is past that. A bench that kills faster measures the crash-loop pause, not a restart.
  */
 export async function sidecarStable(pidFile: string, stableMs = 10_500): Promise<void> {
   const age = Date.now() - statSync(pidFile).mtimeMs

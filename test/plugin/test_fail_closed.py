@@ -5,6 +5,7 @@ import asyncio
 import json
 import logging
 import struct
+import sys
 import time
 
 import aiohttp
@@ -71,6 +72,121 @@ class RefusalLogLevels(PluginCase):
         status, _, body = await s.get("/prompt")
         assert_unavailable(self, status, body)
         self.assertEqual(len(LOGS.lines(logging.WARNING, "refusing requests (503)")), 1)
+
+
+def decision_client(s):
+    """The gate's DecisionClient (the sidecar runner registered on the app's startup holds it)."""
+    for hook in s.app.on_startup:
+        owner = getattr(hook, "__self__", None)
+        if owner is not None and hasattr(owner, "client"):
+            return owner.client
+    raise AssertionError("no decision client found")
+
+
+class HoldWhileRestarting(PluginCase):
+    """Issue 27: while a supervisor replaces a dead sidecar, a decision waits for the replacement
+    instead of being refused, within the same timeout as any decision; nothing else waits, and
+    nothing passes without a decision."""
+
+    async def _held(self, timeout_ms: int = 2000):
+        s = await self.start(timeout_ms=timeout_ms)
+        client = decision_client(s)
+        client.hold_while_restarting = True  # what SidecarSupervisor sets
+        self.assertEqual((await s.get("/prompt"))[0], 200)
+        await s.fake.stop()
+        await wait_for(lambda: not client.ready)
+        self.assertTrue(client.restarting, "a lost connection under a supervisor means a replacement is on its way")
+        return s, client
+
+    async def test_a_request_during_the_restart_waits_and_is_decided_by_the_replacement(self) -> None:
+        s, client = await self._held()
+        calls = s.host.calls["prompt_get"]
+        waiting = asyncio.ensure_future(s.get("/prompt"))
+        await wait_for(lambda: client._hold_over is not None)  # the request is waiting for the replacement
+        self.assertFalse(waiting.done())
+        self.assertEqual(s.host.calls["prompt_get"], calls, "nothing reached the host without a decision")
+        s.fake.clear()
+        await s.fake.start()
+        status, _, _ = await waiting
+        self.assertEqual(status, 200)
+        self.assertEqual(len(s.fake.decides()), 1, "decided by the replacement")
+        self.assertEqual(s.host.calls["prompt_get"], calls + 1)
+
+    async def test_the_wait_and_the_decision_together_stay_within_the_timeout(self) -> None:
+        # the replacement comes late in the wait and never answers: a 503 within the one timeout,
+        # not a second timeout for the decision after the wait
+        never = asyncio.Event()
+
+        async def hang(msg: dict) -> dict:
+            await never.wait()
+            return {"action": "pass"}
+
+        s, client = await self._held(timeout_ms=1000)
+        s.fake.decide = hang
+        started = time.monotonic()
+        waiting = asyncio.ensure_future(s.get("/prompt"))
+        await asyncio.sleep(0.6)  # the subject is the time bound: the replacement comes 0.6 s into the wait
+        await s.fake.start()
+        status, _, body = await waiting
+        elapsed = time.monotonic() - started
+        assert_unavailable(self, status, body)
+        self.assertLess(elapsed, 1.4, f"one timeout in all ({elapsed:.2f} s), not the wait plus a full timeout")
+        never.set()
+
+    async def test_without_a_replacement_the_wait_ends_with_503_at_the_timeout(self) -> None:
+        s, _ = await self._held(timeout_ms=500)
+        started = time.monotonic()
+        status, _, body = await s.get("/prompt")
+        assert_unavailable(self, status, body)
+        self.assertLess(time.monotonic() - started, 1.0)
+
+    async def test_calling_the_hold_off_refuses_the_waiting_request_at_once(self) -> None:
+        s, client = await self._held(timeout_ms=5000)
+        started = time.monotonic()
+        waiting = asyncio.ensure_future(s.get("/prompt"))
+        await wait_for(lambda: client._hold_over is not None)
+        client.stop_holding()  # what the supervisor does when no replacement will come
+        status, _, body = await waiting
+        assert_unavailable(self, status, body)
+        self.assertLess(time.monotonic() - started, 2.0, "refused when the hold was called off, not at the timeout")
+        self.assertFalse(client.restarting)
+
+    async def test_steps_after_a_decision_never_wait(self) -> None:
+        # a body, form or filter step carries the context of the sidecar that died
+        _, client = await self._held(timeout_ms=5000)
+        started = time.monotonic()
+        for kind in ("body", "form", "filter"):
+            with self.assertRaises(Exception) as caught:
+                await client.exchange({"type": kind, "ctx": {}})
+            self.assertEqual(type(caught.exception).__name__, "Unavailable")
+        self.assertLess(time.monotonic() - started, 0.5)
+
+    async def test_no_supervisor_no_wait(self) -> None:
+        # an external sidecar (AUTHSVC_SOCKET) is not restarted by the plugin: refuse at once
+        s = await self.start(timeout_ms=5000)
+        await s.fake.stop()
+        started = time.monotonic()
+        status, _, body = await s.get("/prompt")
+        assert_unavailable(self, status, body)
+        self.assertLess(time.monotonic() - started, 1.0)
+
+
+class StartQuietButNotSilent(PluginCase):
+    async def test_a_start_that_never_gets_ready_warns_after_one_interval(self) -> None:
+        s = await self.start(sidecar=False, wait=False)
+        gate_module = sys.modules[s.plugin.__name__ + ".gate"]
+        now = [100.0]
+        refusals = gate_module.RefusalLog(interval=10.0, clock=lambda: now[0])
+        refusals.refused("cannot connect")
+        refusals.refused("cannot connect")
+        self.assertEqual(LOGS.lines(logging.WARNING, "refusing"), [])
+        now[0] += 10.0
+        refusals.refused("cannot connect")
+        warnings = LOGS.lines(logging.WARNING, "no decision has worked since the start")
+        self.assertEqual(len(warnings), 1, warnings)
+        self.assertIn("3 request(s) refused", warnings[0])
+        refusals.recovered()
+        self.assertEqual(len(LOGS.lines(logging.WARNING, "decisions work again")), 1)
 
 
 class Timeout(PluginCase):

@@ -9,7 +9,7 @@ import { request } from 'node:http'
 import { Writable } from 'node:stream'
 import { join } from 'node:path'
 import { rmSync } from 'node:fs'
-import { buildApp } from '../../sidecar/src/app.js'
+import { buildApp, prepareApp } from '../../sidecar/src/app.js'
 import { createLogger } from '../../sidecar/src/log.js'
 import { openServices } from '../../sidecar/src/services.js'
 import { SECRET, tempDir, testConfig } from './fixtures.js'
@@ -100,5 +100,28 @@ describe('start-up line of Fastify', () => {
     log.info('Server listening at /tmp/x.sock')
     log.info('something else')
     assert.deepEqual(lines.map((l) => [l.level, l.msg]), [[20, 'Server listening at /tmp/x.sock'], [30, 'something else']])
+  })
+})
+
+describe('errors are still logged with the access log off', () => {
+  it('a 500 writes its error lines', async () => {
+    const lines: Array<Record<string, unknown>> = []
+    const sink = new Writable({
+      write(chunk, _enc, done) {
+        for (const line of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(line))
+        done()
+      },
+    })
+    delete process.env.AUTHSVC_ACCESS_LOG
+    const log = createLogger({ level: 'info', destination: sink })
+    // services never bound: every route that uses them fails (a 500 that must be in the log)
+    const prepared = prepareApp(log, () => 0)
+    await prepared.app.ready()
+    assert.equal((await prepared.app.inject({ method: 'GET', url: '/authsvc/health' })).statusCode, 500)
+    const errors = lines.filter((l) => (l.level as number) >= 50)
+    assert.ok(errors.length >= 1, JSON.stringify(lines))
+    assert.match(JSON.stringify(errors), /before the store was opened/)
+    assert.equal(lines.filter((l) => l.msg === 'request').length, 0, 'no access line')
+    await prepared.app.close()
   })
 })

@@ -72,6 +72,8 @@ describe('comfyArgs: the gate\'s defaults only where the caller named nothing', 
     [['--listen', '0.0.0.0'], ['main.py', '--port', '8188', '--listen', '0.0.0.0']],
     [['--listen'], ['main.py', '--port', '8188', '--listen']],
     [['--listen=::', '--multi-user'], ['main.py', '--port', '8188', '--listen=::', '--multi-user']],
+    // a bare --port is ComfyUI's to refuse; we add no second one
+    [['--port'], ['main.py', '--listen', '127.0.0.1', '--port']],
   ]
   for (const [given, want] of rows) {
     it(JSON.stringify(given), () => {

@@ -68,9 +68,7 @@ export class PasswordHasher {
   private readonly worker: HashProcess | null
   private readonly gate: Semaphore
   private readonly options: HashOptions
-  private readonly dummyHash: Promise<string>
-  /** Settles once the dummy hash exists: from then on an unknown user costs one verify, like a known one. */
-  readonly ready: Promise<void>
+  private dummy: Promise<string> | null
 
   constructor(config: Config['argon2'], deps: { argon2?: Argon2Calls; cores?: number } = {}) {
     this.concurrencyLimit = hashConcurrencyLimit(config.max_concurrent_hashes, deps.cores)
@@ -79,10 +77,29 @@ export class PasswordHasher {
     this.gate = new Semaphore(this.concurrencyLimit)
     this.options = { memoryCost: config.memory_kib, timeCost: config.time_cost, parallelism: config.parallelism }
     // Built now, through the gate like any hash, so the first unknown user does not pay for it.
-    this.dummyHash = this.hash(DUMMY_PASSWORD)
-    this.ready = this.dummyHash.then(() => undefined)
-    // a failure surfaces through `ready` and every verifyDummy, never as an unhandled rejection
-    this.ready.catch(() => {})
+    this.dummy = this.buildDummy()
+  }
+
+  /** A failed build (the worker died, argon2 broke) is not kept: the next check builds it again. */
+  private buildDummy(): Promise<string> {
+    const built = this.hash(DUMMY_PASSWORD)
+    built.catch(() => {
+      if (this.dummy === built) this.dummy = null
+    })
+    return built
+  }
+
+  private dummyHash(): Promise<string> {
+    this.dummy ??= this.buildDummy()
+    return this.dummy
+  }
+
+  /**
+   * Settles once the dummy hash exists: from then on an unknown user costs one verify, like a
+   * known one. Rejects while it cannot be built.
+   */
+  get ready(): Promise<void> {
+    return this.dummyHash().then(() => undefined)
   }
 
   /** Whether a hash is running: the CPU is then spoken for, and nothing should busy-wait. */
@@ -95,6 +112,10 @@ export class PasswordHasher {
   }
 
   async verify(hash: string, password: string): Promise<boolean> {
+    // Every check waits for the dummy hash (built at start, no longer awaited by the start):
+    // otherwise, just after a start, an unknown user's check (dummy, then verify) would take
+    // longer than a known one's, and a broken argon2 would fail only unknown users.
+    await this.ready
     return this.gate.run(async () => {
       try {
         return await this.argon.verify(hash, password)
@@ -112,7 +133,7 @@ export class PasswordHasher {
 
   /** Burns the same time as a real verify, for users that do not exist. */
   async verifyDummy(password: string): Promise<false> {
-    await this.verify(await this.dummyHash, password)
+    await this.verify(await this.dummyHash(), password)
     return false
   }
 }
