@@ -12,22 +12,11 @@ import assert from 'node:assert/strict'
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
-import { AIOHTTP_VERSIONS, ROOT, poll, pythonEnv, type AiohttpVersion } from '../helpers/stack.js'
+import { AIOHTTP_VERSIONS, ROOT, freePort, poll, pythonEnv, type AiohttpVersion } from '../helpers/stack.js'
 import { PASSWORD, json } from '../helpers/client.js'
 import { alive, childrenOf, isStandbySidecar, processesWithEnv } from '../helpers/processes.js'
-
-async function freePort(): Promise<number> {
-  const server = createServer()
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as { port: number }
-  server.close()
-  await once(server, 'close')
-  return port
-}
 
 interface Started {
   child: ChildProcess
@@ -146,6 +135,20 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
   })
 }
 
+/** `npm start` on the stand-in, as a user runs it, in its own process group, on a free port and a fresh data dir. */
+async function spawnNpmStart(aiohttp: AiohttpVersion, tag: string): Promise<{ npm: ChildProcess; dataDir: string; port: number; output: () => string }> {
+  const dataDir = join(mkdtempSync(join(tmpdir(), tag)), 'data')
+  const port = await freePort()
+  const env: NodeJS.ProcessEnv = { ...process.env, ...pythonEnv(aiohttp), PORT: String(port), AUTHSVC_DATA_DIR: dataDir, PYTHONUNBUFFERED: '1' }
+  delete env.COMFYUI_DIR
+  delete env.AUTHSVC_SOCKET
+  const npm = spawn('npm', ['start', '--silent'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+  let out = ''
+  npm.stdout!.on('data', (d: Buffer) => (out += d.toString()))
+  npm.stderr!.on('data', (d: Buffer) => (out += d.toString()))
+  return { npm, dataDir, port, output: () => out }
+}
+
 /** Every process below `pid` (children, their children...). */
 function descendants(pid: number): number[] {
   const out: number[] = []
@@ -175,21 +178,13 @@ describe('`npm start` itself: every stop signal stops the whole tree', { concurr
   ]
   for (const [signal, why] of rows) {
     it(`${signal} to npm (${why}) ends npm, start.mjs, the host and the sidecar; the port is free`, async () => {
-      const dataDir = join(mkdtempSync(join(tmpdir(), 'as-npm-signal-')), 'data')
-      const port = await freePort()
-      const env: NodeJS.ProcessEnv = { ...process.env, ...pythonEnv(aiohttp), PORT: String(port), AUTHSVC_DATA_DIR: dataDir, PYTHONUNBUFFERED: '1' }
-      delete env.COMFYUI_DIR
-      delete env.AUTHSVC_SOCKET
-      const npm = spawn('npm', ['start', '--silent'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
-      let out = ''
-      npm.stdout!.on('data', (d: Buffer) => (out += d.toString()))
-      npm.stderr!.on('data', (d: Buffer) => (out += d.toString()))
+      const { npm, dataDir, port, output } = await spawnNpmStart(aiohttp, 'as-npm-signal-')
       const url = `http://127.0.0.1:${port}`
       let tree: number[] = []
       try {
         // install.sh runs first and may rebuild the sidecar: a generous limit, polled, never slept
         const up = await poll(async () => npm.exitCode === null && existsSync(join(dataDir, 'sidecar.pid')) && !(await portRefuses(url)), 180_000)
-        assert.ok(up, `npm start did not come up on ${url}:\n${out}`)
+        assert.ok(up, `npm start did not come up on ${url}:\n${output()}`)
         tree = descendants(npm.pid!)
         const sidecar = Number(readFileSync(join(dataDir, 'sidecar.pid'), 'utf8'))
         assert.ok(tree.includes(sidecar), `the sidecar ${sidecar} is in npm's tree ${tree}`)
@@ -198,7 +193,7 @@ describe('`npm start` itself: every stop signal stops the whole tree', { concurr
         process.kill(npm.pid!, signal)
         await exited
         const gone = await poll(async () => tree.every((pid) => !alive(pid)), 15_000)
-        assert.ok(gone, `still running after ${signal} to npm: ${tree.filter(alive)}\n${out}`)
+        assert.ok(gone, `still running after ${signal} to npm: ${tree.filter(alive)}\n${output()}`)
         assert.ok(await portRefuses(url), `port ${port} is still served`)
       } finally {
         // when the row fails, nothing it started may outlive it (the sidecar runs in its own session)
@@ -225,15 +220,7 @@ describe('`npm start` stopped in each state leaves no process behind', { concurr
   const states: State[] = ['starting', 'running with a standby', 'replacing a killed sidecar']
   for (const state of states) {
     it(`SIGTERM while ${state}`, async () => {
-      const dataDir = join(mkdtempSync(join(tmpdir(), 'as-npm-state-')), 'data')
-      const port = await freePort()
-      const env: NodeJS.ProcessEnv = { ...process.env, ...pythonEnv(aiohttp), PORT: String(port), AUTHSVC_DATA_DIR: dataDir, PYTHONUNBUFFERED: '1' }
-      delete env.COMFYUI_DIR
-      delete env.AUTHSVC_SOCKET
-      const npm = spawn('npm', ['start', '--silent'], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
-      let out = ''
-      npm.stdout!.on('data', (d: Buffer) => (out += d.toString()))
-      npm.stderr!.on('data', (d: Buffer) => (out += d.toString()))
+      const { npm, dataDir, port, output } = await spawnNpmStart(aiohttp, 'as-npm-state-')
       const url = `http://127.0.0.1:${port}`
       const seen = new Set<number>()
       const collect = () => {
@@ -242,12 +229,12 @@ describe('`npm start` stopped in each state leaves no process behind', { concurr
       try {
         if (state === 'starting') {
           // the host process exists (start.mjs spawned it) but the gate is not answering yet
-          const spawned = await poll(async () => npm.exitCode === null && /starting the ComfyUI stand-in/.test(out) && descendants(npm.pid!).length >= 2, 180_000)
-          assert.ok(spawned, `npm start did not spawn the host:\n${out}`)
+          const spawned = await poll(async () => npm.exitCode === null && /starting the ComfyUI stand-in/.test(output()) && descendants(npm.pid!).length >= 2, 180_000)
+          assert.ok(spawned, `npm start did not spawn the host:\n${output()}`)
           assert.ok(!existsSync(join(dataDir, 'sidecar.pid')), 'caught before the sidecar was ready')
         } else {
           const up = await poll(async () => npm.exitCode === null && existsSync(join(dataDir, 'sidecar.pid')) && !(await portRefuses(url)), 180_000)
-          assert.ok(up, `npm start did not come up on ${url}:\n${out}`)
+          assert.ok(up, `npm start did not come up on ${url}:\n${output()}`)
           const standby = await poll(async () => descendants(npm.pid!).some(isStandbySidecar), 30_000)
           assert.ok(standby, `no standby sidecar appeared beside the running one: ${descendants(npm.pid!)}`)
           if (state === 'replacing a killed sidecar') {
@@ -262,7 +249,7 @@ describe('`npm start` stopped in each state leaves no process behind', { concurr
         // also what was spawned after the last look: every process that carries this run's data dir
         const left = () => [...new Set([...[...seen].filter(alive), ...processesWithEnv(`AUTHSVC_DATA_DIR=${dataDir}`)])]
         const gone = await poll(async () => left().length === 0, 15_000)
-        assert.ok(gone, `still running after SIGTERM while ${state}: ${left()}\n${out}`)
+        assert.ok(gone, `still running after SIGTERM while ${state}: ${left()}\n${output()}`)
         assert.ok(await portRefuses(url), `port ${port} is still served`)
       } finally {
         for (const pid of [-npm.pid!, ...seen, ...processesWithEnv(`AUTHSVC_DATA_DIR=${dataDir}`)]) {

@@ -14,24 +14,13 @@ import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { cpSync, mkdtempSync, rmSync } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PYTHON, ROOT, poll } from '../helpers/stack.js'
-import { REAL_COMFYUI, REAL_HOST_SKIP, comfySource, destroyRealHost, startRealHost } from '../helpers/real-host.js'
+import { REAL_COMFYUI, REAL_HOST_SKIP, comfySource, destroyRealHost, freePort, startRealHost } from '../helpers/real-host.js'
 import { PASSWORD, json } from '../helpers/client.js'
 import { alive, childrenOf, isStandbySidecar, processesWithEnv } from '../helpers/processes.js'
 import { killUnderLoad, sidecarStable, standbyWaiting } from '../helpers/kill-under-load.js'
-
-async function freePort(): Promise<number> {
-  const server = createServer()
-  server.listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as { port: number }
-  server.close()
-  await once(server, 'close')
-  return port
-}
 
 const post = (url: string, body: object, headers: Record<string, string> = {}) => fetch(url, {
   method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json', ...headers }, body: JSON.stringify(body),

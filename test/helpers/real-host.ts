@@ -19,11 +19,12 @@ import { spawn, execFileSync, type ChildProcess } from 'node:child_process'
 import {
   existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync,
 } from 'node:fs'
-import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { basename, dirname, join, resolve } from 'node:path'
 import { once } from 'node:events'
-import { ROOT, PYTHON, aiohttp311Dir, type AiohttpVersion } from './stack.js'
+import { ROOT, PYTHON, aiohttp311Dir, freePort, type AiohttpVersion } from './stack.js'
+
+export { freePort }
 
 export const REAL_COMFYUI = resolve(ROOT, '..', 'shared', 'real-comfyui')
 const TARBALL = join(REAL_COMFYUI, 'ComfyUI-0.3.64.tar.gz')
@@ -172,17 +173,6 @@ function writeFile(path: string, content: string | Uint8Array): void {
   writeFileSync(path, content)
 }
 
-function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer()
-    server.once('error', reject)
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address()
-      const port = typeof address === 'object' && address ? address.port : 0
-      server.close(() => resolvePort(port))
-    })
-  })
-}
 
 // ---------------------------------------------------------------------------------------
 // processes

@@ -4,6 +4,7 @@
  * data dir, real HTTP. `aiohttp` picks Debian's 3.8 or the 3.11 copy made by
  * scripts/aiohttp311.sh.
  */
+import { createServer } from 'node:net'
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process'
 import { mkdtempSync, mkdirSync, symlinkSync, writeFileSync, readFileSync, rmSync, existsSync } from 'node:fs'
 import { join, resolve } from 'node:path'
@@ -150,4 +151,17 @@ export async function poll(check: () => Promise<boolean>, timeoutMs: number): Pr
     await new Promise((r) => setTimeout(r, 50))
   }
   return false
+}
+
+/** A port nobody listens on now (tests race for it like anything else, and retry). */
+export function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address()
+      const port = typeof address === 'object' && address ? address.port : 0
+      server.close(() => resolvePort(port))
+    })
+  })
 }

@@ -25,7 +25,8 @@ function get(socketPath: string, path: string): Promise<number> {
   })
 }
 
-async function sidecarLines(env: Record<string, string | undefined>, level: string, paths: string[]): Promise<Array<Record<string, unknown>>> {
+/** A log destination that keeps every JSON line written to it. */
+function capture(): { lines: Array<Record<string, unknown>>; sink: Writable } {
   const lines: Array<Record<string, unknown>> = []
   const sink = new Writable({
     write(chunk, _enc, done) {
@@ -33,6 +34,11 @@ async function sidecarLines(env: Record<string, string | undefined>, level: stri
       done()
     },
   })
+  return { lines, sink }
+}
+
+async function sidecarLines(env: Record<string, string | undefined>, level: string, paths: string[]): Promise<Array<Record<string, unknown>>> {
+  const { lines, sink } = capture()
   const saved = { AUTHSVC_ACCESS_LOG: process.env.AUTHSVC_ACCESS_LOG }
   Object.assign(process.env, env)
   for (const [k, v] of Object.entries(env)) if (v === undefined) delete process.env[k]
@@ -89,13 +95,7 @@ describe('access log', () => {
 
 describe('start-up line of Fastify', () => {
   it('"Server listening at" is debug, not info', async () => {
-    const lines: Array<Record<string, unknown>> = []
-    const sink = new Writable({
-      write(chunk, _enc, done) {
-        for (const line of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(line))
-        done()
-      },
-    })
+    const { lines, sink } = capture()
     const log = createLogger({ level: 'debug', destination: sink })
     log.info('Server listening at /tmp/x.sock')
     log.info('something else')
@@ -105,13 +105,7 @@ describe('start-up line of Fastify', () => {
 
 describe('errors are still logged with the access log off', () => {
   it('a 500 writes its error lines', async () => {
-    const lines: Array<Record<string, unknown>> = []
-    const sink = new Writable({
-      write(chunk, _enc, done) {
-        for (const line of chunk.toString().split('\n').filter(Boolean)) lines.push(JSON.parse(line))
-        done()
-      },
-    })
+    const { lines, sink } = capture()
     delete process.env.AUTHSVC_ACCESS_LOG
     const log = createLogger({ level: 'info', destination: sink })
     // services never bound: every route that uses them fails (a 500 that must be in the log)
