@@ -130,6 +130,25 @@ describe('prompt ownership at POST /prompt', () => {
     assert.equal(w.sc.services.ownership.ownerOfPrompt('race-1'), a.action === 'pass' ? w.alice.user_id : w.bob.user_id)
   })
 
+  // ComfyUI reads `front` with Python's truthiness: every value it takes as true is a queue jump
+  const frontRows: Array<[string, boolean]> = [
+    ['true', true], ['1', true], ['-1', true], ['0.5', true], ['1e300', true], ['"yes"', true], ['"false"', true], ['"0"', true],
+    ['[0]', true], ['[false]', true], ['{"a":0}', true], ['false', false], ['null', false], ['0', false], ['0.0', false],
+    ['-0', false], ['0e5', false], ['""', false], ['[]', false], ['{}', false],
+  ]
+  for (const [value, jumps] of frontRows) {
+    it(`front: ${value} is ${jumps ? 'refused to a non-admin (the host puts it first)' : 'fine (the host does not put it first)'}`, async () => {
+      const decision = await postPrompt(w.sc, w.bobJwt, `{"prompt":{},"front":${value}}`)
+      if (jumps) assertDenied(decision, 'PERMISSION_DENIED')
+      else assert.equal(decision.action, 'pass')
+    })
+  }
+
+  it('a duplicated front key is read as the host reads it: the last one', async () => {
+    assertDenied(await postPrompt(w.sc, w.bobJwt, '{"prompt":{},"front":false,"front":1}'), 'PERMISSION_DENIED')
+    assert.equal((await postPrompt(w.sc, w.bobJwt, '{"prompt":{},"front":1,"front":false}')).action, 'pass')
+  })
+
   it('non-admins cannot choose their place in the queue; a prompt_id is a plain name', async () => {
     assertDenied(await postPrompt(w.sc, w.bobJwt, '{"prompt":{},"front":true}'), 'PERMISSION_DENIED')
     assertDenied(await postPrompt(w.sc, w.bobJwt, '{"prompt":{},"number":-5}'), 'PERMISSION_DENIED')

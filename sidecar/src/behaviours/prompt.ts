@@ -21,6 +21,20 @@ import { passWithBody, textOf } from './context.js'
 import { promptModelFields, promptModelRefusal, type ModelDeps } from './models.js'
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
+
+/**
+ * Whether Python (the host) takes a JSON value as true: ComfyUI puts a prompt first on
+ * `if json_data['front']:`, so `1`, `"yes"`, `1e300` and `[0]` count, not only `true` (issue 21).
+ * Falsy are exactly null, false, 0 (any zero), "", [] and {}.
+ */
+export function pythonTruthy(value: unknown): boolean {
+  if (value === null || value === false || value === undefined) return false
+  if (typeof value === 'number') return value !== 0
+  if (typeof value === 'string') return value.length > 0
+  if (Array.isArray(value)) return value.length > 0
+  if (isObject(value)) return Object.keys(value).length > 0
+  return true
+}
 const nonEmptyString = (v: unknown): v is string => typeof v === 'string' && v !== ''
 const PROMPT_ID = /^[A-Za-z0-9_-]{1,128}$/
 
@@ -52,7 +66,7 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       const owner = ctx.owner
 
       // the queue position is everyone's: only those who see all may choose it
-      if (!ctx.seesAll && ('number' in parsed || parsed.front === true)) {
+      if (!ctx.seesAll && ('number' in parsed || pythonTruthy(parsed.front))) {
         return denyDecision('PERMISSION_DENIED', 'Only an administrator chooses a place in the queue (number, front)')
       }
 
