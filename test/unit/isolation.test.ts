@@ -380,6 +380,12 @@ describe('files: /view, uploads and the LoadImage lists', () => {
     for (const name of ['pets/cat.png', 'a_00001_.png [output]', 'a_00001_.pngX[output]', '../output/a_00001_.png', 'pets/../pets/cat.png', '/etc/hostname', '../../../../../../etc/hostname']) {
       assertDenied(await postPrompt(w.sc, w.bobJwt, graph(name)), 'NOT_OWNER', name)
     }
+    // issue 21: ComfyUI unwraps {"__value__": x} before LoadImage opens it
+    const wrapped = (image: unknown) => JSON.stringify({ prompt: { 1: { class_type: 'LoadImage', inputs: { image } }, 2: { class_type: 'SaveImage', inputs: { images: ['1', 0] } } } })
+    for (const value of [{ __value__: 'pets/cat.png' }, { __value__: { __value__: 'a_00001_.png [output]' } }]) {
+      assertDenied(await postPrompt(w.sc, w.bobJwt, wrapped(value)), 'NOT_OWNER', JSON.stringify(value))
+    }
+    assert.equal((await postPrompt(w.sc, w.bobJwt, wrapped({ __value__: 'shared.png' }))).action, 'pass', 'a wrapped shared name')
     for (const name of ['shared.png', 'not-a-file.png', 'a prompt text, not a file']) assert.equal((await postPrompt(w.sc, w.bobJwt, graph(name))).action, 'pass', name)
     assert.equal((await postPrompt(w.sc, w.aliceJwt, graph('pets/cat.png'))).action, 'pass', 'her own upload')
     assert.equal((await postPrompt(w.sc, w.aliceJwt, graph('a_00001_.png [output]'))).action, 'pass', 'her own output')

@@ -362,6 +362,10 @@ describe('the /prompt model check', () => {
     ['an embedding not granted, in a prompt text', { 1: node('CLIPTextEncode', { text: 'a cat, (embedding:bad:1.2)' }) }, ['embeddings/bad.safetensors']],
     ['an embedding with its extension', { 1: node('CLIPTextEncode', { text: 'embedding:bad.safetensors' }) }, ['embeddings/bad.safetensors']],
     ['a non-file option of another input is no pass', { 1: node('CheckpointLoaderSimple', { ckpt_name: 'pixel_space' }) }, ['checkpoints/pixel_space']],
+    // issue 21: ComfyUI unwraps {"__value__": x} before it validates and loads
+    ['a name wrapped in __value__', { 1: node('CheckpointLoaderSimple', { ckpt_name: { __value__: 'secret.safetensors' } }) }, ['checkpoints/secret.safetensors']],
+    ['a name wrapped twice', { 1: node('LoraLoader', { lora_name: { __value__: { __value__: 'other.safetensors' } } }) }, ['loras/other.safetensors']],
+    ['a wrapped name in a loader the host did not report', { 1: node('SomeOtherLoader', { anything: { __value__: 'secret.safetensors' } }) }, ['checkpoints/secret.safetensors']],
   ]
   for (const [label, graph, named] of ATTACKS) {
     it(`${label} → 403 MODEL_NOT_ALLOWED naming ${named.join(', ')}; nothing is recorded`, async () => {

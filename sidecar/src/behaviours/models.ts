@@ -51,6 +51,17 @@ export interface ModelView {
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
+/**
+ * An input as the host validates and uses it: ComfyUI unwraps `{"__value__": x}` first, so a
+ * wrapped name is the name (issue 21). Unwrapped to the end: a check of more than the host
+ * reads can only refuse more, never let a name through.
+ */
+export function hostInputValue(value: unknown): unknown {
+  let v = value
+  while (isObject(v) && '__value__' in v) v = v.__value__
+  return v
+}
+
 const isStringArray = (v: unknown): v is string[] => Array.isArray(v) && v.every((s) => typeof s === 'string')
 const isLink = (v: unknown): boolean => Array.isArray(v) && v.length === 2 && (typeof v[0] === 'string' || typeof v[0] === 'number') && typeof v[1] === 'number'
 
@@ -152,7 +163,8 @@ export class ModelAccess {
     for (const [nodeId, node] of Object.entries(graph)) {
       if (!isObject(node) || !isObject(node.inputs)) continue
       const modelInputs = typeof node.class_type === 'string' ? this.inputs.get(node.class_type) : undefined
-      for (const [name, value] of Object.entries(node.inputs)) {
+      for (const [name, given] of Object.entries(node.inputs)) {
+        const value = hostInputValue(given)
         const spec = modelInputs?.get(name)
         if (spec) {
           if (isLink(value)) {

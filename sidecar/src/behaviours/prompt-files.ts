@@ -16,6 +16,7 @@ import { denyDecision } from '../decide/answers.js'
 import type { HostFacts, RespondDecision } from '../decide/protocol.js'
 import { fileKey, type FileType, type Ownership } from '../isolation/ownership.js'
 import { annotatedName, mayView } from './host-files.js'
+import { hostInputValue } from './models.js'
 
 /** Strings longer than this are prompt text, not file names (no file check for them). */
 const MAX_NAME = 1024
@@ -33,7 +34,10 @@ function* stringInputs(prompt: unknown): Iterable<string> {
   for (const node of Object.values(prompt)) {
     const inputs = (node as { inputs?: unknown } | null)?.inputs
     if (typeof inputs !== 'object' || inputs === null) continue
-    for (const value of Object.values(inputs)) if (typeof value === 'string' && value.length <= MAX_NAME && !value.includes('\n')) yield value
+    for (const given of Object.values(inputs)) {
+      const value = hostInputValue(given)
+      if (typeof value === 'string' && value.length <= MAX_NAME && !value.includes('\n')) yield value
+    }
   }
 }
 
