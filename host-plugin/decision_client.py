@@ -435,9 +435,7 @@ class DecisionClient:
         self._clear_kept()
         self.generation += 1
         self._conn = conn
-        self.restarting = False
-        if self._hold_over is not None:
-            self._hold_over.set()
+        self._end_hold()  # what waited for a replacement is decided now
         while self._backlog and not conn.closed:
             conn.queue(self._backlog.popleft())
 
@@ -565,6 +563,9 @@ class DecisionClient:
     def stop_holding(self) -> None:
         """No replacement is on its way (a crash loop, a cause a restart does not fix, a stop):
         what waits for one is refused now, and what comes next is refused at once."""
+        self._end_hold()
+
+    def _end_hold(self) -> None:
         self.restarting = False
         if self._hold_over is not None:
             self._hold_over.set()

@@ -44,7 +44,7 @@ PACKAGE_ROOT = install_state.package_root()
 CONFIG_EXIT_STATUS = 2  # sidecar/src/main.ts: invalid configuration
 _EARLY_FAILURES_BEFORE_SLOW = 3
 # A sidecar that ran this long before it died is replaced at once; one that dies sooner again
-# is a crash loop, replaced after a growing pause (0.1 s doubling to 5 s).
+# is a crash loop, replaced after a growing pause (_longer_pause).
 STABLE_RUN_S = 10.0
 _MUTED_CHUNKS = 64  # of up to _CHUNK bytes: what a failing start prints, kept until we know it repeats
 _CHUNK = 64 * 1024
@@ -55,6 +55,11 @@ INSTALLING = Outage(
     "after an install or an update. This takes a minute or two; every request is refused until it is done.",
     reload_s=5,
 )
+
+
+def _longer_pause(pause: float) -> float:
+    """The next pause of a crash loop: 0.1 s, then doubling, at most 5 s."""
+    return min(max(pause * 2, 0.1), 5.0)
 
 
 class _Run:
@@ -192,7 +197,7 @@ class SidecarSupervisor:
                 if backoff:
                     self.client.stop_holding()
                     await self._sleep(backoff)
-                backoff = min(max(backoff * 2, 0.1), 5.0)
+                backoff = _longer_pause(backoff)
                 continue
             early_failures.append(status)
             self.client.stop_holding()  # this one never got ready: the next try is not immediate
@@ -210,7 +215,7 @@ class SidecarSupervisor:
                     log.error("authsvc: sidecar exited before it was ready (status %s); retrying", status)
                 set_outage(STARTING)
                 await self._sleep(max(backoff, 0.1))
-                backoff = min(max(backoff * 2, 0.1), 5.0)
+                backoff = _longer_pause(backoff)
 
     async def _install(self) -> bool:
         """install.py with this very Python (ComfyUI's), its lines in our log; True when the build is usable."""

@@ -65,8 +65,13 @@ export function findComfyPython(comfyDir, env = process.env) {
   return { error: 'no Python found: set COMFYUI_PYTHON to the Python that runs ComfyUI' }
 }
 
+/** Whether `args` name `flag`, as `--flag`, `--flag v` or `--flag=v`. */
+function names(args, flag) {
+  return args.some((a) => a === flag || a.startsWith(`${flag}=`))
+}
+
 /** The value of `--flag v` or `--flag=v` in `args`, or undefined. */
-export function flagValue(args, flag) {
+function flagValue(args, flag) {
   for (let i = 0; i < args.length; i++) {
     if (args[i] === flag) return args[i + 1]
     if (args[i].startsWith(`${flag}=`)) return args[i].slice(flag.length + 1)
@@ -80,8 +85,8 @@ export function flagValue(args, flag) {
  */
 export function comfyArgs(userArgs, defaultPort) {
   const args = ['main.py']
-  if (!userArgs.some((a) => a === '--listen' || a.startsWith('--listen='))) args.push('--listen', '127.0.0.1')
-  if (!userArgs.some((a) => a === '--port' || a.startsWith('--port='))) args.push('--port', String(defaultPort))
+  if (!names(userArgs, '--listen')) args.push('--listen', '127.0.0.1')
+  if (!names(userArgs, '--port')) args.push('--port', String(defaultPort))
   return [...args, ...userArgs]
 }
 

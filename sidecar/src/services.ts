@@ -131,7 +131,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const grantRecords = await Collection.load<ModelGrantRecord>(kv, 'model_grant', accessLog)
   const passwords = new PasswordHasher(config.argon2)
   // Not awaited: decisions never hash, and a restarted sidecar must answer them at once (issue 27).
-  // The dummy hash only evens out an unknown user's login, which waits for it through verifyDummy.
+  // Every password check waits for the dummy hash instead (PasswordHasher.verify).
   let closing = false // a close during the dummy hash interrupts it: that is not argon2 failing
   passwords.ready.catch((err: unknown) => {
     if (!closing) log.error({ err }, 'argon2 does not work: every password check will fail')
