@@ -503,6 +503,27 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.ok(!whole.text.includes(files.aliceUpload.filename), 'bob\'s whole /object_info names alice\'s upload')
     })
 
+    // issue 21: the host unwraps {"__value__": x} before LoadImage opens it, and takes any truthy front
+    it('bob cannot read alice\'s upload through a {"__value__"} input (403 NOT_OWNER) nor jump the queue with front 1 or "yes" (403); the host takes the wrapped name from her', async () => {
+      const f = files.aliceUpload
+      assert.ok(f, 'made by the upload row')
+      const graph = (image: unknown) => ({ 1: { class_type: 'LoadImage', inputs: { image } }, 2: { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } })
+      for (const image of [{ __value__: f.filename }, { __value__: { __value__: f.filename } }]) {
+        const res = await post('/prompt', bob, { prompt: graph(image) })
+        assert.equal(res.status, 403, `${JSON.stringify(image)}: ${res.text}`)
+        assert.equal(res.body.code, 'NOT_OWNER')
+      }
+      // what makes the wrapper a hole: the real host validates and queues her wrapped name
+      const hers = await post('/prompt', alice, { prompt: graph({ __value__: f.filename }) })
+      assert.equal(hers.status, 200, hers.text)
+      for (const front of [1, 'yes', [0]]) {
+        const res = await post('/prompt', bob, { prompt: tiny(`bob-front-${aiohttp}`), front })
+        assert.equal(res.status, 403, `front ${JSON.stringify(front)}: ${res.text}`)
+        assert.equal(res.body.code, 'PERMISSION_DENIED')
+      }
+      assert.equal((await post('/prompt', bob, { prompt: tiny(`bob-front0-${aiohttp}`), front: 0 })).status, 200, 'front 0 is no jump')
+    })
+
     it('bob cannot overwrite alice\'s upload or compose a mask over it (403 NOT_OWNER); her own mask upload is hers', async () => {
       const f = files.aliceUpload
       assert.ok(f, 'made by the upload row')
