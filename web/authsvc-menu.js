@@ -55,6 +55,9 @@ async function whoAmI() {
 }
 
 async function logOut() {
+  // Logging out closes the page's WebSocket and makes its requests answer 401; the page is
+  // leaving for the plain login page, not for one that would sign back in to this canvas.
+  leaving = true
   await pageFetch('/logout', { method: 'POST', credentials: 'same-origin', headers: { Accept: 'application/json' } })
   location.assign('/login')
 }
