@@ -26,6 +26,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+from . import host_paths
 from .protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode_frame
 
 log = logging.getLogger("authsvc")
@@ -271,7 +272,10 @@ class _Connection:
         for message, payload in messages:
             request_id = message.get("id")
             if request_id is None:
-                self.owner._pushed(message)
+                if message.get("type") == "resolve":
+                    self._resolve(message)
+                else:
+                    self.owner._pushed(message)
                 continue
             entry = pending.pop(request_id, None)  # type: ignore[arg-type]
             if entry is None:
@@ -281,6 +285,18 @@ class _Connection:
             if not future.done():
                 future.set_result((message, payload))
         return True
+
+    def _resolve(self, message: dict[str, Any]) -> None:
+        """The sidecar asks where names land on this host (host_paths.py); answered on this connection."""
+        try:
+            answer = {"type": "resolved", "rid": message.get("rid"), **host_paths.resolve(message.get("items"))}
+        except Exception:  # ComfyUI's folder_paths missing or failing: the sidecar refuses what it asked about
+            log.exception("authsvc: resolving host paths failed")
+            answer = {"type": "resolved", "rid": message.get("rid"), "error": "resolve failed"}
+        try:
+            self.queue(encode_frame(answer))
+        except (ProtocolError, TypeError, ValueError) as exc:
+            self.queue(encode_frame({"type": "resolved", "rid": message.get("rid"), "error": str(exc)}))
 
     def spin(self, future: asyncio.Future | None, budget: float) -> None:
         """Polls for answers instead of sleeping, while the loop has nothing else to do.

@@ -17,7 +17,7 @@ import time
 from typing import Any, Awaitable, Callable
 
 from aiohttp import ClientError, ClientSession, DummyCookieJar, UnixConnector, web
-from multidict import CIMultiDict, CIMultiDictProxy, MultiDict
+from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 from yarl import URL
 
 from .decision_client import DecisionClient, Unavailable
@@ -191,7 +191,7 @@ def checked(answer: dict[str, Any], step: str) -> dict[str, Any]:
         if "body_text" in answer and not isinstance(answer["body_text"], str):
             raise MalformedAnswer(f"{step}: body_text must be a string")
     elif action == "pass":
-        for key, ok in (("set_headers", _is_str_map), ("strip_headers", _is_str_list), ("drop_query", _is_str_list)):
+        for key, ok in (("set_headers", _is_str_map), ("strip_headers", _is_str_list), ("drop_query", _is_str_list), ("set_fields", _is_str_map)):
             if key in answer and not ok(answer[key]):
                 raise MalformedAnswer(f"{step}: {key} has the wrong shape")
         need_body = answer.get("need_body")
@@ -404,6 +404,14 @@ class Gate:
             return respond(decision)
         if action != "pass":
             return unavailable_response()
+        set_fields = decision.get("set_fields")
+        if set_fields:
+            # the sidecar's edit of text fields (an upload's subfolder: the uploader's own folder);
+            # the handler's post() returns this parsed form, so it reads the edited values
+            edited = MultiDict(form)
+            for name, value in set_fields.items():
+                edited[name] = value
+            req._post = MultiDictProxy(edited)
         return decision
 
     async def _filter(self, request: web.Request, response: web.StreamResponse, spec: dict[str, Any]) -> web.StreamResponse:

@@ -247,8 +247,8 @@ function bindDecisions(
       return { type: 'hello', protocol: PROTOCOL_VERSION, sidecar_version: SERVICE_VERSION, http_socket: httpSocket, epoch: services.accessEpoch.value }
     },
     decide,
-    body: (msg, payload) => behaviours.body(msg.ctx, payload),
-    form: (msg) => behaviours.form(msg.ctx, msg),
+    body: (msg, payload, host) => behaviours.body(msg.ctx, payload, host),
+    form: (msg, host) => behaviours.form(msg.ctx, msg, host),
     filter: (msg, payload) => behaviours.filter(msg, payload),
     event: (msg) => msg.name === 'host_facts' ? takeHostFacts(msg.data) : applyHostEvent(msg, { ownership: services.ownership, watcher, liveSockets, log: logger, now: services.clock }),
   })

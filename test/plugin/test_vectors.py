@@ -82,7 +82,7 @@ if __name__ == "__main__":
 
 
 class FrameVectors(unittest.TestCase):
-    """Protocol v2 frames byte for byte (shared/vectors/frames.json): the plugin encodes each
+    """Protocol v3 frames byte for byte (shared/vectors/frames.json): the plugin encodes each
     message with its payload to exactly the shared bytes, and decodes them back."""
 
     def test_frames_match_the_vectors(self) -> None:

@@ -7,6 +7,7 @@
  * or rewrite towards the caller's own things.
  */
 import type { Config } from '../config/schema.js'
+import type { HostLink } from '../decide/host-link.js'
 import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
 import type { Clock } from '../identity/clock.js'
 import type { Ownership } from '../isolation/ownership.js'
@@ -53,6 +54,8 @@ export interface DecideInput {
   owner: string
   /** sees and acts on everything: an admin, or anyone while users are not separated */
   seesAll: boolean
+  /** resolves names on the host that asked (decide/host-link.ts) */
+  host: HostLink
 }
 
 /** The context a behaviour sends along with need_body / need_form / filter; it comes back in the next message. */
@@ -74,8 +77,9 @@ export interface RouteBehaviour {
    * the plugin may keep a pass of it like a plain route's (decide.ts, docs/architecture.md).
    */
   keepable?: true
-  body?(ctx: StepContext, payload: Buffer): BodyAnswer | Promise<BodyAnswer>
-  form?(ctx: StepContext, msg: FormMessage): Decision | Promise<Decision>
+  /** `host` resolves names on the host that asked (decide/host-link.ts) */
+  body?(ctx: StepContext, payload: Buffer, host: HostLink): BodyAnswer | Promise<BodyAnswer>
+  form?(ctx: StepContext, msg: FormMessage, host: HostLink): Decision | Promise<Decision>
   filter?(ctx: StepContext, msg: FilterMessage, payload: Buffer): FilterResult | Promise<FilterResult>
 }
 

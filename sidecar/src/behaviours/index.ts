@@ -11,6 +11,7 @@ import { denyDecision } from '../decide/answers.js'
 import type { Decision, FilterMessage, FormMessage, PassDecision, RequestDescription } from '../decide/protocol.js'
 import type { BehaviourDeps, BodyAnswer, FilterResult, RouteBehaviour, StepContext } from './context.js'
 import { ownerKey } from './context.js'
+import { NO_HOST, type HostLink } from '../decide/host-link.js'
 import { historyEntryBehaviour, historyListBehaviour, historyWriteBehaviour } from './history.js'
 import { interruptBehaviour } from './interrupt.js'
 import { modelFileBehaviour, modelListBehaviour, type ModelDeps } from './models.js'
@@ -75,7 +76,7 @@ export class RouteBehaviours implements BehaviourHandlers {
   apply(policy: HostRoutePolicy, desc: RequestDescription, principal: Principal, pass: PassDecision): Decision | Promise<Decision> {
     const behaviour = policy.behaviour === undefined ? undefined : this.byName[policy.behaviour]
     if (behaviour === undefined) return pass
-    const decided = behaviour.decide({ desc, principal, pass, owner: ownerKey(principal), seesAll: this.seesAll(principal) })
+    const decided = behaviour.decide({ desc, principal, pass, owner: ownerKey(principal), seesAll: this.seesAll(principal), host: desc.host ?? NO_HOST })
     return decided instanceof Promise ? decided.then(readsAsChecked) : readsAsChecked(decided)
   }
 
@@ -91,16 +92,16 @@ export class RouteBehaviours implements BehaviourHandlers {
     return behaviour ? { behaviour, ctx: c } : null
   }
 
-  body(ctx: unknown, payload: Buffer): BodyAnswer | Promise<BodyAnswer> {
+  body(ctx: unknown, payload: Buffer, host: HostLink = NO_HOST): BodyAnswer | Promise<BodyAnswer> {
     const found = this.step(ctx)
     if (!found?.behaviour.body) return denyDecision('VALIDATION_FAILED', 'Unexpected body')
-    return found.behaviour.body(found.ctx, payload)
+    return found.behaviour.body(found.ctx, payload, host)
   }
 
-  form(ctx: unknown, msg: FormMessage): Decision | Promise<Decision> {
+  form(ctx: unknown, msg: FormMessage, host: HostLink = NO_HOST): Decision | Promise<Decision> {
     const found = this.step(ctx)
     if (!found?.behaviour.form) return denyDecision('VALIDATION_FAILED', 'Unexpected form')
-    return found.behaviour.form(found.ctx, msg)
+    return found.behaviour.form(found.ctx, msg, host)
   }
 
   filter(msg: FilterMessage, payload: Buffer): FilterResult | Promise<FilterResult> {

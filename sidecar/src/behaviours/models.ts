@@ -153,6 +153,18 @@ export class ModelAccess {
   }
 
   /**
+   * Whether a node of the graph only loads models: every input names a model of a folder its
+   * class lists (no link, no other value). Its cached result depends on shared files alone, so
+   * it may stay shared between users in the host's execution cache (prompt-files.ts).
+   */
+  onlyLoadsModels(classType: unknown, inputs: Record<string, unknown>): boolean {
+    const modelInputs = typeof classType === 'string' ? this.inputs.get(classType) : undefined
+    const names = Object.keys(inputs)
+    if (modelInputs === undefined || names.length === 0) return false
+    return names.every((name) => modelInputs.has(name) && typeof hostInputValue(inputs[name]) === 'string')
+  }
+
+  /**
    * The refusal for a prompt graph, or null when every model it references is
    * granted. Graph shapes the host would refuse anyway are left to the host.
    */

@@ -1,9 +1,11 @@
 /**
- * GET /object_info and /object_info/{class}: the lists of input files (the
- * options of every input the host marks `image_upload` or another `*_upload`,
- * e.g. LoadImage, LoadImageMask and the loaders of other custom nodes) show a
- * caller who does not see everything only their own uploads and the shared
- * inputs (host-files.ts).
+ * GET /object_info and /object_info/{class}: for a caller who does not see everything, every
+ * option list of every node (file lists of LoadImage, LoadLatent, LoadImageOutput, folder lists
+ * of LoadImageSetFromFolderNode, and those of other packages' nodes alike: no table of nodes)
+ * loses the options that name something of another owner: a name inside another owner's
+ * folder (isolation/user-folders.ts, by its shape), and a file of the shared area the ownership
+ * table gives to others (uploads from before per-user folders; `[output]`/`[temp]` names nobody
+ * owns are the administrators').
  *
  * Model lists (behaviours/models.ts): for a caller without
  * `can_view_all_comfyui_items`, every input the host reports as a model list
@@ -19,9 +21,9 @@
  */
 import { createHash } from 'node:crypto'
 import { applySplices, type Splice } from '../isolation/json-spans.js'
-import { fileKey } from '../isolation/ownership.js'
+import { fileKey, type Ownership } from '../isolation/ownership.js'
+import { folderOfRel, userFolder } from '../isolation/user-folders.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
-import { mayView } from './host-files.js'
 import { objectInfoModelKeep, objectInfoModelKey, type ModelDeps, type ModelView } from './models.js'
 import { optionListsOf, type OptionList } from './option-lists.js'
 
@@ -77,12 +79,7 @@ export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehav
         const layout = await scan
         const splices: Splice[] = []
         for (const list of layout.lists) {
-          const fileOk = list.upload && !ctx.seesAll
-            ? (name: string) => {
-                const key = fileKey('input', '', name)
-                return key !== null && mayView(deps.ownership, key, ctx.owner)
-              }
-            : null
+          const fileOk = ctx.seesAll ? null : (name: string) => optionVisible(name, ctx.owner, deps.ownership)
           const modelOk = view === null ? null : objectInfoModelKeep(deps, view, list.cls, list.input, list.entries.map((e) => e.name))
           if (fileOk === null && modelOk === null) continue
           const kept = list.entries.filter((e) => (fileOk === null || fileOk(e.name)) && (modelOk === null || modelOk(e.name)))
@@ -99,3 +96,19 @@ export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehav
   }
 }
 
+
+const ANNOTATION = / \[(output|input|temp)\]$/
+
+/** Whether an option (a file or folder name, maybe annotated) may be shown to `owner`. */
+export function optionVisible(option: string, owner: string, ownership: Ownership): boolean {
+  const annotated = ANNOTATION.exec(option)
+  const type = (annotated?.[1] ?? 'input') as 'input' | 'output' | 'temp'
+  const name = annotated ? option.slice(0, annotated.index) : option
+  const folder = folderOfRel(name.replace(/^\/+/, ''))
+  if (folder !== null) return folder === userFolder(owner)
+  const key = fileKey(type, '', name)
+  if (key === null) return true // not a name of a file the host keeps
+  const record = ownership.file(key)
+  if (record) return record.owners.includes(owner)
+  return type === 'input'
+}

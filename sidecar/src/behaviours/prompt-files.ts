@@ -1,65 +1,113 @@
 /**
- * Files a prompt reads by name. LoadImage and its kin take a file name (`x.png`,
- * `sub/x.png`, `x.png [output]`) and the host skips their list check
- * (VALIDATE_INPUTS), so a prompt could read another user's upload or output and
- * write it back out as the caller's own. For a caller who does not see
- * everything, every string input of the graph that names an existing file the
- * way ComfyUI resolves it (get_annotated_filepath: an annotation picks the
- * folder, input by default; `..` and absolute names are joined as Python joins
- * them) must be a file the caller may view (host-files.ts); a name that reaches
- * a file outside the host's three folders is refused outright. This holds for
- * every node, not a table of loaders.
+ * A prompt of a caller who does not see everything (issue 21), checked and edited so that it
+ * reads only what they may read and writes only into their own folders.
+ *
+ * - **Reads.** Every string the graph gives a node (after ComfyUI's `{"__value__": x}`
+ *   unwrapping, inside lists and objects too, whatever its length or characters) is resolved by
+ *   the host (decide/host-link.ts `name`: the annotated input path, the output and temp folders,
+ *   the name as given), and every existing place it lands on inside the host's folders must be
+ *   one the caller may read (isolation/user-folders.ts); a file outside those folders named by
+ *   its annotated path (an absolute name, `..`) is refused too. This holds for every node, of
+ *   any package: no table of loaders. The folders themselves are not judged (`""` names the
+ *   input folder; the host's nodes list a folder without descending).
+ * - **Writes.** Every `filename_prefix` (the input by which save nodes name their files) is
+ *   placed under the caller's own output folder: `ComfyUI` → `u_<id>/ComfyUI`, kept when it
+ *   already starts there; a prefix with `..`, an absolute one, or one that is not a text (a
+ *   link computed at run time) is refused (400 VALIDATION_FAILED).
+ * - **The execution cache.** ComfyUI keys its cache on a node's inputs, every input the prompt
+ *   gives, known to the node or not. Every node except those that only load models gets
+ *   `authsvc_scope: "<the caller's folder>"`, so nobody's cached results answer another user's
+ *   prompt (no outputs, previews or timings of theirs); model loads stay shared.
  */
-import { statSync } from 'node:fs'
-import { relative, resolve, sep } from 'node:path'
 import { denyDecision } from '../decide/answers.js'
-import type { HostFacts, RespondDecision } from '../decide/protocol.js'
-import { fileKey, type FileType, type Ownership } from '../isolation/ownership.js'
-import { annotatedName, mayView } from './host-files.js'
-import { hostInputValue } from './models.js'
+import type { HostLink } from '../decide/host-link.js'
+import type { RespondDecision } from '../decide/protocol.js'
+import { lastMember, objectMembers, rootStart, setMembers, type Splice } from '../isolation/json-spans.js'
+import type { Ownership } from '../isolation/ownership.js'
+import { mayRead, placeOf, userFolder } from '../isolation/user-folders.js'
+import { hostInputValue, type ModelAccess } from './models.js'
 
-/** Strings longer than this are prompt text, not file names (no file check for them). */
-const MAX_NAME = 1024
+export const SCOPE_INPUT = 'authsvc_scope'
+const PREFIX_INPUT = 'filename_prefix'
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
 
-const isFile = (path: string): boolean => {
-  try {
-    return statSync(path).isFile()
-  } catch {
-    return false
-  }
+function collect(value: unknown, into: Set<string>, depth = 0): void {
+  const v = hostInputValue(value)
+  if (typeof v === 'string') into.add(v)
+  else if (depth < 8 && Array.isArray(v)) for (const x of v) collect(x, into, depth + 1)
+  else if (depth < 8 && isObject(v)) for (const x of Object.values(v)) collect(x, into, depth + 1)
 }
 
-function* stringInputs(prompt: unknown): Iterable<string> {
-  if (typeof prompt !== 'object' || prompt === null) return
+/** The strings the graph gives its nodes, except the prefixes it writes by (those are rewritten). */
+function namesOf(prompt: unknown): Set<string> {
+  const names = new Set<string>()
+  if (!isObject(prompt)) return names
   for (const node of Object.values(prompt)) {
-    const inputs = (node as { inputs?: unknown } | null)?.inputs
-    if (typeof inputs !== 'object' || inputs === null) continue
-    for (const given of Object.values(inputs)) {
-      const value = hostInputValue(given)
-      if (typeof value === 'string' && value.length <= MAX_NAME && !value.includes('\n')) yield value
+    if (!isObject(node) || !isObject(node.inputs)) continue
+    for (const [input, given] of Object.entries(node.inputs)) if (input !== PREFIX_INPUT) collect(given, names)
+  }
+  return names
+}
+
+/** A refusal naming the first string that lands on something the caller may not read, or null. */
+export async function promptFileRefusal(prompt: unknown, host: HostLink, ownership: Ownership, owner: string): Promise<RespondDecision | null> {
+  const names = [...namesOf(prompt)]
+  if (names.length === 0) return null
+  const { results, roots } = await host.resolve(names.map((name) => ({ op: 'name' as const, name })))
+  for (let i = 0; i < names.length; i++) {
+    for (const place of results[i]?.places ?? []) {
+      if (place.path === undefined) continue
+      const where = placeOf(place.path, roots)
+      if (where === null) {
+        if (place.file === true && place.via === 'annotated') return denyDecision('NOT_OWNER', "The prompt names a file outside the host's folders")
+        continue
+      }
+      if (where.rel === '') continue
+      if (!mayRead(where, place, owner, ownership)) return denyDecision('NOT_OWNER', 'The prompt reads a file that is not yours')
     }
   }
+  return null
 }
 
-/** A refusal naming the first file the caller may not read, or null. */
-export function promptFileRefusal(prompt: unknown, facts: HostFacts, ownership: Ownership, owner: string): RespondDecision | null {
-  const dirs: Array<[FileType, string]> = []
-  for (const type of ['output', 'input', 'temp'] as const) {
-    const dir = facts[`${type}_dir`]
-    if (typeof dir === 'string' && dir !== '') dirs.push([type, resolve(dir)])
+/** The prefix inside `own` for a prefix a client gave, or null when it is not one we place. */
+export function ownPrefix(prefix: string, own: string): string | null {
+  if (prefix.startsWith('/') || prefix.startsWith('\\') || prefix.split(/[\\/]/).includes('..')) return null
+  const parts = prefix.split('/').filter((p) => p !== '' && p !== '.')
+  if (parts[0] === own) parts.shift()
+  if (parts.length === 0) return null
+  return [own, ...parts].join('/')
+}
+
+/**
+ * The edits that put the prompt's writes and cache entries in the caller's own place (see the
+ * file's comment), or a refusal. `prompt` is the parsed graph, `text` the body it came from.
+ */
+export function promptOwnEdits(text: string, prompt: unknown, owner: string, models: ModelAccess): Splice[] | RespondDecision {
+  if (!isObject(prompt)) return [] // the host refuses it itself
+  const root = objectMembers(text, rootStart(text))
+  const promptMember = lastMember(root.members, 'prompt')
+  if (promptMember === undefined || text[promptMember.valueStart] !== '{') return []
+  const own = userFolder(owner)
+  const nodes = objectMembers(text, promptMember.valueStart)
+  const splices: Splice[] = []
+  for (const [nodeId, node] of Object.entries(prompt)) {
+    if (!isObject(node) || !isObject(node.inputs)) continue
+    const nodeSpan = lastMember(nodes.members, nodeId)
+    if (nodeSpan === undefined || text[nodeSpan.valueStart] !== '{') continue
+    const inputsSpan = lastMember(objectMembers(text, nodeSpan.valueStart).members, 'inputs')
+    if (inputsSpan === undefined || text[inputsSpan.valueStart] !== '{') continue
+    const inputs = objectMembers(text, inputsSpan.valueStart)
+    const set: Array<[string, string]> = []
+    if (PREFIX_INPUT in node.inputs) {
+      const given = hostInputValue(node.inputs[PREFIX_INPUT])
+      const placed = typeof given === 'string' ? ownPrefix(given, own) : null
+      if (placed === null) {
+        return denyDecision('VALIDATION_FAILED', `filename_prefix of node ${nodeId} must be a text naming files inside your own folder (no "..", not absolute, not a link)`)
+      }
+      set.push([PREFIX_INPUT, JSON.stringify(placed)])
+    }
+    if (!models.onlyLoadsModels(node.class_type, node.inputs)) set.push([SCOPE_INPUT, JSON.stringify(own)])
+    splices.push(...setMembers(inputs, set))
   }
-  if (dirs.length === 0) return null
-  const dirOf = new Map(dirs)
-  for (const value of stringInputs(prompt)) {
-    const { name, type } = annotatedName(value)
-    const base = dirOf.get(type ?? 'input')
-    if (name === '' || base === undefined) continue
-    const path = resolve(base, name)
-    if (!isFile(path)) continue
-    const inside = dirs.find(([, dir]) => path.startsWith(dir + sep))
-    if (inside === undefined) return denyDecision('NOT_OWNER', `The prompt names a file outside the host's folders: ${value}`)
-    const key = fileKey(inside[0], '', relative(inside[1], path).split(sep).join('/'))
-    if (key === null || !mayView(ownership, key, owner)) return denyDecision('NOT_OWNER', `The prompt reads a file that is not yours: ${value}`)
-  }
-  return null
+  return splices
 }

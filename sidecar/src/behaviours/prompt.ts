@@ -14,7 +14,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import { denyDecision } from '../decide/answers.js'
-import { promptFileRefusal } from './prompt-files.js'
+import { promptFileRefusal, promptOwnEdits } from './prompt-files.js'
 import { applySplices, lastMember, objectMembers, rootStart, setMembers, type Splice } from '../isolation/json-spans.js'
 import type { BehaviourDeps, RouteBehaviour, StepContext } from './context.js'
 import { passWithBody, textOf } from './context.js'
@@ -45,7 +45,7 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       return { ...pass, need_body: { max_bytes: deps.config.max_json_body_bytes, ctx } }
     },
 
-    async body(ctx, payload) {
+    async body(ctx, payload, host) {
       const text = textOf(payload)
       if (text === null) return denyDecision('VALIDATION_FAILED', 'The prompt body is not UTF-8')
       let parsed: unknown
@@ -59,8 +59,12 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       if (extra !== undefined && !isObject(extra)) return denyDecision('VALIDATION_FAILED', 'extra_data must be an object')
       const modelRefusal = promptModelRefusal(deps, ctx, parsed.prompt)
       if (modelRefusal) return modelRefusal
+      let own: Splice[] = []
       if (!ctx.seesAll) {
-        const fileRefusal = promptFileRefusal(parsed.prompt, deps.host.facts, deps.ownership, ctx.owner)
+        const edits = promptOwnEdits(text, parsed.prompt, ctx.owner, deps.models)
+        if (!Array.isArray(edits)) return edits
+        own = edits
+        const fileRefusal = await promptFileRefusal(parsed.prompt, host, deps.ownership, ctx.owner)
         if (fileRefusal) return fileRefusal
       }
       const owner = ctx.owner
@@ -109,7 +113,7 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       } else {
         splices.push(...setMembers(objectMembers(text, extraMember.valueStart), stamp))
       }
-      splices.push(...setMembers(root, top))
+      splices.push(...setMembers(root, top), ...own)
 
       // taken here, after the last refusal and before the first await: two submissions of one id
       // cannot both pass, and a refused prompt holds no id

@@ -1,63 +1,96 @@
 /**
- * POST /upload/image and /upload/mask: the stored file belongs to the uploader.
+ * POST /upload/image and /upload/mask.
  *
- * The plugin parses the form the way the host handler will (the handler reuses
- * it) and the sidecar sees its text fields and file names. For a caller who
- * does not see everything: an overwrite may only replace a file of their own
- * (or create one); a mask's `original_ref` must be a file they may view (the
- * host reads it to compose the mask). After the host stored the file, its
- * answer `{name, subfolder, type}` names it, and the uploader becomes an owner.
+ * A caller who does not see everything uploads into their own folder (isolation/user-folders.ts)
+ * whatever subfolder they asked for: the form's `subfolder` becomes `<their folder>/<subfolder>`
+ * (kept when it already starts with their folder), and the host's answer names it, so the
+ * frontend and API clients use it unchanged. The place the host will write is resolved by the
+ * host (its handler's own steps, with the edited subfolder) and must be inside their folder;
+ * a subfolder or file name that would leave it is refused (400 VALIDATION_FAILED), whatever
+ * exists. An overwrite can only ever replace a file of their own, and the host's renaming
+ * (`name (1).png`) only ever sees their own files: no answer depends on anyone else's files.
+ * A mask's `original_ref` is resolved the way the host reads it and must be a file they may
+ * read; one they may not read and one that does not exist get the same 403 NOT_OWNER.
+ *
+ * Administrators (and everyone while users are not separated) upload where they ask; the file
+ * then belongs to them (the ownership table, as before per-user folders).
  */
-import { existsSync } from 'node:fs'
-import { join } from 'node:path'
 import { denyDecision } from '../decide/answers.js'
 import { fileKey, folderOf, type FileType } from '../isolation/ownership.js'
+import { mayRead, placeOf, userFolder } from '../isolation/user-folders.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
-import { mayView, namedFile } from './host-files.js'
 
 const UPLOAD_TYPES: ReadonlySet<string> = new Set(['input', 'temp', 'output'])
 /** how long the watcher leaves new files of an upload's folder to the upload (the host writes within it) */
 const UPLOAD_WINDOW_MS = 30_000
 
+/**
+ * The subfolder inside `own` for the subfolder a client asked for (`/` separators, `.` and `..`
+ * taken as the host's normpath takes them), or null when it would leave the folder.
+ */
+export function ownSubfolder(asked: string, own: string): string | null {
+  if (asked.startsWith('/')) return null
+  const parts: string[] = []
+  for (const segment of asked.split('/')) {
+    if (segment === '' || segment === '.') continue
+    if (segment === '..') {
+      if (parts.length === 0) return null
+      parts.pop()
+      continue
+    }
+    parts.push(segment)
+  }
+  if (parts[0] === own) parts.shift()
+  return [own, ...parts].join('/')
+}
+
 export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehaviour {
-  const dirOf = (type: FileType): string | undefined => deps.host.facts[`${type}_dir`]
   return {
     decide({ pass, owner, seesAll }) {
       return { ...pass, need_form: { ctx: { kind: mask ? 'upload-mask' : 'upload-image', owner, seesAll } } }
     },
-    form(ctx, msg) {
-      const decision = { action: 'pass', filter: { name: 'upload', ctx } } as const
-      const target = fileKey(((msg.fields.type || 'input') as FileType), msg.fields.subfolder ?? '', msg.files.image || 'x')
-      if (target !== null && UPLOAD_TYPES.has(msg.fields.type || 'input')) deps.ownership.uploadStarting(folderOf(target), UPLOAD_WINDOW_MS)
-      if (ctx.seesAll) return decision
+    async form(ctx, msg, host) {
       const type = msg.fields.type || 'input'
-      const overwrite = msg.fields.overwrite === 'true' || msg.fields.overwrite === '1'
+      if (ctx.seesAll) {
+        const target = fileKey(type as FileType, msg.fields.subfolder ?? '', msg.files.image || 'x')
+        if (target !== null && UPLOAD_TYPES.has(type)) deps.ownership.uploadStarting(folderOf(target), UPLOAD_WINDOW_MS)
+        return { action: 'pass', filter: { name: 'upload', ctx } }
+      }
+      if (!UPLOAD_TYPES.has(type)) return denyDecision('VALIDATION_FAILED', 'type must be input, temp or output')
+      const own = userFolder(ctx.owner)
+      const subfolder = ownSubfolder(msg.fields.subfolder ?? '', own)
+      if (subfolder === null) return denyDecision('VALIDATION_FAILED', 'subfolder must be a relative folder that stays inside your own')
       const filename = msg.files.image
-      // an absolute subfolder or name replaces the folder in os.path.join: it can only name what a
-      // relative one names, and it would name it under another key here
-      if ((msg.fields.subfolder ?? '').startsWith('/') || (filename ?? '').startsWith('/')) {
-        return denyDecision('VALIDATION_FAILED', 'subfolder and file name must be relative')
-      }
-      if (overwrite && UPLOAD_TYPES.has(type) && filename) {
-        const key = fileKey(type as FileType, msg.fields.subfolder ?? '', filename)
-        if (key !== null && !mayOverwrite(key, ctx.owner)) return denyDecision('NOT_OWNER', 'That file belongs to another user')
-      }
+      const items = [{ op: 'upload' as const, type, subfolder, filename: filename ?? '' }]
+      let ref: { filename: string; type?: unknown; subfolder?: unknown } | undefined
       if (mask && msg.fields.original_ref !== undefined) {
-        let ref: unknown
+        let parsed: unknown
         try {
-          ref = JSON.parse(msg.fields.original_ref)
+          parsed = JSON.parse(msg.fields.original_ref)
         } catch {
           return denyDecision('VALIDATION_FAILED', 'original_ref must be JSON')
         }
-        if (typeof ref !== 'object' || ref === null || typeof (ref as { filename?: unknown }).filename !== 'string') {
+        if (typeof parsed !== 'object' || parsed === null || typeof (parsed as { filename?: unknown }).filename !== 'string') {
           return denyDecision('VALIDATION_FAILED', 'original_ref must name a file')
         }
-        const r = ref as { filename: string; subfolder?: unknown; type?: unknown }
-        // the host reads original_ref with its whole relative name (no base name, unlike /view)
-        const named = namedFile({ filename: r.filename, type: typeof r.type === 'string' ? r.type : 'output', subfolder: typeof r.subfolder === 'string' ? r.subfolder : null }, 'whole')
-        if (named === 'refuse' || (named !== null && !mayView(deps.ownership, named.key, ctx.owner))) return denyDecision('NOT_OWNER', 'original_ref is not yours')
+        ref = parsed as typeof ref
       }
-      return decision
+      const { results, roots } = await host.resolve(ref === undefined ? items : [...items, { op: 'mask_ref', ...ref! }])
+      const target = results[0]
+      if (target?.path !== undefined) {
+        const where = placeOf(target.path, roots)
+        if (where === null || where.type !== type || !where.rel.startsWith(`${own}/`)) {
+          return denyDecision('VALIDATION_FAILED', 'The file name must stay inside your own folder')
+        }
+      } // else the host refuses the shape itself (no file, a name that leaves its folder)
+      if (ref !== undefined) {
+        const original = results[1]
+        const where = original?.path === undefined ? null : placeOf(original.path, roots)
+        if (original?.status === undefined && (original?.file !== true || where === null || !mayRead(where, original, ctx.owner, deps.ownership))) {
+          return denyDecision('NOT_OWNER', 'original_ref is not a file of yours')
+        }
+      }
+      return { action: 'pass', set_fields: { subfolder } }
     },
     async filter(ctx, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
@@ -76,14 +109,5 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
       }
       return { action: 'keep' }
     },
-  }
-
-  /** An overwrite replaces bytes others may rely on: only a file of one's own, or a new one. */
-  function mayOverwrite(key: string, owner: string): boolean {
-    const record = deps.ownership.file(key)
-    if (record) return record.owners.includes(owner)
-    const slash = key.indexOf('/')
-    const dir = dirOf(key.slice(0, slash) as FileType)
-    return dir !== undefined && !existsSync(join(dir, key.slice(slash + 1)))
   }
 }

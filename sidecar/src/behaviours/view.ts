@@ -1,20 +1,25 @@
 /**
- * GET /view: a caller who does not see everything gets only files visible to
- * them (host-files.ts); any other file answers 404 as if it did not exist, so
- * names of other users' files cannot be probed.
+ * GET /view: a caller who does not see everything gets only files they may read
+ * (isolation/user-folders.ts), decided on the real path the host will open, resolved by the
+ * host (the handler's own steps: annotation, type, subfolder, base name). Every file they may
+ * not read answers exactly as a file that does not exist (the gate's 404 NOT_FOUND), so names
+ * of other users' files cannot be probed. A shape the host refuses by itself (400, 403) is
+ * refused by the host, whatever exists.
  */
 import { denyDecision } from '../decide/answers.js'
+import { mayRead, placeOf } from '../isolation/user-folders.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
-import { mayView, viewedFile } from './host-files.js'
 
 export function viewBehaviour(deps: BehaviourDeps): RouteBehaviour {
   return {
-    decide({ desc, pass, owner, seesAll }) {
+    async decide({ desc, pass, owner, seesAll, host }) {
       if (seesAll) return pass
-      const file = viewedFile(new URLSearchParams(desc.query))
-      if (file === null) return pass // the host refuses it itself (400/403)
-      if (file === 'refuse') return denyDecision('NOT_FOUND')
-      return mayView(deps.ownership, file.key, owner) ? pass : denyDecision('NOT_FOUND')
+      const { results, roots } = await host.resolve([{ op: 'view', query: desc.query }])
+      const place = results[0]
+      if (place?.status !== undefined) return pass
+      const where = place?.path === undefined ? null : placeOf(place.path, roots)
+      if (place?.file !== true || where === null || !mayRead(where, place, owner, deps.ownership)) return denyDecision('NOT_FOUND')
+      return pass
     },
   }
 }

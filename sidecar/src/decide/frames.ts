@@ -100,6 +100,8 @@ export function checkMessage(msg: Record<string, unknown>): string | null {
       return isStringMap(msg.fields) && isStringMap(msg.files) ? null : 'form: fields and files must map strings to strings'
     case 'filter':
       return isString(msg.name) && typeof msg.status === 'number' && isString(msg.content_type) ? null : 'filter: name, status and content_type are required'
+    case 'resolved':
+      return typeof msg.rid === 'number' ? null : 'resolved: rid must be a number'
     case 'event':
       return isString(msg.name) && typeof msg.t === 'number' && isRecord(msg.data) ? null : 'event: name, t and data are required'
     default:

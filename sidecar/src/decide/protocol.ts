@@ -3,6 +3,7 @@
  * the version, the size limit and the header list; both sides read it).
  */
 import { readFileSync } from 'node:fs'
+import type { HostLink } from './host-link.js'
 
 const spec = JSON.parse(readFileSync(new URL('../../../shared/protocol.json', import.meta.url), 'utf8')) as {
   version: number
@@ -31,6 +32,8 @@ export interface RequestDescription {
   headers: Record<string, string>
   peer: string
   scheme: string
+  /** set by the decision server, never sent: the plugin that asked, to resolve names on its host */
+  readonly host?: HostLink
 }
 
 /** After `need_body`: the raw request body travels as the frame's payload. */
@@ -96,6 +99,8 @@ export interface PassDecision {
   drop_query?: string[]
   need_body?: { max_bytes: number; ctx: unknown }
   need_form?: { ctx: unknown }
+  /** the form step's edit of text fields (the handler reads the edited values) */
+  set_fields?: Record<string, string>
   /** the body step's edit: the new body is the answer's payload */
   body_replaced?: true
   /** `memo`: the filter's result depends on nothing but the host's answer and this text (the plugin may reuse it) */

@@ -14,6 +14,7 @@ import { availableParallelism } from 'node:os'
 import type { FastifyBaseLogger } from 'fastify'
 import { errorBody } from '../errors.js'
 import { checkMessage, encodeFrame, FrameDecoder, FrameError } from './frames.js'
+import { ConnectionLink, type HostLink } from './host-link.js'
 import {
   MAX_FRAME_BYTES,
   PROTOCOL_VERSION,
@@ -33,8 +34,8 @@ import {
 export interface DecisionHandlers {
   hello(msg: HelloMessage): object
   decide(msg: RequestDescription): Decision | Promise<Decision>
-  body(msg: BodyMessage, payload: Buffer): Decision | WithPayload<Decision> | Promise<Decision | WithPayload<Decision>>
-  form(msg: FormMessage): Decision | Promise<Decision>
+  body(msg: BodyMessage, payload: Buffer, host: HostLink): Decision | WithPayload<Decision> | Promise<Decision | WithPayload<Decision>>
+  form(msg: FormMessage, host: HostLink): Decision | Promise<Decision>
   filter(msg: FilterMessage, payload: Buffer): FilterAnswer | WithPayload<FilterAnswer> | Promise<FilterAnswer | WithPayload<FilterAnswer>>
   event(msg: EventMessage): void
 }
@@ -66,14 +67,16 @@ export function removeStaleSocket(path: string): void {
   }
 }
 
-export function dispatch(handlers: DecisionHandlers, msg: Record<string, unknown>, payload: Buffer): Answer | Promise<Answer> | undefined {
+export function dispatch(handlers: DecisionHandlers, msg: Record<string, unknown>, payload: Buffer, host: HostLink): Answer | Promise<Answer> | undefined {
   switch (msg.type) {
     case 'decide':
+      // the plugin that asked, to resolve names on its host (not part of the message on the wire)
+      Object.defineProperty(msg, 'host', { value: host, enumerable: false })
       return handlers.decide(msg as unknown as RequestDescription)
     case 'body':
-      return handlers.body(msg as unknown as BodyMessage, payload)
+      return handlers.body(msg as unknown as BodyMessage, payload, host)
     case 'form':
-      return handlers.form(msg as unknown as FormMessage)
+      return handlers.form(msg as unknown as FormMessage, host)
     case 'filter':
       return handlers.filter(msg as unknown as FilterMessage, payload)
     case 'hello':
@@ -275,6 +278,7 @@ class BusyPoll {
 
 function serveConnection(socket: Socket, handlers: DecisionHandlers, log: FastifyBaseLogger, busy: BusyPoll, agreedSockets: Set<Socket>): void {
   const decoder = new FrameDecoder()
+  const link = new ConnectionLink(socket)
   let agreed = false
   // answers produced in one turn leave in one write
   let corked = false
@@ -320,8 +324,12 @@ function serveConnection(socket: Socket, handlers: DecisionHandlers, log: Fastif
         if (msg.type !== 'event') answer(id, FAILED)
         continue
       }
+      if (msg.type === 'resolved') {
+        link.settle(msg)
+        continue
+      }
       try {
-        const result = dispatch(handlers, msg, payload)
+        const result = dispatch(handlers, msg, payload, link)
         if (result === undefined) continue
         if (result instanceof Promise) result.then((r) => answer(id, r), (err) => fail(id, err))
         else answer(id, result)

@@ -11,6 +11,9 @@
  * an upload under way are left to the upload; a removed file's record is forgotten, so
  * a later file of the same name starts without owners.
  *
+ * Files inside per-user folders (user-folders.ts) are their owner's by their path and are
+ * not attributed.
+ *
  * Watching: tree-watcher.ts (one inotify watch per directory; a new file costs one stat,
  * however many files the folder holds). Files there before the watch started are not
  * news: they keep whatever owners they have.
@@ -20,6 +23,7 @@ import { relative, sep } from 'node:path'
 import type { FastifyBaseLogger } from 'fastify'
 import { fileKey, folderOf, type FileType, type Ownership } from './ownership.js'
 import { TreeWatcher } from './tree-watcher.js'
+import { folderOfRel } from './user-folders.js'
 
 const PENDING_MS = 2000
 
@@ -91,7 +95,10 @@ export class HostFileWatcher {
   private keyOf(path: string): string | null {
     for (const [type, dir] of this.dirs) {
       const rel = relative(dir, path)
-      if (rel !== '' && !rel.startsWith('..') && !rel.startsWith(sep)) return fileKey(type, '', rel.split(sep).join('/'))
+      if (rel === '' || rel.startsWith('..') || rel.startsWith(sep)) continue
+      const posix = rel.split(sep).join('/')
+      // a file in a per-user folder is its owner's by its path (user-folders.ts): nothing to attribute
+      return folderOfRel(posix) === null ? fileKey(type, '', posix) : null
     }
     return null
   }

@@ -1,0 +1,153 @@
+"""Which file the host will open for a name: resolved here, inside ComfyUI, with its own functions.
+
+The sidecar decides who may read or write a file on the path the host will really open, never
+on its own re-reading of a name (issue 21). It sends a ``resolve`` message naming what a request
+or a prompt names; each item is resolved with ``folder_paths`` and the same ``os.path`` steps
+the host's handler or node takes, and then to its real path (symlinks followed). No policy here:
+the answer says where a name lands and what is there, the sidecar says whether that is allowed.
+
+Items (``op``):
+
+- ``view``: ``GET /view``'s reading of its raw ``query`` (parsed by yarl, as the handler's
+  ``rel_url.query``) for ``filename``, ``type``, ``subfolder``: an annotation picks
+  the folder, then type (``output`` by default); a name that starts with ``/`` or holds ``..``,
+  an unknown type, or a subfolder whose join leaves the folder is the host's own 400/403; only
+  the base name of ``filename`` is kept.
+- ``mask_ref``: the original image of ``POST /upload/mask`` (``original_ref``): as ``view``, but
+  the whole name is kept and an empty subfolder is no subfolder.
+- ``upload``: where ``POST /upload/image`` and ``/upload/mask`` store ``filename`` for ``type``
+  (``input`` by default) and ``subfolder`` (normalised, joined, then the file name joined).
+- ``name``: a string a prompt gives a node: the places a node may open it at, that exist: the
+  annotated path (``get_annotated_filepath``, input by default), the name joined to the output
+  and temp folders, and the name as the process reads a relative path.
+
+Every answer names ``path`` (real), ``file`` and ``dir``; or ``status`` (the host answers that
+itself, whatever exists). The answer also carries ``roots``: the real paths of the three folders.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from yarl import URL
+
+
+def _folder_paths() -> Any:
+    import folder_paths  # ComfyUI's module
+
+    return folder_paths
+
+
+def _real(path: str) -> dict[str, Any]:
+    try:
+        real = os.path.realpath(path)
+    except (ValueError, OSError):
+        return {"status": 400}
+    return {"path": real, "file": os.path.isfile(real), "dir": os.path.isdir(real)}
+
+
+def _type_dir(fp: Any, kind: Any) -> str | None:
+    if not isinstance(kind, str):
+        return None
+    return fp.get_directory_by_type(kind)
+
+
+def _inside(root: str, path: str) -> bool:
+    try:
+        return os.path.commonpath((os.path.abspath(path), root)) == root
+    except ValueError:
+        return False
+
+
+def _view(fp: Any, item: dict[str, Any], whole: bool) -> dict[str, Any]:
+    filename = item.get("filename")
+    if not isinstance(filename, str):
+        return {"status": 400}
+    name, folder = fp.annotated_filepath(filename)
+    if not name or name[0] == "/" or ".." in name:
+        return {"status": 400}
+    if folder is None:
+        folder = _type_dir(fp, item["type"] if "type" in item else "output")
+    if folder is None:
+        return {"status": 400}
+    subfolder = item.get("subfolder")
+    if isinstance(subfolder, str) and (subfolder != "" or not whole):
+        joined = os.path.join(folder, subfolder)
+        if not _inside(folder, joined):
+            return {"status": 403}
+        folder = joined
+    return _real(os.path.join(folder, name if whole else os.path.basename(name)))
+
+
+def _query_item(raw: Any) -> dict[str, Any]:
+    """The first value of each field of a raw query string, read as the host's handler reads it."""
+    if not isinstance(raw, str):
+        return {}
+    query = URL.build(path="/", query_string=raw, encoded=True).query
+    return {key: query[key] for key in ("filename", "type", "subfolder") if key in query}
+
+
+def _upload(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
+    kind = item.get("type") or "input"
+    if kind not in ("input", "temp", "output"):
+        return {"status": 500}  # the host's handler fails on a type it does not know
+    folder = fp.get_directory_by_type(kind)
+    filename, subfolder = item.get("filename"), item.get("subfolder") or ""
+    if not isinstance(filename, str) or not filename or not isinstance(subfolder, str):
+        return {"status": 400}
+    try:
+        target = os.path.abspath(os.path.join(os.path.join(folder, os.path.normpath(subfolder)), filename))
+    except ValueError:
+        return {"status": 400}
+    if not _inside(folder, target):
+        return {"status": 400}
+    return _real(target)
+
+
+def _name(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
+    name = item.get("name")
+    if not isinstance(name, str):
+        return {"places": []}
+    candidates = [
+        ("annotated", fp.get_annotated_filepath(name)),
+        ("output", os.path.join(fp.get_output_directory(), name)),
+        ("temp", os.path.join(fp.get_temp_directory(), name)),
+        ("cwd", name),  # a node that opens the name as given (relative to the working folder)
+    ]
+    places: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for via, candidate in candidates:
+        place = _real(candidate)
+        path = place.get("path")
+        if path is None or path in seen or not (place["file"] or place["dir"]):
+            continue
+        seen.add(path)
+        places.append({**place, "via": via})
+    return {"places": places}
+
+
+def resolve(items: Any) -> dict[str, Any]:
+    """The answer to one ``resolve`` message: ``results`` in the order of ``items``, and ``roots``."""
+    fp = _folder_paths()
+    results: list[dict[str, Any]] = []
+    for item in items if isinstance(items, list) else []:
+        op = item.get("op") if isinstance(item, dict) else None
+        try:
+            if op == "view":
+                results.append(_view(fp, _query_item(item.get("query")), whole=False))
+            elif op == "mask_ref":
+                results.append(_view(fp, item, whole=True))
+            elif op == "upload":
+                results.append(_upload(fp, item))
+            elif op == "name":
+                results.append(_name(fp, item))
+            else:
+                results.append({"status": 400})
+        except (TypeError, ValueError, OSError):
+            results.append({"status": 400})
+    roots = {}
+    for kind in ("input", "output", "temp"):
+        folder = fp.get_directory_by_type(kind)
+        if isinstance(folder, str):
+            roots[kind] = os.path.realpath(folder)
+    return {"results": results, "roots": roots}
