@@ -11,6 +11,7 @@ import { after, before, describe, it } from 'node:test'
 import type { Decision } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { bearer, addUser, apiToken, assertDenied, assertPass, call, decide, describeRequest, openSidecar, sessionJwt, type Sidecar } from './fixtures.js'
+import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
 
 const cacheOf = (d: Decision) => (d.action === 'pass' ? d.cache : undefined)
 
@@ -206,7 +207,7 @@ describe('the access epoch: every change a decision reads is pushed at once', ()
     }
     let epoch = sc.services.accessEpoch.value
     pushed.length = 0
-    sc.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 'test', host })
+    sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host })
     assert.ok(sc.services.accessEpoch.value > epoch && pushed.at(-1) === sc.services.accessEpoch.value, 'new facts: pushed before the hello is answered')
     // the scan the hello started, then a file written on disk: each visible change is pushed
     const forgetAfter = (from: number): Promise<void> => new Promise((resolve) => {

@@ -5,7 +5,7 @@
  * Nothing here sleeps: time moves only when a test calls `clock.advance`.
  */
 import assert from 'node:assert/strict'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { FastifyInstance, LightMyRequestResponse, RouteOptions } from 'fastify'
@@ -18,6 +18,7 @@ import { ERRORS } from '../../sidecar/src/errors.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { createLogger } from '../../sidecar/src/log.js'
 import { openServices, type Services } from '../../sidecar/src/services.js'
+import { pythonHost, type PythonHost } from '../helpers/host-resolver.js'
 
 export const SECRET = 'unit-test-master-secret-0123456789abcdef'
 export const FAST_ARGON2 = { memory_kib: 64, time_cost: 1, parallelism: 1 }
@@ -59,6 +60,8 @@ export interface Sidecar {
   handlers: DecisionHandlers
   /** the built app's live-socket registry and push hook (isolation tests) */
   built: BuiltApp
+  /** the plugin's resolver over `<dir>/host` (input/, output/, temp/), when asked for (`host: true`) */
+  host?: PythonHost
   close(options?: { keepDir?: boolean }): Promise<void>
 }
 
@@ -69,6 +72,8 @@ export interface SidecarOptions {
   secret?: string
   /** sees every owned route as it is registered (before the app is ready) */
   onRoute?: (route: RouteOptions) => void
+  /** resolve names with the plugin's own resolver over `<dir>/host` (test/helpers/host-resolver.ts) */
+  host?: boolean
 }
 
 export async function openSidecar(options: SidecarOptions = {}): Promise<Sidecar> {
@@ -79,6 +84,11 @@ export async function openSidecar(options: SidecarOptions = {}): Promise<Sidecar
   const built = buildApp(services, log)
   if (options.onRoute) built.app.addHook('onRoute', options.onRoute)
   await built.app.ready()
+  let host: PythonHost | undefined
+  if (options.host) {
+    for (const d of ['input', 'output', 'temp']) mkdirSync(join(dir, 'host', d), { recursive: true })
+    host = pythonHost(join(dir, 'host'))
+  }
   return {
     dir,
     clock,
@@ -86,7 +96,9 @@ export async function openSidecar(options: SidecarOptions = {}): Promise<Sidecar
     app: built.app,
     handlers: built.handlers('/tmp/x-http.sock'),
     built,
+    host,
     async close({ keepDir = false } = {}) {
+      host?.close()
       await built.stop()
       await built.app.close()
       await services.close()
@@ -148,7 +160,10 @@ export function describeRequest(o: DescOptions): RequestDescription {
 export const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
 
 export async function decide(sc: Sidecar, o: DescOptions): Promise<Decision> {
-  return sc.handlers.decide(describeRequest(o))
+  const desc = describeRequest(o)
+  // as the decision server does: the plugin that asked, to resolve names on its host
+  if (sc.host) Object.defineProperty(desc, 'host', { value: sc.host, enumerable: false })
+  return sc.handlers.decide(desc)
 }
 
 export interface Answer {

@@ -6,9 +6,10 @@
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { mkdirSync, writeFileSync } from 'node:fs'
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import type { Decision } from '../../sidecar/src/decide/protocol.js'
+import { PROTOCOL_VERSION, type Decision } from '../../sidecar/src/decide/protocol.js'
+import { userFolder } from '../../sidecar/src/isolation/user-folders.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { CLOSE_ACCESS_CHANGED, CLOSE_CREDENTIAL_ENDED } from '../../sidecar/src/isolation/credential-state.js'
 import { bearer, addUser, apiToken, assertDenied, assertPass, decide, openSidecar, sessionJwt, type DescOptions, type Sidecar } from './fixtures.js'
@@ -31,7 +32,7 @@ interface World {
 }
 
 async function world(config: Record<string, unknown> = {}): Promise<World> {
-  const sc = await openSidecar({ config })
+  const sc = await openSidecar({ config, host: true })
   const admin = await addUser(sc, 'admin', 'admin-password-1', 'admin')
   const alice = await addUser(sc, 'alice', 'alice-password-1')
   const bob = await addUser(sc, 'bob', 'bob-password-12')
@@ -44,7 +45,7 @@ async function world(config: Record<string, unknown> = {}): Promise<World> {
 /** POST /prompt as `jwt` with this raw body: the body step's answer. */
 async function postPrompt(sc: Sidecar, jwt: string, body: string): Promise<Stepped> {
   const d = assertPass(await decide(sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(jwt) }))
-  return unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(body, 'utf8')))
+  return unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(body, 'utf8'), sc.host))
 }
 
 /** The prompt_id a passed prompt body carries. */
@@ -57,7 +58,7 @@ async function ownPrompt(sc: Sidecar, jwt: string, extra = ''): Promise<string> 
 async function withBody(sc: Sidecar, o: DescOptions, body: string): Promise<Stepped> {
   const d = await decide(sc, o)
   if (d.action !== 'pass' || !('need_body' in d) || d.need_body === undefined) return d as Stepped
-  return unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body.ctx }, Buffer.from(body, 'utf8')))
+  return unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body.ctx }, Buffer.from(body, 'utf8'), sc.host))
 }
 
 async function filtered(sc: Sidecar, o: DescOptions, hostAnswer: string): Promise<string | 'unchanged'> {
@@ -83,7 +84,9 @@ describe('prompt ownership at POST /prompt', () => {
     const sent = out.body_text!
     const promptId = (JSON.parse(sent) as { prompt_id: string }).prompt_id
     assert.match(promptId, /^[0-9a-f-]{36}$/)
+    // the node's cache entry is hers (prompt-files.ts): authsvc_scope is added to its inputs
     const expected = raw
+      .replace('\\ud83d\\ude00"}', `\\ud83d\\ude00","authsvc_scope":"${userFolder(w.alice.user_id)}"}`)
       .replace('{"extra_pnginfo": {"n": 12345678901234567890}}', `{"extra_pnginfo": {"n": 12345678901234567890},"authsvc_user":"alice","authsvc_user_id":"${w.alice.user_id}"}`)
       .replace(/}$/, `,"prompt_id":"${promptId}"}`)
     assert.equal(sent, expected)
@@ -277,126 +280,223 @@ describe('queue, history and actions per owner', () => {
   })
 })
 
-describe('files: /view, uploads and the LoadImage lists', () => {
+describe('files: per-user folders, decided on the path the host resolves', () => {
+  // The plugin's own resolver (host-plugin/host_paths.py) over the stand-in's folder_paths, rooted
+  // at <sidecar dir>/host; the same rows run through the gate on the real ComfyUI
+  // (test/e2e/real-host-isolation.test.ts).
   let w: World
   let hostDir: string
+  let A: string // alice's folder name
+  let B: string // bob's
+  const put = (rel: string, text = 'x') => {
+    mkdirSync(join(hostDir, rel, '..'), { recursive: true })
+    writeFileSync(join(hostDir, rel), text)
+  }
   before(async () => {
     w = await world()
     hostDir = join(w.sc.dir, 'host')
-    for (const d of ['output', 'input', 'temp']) mkdirSync(join(hostDir, d), { recursive: true })
-    w.sc.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 't', host: { output_dir: join(hostDir, 'output'), input_dir: join(hostDir, 'input'), temp_dir: join(hostDir, 'temp') } })
-    const p = await ownPrompt(w.sc, w.aliceJwt)
-    event(w.sc, 'execution_start', { prompt_id: p })
-    event(w.sc, 'executed', { prompt_id: p, output: { images: [{ filename: 'a_00001_.png', subfolder: '', type: 'output' }, { filename: 'prev.png', subfolder: 'x', type: 'temp' }] } })
-    event(w.sc, 'execution_end', { prompt_id: p, status: 'success' })
+    A = userFolder(w.alice.user_id)
+    B = userFolder(w.bob.user_id)
+    w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', host: { output_dir: join(hostDir, 'output'), input_dir: join(hostDir, 'input'), temp_dir: join(hostDir, 'temp') } })
+    put(`output/${A}/a_00001_.png`)
+    put(`input/${A}/pets/cat.png`)
+    put(`input/${A}/cat\nx.png`)
+    put(`input/${A}/x.latent`)
+    put(`input/${B}/mine.png`)
+    put('input/shared.png')
+    // from before per-user folders: owned by the table (an upload, an output, a preview the host named)
+    put('input/old/cat-legacy.png')
+    put('output/legacy_00001_.png')
+    put('temp/x/prev.png')
+    const now = new Date()
+    for (const key of ['input/old/cat-legacy.png', 'output/legacy_00001_.png', 'temp/x/prev.png']) await w.sc.services.ownership.addFileOwner(key, w.alice.user_id, undefined, now)
+    symlinkSync(join(hostDir, 'output', A), join(hostDir, 'output', 'link')) // an operator's symlink into her folder
     await w.sc.services.flush()
   })
   after(() => w.sc.close())
 
   const view = (jwt: string, query: string) => decide(w.sc, { path: '/view', pattern: '/view', query, headers: bearer(jwt) })
-
-  const BOB_TRIES = [
-    'filename=a_00001_.png', 'filename=a_00001_.png&type=output', 'filename=a_00001_.png%20[output]', 'filename=a_00001_.png[output]',
-    'filename=sub/a_00001_.png', 'filename=a_00001_.png&subfolder=.', 'filename=a_00001_.png&subfolder=./', 'filename=prev.png&subfolder=x&type=temp',
-    'filename=prev.png&subfolder=x/./&type=temp', 'filename=prev.png&subfolder=y/../x&type=temp', 'filename=never-existed.png',
+  const hers = (): string[] => [
+    `filename=a_00001_.png&type=output&subfolder=${A}`, `filename=a_00001_.png&subfolder=${A}`, `filename=a_00001_.png%20[output]&subfolder=${A}`,
+    `filename=a_00001_.png&type=output&subfolder=../output/${A}`, `filename=a_00001_.png&type=output&subfolder=x/../${A}`,
+    `filename=a_00001_.png&type=output&subfolder=${A}/`, `filename=a_00001_.png&type=output&subfolder=./${A}//`,
+    `filename=a_00001_.png&type=output&subfolder=%2E%2E%2Foutput%2F${A}`,
+    `filename=a_00001_.png&type=output&subfolder=link`,
+    `filename=cat.png&type=input&subfolder=${A}/pets`, `filename=cat.png&type=input&subfolder=../input/${A}/pets`,
+    `filename=cat.png&type=input&subfolder=${A}%2Fpets`, `filename=cat.png%20[input]&subfolder=${A}/pets`,
+    `filename=cat%0Ax.png&type=input&subfolder=${A}`,
+    'filename=legacy_00001_.png&type=output', 'filename=legacy_00001_.png&type=output&subfolder=../output', 'filename=prev.png&subfolder=x&type=temp',
+    'filename=cat-legacy.png&subfolder=old&type=input', 'filename=cat-legacy.png&subfolder=../input/old&type=input',
   ]
-  for (const q of BOB_TRIES) {
-    it(`bob: /view?${q} → 404 NOT_FOUND`, async () => {
-      assertDenied(await view(w.bobJwt, q), 'NOT_FOUND')
-    })
-  }
+  const nobodys = (): string[] => [
+    `filename=never.png&type=output&subfolder=${A}`, 'filename=never.png&type=output', 'filename=never.png&type=input&subfolder=../input/old',
+    `filename=a_00001_.png&type=output&subfolder=u_00000000-0000-0000-0000-000000000000`, 'filename=prev.png&subfolder=y&type=temp',
+  ]
 
-  it('alice views her output and temp preview; the admin views anything', async () => {
-    assertPass(await view(w.aliceJwt, 'filename=a_00001_.png&type=output'))
-    assertPass(await view(w.aliceJwt, 'filename=prev.png&subfolder=x&type=temp'))
-    assertPass(await view(w.adminJwt, 'filename=a_00001_.png'))
+  it('bob: every spelling of alice\'s files answers 404 NOT_FOUND, the very answer for a file nobody has', async () => {
+    const none = await view(w.bobJwt, 'filename=never.png&type=output')
+    assertDenied(none, 'NOT_FOUND')
+    for (const q of [...hers(), ...nobodys()]) assert.deepEqual({ q, d: await view(w.bobJwt, q) }, { q, d: none })
   })
 
-  it('shapes the host refuses itself pass on to be refused there', async () => {
-    for (const q of ['filename=../x.png', 'filename=/etc/passwd', 'filename=a.png&type=nope']) assertPass(await view(w.bobJwt, q), q)
+  it('alice views hers in every spelling; the admin views anything; bob views the shared inputs and his own', async () => {
+    for (const q of hers()) assertPass(await view(w.aliceJwt, q), q)
+    for (const q of hers()) assertPass(await view(w.adminJwt, q), q)
+    assertPass(await view(w.bobJwt, 'filename=shared.png&type=input'))
+    assertPass(await view(w.bobJwt, `filename=mine.png&type=input&subfolder=${B}`))
+    assertPass(await view(w.bobJwt, `filename=mine.png%20[input]&subfolder=../input/${B}`))
+  })
+
+  it('shapes the host refuses by itself (400/403, whatever exists) pass on to be refused there', async () => {
+    const hostRefuses = [
+      'filename=../x.png', 'filename=/etc/passwd', 'filename=a.png&type=nope', 'filename=a.png&subfolder=../../etc', 'filename=a.png&subfolder=/etc', '',
+      // a subfolder that leaves its type's folder is the host's 403, even into another of the host's folders
+      `filename=a_00001_.png&type=temp&subfolder=../output/${A}`, `filename=a_00001_.png&type=input&subfolder=../output/${A}`,
+      `filename=cat.png&type=output&subfolder=../input/${A}/pets`,
+    ]
+    for (const q of hostRefuses) assertPass(await view(w.bobJwt, q), q)
   })
 
   async function upload(jwt: string, fields: Record<string, string>, filename: string, mask = false): Promise<Stepped> {
     const path = mask ? '/upload/mask' : '/upload/image'
     const d = assertPass(await decide(w.sc, { method: 'POST', path, pattern: path, headers: bearer(jwt) }))
-    return (await w.sc.handlers.form({ type: 'form', id: 1, ctx: d.need_form!.ctx, fields, files: { image: filename } })) as Stepped
+    return (await w.sc.handlers.form({ type: 'form', id: 1, ctx: d.need_form!.ctx, fields, files: { image: filename } }, w.sc.host)) as Stepped
   }
-  async function stored(jwt: string, answer: Record<string, string>): Promise<void> {
-    const d = assertPass(await decide(w.sc, { method: 'POST', path: '/upload/image', pattern: '/upload/image', headers: bearer(jwt) }))
-    const f = assertPass(await w.sc.handlers.form({ type: 'form', id: 1, ctx: d.need_form!.ctx, fields: {}, files: { image: answer.name } }))
-    await w.sc.handlers.filter({ type: 'filter', id: 1, name: f.filter!.name, ctx: f.filter!.ctx, status: 200, content_type: 'application/json' }, Buffer.from(JSON.stringify(answer)))
+  const placedIn = async (jwt: string, fields: Record<string, string>, filename: string, mask = false): Promise<string | undefined> => {
+    const d = await upload(jwt, fields, filename, mask)
+    assert.equal(d.action, 'pass', JSON.stringify(d))
+    return (d as { set_fields?: Record<string, string> }).set_fields?.subfolder
   }
 
-  it('an upload belongs to its uploader: others cannot view it; a file that was in input/ before is shared', async () => {
-    await stored(w.aliceJwt, { name: 'cat.png', subfolder: 'pets', type: 'input' })
-    assertPass(await view(w.aliceJwt, 'filename=cat.png&subfolder=pets&type=input'))
-    assertDenied(await view(w.bobJwt, 'filename=cat.png&subfolder=pets&type=input'), 'NOT_FOUND')
-    assertPass(await view(w.bobJwt, 'filename=shared.png&type=input'), 'nobody owns it: shared')
+  it('an upload lands in the uploader\'s folder whatever subfolder was asked for; the host\'s answer names it', async () => {
+    assert.equal(await placedIn(w.bobJwt, {}, 'x.png'), B)
+    assert.equal(await placedIn(w.bobJwt, { subfolder: '' }, 'x.png'), B)
+    assert.equal(await placedIn(w.bobJwt, { subfolder: 'pets' }, 'x.png'), `${B}/pets`)
+    assert.equal(await placedIn(w.bobJwt, { subfolder: 'clipspace' }, 'x.png', true), `${B}/clipspace`)
+    assert.equal(await placedIn(w.bobJwt, { subfolder: `${B}/pets` }, 'x.png'), `${B}/pets`, 'his own folder named again is kept (a re-upload of an answer)')
+    assert.equal(await placedIn(w.bobJwt, { subfolder: `./pets//a/../` }, 'x.png'), `${B}/pets`)
+    assert.equal(await placedIn(w.bobJwt, { subfolder: `${A}/pets`, overwrite: 'true' }, 'cat.png'), `${B}/${A}/pets`, 'her folder name is only a name inside his')
+    assert.equal(await placedIn(w.bobJwt, { type: 'output', overwrite: 'true' }, 'a_00001_.png'), B)
+    assert.equal(await placedIn(w.bobJwt, { type: 'temp' }, 'x.png'), B)
+    assert.equal(await placedIn(w.bobJwt, {}, `face\\ComfyUI_00001_.png`), B, 'a backslash is a character of the name here')
+    assert.equal(await placedIn(w.adminJwt, { subfolder: 'pets' }, 'x.png'), undefined, 'an administrator uploads where asked')
   })
 
-  // the security review's shapes: the host strips one character more than the annotation, reads
-  // an absolute subfolder as a replacement folder, and keeps original_ref's whole name
-  const REVIEW_ROWS = [
-    'filename=cat.pngX[input]&subfolder=pets', 'filename=cat.png%20[input]&subfolder=pets', 'filename=cat.png_[input]&subfolder=pets',
-    'filename=cat.png&type=input&subfolder=/srv/comfy/input/pets', 'filename=cat.png&type=input&subfolder=//pets',
+  const UPLOAD_REFUSALS: Array<[string, Record<string, string>, string]> = [
+    ['subfolder ../input', { subfolder: '../input', overwrite: 'true' }, 'cat.png'],
+    ['subfolder x/../../input', { subfolder: 'x/../../input', overwrite: 'true' }, 'cat.png'],
+    ['an absolute subfolder', { subfolder: '/srv/comfy/input', overwrite: 'true' }, 'x.png'],
+    ['a file name that climbs out', { overwrite: 'true' }, '../shared.png'],
+    ['a file name into her folder', { overwrite: 'true' }, `../${'A'}/pets/cat.png`],
+    ['an absolute file name', { overwrite: 'true' }, '/srv/comfy/input/x.png'],
+    ['an unknown type', { type: 'nope' }, 'x.png'],
   ]
-  for (const q of REVIEW_ROWS) {
-    it(`bob: /view?${q} (alice's upload under another spelling) → 404`, async () => {
-      assertDenied(await view(w.bobJwt, q), 'NOT_FOUND')
+  for (const [name, fields, filename] of UPLOAD_REFUSALS) {
+    it(`bob's upload with ${name} → 400 VALIDATION_FAILED, nothing written`, async () => {
+      const fixed = filename.replace('/A/', `/${A}/`)
+      assertDenied(await upload(w.bobJwt, fields, fixed), 'VALIDATION_FAILED')
     })
   }
 
-  it('an absolute subfolder or file name in an upload is refused; a mask ref keeps its whole name', async () => {
-    assertDenied(await upload(w.bobJwt, { subfolder: '/srv/comfy/input', overwrite: 'true' }, 'x.png'), 'VALIDATION_FAILED')
-    assertDenied(await upload(w.bobJwt, { overwrite: 'true' }, '/srv/comfy/input/x.png'), 'VALIDATION_FAILED')
-    const ref = (o: Record<string, string>) => ({ original_ref: JSON.stringify(o) })
-    assertDenied(await upload(w.bobJwt, ref({ filename: 'pets/cat.png', type: 'input' }), 'm.png', true), 'NOT_OWNER')
-    assertDenied(await upload(w.bobJwt, ref({ filename: 'cat.png', subfolder: '/srv/comfy/input/pets', type: 'input' }), 'm.png', true), 'NOT_OWNER')
+  it('an upload\'s answer does not depend on others\' files: overwrite or not, her name or a free one', async () => {
+    for (const overwrite of [{}, { overwrite: 'true' }] as Array<Record<string, string>>) {
+      const onHers = await upload(w.bobJwt, { subfolder: `${A}/pets`, ...overwrite }, 'cat.png')
+      assert.deepEqual(await upload(w.bobJwt, { subfolder: `${A}/pets`, ...overwrite }, 'free-name.png'), onHers)
+      assert.deepEqual(onHers, { action: 'pass', set_fields: { subfolder: `${B}/${A}/pets` } })
+    }
   })
 
-  it('bob cannot overwrite alice\'s upload nor a shared input; may overwrite his own or create', async () => {
-    writeFileSync(join(hostDir, 'input', 'shared.png'), 'x')
-    assertDenied(await upload(w.bobJwt, { subfolder: 'pets', overwrite: 'true' }, 'cat.png'), 'NOT_OWNER')
-    assertDenied(await upload(w.bobJwt, { overwrite: '1' }, 'shared.png'), 'NOT_OWNER')
-    assertDenied(await upload(w.bobJwt, { overwrite: 'true', type: 'output' }, 'a_00001_.png'), 'NOT_OWNER')
-    assert.equal((await upload(w.bobJwt, { overwrite: 'true' }, 'brand-new.png')).action, 'pass')
-    assert.equal((await upload(w.bobJwt, {}, 'cat.png')).action, 'pass', 'without overwrite the host renames')
-  })
-
-  it('a mask upload must reference a file its uploader may view', async () => {
+  it('a mask\'s original_ref must be a file its uploader may read; hers and a missing one get the same 403', async () => {
     const ref = (o: Record<string, string>) => ({ original_ref: JSON.stringify(o) })
-    assertDenied(await upload(w.bobJwt, ref({ filename: 'a_00001_.png', type: 'output' }), 'm.png', true), 'NOT_OWNER')
-    assertDenied(await upload(w.bobJwt, ref({ filename: 'cat.png', subfolder: 'pets', type: 'input' }), 'm.png', true), 'NOT_OWNER')
-    assert.equal((await upload(w.aliceJwt, ref({ filename: 'a_00001_.png', type: 'output' }), 'm.png', true)).action, 'pass')
+    const missing = await upload(w.bobJwt, ref({ filename: 'never.png', type: 'output' }), 'm.png', true)
+    assertDenied(missing, 'NOT_OWNER')
+    for (const o of [
+      { filename: 'a_00001_.png', subfolder: A, type: 'output' } as Record<string, string>, { filename: `${A}/a_00001_.png`, type: 'output' },
+      { filename: 'a_00001_.png', subfolder: `../output/${A}`, type: 'output' }, { filename: `a_00001_.png [output]`, subfolder: A },
+      { filename: 'cat.png', subfolder: `${A}/pets`, type: 'input' }, { filename: 'legacy_00001_.png', type: 'output' },
+      { filename: 'a_00001_.png', subfolder: 'link', type: 'output' },
+    ]) assert.deepEqual(await upload(w.bobJwt, ref(o), 'm.png', true), missing, JSON.stringify(o))
+    assert.equal((await upload(w.aliceJwt, ref({ filename: 'a_00001_.png', subfolder: A, type: 'output' }), 'm.png', true)).action, 'pass')
+    assert.equal((await upload(w.bobJwt, ref({ filename: 'shared.png', type: 'input' }), 'm.png', true)).action, 'pass')
     assertDenied(await upload(w.bobJwt, { original_ref: '{nope' }, 'm.png', true), 'VALIDATION_FAILED')
   })
 
-  it('a prompt cannot read another user\'s file by name (LoadImage skips its list check on the host)', async () => {
-    mkdirSync(join(hostDir, 'input', 'pets'), { recursive: true })
-    writeFileSync(join(hostDir, 'input', 'pets', 'cat.png'), 'x')
-    writeFileSync(join(hostDir, 'output', 'a_00001_.png'), 'x')
-    writeFileSync(join(hostDir, 'input', 'shared.png'), 'x')
-    const graph = (image: string) => JSON.stringify({ prompt: { 1: { class_type: 'LoadImage', inputs: { image } }, 2: { class_type: 'SaveImage', inputs: { images: ['1', 0] } } } })
-    for (const name of ['pets/cat.png', 'a_00001_.png [output]', 'a_00001_.pngX[output]', '../output/a_00001_.png', 'pets/../pets/cat.png', '/etc/hostname', '../../../../../../etc/hostname']) {
-      assertDenied(await postPrompt(w.sc, w.bobJwt, graph(name)), 'NOT_OWNER', name)
+  const graph = (image: unknown, cls = 'LoadImage', input = 'image') => JSON.stringify({ prompt: { 1: { class_type: cls, inputs: { [input]: image } }, 2: { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } } })
+
+  it('a prompt reads none of her files, in any spelling, wrapper, length or node', async () => {
+    const tries: unknown[] = [
+      `${A}/pets/cat.png`, `${A}/a_00001_.png [output]`, `../output/${A}/a_00001_.png`, `${'./'.repeat(600)}${A}/pets/cat.png`,
+      `${A}/cat\nx.png`, join(hostDir, 'input', A, 'pets', 'cat.png'), `link/a_00001_.png [output]`, 'legacy_00001_.png [output]',
+      'x/prev.png [temp]', 'old/cat-legacy.png', `${A}/pets/../pets/cat.png`, '/etc/hostname', '../../../../../../etc/hostname',
+      { __value__: `${A}/pets/cat.png` }, { __value__: { __value__: `${A}/a_00001_.png [output]` } }, [`${A}/pets/cat.png`], { path: `${A}/pets/cat.png` },
+    ]
+    for (const t of tries) assertDenied(await postPrompt(w.sc, w.bobJwt, graph(t)), 'NOT_OWNER', JSON.stringify(t))
+    for (const folder of [A, `${A}/pets`, 'old', `../input/${A}`]) {
+      assertDenied(await postPrompt(w.sc, w.bobJwt, graph(folder, 'LoadImageSetFromFolderNode', 'folder')), 'NOT_OWNER', folder)
     }
-    // issue 21: ComfyUI unwraps {"__value__": x} before LoadImage opens it
-    const wrapped = (image: unknown) => JSON.stringify({ prompt: { 1: { class_type: 'LoadImage', inputs: { image } }, 2: { class_type: 'SaveImage', inputs: { images: ['1', 0] } } } })
-    for (const value of [{ __value__: 'pets/cat.png' }, { __value__: { __value__: 'a_00001_.png [output]' } }]) {
-      assertDenied(await postPrompt(w.sc, w.bobJwt, wrapped(value)), 'NOT_OWNER', JSON.stringify(value))
-    }
-    assert.equal((await postPrompt(w.sc, w.bobJwt, wrapped({ __value__: 'shared.png' }))).action, 'pass', 'a wrapped shared name')
-    for (const name of ['shared.png', 'not-a-file.png', 'a prompt text, not a file']) assert.equal((await postPrompt(w.sc, w.bobJwt, graph(name))).action, 'pass', name)
-    assert.equal((await postPrompt(w.sc, w.aliceJwt, graph('pets/cat.png'))).action, 'pass', 'her own upload')
-    assert.equal((await postPrompt(w.sc, w.aliceJwt, graph('a_00001_.png [output]'))).action, 'pass', 'her own output')
-    assert.equal((await postPrompt(w.sc, w.adminJwt, graph('pets/cat.png'))).action, 'pass', 'the admin')
   })
 
-  it('/object_info: the LoadImage list shows each user their uploads and the shared inputs, nothing else changes', async () => {
-    const info = '{"LoadImage": {"input": {"required": {"image": [["pets/cat.png", "shared.png"], {"image_upload": true}]}}}, "KSampler": {"input": {"required": {"seed": ["INT", {"max": 18446744073709551615}]}}}}'
+  it('a prompt reads the shared inputs, his own files, and texts; alice reads hers; the admin anything', async () => {
+    for (const t of ['shared.png', `${B}/mine.png`, { __value__: 'shared.png' }, 'not-a-file.png', 'a prompt text', '', '.', 'x'.repeat(5000)]) {
+      assert.equal((await postPrompt(w.sc, w.bobJwt, graph(t))).action, 'pass', JSON.stringify(t))
+    }
+    assert.equal((await postPrompt(w.sc, w.bobJwt, graph(B, 'LoadImageSetFromFolderNode', 'folder'))).action, 'pass')
+    for (const t of [`${A}/pets/cat.png`, `${A}/a_00001_.png [output]`, 'old/cat-legacy.png', 'legacy_00001_.png [output]']) {
+      assert.equal((await postPrompt(w.sc, w.aliceJwt, graph(t))).action, 'pass', t)
+      assert.equal((await postPrompt(w.sc, w.adminJwt, graph(t))).action, 'pass', t)
+    }
+  })
+
+  const saved = (prefix: unknown, extra = '') => `{"prompt": {"9": {"class_type": "SaveImage", "inputs": {"filename_prefix": ${JSON.stringify(prefix)}${extra}, "images": ["1", 0]}}, "1": {"class_type": "EmptyImage", "inputs": {"seed": 18446744073709551615}}}}`
+  const inputsOf = (out: Stepped, node: string) => (JSON.parse(out.body_text!) as { prompt: Record<string, { inputs: Record<string, unknown> }> }).prompt[node].inputs
+
+  it('every filename_prefix is placed under the owner\'s output folder; every node\'s cache entry is the owner\'s', async () => {
+    for (const [given, placed] of [['ComfyUI', `${B}/ComfyUI`], ['portraits/face', `${B}/portraits/face`], [`${B}/again`, `${B}/again`], [`./a//b`, `${B}/a/b`], [`${A}/x`, `${B}/${A}/x`], [{ __value__: 'wrapped' }, `${B}/wrapped`], ['%year%/img', `${B}/%year%/img`]] as Array<[unknown, string]>) {
+      const out = await postPrompt(w.sc, w.bobJwt, saved(given))
+      assert.equal(out.action, 'pass', JSON.stringify(given))
+      assert.equal(inputsOf(out, '9').filename_prefix, placed, JSON.stringify(given))
+      assert.equal(inputsOf(out, '9').authsvc_scope, B)
+      assert.equal(inputsOf(out, '1').authsvc_scope, B)
+      assert.match(out.body_text!, /"seed": 18446744073709551615/, 'the rest of the body is the client\'s text')
+    }
+    const spoof = await postPrompt(w.sc, w.bobJwt, saved('x', `, "authsvc_scope": "${A}"`))
+    assert.equal(inputsOf(spoof, '9').authsvc_scope, B, 'a scope the client sends is replaced')
+    const twice = await postPrompt(w.sc, w.bobJwt, saved('x', ', "filename_prefix": "../../evil"'))
+    assertDenied(twice, 'VALIDATION_FAILED', 'the host reads the last of two keys: both are judged')
+  })
+
+  // BOB and ALICE stand for their folders
+  for (const prefix of ['../x', 'a/../../x', 'BOB/../ALICE/x', '/abs/x', '\\abs', '', '.', './', 'BOB', 'BOB/', './BOB/.', ['5', 0], 7, null, { __value__: '../x' }]) {
+    it(`filename_prefix ${JSON.stringify(prefix)} → 400 VALIDATION_FAILED`, async () => {
+      const given = typeof prefix === 'string' ? prefix.replace('BOB', B).replace('ALICE', A) : prefix
+      assertDenied(await postPrompt(w.sc, w.bobJwt, saved(given)), 'VALIDATION_FAILED')
+    })
+  }
+
+  it('an administrator\'s prompt is not edited', async () => {
+    const out = await postPrompt(w.sc, w.adminJwt, saved('ComfyUI'))
+    assert.equal(inputsOf(out, '9').filename_prefix, 'ComfyUI')
+    assert.equal(inputsOf(out, '9').authsvc_scope, undefined)
+  })
+
+  it('/object_info: every option list shows bob his own and the shared entries, nothing of hers, and nothing else changes', async () => {
+    const lists = (load: string[], latent: string[], folders: string[], outputs: string[]) =>
+      `{"LoadImage": {"input": {"required": {"image": [${JSON.stringify(load)}, {"image_upload": true}]}}}, ` +
+      `"LoadLatent": {"input": {"required": {"latent": [${JSON.stringify(latent)}]}}}, ` +
+      `"LoadImageSetFromFolderNode": {"input": {"required": {"folder": [${JSON.stringify(folders)}]}}}, ` +
+      `"LoadImageOutput": {"input": {"required": {"image": [${JSON.stringify(outputs)}]}}}, ` +
+      `"KSampler": {"input": {"required": {"seed": ["INT", {"max": 18446744073709551615}], "sampler_name": [["euler", "dpmpp_2m"]]}}}}`
+    const info = lists([`${A}/pets/cat.png`, `${B}/mine.png`, 'old/cat-legacy.png', 'shared.png'], [`${A}/x.latent`, 'shared.latent'], [A, `${A}/pets`, B, 'old'],
+      [`${A}/a_00001_.png [output]`, 'legacy_00001_.png [output]', `${B}/b_00001_.png [output]`])
     const forBob = await filtered(w.sc, { path: '/object_info', pattern: '/object_info', headers: bearer(w.bobJwt) }, info)
-    assert.equal(forBob, info.replace('["pets/cat.png", "shared.png"]', '["shared.png"]'))
-    assert.equal(await filtered(w.sc, { path: '/object_info/LoadImage', pattern: '/object_info/{node_class}', headers: bearer(w.aliceJwt) }, info), 'unchanged')
+    assert.notEqual(forBob, 'unchanged')
+    const bob = JSON.parse(forBob) as Record<string, { input: { required: Record<string, [unknown]> } }>
+    assert.deepEqual(bob.LoadImage.input.required.image[0], [`${B}/mine.png`, 'shared.png'])
+    assert.deepEqual(bob.LoadLatent.input.required.latent[0], ['shared.latent'])
+    assert.deepEqual(bob.LoadImageSetFromFolderNode.input.required.folder[0], [B, 'old'])
+    assert.deepEqual(bob.LoadImageOutput.input.required.image[0], [`${B}/b_00001_.png [output]`])
+    assert.deepEqual(bob.KSampler.input.required.sampler_name[0], ['euler', 'dpmpp_2m'])
+    assert.match(forBob, /"max": 18446744073709551615/)
     assert.equal(await filtered(w.sc, { path: '/object_info', pattern: '/object_info', headers: bearer(w.adminJwt) }, info), 'unchanged')
   })
 })
@@ -451,7 +551,7 @@ describe('live WebSockets follow their credential', () => {
       restarted.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
       const jti = restarted.services.sessions.activeForUser(w.admin.user_id)[0].jti
       await restarted.services.sessions.revoke(jti)
-      restarted.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 't', sockets: [pass.ws_entry, { tag: 7 }, 'junk'] })
+      restarted.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', sockets: [pass.ws_entry, { tag: 7 }, 'junk'] })
       assert.deepEqual(seen, [{ tags: [pass.ws_tag], code: CLOSE_CREDENTIAL_ENDED }], 'closed on adoption; malformed entries ignored')
     } finally {
       await restarted.close({ keepDir: true })
@@ -545,7 +645,7 @@ describe('the host-folder watcher (real files, real inotify)', () => {
     }
   }
 
-  it('a run claims the files it writes; an upload during that run stays its uploader\'s; a removed file is forgotten', async () => {
+  it('a run claims the files it writes; an administrator\'s upload during that run stays hers; a removed file is forgotten', async () => {
     const { writeFileSync: write, rmSync } = await import('node:fs')
     const sc = await openSidecar()
     try {
@@ -554,14 +654,15 @@ describe('the host-folder watcher (real files, real inotify)', () => {
       const bob = await addUser(sc, 'bob', 'bob-password-12')
       const dirs = Object.fromEntries(['output', 'input', 'temp'].map((d) => [d, join(sc.dir, 'host', d)]))
       for (const d of Object.values(dirs)) mkdirSync(d, { recursive: true })
-      sc.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 't', host: { output_dir: dirs.output, input_dir: dirs.input, temp_dir: dirs.temp } })
+      sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', host: { output_dir: dirs.output, input_dir: dirs.input, temp_dir: dirs.temp } })
       await sc.built.hostFiles.ready()
       const bobPrompt = await ownPrompt(sc, await sessionJwt(sc, bob))
       const own = sc.services.ownership
       event(sc, 'execution_start', { prompt_id: bobPrompt })
-      // alice uploads while bob's prompt runs
+      // the administrator uploads where she asks (a user's upload lands in their own folder: owned by its path)
       const aliceJwt = await sessionJwt(sc, alice)
-      const d = assertPass(await decide(sc, { method: 'POST', path: '/upload/image', pattern: '/upload/image', headers: bearer(aliceJwt) }))
+      const adminJwt = await sessionJwt(sc, admin)
+      const d = assertPass(await decide(sc, { method: 'POST', path: '/upload/image', pattern: '/upload/image', headers: bearer(adminJwt) }))
       const f = assertPass(await sc.handlers.form({ type: 'form', id: 1, ctx: d.need_form!.ctx, fields: {}, files: { image: 'hers.png' } }))
       write(join(dirs.input, 'hers.png'), 'x')
       write(join(dirs.output, 'bobs_00001_.png'), 'x')
@@ -569,7 +670,7 @@ describe('the host-folder watcher (real files, real inotify)', () => {
       await sc.handlers.filter({ type: 'filter', id: 1, name: f.filter!.name, ctx: f.filter!.ctx, status: 200, content_type: 'application/json' }, Buffer.from('{"name":"hers.png","subfolder":"","type":"input"}'))
       event(sc, 'execution_end', { prompt_id: bobPrompt, status: 'success' })
       assert.deepEqual(own.file('output/bobs_00001_.png')?.owners, [bob.user_id])
-      assert.deepEqual(own.file('input/hers.png')?.owners, [alice.user_id], 'bob\'s run did not claim her upload')
+      assert.deepEqual(own.file('input/hers.png')?.owners, [admin.user_id], 'bob\'s run did not claim her upload')
       // a cached node re-reports bob's file for alice's identical prompt: alice is not added
       const alicePrompt = await ownPrompt(sc, aliceJwt)
       event(sc, 'execution_start', { prompt_id: alicePrompt })
@@ -578,7 +679,15 @@ describe('the host-folder watcher (real files, real inotify)', () => {
       assert.deepEqual(own.file('output/bobs_00001_.png')?.owners, [bob.user_id])
       rmSync(join(dirs.output, 'bobs_00001_.png'))
       await until(() => own.file('output/bobs_00001_.png') === undefined, 'the removed file to be forgotten')
-      assert.ok(admin)
+      // files in per-user folders are their owners' by their path: a run claims none of them
+      mkdirSync(join(dirs.output, userFolder(bob.user_id)))
+      const third = await ownPrompt(sc, aliceJwt)
+      event(sc, 'execution_start', { prompt_id: third })
+      write(join(dirs.output, userFolder(bob.user_id), 'b_00001_.png'), 'x')
+      write(join(dirs.output, 'marker_00001_.png'), 'x')
+      await until(() => own.file('output/marker_00001_.png') !== undefined, 'the run\'s root output to be claimed')
+      event(sc, 'execution_end', { prompt_id: third, status: 'success' })
+      assert.equal(own.file(`output/${userFolder(bob.user_id)}/b_00001_.png`), undefined)
     } finally {
       await sc.close()
     }
@@ -598,7 +707,7 @@ describe('the host-folder watcher (real files, real inotify)', () => {
       for (let i = 0; i < 3000; i++) write(join(dirs.output, `old_${String(i).padStart(5, '0')}_.png`), 'x')
       mkdirSync(join(dirs.output, 'olddir'))
       write(join(dirs.output, 'olddir', 'inside.png'), 'x')
-      sc.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 't', host: { output_dir: dirs.output, input_dir: dirs.input, temp_dir: dirs.temp } })
+      sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', host: { output_dir: dirs.output, input_dir: dirs.input, temp_dir: dirs.temp } })
       await sc.built.hostFiles.ready()
       const own = sc.services.ownership
       write(join(dirs.output, 'new_00001_.png'), 'x')

@@ -15,6 +15,7 @@ import type { Decision } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { optionListsOf } from '../../sidecar/src/behaviours/option-lists.js'
 import { bearer, addUser, answer, assertDenied, assertPass, call, decide, openSidecar, sessionJwt, tempDir, type DescOptions, type Sidecar } from './fixtures.js'
+import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
 
 type Stepped = Decision & { body_text?: string }
 
@@ -58,7 +59,7 @@ interface World {
 }
 
 async function hello(sc: Sidecar, host: Record<string, unknown>, adminJwt: string): Promise<void> {
-  sc.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 'test', host })
+  sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host })
   // the refresh runs after the scan the hello started: once it answers, the cache is complete
   const res = await call(sc, { method: 'POST', url: '/authsvc/api/model-cache/refresh', bearer: adminJwt })
   assert.equal(res.statusCode, 200, res.body)

@@ -14,6 +14,7 @@ import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { isWorkflowsPath } from '../../sidecar/src/behaviours/userdata-write.js'
 import { workflowName } from '../../sidecar/src/routes/workflows.js'
 import { bearer, addUser, apiToken, assertDenied, assertPass, call, decide, openSidecar, type DescOptions, type Sidecar } from './fixtures.js'
+import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
 
 
 async function filtered(sc: Sidecar, o: DescOptions, status: number, hostAnswer: string): Promise<{ status: number; body: string } | 'unchanged'> {
@@ -51,7 +52,7 @@ describe('workflows: own and shared, through the gate', () => {
     writeFileSync(shared('.hidden.json'), '{}')
     writeFileSync(shared('team/brief.json'), '{"from":"shared team"}')
     writeFileSync(own(alice, 'clash.json'), '{"from":"alice"}')
-    sc.handlers.hello({ type: 'hello', id: 1, protocol: 2, plugin_version: 't', host: { user_dir: userDir } })
+    sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', host: { user_dir: userDir } })
   })
   after(() => sc.close())
 

@@ -38,13 +38,13 @@ function collect(value: unknown, into: Set<string>, depth = 0): void {
   else if (depth < 8 && isObject(v)) for (const x of Object.values(v)) collect(x, into, depth + 1)
 }
 
-/** The strings the graph gives its nodes, except the prefixes it writes by (those are rewritten). */
+/** The strings the graph gives its nodes, except the prefixes it writes by and its scopes (both are rewritten). */
 function namesOf(prompt: unknown): Set<string> {
   const names = new Set<string>()
   if (!isObject(prompt)) return names
   for (const node of Object.values(prompt)) {
     if (!isObject(node) || !isObject(node.inputs)) continue
-    for (const [input, given] of Object.entries(node.inputs)) if (input !== PREFIX_INPUT) collect(given, names)
+    for (const [input, given] of Object.entries(node.inputs)) if (input !== PREFIX_INPUT && input !== SCOPE_INPUT) collect(given, names)
   }
   return names
 }

@@ -76,13 +76,13 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
         ref = parsed as typeof ref
       }
       const { results, roots } = await host.resolve(ref === undefined ? items : [...items, { op: 'mask_ref', ...ref! }])
+      // where the host will write, with the edited subfolder: inside their folder, or refused (an
+      // absolute or climbing file name, a symlink out; a shape the host itself refuses, too)
       const target = results[0]
-      if (target?.path !== undefined) {
-        const where = placeOf(target.path, roots)
-        if (where === null || where.type !== type || !where.rel.startsWith(`${own}/`)) {
-          return denyDecision('VALIDATION_FAILED', 'The file name must stay inside your own folder')
-        }
-      } // else the host refuses the shape itself (no file, a name that leaves its folder)
+      const where = target?.path === undefined ? null : placeOf(target.path, roots)
+      if (where === null || where.type !== type || !where.rel.startsWith(`${own}/`)) {
+        return denyDecision('VALIDATION_FAILED', 'The file must be a file name inside your own folder')
+      }
       if (ref !== undefined) {
         const original = results[1]
         const where = original?.path === undefined ? null : placeOf(original.path, roots)

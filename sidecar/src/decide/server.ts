@@ -34,8 +34,8 @@ import {
 export interface DecisionHandlers {
   hello(msg: HelloMessage): object
   decide(msg: RequestDescription): Decision | Promise<Decision>
-  body(msg: BodyMessage, payload: Buffer, host: HostLink): Decision | WithPayload<Decision> | Promise<Decision | WithPayload<Decision>>
-  form(msg: FormMessage, host: HostLink): Decision | Promise<Decision>
+  body(msg: BodyMessage, payload: Buffer, host?: HostLink): Decision | WithPayload<Decision> | Promise<Decision | WithPayload<Decision>>
+  form(msg: FormMessage, host?: HostLink): Decision | Promise<Decision>
   filter(msg: FilterMessage, payload: Buffer): FilterAnswer | WithPayload<FilterAnswer> | Promise<FilterAnswer | WithPayload<FilterAnswer>>
   event(msg: EventMessage): void
 }
