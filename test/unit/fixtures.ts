@@ -60,8 +60,8 @@ export interface Sidecar {
   handlers: DecisionHandlers
   /** the built app's live-socket registry and push hook (isolation tests) */
   built: BuiltApp
-  /** the plugin's resolver over `<dir>/host` (input/, output/, temp/), when asked for (`host: true`) */
-  host?: PythonHost
+  /** the plugin's resolver over `<dir>/host` (input/, output/, temp/) */
+  host: PythonHost
   close(options?: { keepDir?: boolean }): Promise<void>
 }
 
@@ -72,7 +72,7 @@ export interface SidecarOptions {
   secret?: string
   /** sees every owned route as it is registered (before the app is ready) */
   onRoute?: (route: RouteOptions) => void
-  /** resolve names with the plugin's own resolver over `<dir>/host` (test/helpers/host-resolver.ts) */
+  /** make `<dir>/host` (input/, output/, temp/) at once (names always resolve there, test/helpers/host-resolver.ts) */
   host?: boolean
 }
 
@@ -84,21 +84,33 @@ export async function openSidecar(options: SidecarOptions = {}): Promise<Sidecar
   const built = buildApp(services, log)
   if (options.onRoute) built.app.addHook('onRoute', options.onRoute)
   await built.app.ready()
-  let host: PythonHost | undefined
-  if (options.host) {
-    for (const d of ['input', 'output', 'temp']) mkdirSync(join(dir, 'host', d), { recursive: true })
-    host = pythonHost(join(dir, 'host'))
+  // names resolve with the plugin's own resolver over <dir>/host, started the first time one is asked
+  let started: PythonHost | undefined
+  const host: PythonHost = {
+    resolve(items) {
+      if (started === undefined) {
+        for (const d of ['input', 'output', 'temp']) mkdirSync(join(dir, 'host', d), { recursive: true })
+        started = pythonHost(join(dir, 'host'))
+      }
+      return started.resolve(items)
+    },
+    close() {
+      started?.close()
+    },
   }
+  if (options.host) for (const d of ['input', 'output', 'temp']) mkdirSync(join(dir, 'host', d), { recursive: true })
+  const handlers = built.handlers('/tmp/x-http.sock')
   return {
     dir,
     clock,
     services,
     app: built.app,
-    handlers: built.handlers('/tmp/x-http.sock'),
+    // as the decision server does: the later steps resolve on the host that asked
+    handlers: { ...handlers, body: (m, p, h) => handlers.body(m, p, h ?? host), form: (m, h) => handlers.form(m, h ?? host) },
     built,
     host,
     async close({ keepDir = false } = {}) {
-      host?.close()
+      host.close()
       await built.stop()
       await built.app.close()
       await services.close()
@@ -162,7 +174,7 @@ export const bearer = (t: string) => ({ authorization: `Bearer ${t}` })
 export async function decide(sc: Sidecar, o: DescOptions): Promise<Decision> {
   const desc = describeRequest(o)
   // as the decision server does: the plugin that asked, to resolve names on its host
-  if (sc.host) Object.defineProperty(desc, 'host', { value: sc.host, enumerable: false })
+  Object.defineProperty(desc, 'host', { value: sc.host, enumerable: false })
   return sc.handlers.decide(desc)
 }
 
