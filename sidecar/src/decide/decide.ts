@@ -70,8 +70,10 @@ const OPTIONS_ANSWER: Decision = {
 export function createDecider(deps: DecideDeps): (desc: RequestDescription) => Decision | Promise<Decision> {
   return function decide(desc: RequestDescription): Decision | Promise<Decision> {
     const facts = clientFacts(desc.peer, desc.scheme, desc.headers, deps.net)
-    const ipRefusal = deps.ipGate.refuse(facts.ip)
-    if (ipRefusal) return denyDecision(ipRefusal)
+    for (const ip of facts.addresses) {
+      const ipRefusal = deps.ipGate.refuse(ip)
+      if (ipRefusal) return denyDecision(ipRefusal)
+    }
     const upgrade = httpsUpgradeDecision(deps.config, desc, facts)
     if (upgrade) return upgrade
     // Preflights carry no credential; answered here, with no CORS grant (same-origin only).
