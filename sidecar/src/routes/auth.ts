@@ -47,10 +47,9 @@ export function authRoutes(services: Services) {
       const principal = request.principal
       const isAdmin = principal !== null && principal.isAdmin && principal.role === ADMIN_ROLE
       refuseIfThrottled(services, request, null)
-      if (!first && !isAdmin) {
-        await services.throttle.recordFailure(request.facts.ip, null)
-        throw new AuthsvcError('REGISTRATION_CLOSED')
-      }
+      // not a failed login: no secret was guessed, and counting it against the address would let
+      // anyone there lock its real users out of their password login (issue 21)
+      if (!first && !isAdmin) throw new AuthsvcError('REGISTRATION_CLOSED')
       const problem = usernameProblem(body.username) ?? passwordProblem(body.password)
       if (problem) throw new AuthsvcError('VALIDATION_FAILED', problem)
       let role = first ? ADMIN_ROLE : 'user'
