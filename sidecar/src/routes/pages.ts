@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
 import { redirectToLogin } from '../http/request-context.js'
+import { safeRedirectPath } from '../http/session-cookie.js'
 import type { Services } from '../services.js'
 
 const WEB = new URL('../../web/', import.meta.url)
@@ -123,8 +124,13 @@ export function pageRoutes(services: Services) {
       }
       return send(reply, render(request, pages.register))
     })
-    // Public: a holding page that goes on to `next` once the service answers.
-    app.get('/loading', { config: { auth: 'public' } }, async (request, reply) => send(reply, render(request, pages.loading)))
+    // Public: a holding page that goes on to `next` once the service answers. The server applies
+    // its own `next` rule and writes the result into the page; the script reads it from there and
+    // never interprets the query itself.
+    app.get('/loading', { config: { auth: 'public' } }, async (request, reply) => {
+      const next = safeRedirectPath(request.queryParams.get('next'))
+      return send(reply, render(request, pages.loading, pages.loading.fragment.replace('href="/" id="continue"', () => `href="${escapeHtml(next)}" id="continue"`)))
+    })
 
     for (const prefix of ['/authsvc', '/api/authsvc']) {
       // Public (SPEC §5.1): the form takes a username and password; a session is not needed.
