@@ -108,9 +108,11 @@ export function prepareApp(logger: FastifyBaseLogger, clock: Clock): PreparedApp
     logController: new AccessLog(accessLogLevel(process.env, logger)),
   })
   const router = FindMyWay()
+  const routedMethods = new Set<string>()
   app.addHook('onRoute', (route) => {
     const methods = Array.isArray(route.method) ? route.method : [route.method]
     for (const method of methods) {
+      routedMethods.add(method)
       if (!router.find(method as 'GET', route.url)) router.on(method as 'GET', route.url, () => {})
     }
   })
@@ -167,6 +169,9 @@ export function prepareApp(logger: FastifyBaseLogger, clock: Clock): PreparedApp
   const owned: OwnedRoutes = {
     has(method, path) {
       return router.find((method === 'HEAD' ? 'GET' : method) as 'GET', path) !== null
+    },
+    methodsAt(path) {
+      return [...routedMethods].filter((method) => router.find(method as 'GET', path) !== null)
     },
   }
 

@@ -304,9 +304,9 @@ describe('login, cookie and logout', () => {
     assertDenied(await decide(sc, { path: '/queue', pattern: '/queue', headers: { authorization: `Bearer ${token}` } }), 'TOKEN_REVOKED')
   })
 
-  it('logout by cookie: GET navigation → 302 /login and the session is revoked', async () => {
+  it('logout by cookie: GET navigation from this site → 302 /login and the session is revoked', async () => {
     const token = json(await login(sc, 'alice', PASSWORD)).jwt_token as string
-    const out = await call(sc, { method: 'GET', url: '/logout', cookie: token, headers: NAVIGATE })
+    const out = await call(sc, { method: 'GET', url: '/logout', cookie: token, headers: { ...NAVIGATE, 'sec-fetch-site': 'same-origin' } })
     assert.equal(out.statusCode, 302)
     assert.equal(out.headers.location, '/login')
     assertError(await me(sc, { cookie: token }), 401, 'TOKEN_REVOKED')

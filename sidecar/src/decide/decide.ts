@@ -2,7 +2,8 @@
  * The decision: request description → principal → policy → decision.
  *
  * Order (each step can only refuse, never widen): IP lists, force_https, OPTIONS, owned
- * routes (proxied; the sidecar's HTTP side resolves identity itself), host
+ * routes (proxied; the sidecar's HTTP side resolves identity itself; anything else under the
+ * service's own prefixes is answered with its JSON 400/404/405, never by the host), host
  * route policy, principal, CSRF, requirement, route behaviour. The host never
  * sees a client's `comfy-user` header or a query credential.
  */
@@ -13,6 +14,7 @@ import { queryCredentialKeys, type Channel } from '../identity/credentials.js'
 import { hostUserName, hostUserOf } from '../identity/host-user.js'
 import { ADMIN_ROLE, can, type Principal } from '../identity/principal.js'
 import { hostRoutePolicy, type HostRoutePolicy } from '../policy/host-routes.js'
+import { isDecodablePath, isServicePath } from '../policy/service-paths.js'
 import { httpsUpgradeDecision } from '../http/force-https.js'
 import { denyDecision, errorDecision, loginRedirectDecision } from './answers.js'
 import { clientFacts, isSameOrigin, type ClientFacts, type NetworkPolicy } from './client-facts.js'
@@ -33,6 +35,8 @@ export interface IpGate {
 
 export interface OwnedRoutes {
   has(method: string, path: string): boolean
+  /** the methods of the owned route at `path` (empty: no owned route there) */
+  methodsAt(path: string): string[]
 }
 
 /** Route behaviours beyond the permission check (prompt stamping, filters...). */
@@ -70,12 +74,15 @@ const OPTIONS_ANSWER: Decision = {
 export function createDecider(deps: DecideDeps): (desc: RequestDescription) => Decision | Promise<Decision> {
   return function decide(desc: RequestDescription): Decision | Promise<Decision> {
     const facts = clientFacts(desc.peer, desc.scheme, desc.headers, deps.net)
-    const ipRefusal = deps.ipGate.refuse(facts.ip)
-    if (ipRefusal) return denyDecision(ipRefusal)
+    for (const ip of facts.addresses) {
+      const ipRefusal = deps.ipGate.refuse(ip)
+      if (ipRefusal) return denyDecision(ipRefusal)
+    }
     const upgrade = httpsUpgradeDecision(deps.config, desc, facts)
     if (upgrade) return upgrade
     // Preflights carry no credential; answered here, with no CORS grant (same-origin only).
     if (desc.method === 'OPTIONS') return OPTIONS_ANSWER
+    if (isServicePath(desc.path)) return servicePathDecision(deps.owned, desc.method, desc.path)
     if (deps.owned.has(desc.method, desc.path)) return { action: 'proxy' }
     const policy = hostRoutePolicy(desc.method, desc.route, deps.adminPatterns)
     const query = new URLSearchParams(desc.query)
@@ -84,6 +91,19 @@ export function createDecider(deps: DecideDeps): (desc: RequestDescription) => D
     if (resolution instanceof Promise) return resolution.then((r) => decideHost(deps, desc, policy, query, facts, r, epoch))
     return decideHost(deps, desc, policy, query, facts, resolution, epoch)
   }
+}
+
+/**
+ * A request in the service's own path space (policy/service-paths.ts) is the service's: its
+ * route, or its JSON error. Decided on the prefix, so what no owned route matches (a bad
+ * encoding, a parameter longer than the router reads, an unknown method) never reaches the host.
+ */
+function servicePathDecision(owned: OwnedRoutes, method: string, path: string): Decision {
+  if (!isDecodablePath(path)) return denyDecision('VALIDATION_FAILED', 'The path is not valid percent-encoded UTF-8')
+  if (owned.has(method, path)) return { action: 'proxy' }
+  const methods = owned.methodsAt(path)
+  if (methods.length > 0) return denyDecision('METHOD_NOT_ALLOWED', undefined, [['Allow', methods.join(', ')]])
+  return denyDecision('NOT_FOUND')
 }
 
 function decideHost(

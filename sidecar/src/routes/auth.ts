@@ -12,6 +12,7 @@ import { GUEST_ROLE, GUEST_SUBJECT } from '../identity/guest-sessions.js'
 import { usernameProblem } from '../identity/users.js'
 import { clearSessionCookie, safeRedirectPath, setSessionCookie } from '../http/session-cookie.js'
 import { checkPassword, mfaStep, refuseIfThrottled } from '../http/password-check.js'
+import { sendLogoutConfirmation } from './pages.js'
 import type { Services } from '../services.js'
 
 const Flag = Type.Union([Type.Boolean(), Type.String({ maxLength: 8 })])
@@ -47,10 +48,9 @@ export function authRoutes(services: Services) {
       const principal = request.principal
       const isAdmin = principal !== null && principal.isAdmin && principal.role === ADMIN_ROLE
       refuseIfThrottled(services, request, null)
-      if (!first && !isAdmin) {
-        await services.throttle.recordFailure(request.facts.ip, null)
-        throw new AuthsvcError('REGISTRATION_CLOSED')
-      }
+      // not a failed login: no secret was guessed, and counting it against the address would let
+      // anyone there lock its real users out of their password login (issue 21)
+      if (!first && !isAdmin) throw new AuthsvcError('REGISTRATION_CLOSED')
       const problem = usernameProblem(body.username) ?? passwordProblem(body.password)
       if (problem) throw new AuthsvcError('VALIDATION_FAILED', problem)
       let role = first ? ADMIN_ROLE : 'user'
@@ -108,7 +108,19 @@ export function authRoutes(services: Services) {
       if (request.facts.isNavigation) return reply.code(302).header('Location', '/login').send()
       return { message: 'Logged out' }
     }
-    app.get('/logout', { config: { auth: 'public' } }, logout)
+    // A cookie rides along on a cross-site GET (SameSite=Lax lets top-level navigations through),
+    // so a GET ends a cookie session only when the browser says the navigation started here: typed,
+    // bookmarked (`none`) or from one of our pages (`same-origin`). A sibling site is not us either.
+    // Without the header (an old browser) the page offers the POST button instead; a HEAD never
+    // logs out. POST keeps the same-origin rule of every cookie write (request-context.ts).
+    app.get('/logout', { config: { auth: 'public' } }, async (request, reply) => {
+      if (request.channel !== 'cookie') return logout(request, reply)
+      const site = request.headers['sec-fetch-site']
+      if (site === 'cross-site' || site === 'same-site') throw new AuthsvcError('CSRF_REJECTED', 'A page of another site cannot log you out')
+      if ((site === 'same-origin' || site === 'none') && request.method === 'GET') return logout(request, reply)
+      if (!request.facts.isNavigation) throw new AuthsvcError('CSRF_REJECTED', 'Log out with POST /logout')
+      return sendLogoutConfirmation(request, reply)
+    })
     app.post('/logout', { config: { auth: 'public' } }, logout)
   }
 }

@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
 import { redirectToLogin } from '../http/request-context.js'
+import { safeRedirectPath } from '../http/session-cookie.js'
 import type { Services } from '../services.js'
 
 const WEB = new URL('../../web/', import.meta.url)
@@ -67,8 +68,28 @@ function nav(principal: Principal | null, spec: PageSpec): string {
   return `<nav aria-label="Account">${links.join('')}</nav>`
 }
 
+const SHELL = read('shell.html')
+
+function render(request: FastifyRequest, page: PageSpec, main = page.fragment): string {
+  return SHELL
+    .replace('%TITLE%', () => escapeHtml(page.title))
+    .replace('%SCRIPT%', () => (page.script ? `<script type="module" src="/authsvc/static/${page.script}"></script>` : ''))
+    .replace('%NAV%', () => nav(request.principal, page))
+    .replace('%FRAME%', () => page.frame)
+    .replace('%MAIN%', () => main)
+}
+
+const send = (reply: FastifyReply, html: string, status = 200) => reply.code(status).headers(PAGE_HEADERS).type(HTML).send(html)
+
+/** `GET /logout` that did not say it started on this site: the session stays, the page asks (routes/auth.ts). */
+export function sendLogoutConfirmation(request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const main = '<div class="card"><h1>Log out?</h1><p id="logout-question">You stay signed in until you confirm.</p>' +
+    '<form method="post" action="/logout"><button type="submit" id="logout-confirm">Log out</button></form>' +
+    '<p><a href="/">Back to ComfyUI</a></p></div>'
+  return send(reply, render(request, { title: 'Log out', fragment: '', frame: 'narrow' }, main))
+}
+
 export function pageRoutes(services: Services) {
-  const shell = read('shell.html')
   const spec = (title: string, fragment: string, script: string | undefined, frame: PageSpec['frame'], signInPage = false): PageSpec => ({
     title, fragment: read(fragment), script, frame, signInPage,
   })
@@ -82,14 +103,6 @@ export function pageRoutes(services: Services) {
     admin: spec('Admin', 'admin.html', 'admin.js', 'wide'),
   }
 
-  const render = (request: FastifyRequest, page: PageSpec, main = page.fragment): string =>
-    shell
-      .replace('%TITLE%', () => escapeHtml(page.title))
-      .replace('%SCRIPT%', () => (page.script ? `<script type="module" src="/authsvc/static/${page.script}"></script>` : ''))
-      .replace('%NAV%', () => nav(request.principal, page))
-      .replace('%FRAME%', () => page.frame)
-      .replace('%MAIN%', () => main)
-  const send = (reply: FastifyReply, html: string, status = 200) => reply.code(status).headers(PAGE_HEADERS).type(HTML).send(html)
   const refusal = (request: FastifyRequest, reply: FastifyReply, title: string, text: string) =>
     send(reply, render(request, { title, fragment: '', frame: 'narrow' }, `<div class="card"><h1>${escapeHtml(title)}</h1><p id="refusal">${text}</p><p><a href="/">Back to ComfyUI</a></p></div>`), 403)
 
@@ -111,8 +124,13 @@ export function pageRoutes(services: Services) {
       }
       return send(reply, render(request, pages.register))
     })
-    // Public: a holding page that goes on to `next` once the service answers.
-    app.get('/loading', { config: { auth: 'public' } }, async (request, reply) => send(reply, render(request, pages.loading)))
+    // Public: a holding page that goes on to `next` once the service answers. The server applies
+    // its own `next` rule and writes the result into the page; the script reads it from there and
+    // never interprets the query itself.
+    app.get('/loading', { config: { auth: 'public' } }, async (request, reply) => {
+      const next = safeRedirectPath(request.queryParams.get('next'))
+      return send(reply, render(request, pages.loading, pages.loading.fragment.replace('href="/" id="continue"', () => `href="${escapeHtml(next)}" id="continue"`)))
+    })
 
     for (const prefix of ['/authsvc', '/api/authsvc']) {
       // Public (SPEC §5.1): the form takes a username and password; a session is not needed.
