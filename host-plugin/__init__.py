@@ -107,6 +107,8 @@ def _install(app: Any, prompt_server: Any = None) -> None:
             enable_per_user_storage()
             events = HostEvents(client.send_event)
             events.install(prompt_server)
+            gate.queue_status.install(prompt_server, events.status_seq)
+            gate.on_prompts_changed = events.report_prompts
             client.hello_extra = lambda: {**events.hello_fields(), **gate.hello_fields()}
             host_facts.install(app, prompt_server, hello, client.send_event)
         app.middlewares[app.middlewares.index(deny)] = gate.middleware

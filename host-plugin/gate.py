@@ -23,6 +23,7 @@ from yarl import URL
 from .decision_client import DecisionClient, Unavailable
 from .failsafe import unavailable_response
 from .protocol import REQUEST_HEADERS
+from .queue_status import QueueStatus
 
 log = logging.getLogger("authsvc")
 
@@ -39,6 +40,7 @@ _WANTED_HEADERS = frozenset(REQUEST_HEADERS)
 _WS_TAG_KEY = "authsvc_ws_tag"
 _WS_KEY = "authsvc_ws"
 _WS_ENTRY_KEY = "authsvc_ws_entry"
+_WS_QUEUE_OWNER_KEY = "authsvc_ws_queue_owner"
 
 
 # description_fields results by what they are computed from (see there); at most this many,
@@ -204,6 +206,10 @@ def checked(answer: dict[str, Any], step: str) -> dict[str, Any]:
             raise MalformedAnswer(f"{step}: ws_tag must be a string")
         if "ws_entry" in answer and not isinstance(answer["ws_entry"], dict):
             raise MalformedAnswer(f"{step}: ws_entry must be an object")
+        if "ws_queue_owner" in answer and not isinstance(answer["ws_queue_owner"], str):
+            raise MalformedAnswer(f"{step}: ws_queue_owner must be a string")
+        if "report_prompts" in answer and answer["report_prompts"] is not True:
+            raise MalformedAnswer(f"{step}: report_prompts must be true")
     return answer
 
 
@@ -240,6 +246,10 @@ class Gate:
         self._memos = FilterMemo()
         self.refusals = RefusalLog()  # per gate: "before the first ready" is this gate's start
         client.push_handlers["close_ws"] = self._close_sockets
+        self.queue_status = QueueStatus()
+        client.push_handlers["queue_counts"] = self.queue_status.pushed
+        # called after the handler of a pass with report_prompts (a delete in the queue or history)
+        self.on_prompts_changed: Callable[[], None] = lambda: None
 
         @web.middleware
         async def authsvc_gate(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -296,6 +306,9 @@ class Gate:
             entry = decision.get("ws_entry")
             if isinstance(entry, dict):
                 req[_WS_ENTRY_KEY] = entry
+            queue_owner = decision.get("ws_queue_owner")
+            if isinstance(queue_owner, str):
+                req[_WS_QUEUE_OWNER_KEY] = queue_owner
         # The host handler runs outside the try above: its own errors are the host's, not ours.
         try:
             response = await handler(req)
@@ -305,6 +318,8 @@ class Gate:
         finally:
             if isinstance(ws_tag, str):
                 self._forget_socket(req, ws_tag)
+            if decision.get("report_prompts") is True:
+                self.on_prompts_changed()
         filter_spec = decision.get("filter")
         if filter_spec is not None:
             try:
@@ -333,7 +348,7 @@ class Gate:
             outcome = await self._decide_on_form(req, decision["need_form"])
         if isinstance(outcome, web.StreamResponse):
             return outcome
-        for key in ("filter", "ws_tag", "ws_entry", "host_user"):
+        for key in ("filter", "ws_tag", "ws_entry", "ws_queue_owner", "host_user", "report_prompts"):
             if key not in outcome and key in decision:
                 outcome = {**outcome, key: decision[key]}
         return req, outcome
@@ -451,12 +466,15 @@ class Gate:
         if isinstance(tag, str) and isinstance(response, web.WebSocketResponse):
             self._sockets.setdefault(tag, set()).add(response)
             request[_WS_KEY] = response
+            self.queue_status.socket_opened(response, request.get(_WS_QUEUE_OWNER_KEY))
             entry = request.get(_WS_ENTRY_KEY)
             if isinstance(entry, dict):
                 self._socket_entries[tag] = entry
 
     def _forget_socket(self, req: web.Request, tag: str) -> None:
         ws = req.get(_WS_KEY)
+        if ws is not None:
+            self.queue_status.socket_closed(ws)
         sockets = self._sockets.get(tag)
         if sockets is not None and ws is not None:
             sockets.discard(ws)

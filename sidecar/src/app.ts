@@ -16,17 +16,16 @@ import fastifyCookie from '@fastify/cookie'
 import fastifyFormbody from '@fastify/formbody'
 import FindMyWay from 'find-my-way'
 import { RouteBehaviours } from './behaviours/index.js'
-import { ClientIdBindings } from './isolation/client-ids.js'
 import { credentialState } from './isolation/credential-state.js'
 import { HostFileWatcher } from './isolation/file-watcher.js'
-import { applyHostEvent } from './isolation/host-events.js'
+import { applyHostEvent, hostPromptsReport } from './isolation/host-events.js'
 import { LiveSockets } from './isolation/live-sockets.js'
 import { FilterPool } from './isolation/filter-pool.js'
 import { ModelCache, modelFoldersOf } from './isolation/model-cache.js'
 import { ModelAccess } from './behaviours/models.js'
 import { modelGrantRoutes } from './routes/model-grants.js'
 import { createDecider, type OwnedRoutes } from './decide/decide.js'
-import { PROTOCOL_VERSION, type CloseSocketsMessage, type ForgetMessage, type HelloMessage } from './decide/protocol.js'
+import { PROTOCOL_VERSION, type PushMessage, type HelloMessage } from './decide/protocol.js'
 import type { DecisionHandlers } from './decide/server.js'
 import { AuthsvcError } from './errors.js'
 import { AccessLog, accessLogLevel } from './http/access-log.js'
@@ -53,7 +52,7 @@ export interface BuiltApp {
   owned: OwnedRoutes
   handlers: (httpSocket: string) => DecisionHandlers
   /** where unasked messages to the plugin go (the decision server's push), set once it listens */
-  setPush(push: (message: CloseSocketsMessage | ForgetMessage) => void): void
+  setPush(push: (message: PushMessage) => void): void
   /** settles once every unasked message sent so far has left for the plugin (the decision server's flushed) */
   setFlushed(flushed: () => Promise<void>): void
   liveSockets: LiveSockets
@@ -184,7 +183,7 @@ function bindDecisions(
 ): BuiltApp {
   bindLate(services)
 
-  let push: (message: CloseSocketsMessage | ForgetMessage) => void = () => {}
+  let push: (message: PushMessage) => void = () => {}
   // every change a decision reads reaches the plugin before that change's own answer leaves
   services.accessEpoch.onBump((epoch) => push({ type: 'forget', epoch }))
   const liveSockets = new LiveSockets(
@@ -209,7 +208,7 @@ function bindDecisions(
     config: services.config,
     clock: services.clock,
     ownership: services.ownership,
-    clientIds: new ClientIdBindings(),
+    clientIds: services.clientIds,
     liveSockets,
     host: services.host,
     models,
@@ -228,6 +227,9 @@ function bindDecisions(
     decisionCache: { ms: decisionCacheMs(), epoch: services.accessEpoch },
   })
 
+  /** Every owner's prompts queued or running, for the plugin's edit of WebSocket `status` frames (absent: 0). */
+  const queueChanged = (seq: number): void => push({ type: 'queue_counts', seq, counts: services.ownership.remainingByOwner() })
+
   const takeHostFacts = (facts: Record<string, unknown>): void => {
     services.host.facts = { ...services.host.facts, ...(facts as HelloMessage['host']) }
     takeModelFacts(services.host.facts as Record<string, unknown>)
@@ -245,6 +247,12 @@ function bindDecisions(
           watcher.watch({ output, input, temp }).catch((err: unknown) => logger.error({ err }, 'cannot watch the host folders'))
         }
         if (Array.isArray(msg.sockets)) liveSockets.adopt(msg.sockets)
+        const prompts = msg.prompts === undefined ? null : hostPromptsReport(msg.prompts, true)
+        if (prompts !== null) {
+          services.ownership.hostPrompts(prompts)
+          // after the hello's own answer has gone: the plugin reads pushes only once it agreed
+          setImmediate(() => queueChanged(prompts.seq))
+        }
         for (const run of Array.isArray(msg.running) ? msg.running : []) {
           if (typeof run?.prompt_id === 'string' && typeof run.t === 'number') services.ownership.runStarted(run.prompt_id, run.t * 1000)
         }
@@ -255,7 +263,7 @@ function bindDecisions(
     body: (msg, payload, host) => behaviours.body(msg.ctx, payload, host),
     form: (msg, host) => behaviours.form(msg.ctx, msg, host),
     filter: (msg, payload) => behaviours.filter(msg, payload),
-    event: (msg) => msg.name === 'host_facts' ? takeHostFacts(msg.data) : applyHostEvent(msg, { ownership: services.ownership, watcher, liveSockets, log: logger, now: services.clock }),
+    event: (msg) => msg.name === 'host_facts' ? takeHostFacts(msg.data) : applyHostEvent(msg, { ownership: services.ownership, watcher, liveSockets, log: logger, now: services.clock, queueChanged }),
   })
 
   return {

@@ -27,6 +27,7 @@ import { AccessEpoch } from './decide/access-epoch.js'
 import { Collection } from './store/collection.js'
 import { ModelGrants, type ModelGrantRecord } from './isolation/model-grants.js'
 import { Ownership, type FileRecord, type PromptRecord } from './isolation/ownership.js'
+import { ClientIdBindings, type ClientIdRecord } from './isolation/client-ids.js'
 import { WorkflowStore } from './isolation/workflow-store.js'
 import { openSqliteStore, sqlitePath, type KeyValueStore } from './store/kv.js'
 import { SettingsRepository } from './store/settings.js'
@@ -58,6 +59,7 @@ export interface Services {
   host: { facts: HostFacts }
   /** who owns which prompt and host file (per-user isolation) */
   ownership: Ownership
+  clientIds: ClientIdBindings
   /** which model items each user may see and use without can_view_all_comfyui_items */
   modelGrants: ModelGrants
   /** own and shared workflows in the host's user folder */
@@ -101,11 +103,14 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     Collection.load<unknown>(kv, 'setting', accessLog),
     Collection.load<MfaRecord>(kv, 'mfa', accessLog),
   ])
-  const [promptRecords, fileRecords] = await Promise.all([
+  const [promptRecords, fileRecords, clientIdRecords] = await Promise.all([
     Collection.load<PromptRecord>(kv, 'prompt'),
     Collection.load<FileRecord>(kv, 'file'),
+    Collection.load<ClientIdRecord>(kv, 'client_id'),
   ])
   const ownership = new Ownership(promptRecords, fileRecords, clock)
+  const clientIds = new ClientIdBindings(clientIdRecords, clock)
+  ownership.onPromptForgotten = (record, inUse) => clientIds.promptForgotten(record.client_id, inUse)
   // whose prompts and files are whose: filter memos name it, so kept filtered reads end with it
   ownership.onChange = () => accessEpoch.bump()
   const host: { facts: HostFacts } = { facts: {} }
@@ -150,6 +155,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     recoveryMode: parseBoolean(env.RECOVERY_MODE ?? '') === true,
     host,
     ownership,
+    clientIds,
     workflows: new WorkflowStore(() => host.facts.user_dir),
     async resetMfa(userId) {
       await mfa.disable(userId)

@@ -28,7 +28,7 @@ import nodes
 
 log = logging.getLogger("standin.execution")
 
-HISTORY_LIMIT = 10000
+HISTORY_LIMIT = int(os.environ.get("STANDIN_HISTORY_LIMIT", "10000"))  # ComfyUI keeps 10,000; tests shrink it
 SECRET_KEYS = ("auth_token_comfy_org", "api_key_comfy_org")
 START_DELAY = float(os.environ.get("STANDIN_EXEC_DELAY", "0.01"))
 

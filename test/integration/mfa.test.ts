@@ -286,7 +286,7 @@ describe('MFA through the owned routes', () => {
       assert.equal((await h.call('GET', url, { headers: bearer(temp) })).status, 401, url)
       assert.equal((await h.call('GET', `${url}?token=${temp}`)).status, 401, `${url}?token=`)
     }
-    const decide = await h.services.resolver.resolve({ authorization: `Bearer ${temp}` }, new URLSearchParams(), { ip: '127.0.0.1', isLocal: true, isHttps: false, isNavigation: false })
+    const decide = await h.services.resolver.resolve({ authorization: `Bearer ${temp}` }, new URLSearchParams(), { ip: '127.0.0.1', addresses: ['127.0.0.1'], isLocal: true, isHttps: false, isNavigation: false })
     assert.deepEqual(decide, { error: 'TOKEN_INVALID' })
   })
 

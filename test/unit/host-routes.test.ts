@@ -29,7 +29,7 @@ const EXPECTED: Record<string, { require: Requirement; behaviour?: string; page?
   'GET /view': { require: P, behaviour: 'view' },
   'GET /view_metadata/{folder_name}': { require: perm('can_access_api'), behaviour: 'model-file' },
   'GET /system_stats': { require: perm('can_access_api'), behaviour: 'system-stats' },
-  'GET /prompt': { require: perm('can_access_api') },
+  'GET /prompt': { require: perm('can_access_api'), behaviour: 'queue-status' },
   'POST /prompt': { require: perm('can_run'), behaviour: 'prompt' },
   'GET /object_info': { require: perm('can_access_api'), behaviour: 'object-info' },
   'GET /object_info/{node_class}': { require: perm('can_access_api'), behaviour: 'object-info' },

@@ -239,6 +239,7 @@ describe('queue, history and actions per owner', () => {
   })
 
   const writes: Array<[string, string]> = [['/queue', '/queue'], ['/history', '/history'], ['/api/queue', '/api/queue']]
+  let reports = 0
   for (const [path, pattern] of writes) {
     it(`POST ${path}: bob deleting alice's id → 403 NOT_OWNER; clear → a delete of his own ids only`, async () => {
       const o = { method: 'POST', path, pattern, headers: bearer(w.bobJwt) }
@@ -246,6 +247,12 @@ describe('queue, history and actions per owner', () => {
       assertDenied(await withBody(w.sc, o, JSON.stringify({ delete: [bobPrompt, alicePrompt] })), 'NOT_OWNER', 'one foreign id in the list')
       const own = await withBody(w.sc, o, JSON.stringify({ delete: [bobPrompt] }))
       assert.deepEqual(JSON.parse(own.body_text!), { delete: [bobPrompt] })
+      // clear: only his ids still there (queue: waiting; history: finished), as the host last reported
+      const queued = pattern.endsWith('/queue')
+      // his prompt running (for the queue) or waiting (for the history): not there to clear
+      event(w.sc, 'host_prompts', { seq: ++reports, running: queued ? [bobPrompt] : [], pending: queued ? [alicePrompt] : [bobPrompt], added: [alicePrompt], gone: [] })
+      assert.deepEqual(JSON.parse((await withBody(w.sc, o, JSON.stringify({ clear: true }))).body_text!), { delete: [] }, 'nothing of his is there')
+      event(w.sc, 'host_prompts', { seq: ++reports, running: [], pending: queued ? [bobPrompt, alicePrompt] : [], added: [bobPrompt], gone: [] })
       const clear = await withBody(w.sc, o, JSON.stringify({ clear: true }))
       assert.deepEqual(JSON.parse(clear.body_text!), { delete: [bobPrompt] })
       for (const bad of ['[]', '{"delete": "abc"}', '{"delete": [1]}', 'nonsense']) assertDenied(await withBody(w.sc, o, bad), 'VALIDATION_FAILED', bad)

@@ -17,7 +17,7 @@ import { interruptBehaviour } from './interrupt.js'
 import { modelFileBehaviour, modelListBehaviour, type ModelDeps } from './models.js'
 import { objectInfoBehaviour } from './object-info.js'
 import { promptBehaviour } from './prompt.js'
-import { queueReadBehaviour, queueWriteBehaviour } from './queue.js'
+import { queueReadBehaviour, queueStatusBehaviour, queueWriteBehaviour } from './queue.js'
 import { systemStatsBehaviour } from './system-stats.js'
 import { uploadBehaviour } from './upload.js'
 import { userdataWriteBehaviour } from './userdata-write.js'
@@ -44,6 +44,7 @@ export class RouteBehaviours implements BehaviourHandlers {
   constructor(private readonly deps: BehaviourDeps & ModelDeps) {
     this.byName = {
       prompt: promptBehaviour(deps),
+      'queue-status': queueStatusBehaviour(deps),
       'queue-read': queueReadBehaviour(deps),
       'queue-write': queueWriteBehaviour(deps),
       'history-list': historyListBehaviour(deps),

@@ -2,8 +2,9 @@
  * POST/PUT /prompt: the body is read (capped), checked and stamped with its owner.
  *
  * - `extra_data.authsvc_user` / `authsvc_user_id` are set (client spoofs overwritten);
- * - `prompt_id` is the client's only when nobody else owns it (else 409
- *   PROMPT_ID_TAKEN), or one the sidecar assigns;
+ * - `prompt_id` is the client's only when nobody else owns it and the host does not
+ *   know it unless the gate recorded it for the caller (else 409 PROMPT_ID_TAKEN), or
+ *   one the sidecar assigns;
  * - both `client_id` fields must be the caller's own (else 403 CLIENT_ID_TAKEN); a
  *   prompt without one gets a fresh id of the owner's, so its events never go to
  *   every socket (ComfyUI broadcasts a prompt without client_id);
@@ -83,7 +84,9 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       } else {
         promptId = randomUUID()
       }
-      if (deps.ownership.ownerOfPrompt(promptId) !== undefined && deps.ownership.ownerOfPrompt(promptId) !== owner) return denyDecision('PROMPT_ID_TAKEN')
+      const recordedFor = deps.ownership.ownerOfPrompt(promptId)
+      // an id the host knows (queued, running, in its history) is the caller's only if the gate recorded it for them
+      if ((recordedFor !== undefined || deps.ownership.hostKnows(promptId)) && recordedFor !== owner) return denyDecision('PROMPT_ID_TAKEN')
 
       for (const candidate of [parsed.client_id, extra?.client_id]) {
         if (nonEmptyString(candidate) && !deps.clientIds.claim(candidate, owner)) return denyDecision('CLIENT_ID_TAKEN')
@@ -94,8 +97,9 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       if (nonEmptyString(effective)) {
         clientId = effective
       } else {
+        // the gate's own id for this prompt: no slot of the owner's, gone with the prompt's record
         clientId = `authsvc-${randomUUID()}`
-        deps.clientIds.claim(clientId, owner)
+        deps.clientIds.bindMinted(clientId, owner)
       }
 
       const root = objectMembers(text, rootStart(text))

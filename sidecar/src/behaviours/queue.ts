@@ -8,8 +8,51 @@
  * it keeps, so the 64-bit numbers of the prompts inside come through unchanged;
  * a large queue is edited off the event loop (isolation/filter-pool.ts).
  */
+import { denyDecision } from '../decide/answers.js'
+import { applySplices, lastMember, objectMembers, rootStart } from '../isolation/json-spans.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
+import { textOf } from './context.js'
 import { scopedDeleteBody } from './scoped-delete.js'
+
+/**
+ * `{"exec_info": {"queue_remaining": n}}` (GET /prompt, and the `status` the host sends on its
+ * WebSockets) with `n` replaced; null when the text is not of that shape.
+ */
+export function withQueueRemaining(text: string, remaining: number): string | null {
+  try {
+    const root = objectMembers(text, rootStart(text))
+    const exec = lastMember(root.members, 'exec_info')
+    if (exec === undefined || text[exec.valueStart] !== '{') return null
+    const count = lastMember(objectMembers(text, exec.valueStart).members, 'queue_remaining')
+    if (count === undefined) return null
+    return applySplices(text, [{ start: count.valueStart, end: count.valueEnd, text: String(remaining) }])
+  } catch {
+    return null
+  }
+}
+
+/**
+ * GET /prompt: `exec_info.queue_remaining` counts, for a caller who does not see everything,
+ * only their own prompts queued or running (the host's number would tell how busy everyone
+ * else is, and so whether someone else's prompt is there: issue 21). Anything else is 503 of
+ * the plugin's kind: an answer that cannot be edited never reaches the caller unedited.
+ */
+export function queueStatusBehaviour(deps: BehaviourDeps): RouteBehaviour {
+  const memoOf = (owner: string): string => `${owner} ${deps.ownership.promptsVersion}`
+  return {
+    keepable: true,
+    decide({ pass, owner, seesAll }) {
+      if (seesAll) return pass
+      return { ...pass, filter: { name: 'queue-status', ctx: { kind: 'queue-status', owner, seesAll }, memo: memoOf(owner) } }
+    },
+    filter(ctx, msg, payload) {
+      if (msg.status !== 200) return { action: 'keep' }
+      const edited = withQueueRemaining(textOf(payload) ?? '', deps.ownership.remainingOf(ctx.owner))
+      if (edited === null) return denyDecision('AUTHSVC_UNAVAILABLE', 'The host answered in a shape the gate cannot scope')
+      return { answer: { action: 'replace', memo: memoOf(ctx.owner) }, payload: Buffer.from(edited, 'utf8') }
+    },
+  }
+}
 
 export function queueReadBehaviour(deps: BehaviourDeps): RouteBehaviour {
   // the edit depends on the host's answer and on whose prompts are whose: the plugin may reuse it

@@ -2,7 +2,8 @@
  * The body step shared by POST /queue and POST /history (`{"delete": [ids]}`,
  * `{"clear": true}`): for a caller who does not see everything, every id to
  * delete must be theirs (else 403 NOT_OWNER, and the host is never asked), and
- * `clear` becomes a delete of their own ids, so nobody else's item can go.
+ * `clear` becomes a delete of their own ids that are there (waiting in the queue, or
+ * finished in the history), so nobody else's item can go.
  */
 import { denyDecision } from '../decide/answers.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
@@ -14,8 +15,9 @@ export const SMALL_BODY_BYTES = 1024 * 1024
 export function scopedDeleteBody(deps: BehaviourDeps, kind: string): RouteBehaviour {
   return {
     decide({ pass, owner, seesAll }) {
-      if (seesAll) return pass
-      return { ...pass, need_body: { max_bytes: SMALL_BODY_BYTES, ctx: { kind, owner, seesAll } } }
+      // a delete changes what the host knows without a queue event (history): the plugin reports it after
+      if (seesAll) return { ...pass, report_prompts: true }
+      return { ...pass, report_prompts: true, need_body: { max_bytes: SMALL_BODY_BYTES, ctx: { kind, owner, seesAll } } }
     },
     body(ctx, payload) {
       const text = textOf(payload)
@@ -36,7 +38,9 @@ export function scopedDeleteBody(deps: BehaviourDeps, kind: string): RouteBehavi
       const ids = (toDelete ?? []) as string[]
       const foreign = ids.filter((id) => !own.has(id))
       if (foreign.length > 0) return denyDecision('NOT_OWNER', `Not your prompt: ${foreign.slice(0, 5).join(', ')}`)
-      const scoped = clear ? [...own] : ids
+      // clear: the caller's own ids the host still holds there (queue: waiting, not running; history:
+      // finished), not every id they ever had
+      const scoped = clear ? (ctx.kind === 'queue-write' ? deps.ownership.pendingIdsOf(ctx.owner) : deps.ownership.finishedIdsOf(ctx.owner)) : ids
       return passWithBody(JSON.stringify({ delete: scoped }))
     },
   }

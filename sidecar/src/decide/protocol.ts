@@ -81,6 +81,8 @@ export interface HelloMessage {
   running?: Array<{ prompt_id: string; t: number }>
   /** the plugin's open WebSockets (the ws_entry of their decisions), handed back after a restart */
   sockets?: unknown[]
+  /** the host's prompts now: `host_prompts` with every id it knows in `added` */
+  prompts?: unknown
 }
 
 export interface HostFacts {
@@ -109,6 +111,13 @@ export interface PassDecision {
   ws_tag?: string
   /** what the sidecar needs to re-check that socket; the plugin hands it back in its next hello */
   ws_entry?: object
+  /**
+   * this WebSocket's `status` frames count only this owner's prompts in `queue_remaining` (the
+   * plugin edits them with the newest `queue_counts`); absent: the host's own number
+   */
+  ws_queue_owner?: string
+  /** after the handler ran, the plugin reports the host's prompts again (`host_prompts`): a delete changes them without a queue event */
+  report_prompts?: true
   /** the user named in comfy-user, for hosts that must know their users (ComfyUI --multi-user) */
   host_user?: { id: string; name: string }
   /** the plugin may answer the same description with this decision for `ms`, while no `forget` newer than `epoch` came */
@@ -137,6 +146,20 @@ export interface ForgetMessage {
   type: 'forget'
   epoch: number
 }
+
+/**
+ * Unasked, sidecar → plugin, after each host_prompts report (`seq`, the report's): how many
+ * prompts each owner has queued or running (owners without any are absent, 0). The plugin
+ * writes these into the `status` frames of WebSockets that carry a ws_queue_owner.
+ */
+export interface QueueCountsMessage {
+  type: 'queue_counts'
+  seq: number
+  counts: Record<string, number>
+}
+
+/** Anything the sidecar sends unasked. */
+export type PushMessage = CloseSocketsMessage | ForgetMessage | QueueCountsMessage
 
 /** Unasked, sidecar → plugin: close these WebSockets. */
 export interface CloseSocketsMessage {

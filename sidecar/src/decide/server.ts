@@ -19,8 +19,7 @@ import {
   MAX_FRAME_BYTES,
   PROTOCOL_VERSION,
   type BodyMessage,
-  type CloseSocketsMessage,
-  type ForgetMessage,
+  type PushMessage,
   type Decision,
   type EventMessage,
   type FilterAnswer,
@@ -353,7 +352,7 @@ export interface BusyPollOptions {
 export interface DecisionServer {
   server: Server
   /** Sends an unasked message to every plugin connection that agreed on the protocol. */
-  push(message: CloseSocketsMessage | ForgetMessage): void
+  push(message: PushMessage): void
   /** Settles once what was written to every agreed connection so far is in the kernel (at most 2 s). */
   flushed(): Promise<void>
 }

@@ -1,14 +1,29 @@
 /**
  * Host events (plugin → sidecar, never answered) applied to what the sidecar
  * knows: runs (for file attribution and /interrupt), the files a run reported,
- * and WebSockets that closed.
+ * the host's prompts (queue and history: what ownership keeps, and whose prompts
+ * `queue_remaining` counts), and WebSockets that closed.
  */
 import type { FastifyBaseLogger } from 'fastify'
 import type { EventMessage } from '../decide/protocol.js'
 import type { HostFileWatcher } from './file-watcher.js'
 import type { LiveSockets } from './live-sockets.js'
-import { fileKey, type FileType, type Ownership } from './ownership.js'
+import { fileKey, type FileType, type HostPromptsReport, type Ownership } from './ownership.js'
 import { folderOfRel } from './user-folders.js'
+
+const idList = (v: unknown): string[] | null => (Array.isArray(v) && v.every((x) => typeof x === 'string') ? (v as string[]) : null)
+
+/**
+ * A `host_prompts` event's data (or a hello's `prompts`): `{seq, running, pending, added, gone}`,
+ * every list of prompt ids; null when it is of another shape.
+ */
+export function hostPromptsReport(data: unknown, full: boolean): HostPromptsReport | null {
+  if (typeof data !== 'object' || data === null) return null
+  const d = data as Record<string, unknown>
+  const [running, pending, added, gone] = [idList(d.running), idList(d.pending), idList(d.added), idList(d.gone ?? [])]
+  if (running === null || pending === null || added === null || gone === null || typeof d.seq !== 'number') return null
+  return { seq: d.seq, running, pending, added, gone, full }
+}
 
 const TYPES: ReadonlySet<string> = new Set(['output', 'input', 'temp'])
 
@@ -31,7 +46,15 @@ function reportedFiles(output: unknown): Array<{ filename: string; subfolder: st
 
 export function applyHostEvent(
   msg: EventMessage,
-  deps: { ownership: Ownership; watcher: HostFileWatcher; liveSockets: LiveSockets; log: FastifyBaseLogger; now: () => number },
+  deps: {
+    ownership: Ownership
+    watcher: HostFileWatcher
+    liveSockets: LiveSockets
+    log: FastifyBaseLogger
+    now: () => number
+    /** the host's prompts changed: per-owner `queue_remaining` goes to the plugin, for the report `seq` */
+    queueChanged: (seq: number) => void
+  },
 ): void {
   const atMs = msg.t * 1000
   const promptId = typeof msg.data.prompt_id === 'string' ? msg.data.prompt_id : undefined
@@ -57,6 +80,16 @@ export function applyHostEvent(
     case 'execution_end':
       if (promptId) deps.ownership.runEnded(promptId, atMs)
       break
+    case 'host_prompts': {
+      const report = hostPromptsReport(msg.data, false)
+      if (report === null) {
+        deps.log.error('malformed host_prompts event; ignored')
+        return
+      }
+      deps.ownership.hostPrompts(report)
+      deps.queueChanged(report.seq)
+      return
+    }
     case 'ws_closed':
       if (typeof msg.data.tag === 'string') deps.liveSockets.closed(msg.data.tag)
       return

@@ -11,6 +11,9 @@
  *   not on a table of node types;
  * - owners are sets: an upload the host deduplicates into an existing file adds
  *   the uploader, it never takes the file from its first owner;
+ * - a prompt record lives as long as the host knows the prompt (queued, running or in
+ *   its history, as the plugin reports it: `hostPrompts`), so the records are bounded by
+ *   the host's own memory (ComfyUI keeps 10,000 history entries), whatever the uptime;
  * - reads never touch the store.
  */
 import type { Collection } from '../store/collection.js'
@@ -50,6 +53,29 @@ const CTIME_SLACK_MS = 20
 /** How many finished runs are kept for attributing files that are reported late. */
 const WINDOWS_KEPT = 512
 
+/**
+ * A recorded prompt the host does not know is forgotten once it is older than this: the
+ * host refused it, or forgot it while nobody reported (a sidecar or host restart). Younger
+ * ones may be on their way into the queue (the owner is stored before the host sees them).
+ */
+export const UNKNOWN_PROMPT_GRACE_MS = 60_000
+/** Such a sweep over every record runs at most this often. */
+const SWEEP_EVERY_MS = 10_000
+
+/** What the host knows of prompts, as the plugin reads it from the host's own queue and history. */
+export interface HostPromptsReport {
+  /** running now, and waiting in the queue */
+  running: string[]
+  pending: string[]
+  /** every id the host knows (queue and history) when `full`; else those it learnt since the last report */
+  added: string[]
+  /** ids the host forgot since the last report (history deleted or evicted, queue item deleted) */
+  gone: string[]
+  full: boolean
+  /** the plugin's number of the report; a hello's full report restarts the count */
+  seq: number
+}
+
 export class Ownership {
   private readonly promptsByOwner = new Map<string, Set<string>>()
   private readonly windows: RunWindow[] = []
@@ -63,6 +89,16 @@ export class Ownership {
   private readonly uploads = new Map<string, number>()
   /** the latest host time an event told us about: files newer than it wait for the next event */
   latestEventMs = 0
+  /** the host's own view of prompts (hostPrompts): running, pending, and every id it knows */
+  private hostRunning: ReadonlySet<string> = new Set()
+  private hostPending: ReadonlySet<string> = new Set()
+  private readonly hostKnown = new Set<string>()
+  private lastReportSeq = 0
+  private lastSweepMs = -Infinity
+  /** client ids of recorded prompts, with how many records use each */
+  private readonly clientIdUses = new Map<string, number>()
+  /** Called when a prompt's record is forgotten; `clientIdInUse`: another known prompt still names its client id. */
+  onPromptForgotten: (record: PromptRecord, clientIdInUse: boolean) => void = () => {}
   /**
    * Called the moment whose prompts or files are whose changes (after the change is visible):
    * filter memos name these versions, and decisions that carry a memo may be kept by the plugin.
@@ -80,14 +116,102 @@ export class Ownership {
   private index(p: PromptRecord): void {
     let ids = this.promptsByOwner.get(p.owner)
     if (!ids) this.promptsByOwner.set(p.owner, (ids = new Set()))
+    if (!ids.has(p.prompt_id)) this.clientIdUses.set(p.client_id, (this.clientIdUses.get(p.client_id) ?? 0) + 1)
     ids.add(p.prompt_id)
     this.promptsSeq++
     this.onChange()
   }
 
-  /** Moves whenever any owner's set of prompt ids changes (filters of /queue and /history name it in their memo). */
+  /**
+   * Moves whenever any owner's set of prompt ids changes, or the host's queue does (filters of
+   * /queue, /history and /prompt name it in their memo).
+   */
   get promptsVersion(): number {
     return this.promptsSeq
+  }
+
+  /** How many records are kept (bounded by what the host knows: hostPrompts). */
+  get promptCount(): number {
+    return this.prompts.size
+  }
+
+  /**
+   * What the host knows now (the plugin reads it at every change of the host's queue, and after
+   * every POST /queue and /history): the queue replaces the last one; ids the host forgot lose
+   * their records at once; records the host never took, or forgot while nobody reported, go once
+   * they are older than UNKNOWN_PROMPT_GRACE_MS (checked at most every SWEEP_EVERY_MS).
+   */
+  hostPrompts(report: HostPromptsReport): void {
+    // a report made before the hello's full one (sent late, after a reconnect) says nothing new
+    if (!report.full && report.seq <= this.lastReportSeq) return
+    this.lastReportSeq = report.seq
+    this.hostRunning = new Set(report.running)
+    this.hostPending = new Set(report.pending)
+    if (report.full) this.hostKnown.clear()
+    for (const id of report.added) this.hostKnown.add(id)
+    for (const id of [...report.running, ...report.pending]) this.hostKnown.add(id)
+    for (const id of report.gone) {
+      if (this.hostPending.has(id) || this.hostRunning.has(id)) continue
+      this.hostKnown.delete(id)
+      this.forgetPrompt(id)
+    }
+    const now = this.clock()
+    if (report.full || now - this.lastSweepMs >= SWEEP_EVERY_MS) {
+      this.lastSweepMs = now
+      for (const record of [...this.prompts.values()]) {
+        if (this.hostKnown.has(record.prompt_id)) continue
+        if (now - Date.parse(record.created_at_iso) < UNKNOWN_PROMPT_GRACE_MS) continue
+        this.forgetPrompt(record.prompt_id)
+      }
+    }
+    this.promptsSeq++
+    this.onChange()
+  }
+
+  /** Whether the host knows this prompt id (queued, running or in its history), as last reported. */
+  hostKnows(promptId: string): boolean {
+    return this.hostKnown.has(promptId)
+  }
+
+  /** The owner's prompts waiting in the host's queue (not the running one). */
+  pendingIdsOf(owner: string): string[] {
+    return [...this.promptIdsOf(owner)].filter((id) => this.hostPending.has(id))
+  }
+
+  /** The owner's prompts the host knows and has finished (its history, as far as the reports tell). */
+  finishedIdsOf(owner: string): string[] {
+    return [...this.promptIdsOf(owner)].filter((id) => this.hostKnown.has(id) && !this.hostPending.has(id) && !this.hostRunning.has(id))
+  }
+
+  /** The owner's prompts the host has not finished: queued and running (what `queue_remaining` counts). */
+  remainingOf(owner: string): number {
+    let n = 0
+    for (const id of this.promptIdsOf(owner)) if (this.hostPending.has(id) || this.hostRunning.has(id)) n++
+    return n
+  }
+
+  /** `remainingOf` for every owner with at least one prompt queued or running. */
+  remainingByOwner(): Record<string, number> {
+    const counts: Record<string, number> = {}
+    for (const id of [...this.hostRunning, ...this.hostPending]) {
+      const owner = this.prompts.get(id)?.owner
+      if (owner !== undefined) counts[owner] = (counts[owner] ?? 0) + 1
+    }
+    return counts
+  }
+
+  /** The prompt's record goes, from memory at once and from the store (retried until stored). */
+  private forgetPrompt(promptId: string): void {
+    const record = this.prompts.get(promptId)
+    if (record === undefined || this.reserved.has(promptId)) return
+    const ids = this.promptsByOwner.get(record.owner)
+    ids?.delete(promptId)
+    if (ids?.size === 0) this.promptsByOwner.delete(record.owner)
+    const uses = (this.clientIdUses.get(record.client_id) ?? 1) - 1
+    if (uses > 0) this.clientIdUses.set(record.client_id, uses)
+    else this.clientIdUses.delete(record.client_id)
+    this.prompts.narrowRemove(promptId).catch(() => {}) // narrowRemove retries until stored; memory already changed
+    this.onPromptForgotten(record, uses > 0)
   }
 
   prompt(promptId: string): PromptRecord | undefined {

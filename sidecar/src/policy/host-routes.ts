@@ -18,6 +18,7 @@ export type Requirement =
 /** What the decision does beyond the requirement: a route behaviour of sidecar/src/behaviours/. */
 export type HostRouteBehaviour =
   | 'prompt'
+  | 'queue-status'
   | 'queue-read'
   | 'queue-write'
   | 'history-list'
@@ -68,7 +69,7 @@ const TABLE: Record<string, Entry> = {
   'GET /view': { require: principal, behaviour: 'view' },
   'GET /view_metadata/{folder_name}': { require: perm('can_access_api'), behaviour: 'model-file' },
   'GET /system_stats': { require: perm('can_access_api'), behaviour: 'system-stats' },
-  'GET /prompt': { require: perm('can_access_api') },
+  'GET /prompt': { require: perm('can_access_api'), behaviour: 'queue-status' },
   'POST /prompt': { require: perm('can_run'), behaviour: 'prompt' },
   'PUT /prompt': { require: perm('can_run'), behaviour: 'prompt' },
   'GET /object_info': { require: perm('can_access_api'), behaviour: 'object-info' },
