@@ -246,10 +246,12 @@ describe(`the service's own paths and pages (aiohttp ${aiohttp})`, () => {
     ['GET', '/authsvc/api/me%00', 404, 'NOT_FOUND'],
   ]
   for (const [who, headers] of [['anonymous', () => ({})], ['the admin', () => ({ Authorization: `Bearer ${admin.jwt}` })]] as const) {
-    it(`every path under the service's prefixes gets the service's JSON error, never the host (${who})`, async () => {
+    it(`every path under the service's prefixes gets the service's JSON error (anonymous: 401), never the host (${who})`, async () => {
       await stack.resetCounter()
       const wrong: string[] = []
-      for (const [method, path, status, code] of PATH_ROWS) {
+      for (const [method, path, expectedStatus, expectedCode] of PATH_ROWS) {
+        // an anonymous probe learns nothing of the service's paths: the credential's 401 first
+        const [status, code] = who === 'anonymous' ? [401, 'AUTH_REQUIRED'] : [expectedStatus, expectedCode]
         const res = await send(stack, method, path, headers())
         const label = `${method} ${path.slice(0, 60)}${path.length > 60 ? '…' : ''}`
         if (res.status !== status || res.body?.code !== code || res.body?.statusCode !== status || typeof res.body?.error !== 'string') {

@@ -9,7 +9,8 @@
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { existsSync } from 'node:fs'
+import { existsSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { bearer, apiToken, json, login, register, tinyGraph } from '../helpers/client.js'
 
@@ -168,6 +169,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     let stack: Stack
     let alice: string
     let bob: string
+    let adminToken: string
     before(async () => {
       stack = await startStack({ aiohttp, env: { AUTHSVC_DECISION_CACHE_MS: String(KEPT_MS) } })
       await register(stack, 'root')
@@ -175,6 +177,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       for (const name of ['alice', 'bob']) assert.equal((await register(stack, name, { bearer: admin })).status, 201)
       alice = await apiToken(stack, 'alice')
       bob = await apiToken(stack, 'bob')
+      adminToken = admin
     })
     after(async () => {
       await destroyStack(stack)
@@ -192,16 +195,15 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       return res.body.LoadImage.input.required.image[0]
     }
 
-    it('a file that becomes the caller\'s too shows in the very next /object_info, though the host\'s answer did not change', async () => {
+    it('a shared input that becomes an administrator\'s is gone from the very next /object_info, though the host\'s answer did not change', async () => {
       const bytes = Buffer.from(`kept-upload-${Date.now()}`)
-      const first = await upload(bob, 'kept-shared.png', bytes)
-      assert.deepEqual([first.status, first.body.name], [200, 'kept-shared.png'])
-      assert.ok(!(await loadImageOptions(alice)).includes('kept-shared.png'), 'bob\'s upload is not alice\'s')
+      writeFileSync(join(stack.baseDir, 'input', 'kept-shared.png'), bytes) // an operator's file: nobody owns it, everyone sees it
+      assert.ok((await loadImageOptions(alice)).includes('kept-shared.png'), 'a shared input')
       await assertKept(stack, alice, 'alice\'s /object_info/LoadImage', '/object_info/LoadImage')
-      // the same bytes under the same name: the host keeps its file (and its listing), the sidecar adds alice as an owner
-      const again = await upload(alice, 'kept-shared.png', bytes)
-      assert.deepEqual([again.status, again.body.name], [200, 'kept-shared.png'], 'a duplicate keeps its name')
-      assert.ok((await loadImageOptions(alice)).includes('kept-shared.png'), 'alice\'s next read shows her file, not the kept result')
+      // the admin uploads the same bytes under the same name: the host keeps its file (and its listing), and it is hers now
+      const again = await upload(adminToken, 'kept-shared.png', bytes)
+      assert.deepEqual([again.status, again.body.name, again.body.subfolder], [200, 'kept-shared.png', ''], 'a duplicate keeps its name')
+      assert.ok(!(await loadImageOptions(alice)).includes('kept-shared.png'), 'alice\'s next read no longer shows it, not the kept result')
     })
 
     it('a kept /queue or /history never shows another user\'s prompt; the owner sees theirs', async () => {

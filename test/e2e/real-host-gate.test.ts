@@ -143,11 +143,13 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         assert.ok(success, `execution_success for ${promptId}: ${JSON.stringify(ws.messages.map((m) => m.type))}`)
         const executed = ws.messages.find((m) => m.type === 'executed' && m.data.prompt_id === promptId)
         const image = executed?.data.output.images[0]
-        assert.deepEqual({ subfolder: image?.subfolder, type: image?.type }, { subfolder: '', type: 'output' })
+        // the user's own output folder (issue 21): the prefix was placed under it
+        const me = await json(await fetch(`${host.url}/authsvc/api/me`, { headers: { ...API, ...bearer(token) } }))
+        assert.deepEqual({ subfolder: image?.subfolder, type: image?.type }, { subfolder: `u_${me.user_id}`, type: 'output' })
         assert.match(image.filename, new RegExp(`^real-${aiohttp.replace('.', '\\.')}_\\d{5}_\\.png$`))
-        assert.ok(existsSync(join(host.outputDir, image.filename)), 'written to the host\'s output folder')
+        assert.ok(existsSync(join(host.outputDir, image.subfolder, image.filename)), 'written to the user\'s folder in the host\'s output folder')
 
-        const view = await fetch(`${host.url}/view?${new URLSearchParams({ filename: image.filename, type: 'output', subfolder: '' })}`, { headers: bearer(token) })
+        const view = await fetch(`${host.url}/view?${new URLSearchParams({ filename: image.filename, type: 'output', subfolder: image.subfolder })}`, { headers: bearer(token) })
         assert.equal(view.status, 200)
         assert.equal(view.headers.get('content-type'), 'image/png')
         const bytes = Buffer.from(await view.arrayBuffer())

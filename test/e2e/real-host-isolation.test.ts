@@ -166,6 +166,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     let admin: string
     let alice: string
     let bob: string
+    let A = '' // alice's own folder (issue 21)
     const aliceCid = randomUUID()
     const bobCid = randomUUID()
     const adminCid = randomUUID()
@@ -235,6 +236,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       }
       return { status: res.status, text, body }
     }
+    /** how a LoadImage list names an input file */
+    const listed = (f: { filename: string; subfolder: string }) => (f.subfolder ? `${f.subfolder}/${f.filename}` : f.filename)
     const loadImageOptions = async (token: string, cls = 'LoadImage'): Promise<string[]> => {
       const res = await get(`/object_info/${cls}`, token)
       assert.equal(res.status, 200, res.text)
@@ -284,6 +287,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal((await register(stack, 'bob', { bearer: admin })).status, 201)
       alice = (await login(stack, 'alice')).jwt
       bob = (await login(stack, 'bob')).jwt
+      A = `u_${(await get('/authsvc/api/me', alice)).body.user_id}`
       aliceWs = await WsClient.open(wsUrl(aliceCid), bearer(alice))
       bobWs = await WsClient.open(wsUrl(bobCid), bearer(bob))
       adminWs = await WsClient.open(wsUrl(adminCid), bearer(admin))
@@ -480,7 +484,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const sub = await upload(alice, `alice-sub-${aiohttp}.png`, png(2), { subfolder: `alice-dir-${aiohttp}` })
       assert.equal(sub.status, 200, sub.text)
       files.aliceSubUpload = { filename: sub.body.name, subfolder: sub.body.subfolder, type: sub.body.type }
-      assert.equal(files.aliceSubUpload.subfolder, `alice-dir-${aiohttp}`)
+      assert.equal(files.aliceUpload.subfolder, A, 'an upload lands in her own folder')
+      assert.equal(files.aliceSubUpload.subfolder, `${A}/alice-dir-${aiohttp}`)
       for (const key of ['aliceUpload', 'aliceSubUpload']) {
         await assertViews('alice', alice, files[key])
         await assertViews('the admin', admin, files[key])
@@ -492,15 +497,16 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
 
       for (const cls of ['LoadImage', 'LoadImageMask']) {
         const forBob = await loadImageOptions(bob, cls)
-        assert.ok(!forBob.includes(files.aliceUpload.filename), `bob's ${cls} lists alice's upload: ${JSON.stringify(forBob)}`)
+        assert.ok(!forBob.includes(listed(files.aliceUpload)), `bob's ${cls} lists alice's upload: ${JSON.stringify(forBob)}`)
         assert.ok(forBob.includes(sharedInput), `bob's ${cls} lists the shared input`)
         const forAlice = await loadImageOptions(alice, cls)
-        assert.ok(forAlice.includes(files.aliceUpload.filename) && forAlice.includes(sharedInput), `alice's ${cls}: ${JSON.stringify(forAlice)}`)
+        assert.ok(forAlice.includes(listed(files.aliceUpload)) && forAlice.includes(sharedInput), `alice's ${cls}: ${JSON.stringify(forAlice)}`)
         const forAdmin = await loadImageOptions(admin, cls)
-        assert.ok(forAdmin.includes(files.aliceUpload.filename) && forAdmin.includes(sharedInput), `the admin's ${cls}: ${JSON.stringify(forAdmin)}`)
+        assert.ok(forAdmin.includes(listed(files.aliceUpload)) && forAdmin.includes(sharedInput), `the admin's ${cls}: ${JSON.stringify(forAdmin)}`)
       }
       const whole = await get('/object_info', bob)
       assert.ok(!whole.text.includes(files.aliceUpload.filename), 'bob\'s whole /object_info names alice\'s upload')
+      assert.ok(!whole.text.includes(A), 'nor her folder')
     })
 
     // issue 21: the host unwraps {"__value__": x} before LoadImage opens it, and takes any truthy front
@@ -508,13 +514,13 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const f = files.aliceUpload
       assert.ok(f, 'made by the upload row')
       const graph = (image: unknown) => ({ 1: { class_type: 'LoadImage', inputs: { image } }, 2: { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } })
-      for (const image of [{ __value__: f.filename }, { __value__: { __value__: f.filename } }]) {
+      for (const image of [{ __value__: listed(f) }, { __value__: { __value__: listed(f) } }]) {
         const res = await post('/prompt', bob, { prompt: graph(image) })
         assert.equal(res.status, 403, `${JSON.stringify(image)}: ${res.text}`)
         assert.equal(res.body.code, 'NOT_OWNER')
       }
       // what makes the wrapper a hole: the real host validates and queues her wrapped name
-      const hers = await post('/prompt', alice, { prompt: graph({ __value__: f.filename }) })
+      const hers = await post('/prompt', alice, { prompt: graph({ __value__: listed(f) }) })
       assert.equal(hers.status, 200, hers.text)
       for (const front of [1, 'yes', [0]]) {
         const res = await post('/prompt', bob, { prompt: tiny(`bob-front-${aiohttp}`), front })
@@ -524,27 +530,29 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal((await post('/prompt', bob, { prompt: tiny(`bob-front0-${aiohttp}`), front: 0 })).status, 200, 'front 0 is no jump')
     })
 
-    it('bob cannot overwrite alice\'s upload or compose a mask over it (403 NOT_OWNER); her own mask upload is hers', async () => {
+    it('bob cannot overwrite alice\'s upload (his lands in his own folder) nor compose a mask over it (403 NOT_OWNER); her own mask upload is hers', async () => {
       const f = files.aliceUpload
       assert.ok(f, 'made by the upload row')
-      const before = readFileSync(join(host.inputDir, f.filename))
-      const overwrite = await upload(bob, f.filename, png(99), { overwrite: 'true' })
-      assert.equal(overwrite.status, 403, overwrite.text)
-      assert.equal(overwrite.body.code, 'NOT_OWNER')
-      assert.deepEqual(readFileSync(join(host.inputDir, f.filename)), before, 'her file is unchanged')
-      const ref = JSON.stringify({ filename: f.filename, subfolder: '', type: 'input' })
+      const herPath = join(host.inputDir, f.subfolder, f.filename)
+      const before = readFileSync(herPath)
+      const overwrite = await upload(bob, f.filename, png(99), { overwrite: 'true', subfolder: f.subfolder })
+      assert.equal(overwrite.status, 200, overwrite.text)
+      assert.notEqual(overwrite.body.subfolder, f.subfolder, 'his own folder')
+      assert.deepEqual(readFileSync(herPath), before, 'her file is unchanged')
+      const ref = JSON.stringify({ filename: f.filename, subfolder: f.subfolder, type: 'input' })
       const mask = await upload(bob, `bob-mask-${aiohttp}.png`, png(98), { original_ref: ref, type: 'input', subfolder: 'clipspace' }, '/upload/mask')
       assert.equal(mask.status, 403, mask.text)
       assert.equal(mask.body.code, 'NOT_OWNER')
 
       const hers = await upload(alice, `alice-mask-${aiohttp}.png`, png(97), { original_ref: ref, type: 'input', subfolder: 'clipspace' }, '/upload/mask')
       assert.equal(hers.status, 200, hers.text)
+      assert.equal(hers.body.subfolder, `${A}/clipspace`)
       files.aliceMask = { filename: hers.body.name, subfolder: hers.body.subfolder, type: hers.body.type }
       await assertViews('alice', alice, files.aliceMask)
       await assertHidden('bob', bob, files.aliceMask)
-      const again = await upload(alice, f.filename, png(96), { overwrite: 'true' })
+      const again = await upload(alice, f.filename, png(96), { overwrite: 'true', subfolder: f.subfolder })
       assert.equal(again.status, 200, `alice overwrites her own upload: ${again.text}`)
-      assert.deepEqual(readFileSync(join(host.inputDir, f.filename)), png(96))
+      assert.deepEqual(readFileSync(herPath), png(96))
     })
 
     it('logging out closes that session\'s open WebSocket with 4401 within 1 s, and no other socket', async () => {
@@ -633,7 +641,13 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const stamped = JSON.parse(received)
       assert.equal(stamped.extra_data.authsvc_user, 'alice')
       assert.equal(typeof stamped.extra_data.authsvc_user_id, 'string')
-      assert.equal(withoutMembers(received, ['authsvc_user', 'authsvc_user_id']), sent)
+      // per-user folders (issue 21): the prefix is placed under her folder, and every node but the
+      // model loader gets her cache scope; nothing else changes
+      assert.equal((received.match(new RegExp(`,"authsvc_scope":"${A}"`, 'g')) ?? []).length, 6, 'every node but CheckpointLoaderSimple')
+      assert.equal(stamped.prompt['4'].inputs.authsvc_scope, undefined, 'the model loader stays shared')
+      assert.equal(stamped.prompt['9'].inputs.filename_prefix, `${A}/txt2img`)
+      const own = received.replaceAll(`,"authsvc_scope":"${A}"`, '').replace(`"${A}/txt2img"`, '"txt2img"')
+      assert.equal(withoutMembers(own, ['authsvc_user', 'authsvc_user_id']), sent)
       await ending(aliceWs, id)
 
       // a body without prompt_id, client_id or extra_data: the gate adds exactly those
@@ -645,7 +659,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(parsed.prompt_id, second.body.prompt_id)
       assert.match(parsed.client_id, /^authsvc-/, 'a fresh client_id of the owner\'s')
       assert.equal(parsed.extra_data.authsvc_user, 'alice')
-      assert.equal(withoutMembers(added, ['prompt_id', 'client_id', 'extra_data']), minimal)
+      const ownAdded = added.replaceAll(`,"authsvc_scope":"${A}"`, '').replace(`"${A}/txt2img"`, '"txt2img"')
+      assert.equal(withoutMembers(ownAdded, ['prompt_id', 'client_id', 'extra_data']), minimal)
       aliceIds.push(second.body.prompt_id)
       assert.ok(await poll(async () => (await get(`/history/${second.body.prompt_id}`, alice)).body?.[second.body.prompt_id]?.status !== undefined, RUN_MS), 'the minimal prompt ended')
     })
@@ -699,8 +714,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         await assertViews('alice', alice, f)
         await assertHidden('bob', bob, f)
       }
-      assert.ok(!(await loadImageOptions(bob)).includes(files.aliceUpload.filename), 'bob\'s LoadImage after the sidecar restart')
-      assert.ok((await loadImageOptions(alice)).includes(files.aliceUpload.filename), 'alice\'s LoadImage after the sidecar restart')
+      assert.ok(!(await loadImageOptions(bob)).includes(listed(files.aliceUpload)), 'bob\'s LoadImage after the sidecar restart')
+      assert.ok((await loadImageOptions(alice)).includes(listed(files.aliceUpload)), 'alice\'s LoadImage after the sidecar restart')
     })
 
     it('a WebSocket opened before a sidecar restart is still closed (4401) within 1 s when its session logs out', async () => {
@@ -727,10 +742,12 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       }
       await assertViews('bob (shared input)', bob, { filename: sharedInput, subfolder: '', type: 'input' })
       const forBob = await loadImageOptions(bob)
-      assert.ok(!forBob.includes(files.aliceUpload.filename) && forBob.includes(sharedInput), `bob's LoadImage after the restart: ${JSON.stringify(forBob)}`)
-      assert.ok((await loadImageOptions(alice)).includes(files.aliceUpload.filename), 'alice\'s LoadImage after the restart')
-      const overwrite = await upload(bob, files.aliceUpload.filename, png(95), { overwrite: 'true' })
-      assert.equal(overwrite.status, 403, overwrite.text)
+      assert.ok(!forBob.includes(listed(files.aliceUpload)) && forBob.includes(sharedInput), `bob's LoadImage after the restart: ${JSON.stringify(forBob)}`)
+      assert.ok((await loadImageOptions(alice)).includes(listed(files.aliceUpload)), 'alice\'s LoadImage after the restart')
+      const overwrite = await upload(bob, files.aliceUpload.filename, png(95), { overwrite: 'true', subfolder: files.aliceUpload.subfolder })
+      assert.equal(overwrite.status, 200, overwrite.text)
+      assert.notEqual(overwrite.body.subfolder, files.aliceUpload.subfolder, 'his overwrite lands in his own folder')
+      assert.deepEqual(readFileSync(join(host.inputDir, files.aliceUpload.subfolder, files.aliceUpload.filename)), png(96), 'hers is unchanged')
       // a prompt id of hers is still hers: bob cannot take it over
       const takeover = await post('/prompt', bob, { prompt: tiny(`takeover-${aiohttp}`), prompt_id: a1 })
       assert.equal(takeover.status, 409, takeover.text)

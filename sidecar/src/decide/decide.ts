@@ -82,10 +82,17 @@ export function createDecider(deps: DecideDeps): (desc: RequestDescription) => D
     if (upgrade) return upgrade
     // Preflights carry no credential; answered here, with no CORS grant (same-origin only).
     if (desc.method === 'OPTIONS') return OPTIONS_ANSWER
-    if (isServicePath(desc.path)) return servicePathDecision(deps.owned, desc.method, desc.path)
+    const query = new URLSearchParams(desc.query)
+    if (isServicePath(desc.path)) {
+      if (deps.owned.has(desc.method, desc.path)) return { action: 'proxy' }
+      // what no owned route answers is the service's JSON error, for a principal only: anonymous
+      // probes of the service's paths learn nothing (401), as for the host's
+      const who = deps.resolver.resolve(desc.headers, query, facts)
+      if (who instanceof Promise) return who.then((r) => servicePathDecision(deps.owned, desc.method, desc.path, r))
+      return servicePathDecision(deps.owned, desc.method, desc.path, who)
+    }
     if (deps.owned.has(desc.method, desc.path)) return { action: 'proxy' }
     const policy = hostRoutePolicy(desc.method, desc.route, deps.adminPatterns)
-    const query = new URLSearchParams(desc.query)
     const epoch = deps.decisionCache?.epoch.value ?? 0
     const resolution = deps.resolver.resolve(desc.headers, query, facts)
     if (resolution instanceof Promise) return resolution.then((r) => decideHost(deps, desc, policy, query, facts, r, epoch))
@@ -95,10 +102,11 @@ export function createDecider(deps: DecideDeps): (desc: RequestDescription) => D
 
 /**
  * A request in the service's own path space (policy/service-paths.ts) is the service's: its
- * route, or its JSON error. Decided on the prefix, so what no owned route matches (a bad
+ * route, or (for a principal; else the credential's 401) its JSON error. Decided on the prefix, so what no owned route matches (a bad
  * encoding, a parameter longer than the router reads, an unknown method) never reaches the host.
  */
-function servicePathDecision(owned: OwnedRoutes, method: string, path: string): Decision {
+function servicePathDecision(owned: OwnedRoutes, method: string, path: string, resolution: Resolution): Decision {
+  if ('error' in resolution || resolution.principal === null) return denyDecision('error' in resolution ? resolution.error : 'AUTH_REQUIRED')
   if (!isDecodablePath(path)) return denyDecision('VALIDATION_FAILED', 'The path is not valid percent-encoded UTF-8')
   if (owned.has(method, path)) return { action: 'proxy' }
   const methods = owned.methodsAt(path)

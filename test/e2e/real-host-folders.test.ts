@@ -1,0 +1,299 @@
+/**
+ * Issue 21 on the REAL ComfyUI 0.3.64, aiohttp 3.8 and 3.11: per-user folders and decisions on
+ * the path the host resolves. Two ordinary users (alice, bob) and an admin; every example of the
+ * issue is a row bob is refused (exact status and code) while alice's file stays byte for byte
+ * what it was, next to the rows where alice still does everything with her own files: upload,
+ * overwrite, mask, view, prompt with her file, the output in her history. Existence rows compare
+ * bob's answer for a name alice has with his answer for a name nobody has.
+ *
+ * The frontend's own flow is the API flow it makes (upload → the answer's subfolder/name into
+ * LoadImage → queue → the output named by the history → /view); the real frontend package is
+ * not installable here.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { randomUUID } from 'node:crypto'
+import { existsSync, readFileSync, readdirSync, writeFileSync, mkdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { crc32, deflateSync } from 'node:zlib'
+import { AIOHTTP_VERSIONS, poll, type Stack } from '../helpers/stack.js'
+import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../helpers/real-host.js'
+import { WsClient, bearer, login, register } from '../helpers/client.js'
+
+const RUN_MS = 60_000
+const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
+
+function png(seed: number, size = 4): Buffer {
+  const chunk = (type: string, data: Buffer) => {
+    const len = Buffer.alloc(4)
+    len.writeUInt32BE(data.length)
+    const body = Buffer.concat([Buffer.from(type, 'ascii'), data])
+    const crc = Buffer.alloc(4)
+    crc.writeUInt32BE(crc32(body))
+    return Buffer.concat([len, body, crc])
+  }
+  const ihdr = Buffer.alloc(13)
+  ihdr.writeUInt32BE(size, 0)
+  ihdr.writeUInt32BE(size, 4)
+  ihdr.set([8, 6, 0, 0, 0], 8)
+  const rows: number[] = []
+  for (let y = 0; y < size; y++) {
+    rows.push(0)
+    for (let x = 0; x < size; x++) rows.push((seed + x) & 255, (seed * 7 + y) & 255, seed & 255, 255)
+  }
+  return Buffer.concat([PNG_SIGNATURE, chunk('IHDR', ihdr), chunk('IDAT', deflateSync(Buffer.from(rows))), chunk('IEND', Buffer.alloc(0))])
+}
+
+type FileRef = { filename: string; subfolder: string; type: string }
+
+for (const aiohttp of AIOHTTP_VERSIONS) {
+  describe(`per-user folders inside the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL_HOST_SKIP, concurrency: false }, () => {
+    let host: RealHost
+    let admin: string
+    let alice: string
+    let bob: string
+    let A: string // alice's folder
+    let B: string // bob's folder
+    const aliceCid = randomUUID()
+    const bobCid = randomUUID()
+    let aliceWs: WsClient
+    let bobWs: WsClient
+    let upload0: { name: string; subfolder: string; type: string }
+    let output0: FileRef
+    let preview0: FileRef
+    let graph0: Record<string, unknown>
+    const alicePng = png(11)
+
+    const req = async (method: string, path: string, token: string, body?: unknown): Promise<{ status: number; text: string; body: any; bytes: Buffer }> => {
+      const res = await fetch(host.url + path, {
+        method,
+        headers: { Accept: 'application/json', ...(body === undefined ? {} : { 'Content-Type': 'application/json' }), ...bearer(token) },
+        body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+      })
+      const bytes = Buffer.from(await res.arrayBuffer())
+      let parsed: any
+      try {
+        parsed = JSON.parse(bytes.toString('utf8'))
+      } catch {
+        parsed = undefined
+      }
+      return { status: res.status, text: bytes.toString('utf8'), body: parsed, bytes }
+    }
+    const view = (token: string, query: string, path = '/view') => req('GET', `${path}?${query}`, token)
+    const upload = async (token: string, name: string, bytes: Buffer, fields: Record<string, string> = {}, route = '/upload/image') => {
+      const form = new FormData()
+      form.append('image', new Blob([new Uint8Array(bytes)], { type: 'image/png' }), name)
+      for (const [k, v] of Object.entries(fields)) form.append(k, v)
+      const res = await fetch(host.url + route, { method: 'POST', headers: { Accept: 'application/json', ...bearer(token) }, body: form })
+      const text = await res.text()
+      let body: any
+      try {
+        body = JSON.parse(text)
+      } catch {
+        body = undefined
+      }
+      return { status: res.status, text, body }
+    }
+    const queue = async (token: string, prompt: Record<string, unknown>, clientId: string): Promise<string> => {
+      const res = await req('POST', '/prompt', token, { prompt, client_id: clientId })
+      assert.equal(res.status, 200, res.text)
+      return res.body.prompt_id
+    }
+    const finished = async (ws: WsClient, promptId: string): Promise<string> =>
+      (await ws.waitFor((m) => ['execution_success', 'execution_error', 'execution_interrupted'].includes(m.type) && m.data.prompt_id === promptId, RUN_MS)).type
+    const outputsOf = async (token: string, promptId: string): Promise<Record<string, { images?: FileRef[] }>> => {
+      const res = await req('GET', `/history/${promptId}`, token)
+      assert.equal(res.status, 200, res.text)
+      return res.body[promptId].outputs
+    }
+    const onDisk = (type: string, subfolder: string, name: string) => join(type === 'input' ? host.inputDir : type === 'output' ? host.outputDir : host.tempDir, subfolder, name)
+    const denied = (res: { status: number; body: any; text: string }, status: number, code: string, what: string) => {
+      assert.equal(res.status, status, `${what}: ${res.text.slice(0, 300)}`)
+      assert.equal(res.body?.code, code, `${what}: ${res.text.slice(0, 300)}`)
+    }
+    const imageGraph = (image: unknown, prefix = 'uses') => ({
+      '1': { class_type: 'LoadImage', inputs: { image } },
+      '2': { class_type: 'SaveImage', inputs: { images: ['1', 0], filename_prefix: prefix } },
+    })
+
+    before(async () => {
+      host = await startRealHost({ aiohttp, files: { 'input/shared-in.png': png(200) } })
+      const stack = host as unknown as Stack
+      assert.equal((await register(stack, 'root')).status, 201)
+      admin = (await login(stack, 'root')).jwt
+      assert.equal((await register(stack, 'alice', { bearer: admin })).status, 201)
+      assert.equal((await register(stack, 'bob', { bearer: admin })).status, 201)
+      alice = (await login(stack, 'alice')).jwt
+      bob = (await login(stack, 'bob')).jwt
+      A = `u_${(await req('GET', '/authsvc/api/me', alice)).body.user_id}`
+      B = `u_${(await req('GET', '/authsvc/api/me', bob)).body.user_id}`
+      const wsUrl = (cid: string) => `${host.url.replace('http', 'ws')}/ws?clientId=${cid}`
+      aliceWs = await WsClient.open(wsUrl(aliceCid), bearer(alice))
+      bobWs = await WsClient.open(wsUrl(bobCid), bearer(bob))
+    })
+    after(async () => {
+      for (const ws of [aliceWs, bobWs]) ws?.close()
+      if (host) await destroyRealHost(host)
+    })
+
+    it('the frontend\'s flow for alice: upload into her folder, LoadImage it, queue, the output and preview in her folder and history, open them', async () => {
+      const up = await upload(alice, 'photo.png', alicePng, { subfolder: 'pets' })
+      assert.equal(up.status, 200, up.text)
+      assert.deepEqual(up.body, { name: 'photo.png', subfolder: `${A}/pets`, type: 'input' }, 'the host\'s own answer names her folder')
+      upload0 = up.body
+      assert.deepEqual(readFileSync(onDisk('input', upload0.subfolder, 'photo.png')), alicePng)
+      assert.ok((await req('GET', '/object_info/LoadImage', alice)).body.LoadImage.input.required.image[0].includes(`${A}/pets/photo.png`))
+      graph0 = { ...imageGraph(`${upload0.subfolder}/${upload0.name}`, 'ComfyUI'), '3': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }
+      const id = await queue(alice, graph0, aliceCid)
+      assert.equal(await finished(aliceWs, id), 'execution_success')
+      const outputs = await outputsOf(alice, id)
+      output0 = outputs['2'].images![0]
+      preview0 = outputs['3'].images![0]
+      assert.equal(output0.subfolder, A, 'SaveImage wrote into her output folder')
+      assert.ok(existsSync(onDisk('output', A, output0.filename)))
+      for (const f of [output0, preview0]) {
+        const res = await view(alice, new URLSearchParams(f).toString())
+        assert.equal(res.status, 200, res.text.slice(0, 200))
+        assert.deepEqual(res.bytes.subarray(0, 8), PNG_SIGNATURE)
+      }
+    })
+
+    it('bob: every spelling of her output, preview and upload on /view and /api/view answers 404 NOT_FOUND, as a name nobody has does', async () => {
+      const nobody = await view(bob, `filename=nobody-has-this.png&type=output&subfolder=${A}`)
+      denied(nobody, 404, 'NOT_FOUND', 'a name nobody has')
+      const queries = [
+        `filename=${output0.filename}&type=output&subfolder=${A}`, `filename=${output0.filename}&type=output&subfolder=../output/${A}`,
+        `filename=${output0.filename}&type=output&subfolder=x/../${A}`, `filename=${output0.filename}%20[output]&subfolder=${A}`,
+        `filename=${output0.filename}&type=output&subfolder=%2E%2E%2Foutput%2F${A}`, `filename=${output0.filename}&type=output&subfolder=./${A}//`,
+        `filename=${preview0.filename}&type=temp&subfolder=${preview0.subfolder}`, `filename=${preview0.filename}%20[temp]`,
+        `filename=photo.png&type=input&subfolder=${A}/pets`, `filename=photo.png&type=input&subfolder=../input/${A}/pets`, `filename=photo.png%20[input]&subfolder=${A}/pets`,
+      ]
+      for (const path of ['/view', '/api/view']) {
+        for (const q of queries) {
+          const res = await view(bob, q, path)
+          assert.equal(res.status, nobody.status, `${path}?${q}: ${res.text.slice(0, 200)}`)
+          assert.equal(res.text, nobody.text, `${path}?${q}`)
+        }
+      }
+      // the issue's example: subfolder=../output once named the folder's root, where outputs were
+      denied(await view(bob, `filename=${output0.filename}&type=output&subfolder=../output`), 404, 'NOT_FOUND', '../output')
+    })
+
+    it('bob\'s uploads: ../ and absolute subfolders or names are refused (400 VALIDATION_FAILED); everything else lands in his folder; her bytes never change', async () => {
+      const herFile = onDisk('input', upload0.subfolder, 'photo.png')
+      const bobPng = png(99)
+      for (const [fields, name] of [
+        [{ subfolder: '../input', overwrite: 'true' }, 'photo.png'], [{ subfolder: `x/../../input/${A}/pets`, overwrite: 'true' }, 'photo.png'],
+        [{ subfolder: `/${host.inputDir}/${A}/pets`, overwrite: 'true' }, 'photo.png'], [{ overwrite: 'true' }, `../${A}/pets/photo.png`],
+        [{ subfolder: '..', overwrite: 'true' }, 'shared-in.png'], [{ type: 'nope' }, 'x.png'],
+      ] as Array<[Record<string, string>, string]>) {
+        denied(await upload(bob, name, bobPng, fields), 400, 'VALIDATION_FAILED', `${JSON.stringify(fields)} ${name}`)
+      }
+      const over = await upload(bob, 'photo.png', bobPng, { subfolder: `${A}/pets`, overwrite: 'true' })
+      assert.equal(over.status, 200, over.text)
+      assert.deepEqual(over.body, { name: 'photo.png', subfolder: `${B}/${A}/pets`, type: 'input' })
+      const slash = await upload(bob, `face\\${output0.filename}`, bobPng)
+      assert.equal(slash.status, 200, slash.text)
+      assert.equal(slash.body.subfolder, B, 'a backslash is a character of the name: still his folder')
+      const same = await upload(bob, 'photo.png', alicePng, { subfolder: 'pets' })
+      assert.deepEqual(same.body, { name: 'photo.png', subfolder: `${B}/pets`, type: 'input' }, 'her very bytes under her name: a file of his own, not a share of hers')
+      denied(await view(bob, `filename=photo.png&type=input&subfolder=${A}/pets`), 404, 'NOT_FOUND', 'no co-ownership by equal bytes')
+      assert.deepEqual(readFileSync(herFile), alicePng, 'her upload is byte for byte hers')
+      assert.ok(existsSync(onDisk('input', '', 'shared-in.png')))
+    })
+
+    it('existence: an upload with her name answers as one with a free name (overwrite or not: no 403, no renaming)', async () => {
+      for (const fields of [{ overwrite: 'true' }, {}] as Array<Record<string, string>>) {
+        const hers = await upload(bob, 'photo.png', png(5), { subfolder: `${A}/pets/again`, ...fields })
+        const free = await upload(bob, 'free-name.png', png(5), { subfolder: `${A}/pets/again`, ...fields })
+        assert.equal(hers.status, 200)
+        assert.equal(free.status, 200)
+        assert.deepEqual({ ...hers.body, name: 'x' }, { ...free.body, name: 'x' })
+        assert.equal(hers.body.name, 'photo.png', 'not renamed: her file is not in his folder')
+      }
+    })
+
+    it('a mask\'s original_ref of hers, in any spelling, and one that does not exist: 403 NOT_OWNER; her image unchanged; alice masks her own', async () => {
+      const refs = [
+        { filename: output0.filename, subfolder: A, type: 'output' }, { filename: output0.filename, subfolder: `../output/${A}`, type: 'output' },
+        { filename: `${A}/${output0.filename}`, type: 'output' }, { filename: 'photo.png', subfolder: `${A}/pets`, type: 'input' },
+        { filename: `${output0.filename} [output]`, subfolder: A }, { filename: 'nobody-has-this.png', type: 'output' },
+      ]
+      const before = readFileSync(onDisk('output', A, output0.filename))
+      for (const ref of refs) {
+        denied(await upload(bob, 'mask.png', png(1), { original_ref: JSON.stringify(ref) }, '/upload/mask'), 403, 'NOT_OWNER', JSON.stringify(ref))
+      }
+      assert.deepEqual(readFileSync(onDisk('output', A, output0.filename)), before)
+      const own = await upload(alice, 'mask.png', png(1), { original_ref: JSON.stringify({ filename: output0.filename, subfolder: A, type: 'output' }), subfolder: 'clipspace' }, '/upload/mask')
+      assert.equal(own.status, 200, own.text)
+      assert.equal(own.body.subfolder, `${A}/clipspace`)
+      assert.ok(existsSync(onDisk('input', `${A}/clipspace`, 'mask.png')))
+    })
+
+    it('a prompt of bob\'s reads none of her files: names, wrappers, long and odd names, folder loaders, absolute paths (403 NOT_OWNER, nothing queued)', async () => {
+      mkdirSync(onDisk('input', A, ''), { recursive: true })
+      writeFileSync(onDisk('input', A, 'odd\nname.png'), alicePng)
+      const before = (await req('GET', '/queue', admin)).body
+      const tries: Array<[string, Record<string, unknown>]> = [
+        ['her upload', imageGraph(`${A}/pets/photo.png`)],
+        ['her output, annotated', imageGraph(`${A}/${output0.filename} [output]`)],
+        ['her preview, annotated', imageGraph(`${preview0.subfolder ? `${preview0.subfolder}/` : ''}${preview0.filename} [temp]`)],
+        ['../output', imageGraph(`../output/${A}/${output0.filename}`)],
+        ['__value__', imageGraph({ __value__: `${A}/pets/photo.png` })],
+        ['__value__ twice', imageGraph({ __value__: { __value__: `${A}/pets/photo.png` } })],
+        ['over 1,024 characters', imageGraph(`${'./'.repeat(600)}${A}/pets/photo.png`)],
+        ['a newline in the name', imageGraph(`${A}/odd\nname.png`)],
+        ['absolute', imageGraph(onDisk('input', `${A}/pets`, 'photo.png'))],
+        ['her folder, LoadImageSetFromFolderNode', { '1': { class_type: 'LoadImageSetFromFolderNode', inputs: { folder: `${A}/pets`, resize_method: 'None' } }, '2': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }],
+        ['her whole folder', { '1': { class_type: 'LoadImageSetFromFolderNode', inputs: { folder: A, resize_method: 'None' } }, '2': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }],
+      ]
+      for (const [what, prompt] of tries) denied(await req('POST', '/prompt', bob, { prompt, client_id: bobCid }), 403, 'NOT_OWNER', what)
+      const after = (await req('GET', '/queue', admin)).body
+      assert.equal(after.queue_pending.length + after.queue_running.length, before.queue_pending.length + before.queue_running.length, 'nothing was queued')
+    })
+
+    it('bob\'s prompt writes into his own folder; ../ and absolute prefixes are refused (400 VALIDATION_FAILED)', async () => {
+      for (const prefix of ['../ComfyUI', `x/../../output/${A}/ComfyUI`, '/tmp/evil', `${B}/../${A}/x`]) {
+        denied(await req('POST', '/prompt', bob, { prompt: imageGraph('shared-in.png', prefix), client_id: bobCid }), 400, 'VALIDATION_FAILED', prefix)
+      }
+      const id = await queue(bob, imageGraph('shared-in.png', `${A}/ComfyUI`), bobCid)
+      assert.equal(await finished(bobWs, id), 'execution_success')
+      const out = (await outputsOf(bob, id))['2'].images![0]
+      assert.equal(out.subfolder, `${B}/${A}`, 'her folder\'s name is only a name inside his')
+      assert.ok(existsSync(onDisk('output', out.subfolder, out.filename)))
+      assert.ok(!readdirSync(onDisk('output', A, '')).some((n) => n !== output0.filename), 'nothing new in her folder')
+    })
+
+    it('a cache replay: bob queues exactly the graph alice just ran; nothing of hers answers it, his history names only his files', async () => {
+      const graph = {
+        '1': { class_type: 'EmptyImage', inputs: { width: 8, height: 8, batch_size: 1, color: 4242 } },
+        '2': { class_type: 'SaveImage', inputs: { images: ['1', 0], filename_prefix: 'replay' } },
+        '3': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } },
+      }
+      const cachedOf = (ws: WsClient, id: string): string[] => ws.messages.find((m) => m.type === 'execution_cached' && m.data.prompt_id === id)?.data.nodes ?? []
+      const first = await queue(alice, graph, aliceCid)
+      assert.equal(await finished(aliceWs, first), 'execution_success')
+      const again = await queue(alice, graph, aliceCid)
+      assert.equal(await finished(aliceWs, again), 'execution_success')
+      assert.deepEqual(cachedOf(aliceWs, again).sort(), ['1', '2', '3'], 'her own repeat is answered by the cache: the cache is on')
+      const herPreview = (await outputsOf(alice, again))['3'].images![0]
+      const his = await queue(bob, graph, bobCid)
+      assert.equal(await finished(bobWs, his), 'execution_success')
+      assert.deepEqual(cachedOf(bobWs, his), [], 'none of her cached results answered his prompt')
+      const outputs = await outputsOf(bob, his)
+      assert.equal(outputs['2'].images![0].subfolder, B)
+      assert.notEqual(outputs['3'].images![0].filename, herPreview.filename, 'his own preview, not hers')
+      denied(await view(bob, new URLSearchParams(herPreview).toString()), 404, 'NOT_FOUND', 'her preview')
+    })
+
+    it('/object_info lists bob his own files and the shared inputs, nothing of hers', async () => {
+      const list: string[] = (await req('GET', '/object_info/LoadImage', bob)).body.LoadImage.input.required.image[0]
+      assert.ok(list.includes('shared-in.png'))
+      assert.ok(list.includes(`${B}/pets/photo.png`))
+      assert.deepEqual(list.filter((n) => n.includes(A.slice(2)) && !n.startsWith(`${B}/`)), [])
+      const info = (await req('GET', '/object_info', bob)).text
+      assert.ok(!info.includes(`"${A}`), 'her folder appears in no list of bob\'s /object_info')
+      assert.ok((await req('GET', '/object_info', admin)).text.includes(`${A}/pets/photo.png`), 'the admin sees everything')
+    })
+  })
+}
