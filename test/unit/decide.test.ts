@@ -237,8 +237,9 @@ describe('owned routes are proxied; look-alike paths are not', () => {
     '/authsvc/x/../api/me', '/authsvc/api/me;x', '/authsvc/api/me%00', '/authsvc', '/authsvc/', '/api/authsvc',
   ]
   for (const path of unmatchedUnderPrefix) {
-    it(`${path} is under the service's prefix but no owned route: 404 NOT_FOUND from the gate, never proxied or passed`, async () => {
-      assertDenied(await decide(w.sc, { path, pattern: null, headers: API }), 'NOT_FOUND', path)
+    it(`${path} is under the service's prefix but no owned route: 404 NOT_FOUND from the gate for a principal (401 without one), never proxied or passed`, async () => {
+      assertDenied(await decide(w.sc, { path, pattern: null, headers: { ...API, ...bearer(w.adminJwt) } }), 'NOT_FOUND', path)
+      assertDenied(await decide(w.sc, { path, pattern: null, headers: API }), 'AUTH_REQUIRED', path)
     })
   }
 
