@@ -21,6 +21,11 @@ Items (``op``):
   annotated path (``get_annotated_filepath``, input by default), the name joined to the output
   and temp folders, and the name as the process reads a relative path.
 
+- ``list``: the files of one folder of ``input/`` (``folder``, a per-user folder), all the way
+  down, as ``input/``-relative names with ``/``, kept by ``folder_paths.filter_files_content_types``
+  for ``content_types`` (what LoadImage and its kin list): ``{"files": [...]}``. The host's own
+  lists show only the top of ``input/``, where per-user folders keep nothing.
+
 Every answer names ``path`` (real), ``file`` and ``dir``; or ``status`` (the host answers that
 itself, whatever exists). The answer also carries ``roots``: the real paths of the three folders.
 """
@@ -126,6 +131,22 @@ def _name(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
     return {"places": places}
 
 
+def _list(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
+    folder, kinds = item.get("folder"), item.get("content_types")
+    if not isinstance(folder, str) or not folder or "/" in folder or folder in (".", "..") or not isinstance(kinds, list):
+        return {"status": 400}
+    root = fp.get_input_directory()
+    top = os.path.join(root, folder)
+    if os.path.realpath(top) != os.path.join(os.path.realpath(root), folder):
+        return {"files": []}  # a symlink: not a folder of the gate's making
+    names: list[str] = []
+    for here, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(here, d)))
+        for name in files:
+            names.append(os.path.relpath(os.path.join(here, name), root).replace(os.sep, "/"))
+    return {"files": sorted(fp.filter_files_content_types(names, [str(k) for k in kinds]))}
+
+
 def resolve(items: Any) -> dict[str, Any]:
     """The answer to one ``resolve`` message: ``results`` in the order of ``items``, and ``roots``."""
     fp = _folder_paths()
@@ -141,6 +162,8 @@ def resolve(items: Any) -> dict[str, Any]:
                 results.append(_upload(fp, item))
             elif op == "name":
                 results.append(_name(fp, item))
+            elif op == "list":
+                results.append(_list(fp, item))
             else:
                 results.append({"status": 400})
         except (TypeError, ValueError, OSError):

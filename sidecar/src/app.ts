@@ -262,7 +262,7 @@ function bindDecisions(
     decide,
     body: (msg, payload, host) => behaviours.body(msg.ctx, payload, host),
     form: (msg, host) => behaviours.form(msg.ctx, msg, host),
-    filter: (msg, payload) => behaviours.filter(msg, payload),
+    filter: (msg, payload, host) => behaviours.filter(msg, payload, host),
     event: (msg) => msg.name === 'host_facts' ? takeHostFacts(msg.data) : applyHostEvent(msg, { ownership: services.ownership, watcher, liveSockets, log: logger, now: services.clock, queueChanged }),
   })
 

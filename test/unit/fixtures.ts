@@ -106,7 +106,7 @@ export async function openSidecar(options: SidecarOptions = {}): Promise<Sidecar
     services,
     app: built.app,
     // as the decision server does: the later steps resolve on the host that asked
-    handlers: { ...handlers, body: (m, p, h) => handlers.body(m, p, h ?? host), form: (m, h) => handlers.form(m, h ?? host) },
+    handlers: { ...handlers, body: (m, p, h) => handlers.body(m, p, h ?? host), form: (m, h) => handlers.form(m, h ?? host), filter: (m, p, h) => handlers.filter(m, p, h ?? host) },
     built,
     host,
     async close({ keepDir = false } = {}) {

@@ -409,7 +409,8 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     for (const overwrite of [{}, { overwrite: 'true' }] as Array<Record<string, string>>) {
       const onHers = await upload(w.bobJwt, { subfolder: `${A}/pets`, ...overwrite }, 'cat.png')
       assert.deepEqual(await upload(w.bobJwt, { subfolder: `${A}/pets`, ...overwrite }, 'free-name.png'), onHers)
-      assert.deepEqual(onHers, { action: 'pass', set_fields: { subfolder: `${B}/${A}/pets` } })
+      assert.equal(onHers.action, 'pass')
+      assert.deepEqual((onHers as { set_fields?: unknown }).set_fields, { subfolder: `${B}/${A}/pets` })
     }
   })
 
@@ -495,10 +496,12 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
       `"KSampler": {"input": {"required": {"seed": ["INT", {"max": 18446744073709551615}], "sampler_name": [["euler", "dpmpp_2m"]]}}}}`
     const info = lists([`${A}/pets/cat.png`, `${B}/mine.png`, 'old/cat-legacy.png', 'shared.png'], [`${A}/x.latent`, 'shared.latent'], [A, `${A}/pets`, B, 'old'],
       [`${A}/a_00001_.png [output]`, 'legacy_00001_.png [output]', `${B}/b_00001_.png [output]`])
+    put(`input/${B}/sub/later.png`)
+    put(`input/${B}/notes.txt`)
     const forBob = await filtered(w.sc, { path: '/object_info', pattern: '/object_info', headers: bearer(w.bobJwt) }, info)
     assert.notEqual(forBob, 'unchanged')
     const bob = JSON.parse(forBob) as Record<string, { input: { required: Record<string, [unknown]> } }>
-    assert.deepEqual(bob.LoadImage.input.required.image[0], [`${B}/mine.png`, 'shared.png'])
+    assert.deepEqual(bob.LoadImage.input.required.image[0], [`${B}/mine.png`, 'shared.png', `${B}/sub/later.png`], 'his own uploads the host does not list are added')
     assert.deepEqual(bob.LoadLatent.input.required.latent[0], ['shared.latent'])
     assert.deepEqual(bob.LoadImageSetFromFolderNode.input.required.folder[0], [B, 'old'])
     assert.deepEqual(bob.LoadImageOutput.input.required.image[0], [`${B}/b_00001_.png [output]`])

@@ -80,7 +80,7 @@ export interface RouteBehaviour {
   /** `host` resolves names on the host that asked (decide/host-link.ts) */
   body?(ctx: StepContext, payload: Buffer, host: HostLink): BodyAnswer | Promise<BodyAnswer>
   form?(ctx: StepContext, msg: FormMessage, host: HostLink): Decision | Promise<Decision>
-  filter?(ctx: StepContext, msg: FilterMessage, payload: Buffer): FilterResult | Promise<FilterResult>
+  filter?(ctx: StepContext, msg: FilterMessage, payload: Buffer, host: HostLink): FilterResult | Promise<FilterResult>
 }
 
 export const replaced = (text: string): WithPayload<FilterAnswer> => ({ answer: { action: 'replace' }, payload: Buffer.from(text, 'utf8') })

@@ -105,9 +105,9 @@ export class RouteBehaviours implements BehaviourHandlers {
     return found.behaviour.form(found.ctx, msg, host)
   }
 
-  filter(msg: FilterMessage, payload: Buffer): FilterResult | Promise<FilterResult> {
+  filter(msg: FilterMessage, payload: Buffer, host: HostLink = NO_HOST): FilterResult | Promise<FilterResult> {
     const found = this.step(msg.ctx)
     if (!found?.behaviour.filter) throw new AuthsvcError('INTERNAL_ERROR', `unknown filter ${msg.name}`)
-    return found.behaviour.filter(found.ctx, msg, payload)
+    return found.behaviour.filter(found.ctx, msg, payload, host)
   }
 }

@@ -26,6 +26,7 @@ import { folderOfRel, userFolder } from '../isolation/user-folders.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
 import { objectInfoModelKeep, objectInfoModelKey, type ModelDeps, type ModelView } from './models.js'
 import { optionListsOf, type OptionList } from './option-lists.js'
+import type { HostLink } from '../decide/host-link.js'
 
 interface Layout {
   text: string
@@ -64,7 +65,7 @@ export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehav
       const memo = memoOf(owner, seesAll, models ? deps.models.viewFor(principal.userId) : null)
       return { ...pass, filter: { name: 'object_info', ctx, memo } }
     },
-    async filter(ctx, msg, payload) {
+    async filter(ctx, msg, payload, host) {
       if (msg.status !== 200) return { action: 'keep' }
       const hash = createHash('sha1').update(payload).digest('hex')
       const view: ModelView | null = 'models_user' in ctx ? deps.models.viewFor(typeof ctx.models_user === 'string' ? ctx.models_user : null) : null
@@ -77,13 +78,16 @@ export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehav
           throw err
         }), LAYOUTS_KEPT)
         const layout = await scan
+        const own = ctx.seesAll ? new Map<string, string[]>() : await ownUploads(host, ctx.owner, layout.lists)
         const splices: Splice[] = []
         for (const list of layout.lists) {
+          const mine = list.uploadKind === undefined ? undefined : own.get(list.uploadKind)?.filter((name) => !list.entries.some((e) => e.name === name))
           const fileOk = ctx.seesAll ? null : (name: string) => optionVisible(name, ctx.owner, deps.ownership)
           const modelOk = view === null ? null : objectInfoModelKeep(deps, view, list.cls, list.input, list.entries.map((e) => e.name))
           if (fileOk === null && modelOk === null) continue
           const kept = list.entries.filter((e) => (fileOk === null || fileOk(e.name)) && (modelOk === null || modelOk(e.name)))
-          if (kept.length !== list.entries.length) splices.push({ start: list.start, end: list.end, text: `[${kept.map((e) => e.raw).join(', ')}]` })
+          const added = (mine ?? []).map((name) => ({ name, raw: JSON.stringify(name) }))
+          if (kept.length !== list.entries.length || added.length > 0) splices.push({ start: list.start, end: list.end, text: `[${[...kept, ...added].map((e) => e.raw).join(', ')}]` })
           // a default that was taken out of the list becomes the first entry left
           if (list.default && list.entries.some((e) => e.name === list.default!.name) && !kept.some((e) => e.name === list.default!.name)) {
             splices.push({ start: list.default.start, end: list.default.end, text: kept[0]?.raw ?? '""' })
@@ -111,4 +115,22 @@ export function optionVisible(option: string, owner: string, ownership: Ownershi
   const record = ownership.file(key)
   if (record) return record.owners.includes(owner)
   return type === 'input'
+}
+
+/** The content types of ComfyUI's `filter_files_content_types` an upload input's kind lists. */
+const UPLOAD_CONTENT: Record<string, string> = { image: 'image', audio: 'audio', video: 'video' }
+
+/**
+ * The caller's own uploads for each kind of upload input the answer has (`image` → the image files of
+ * their input folder): the host lists only the top of `input/`, where per-user folders keep nothing,
+ * so LoadImage and its kin get them added (names as the upload's answer gives them).
+ */
+async function ownUploads(host: HostLink, owner: string, lists: OptionList[]): Promise<Map<string, string[]>> {
+  const kinds = [...new Set(lists.map((l) => l.uploadKind).filter((k): k is string => k !== undefined && k in UPLOAD_CONTENT))]
+  const found = new Map<string, string[]>()
+  if (kinds.length === 0) return found
+  const folder = userFolder(owner)
+  const { results } = await host.resolve(kinds.map((kind) => ({ op: 'list' as const, folder, content_types: [UPLOAD_CONTENT[kind]] })))
+  kinds.forEach((kind, i) => found.set(kind, results[i]?.files ?? []))
+  return found
 }

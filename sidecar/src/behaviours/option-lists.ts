@@ -19,6 +19,8 @@ export interface OptionList {
   end: number
   entries: Array<{ name: string; raw: string }>
   upload: boolean
+  /** `image` for `image_upload`, `audio` for `audio_upload`, ...: what kind of file the input uploads */
+  uploadKind?: string
   default?: { start: number; end: number; name: string }
 }
 
@@ -40,6 +42,7 @@ interface Spec {
   combo: boolean
   options?: { start: number; end: number; entries: Array<{ name: string; raw: string }> }
   upload: boolean
+  uploadKind?: string
   default?: { start: number; end: number; name: string }
 }
 
@@ -155,7 +158,7 @@ class OptionScanner {
         } else if (frame.role === 'spec') {
           const spec = specs.pop()!
           if (spec.options) {
-            this.out.push({ cls: spec.cls, input: spec.input, ...spec.options, upload: spec.upload, ...(spec.default ? { default: spec.default } : {}) })
+            this.out.push({ cls: spec.cls, input: spec.input, ...spec.options, upload: spec.upload, ...(spec.uploadKind ? { uploadKind: spec.uploadKind } : {}), ...(spec.default ? { default: spec.default } : {}) })
           }
         }
         expectKey = false
@@ -180,7 +183,10 @@ class OptionScanner {
         if (d === 0x2c || d === 0x7d || d === 0x5d || d === 0x20 || d === 0x0a || d === 0x0d || d === 0x09) break
         j++
       }
-      if (top?.role === 'config' && j - i === 4 && text.startsWith('true', i) && top.key.endsWith('_upload')) specs[specs.length - 1].upload = true
+      if (top?.role === 'config' && j - i === 4 && text.startsWith('true', i) && top.key.endsWith('_upload')) {
+        specs[specs.length - 1].upload = true
+        specs[specs.length - 1].uploadKind = top.key.slice(0, -'_upload'.length)
+      }
       else if (top?.role === 'options') this.entries.push({ name: '', raw: text.slice(i, j) })
       i = j
     }

@@ -90,10 +90,15 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
           return denyDecision('NOT_OWNER', 'original_ref is not a file of yours')
         }
       }
-      return { action: 'pass', set_fields: { subfolder } }
+      return { action: 'pass', set_fields: { subfolder }, filter: { name: 'upload', ctx } }
     },
     async filter(ctx, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
+      // a file in their own folder: theirs by its path; their LoadImage lists change (object-info.ts)
+      if (!ctx.seesAll) {
+        deps.ownership.folderChanged()
+        return { action: 'keep' }
+      }
       let stored: { name?: unknown; subfolder?: unknown; type?: unknown }
       try {
         stored = JSON.parse(payload.toString('utf8')) as typeof stored

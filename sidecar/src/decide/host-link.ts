@@ -17,6 +17,7 @@ export type ResolveItem =
   | { op: 'mask_ref'; filename: string; type?: unknown; subfolder?: unknown }
   | { op: 'upload'; type: string; subfolder: string; filename: string }
   | { op: 'name'; name: string }
+  | { op: 'list'; folder: string; content_types: string[] }
 
 /** Where a name lands: its real path and what is there; or the status the host answers by itself. */
 export interface Place {
@@ -30,7 +31,7 @@ export interface Place {
 
 export interface Resolved {
   /** per item, in order; a `name` item answers `places` (the existing places a node may open) */
-  results: Array<Place & { places?: Place[] }>
+  results: Array<Place & { places?: Place[]; files?: string[] }>
   /** the real paths of the host's input, output and temp folders */
   roots: Partial<Record<FileType, string>>
 }

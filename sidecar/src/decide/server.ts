@@ -35,7 +35,7 @@ export interface DecisionHandlers {
   decide(msg: RequestDescription): Decision | Promise<Decision>
   body(msg: BodyMessage, payload: Buffer, host?: HostLink): Decision | WithPayload<Decision> | Promise<Decision | WithPayload<Decision>>
   form(msg: FormMessage, host?: HostLink): Decision | Promise<Decision>
-  filter(msg: FilterMessage, payload: Buffer): FilterAnswer | WithPayload<FilterAnswer> | Promise<FilterAnswer | WithPayload<FilterAnswer>>
+  filter(msg: FilterMessage, payload: Buffer, host?: HostLink): FilterAnswer | WithPayload<FilterAnswer> | Promise<FilterAnswer | WithPayload<FilterAnswer>>
   event(msg: EventMessage): void
 }
 
@@ -77,7 +77,7 @@ export function dispatch(handlers: DecisionHandlers, msg: Record<string, unknown
     case 'form':
       return handlers.form(msg as unknown as FormMessage, host)
     case 'filter':
-      return handlers.filter(msg as unknown as FilterMessage, payload)
+      return handlers.filter(msg as unknown as FilterMessage, payload, host)
     case 'hello':
       return handlers.hello(msg as unknown as HelloMessage)
     case 'event':

@@ -365,7 +365,13 @@ export class Ownership {
     return { own, owned }
   }
 
-  /** Changes whenever a file gains an owner (part of the cache key of per-user lists). */
+  /** A per-user folder's files changed (an upload into it): per-user lists that show them change. */
+  folderChanged(): void {
+    this.version++
+    this.onChange()
+  }
+
+  /** Changes whenever a file gains an owner, or a per-user folder changes (part of the cache key of per-user lists). */
   get filesVersion(): number {
     return this.version
   }
