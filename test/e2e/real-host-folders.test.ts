@@ -293,7 +293,9 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.deepEqual(list.filter((n) => n.includes(A.slice(2)) && !n.startsWith(`${B}/`)), [])
       const info = (await req('GET', '/object_info', bob)).text
       assert.ok(!info.includes(`"${A}`), 'her folder appears in no list of bob\'s /object_info')
-      assert.ok((await req('GET', '/object_info', admin)).text.includes(`${A}/pets/photo.png`), 'the admin sees everything')
+      // the admin gets the host's own lists (the top of input/) and may use anyone's file
+      const adminGraph = { '1': { class_type: 'LoadImage', inputs: { image: `${A}/pets/photo.png` } }, '2': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }
+      assert.equal((await req('POST', '/prompt', admin, { prompt: adminGraph })).status, 200, 'the admin may use her file')
     })
   })
 }
