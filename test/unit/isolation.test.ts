@@ -591,6 +591,71 @@ describe('live WebSockets follow their credential', () => {
   })
 })
 
+describe('an upgrade of a populated data dir (issue 21, item 7): every file visible to exactly the same people', () => {
+  it('files owned in the layout before per-user folders keep their readers after a restart on the new code', async () => {
+    const first = await world()
+    const dir = first.sc.dir
+    const hostDir = join(dir, 'host')
+    const put = (rel: string) => {
+      mkdirSync(join(hostDir, rel, '..'), { recursive: true })
+      writeFileSync(join(hostDir, rel), 'x')
+    }
+    // the old layout: uploads and outputs beside everyone else's, owners in the table
+    const owned: Array<[string, string[]]> = [
+      ['input/cat.png', [first.alice.user_id]], ['input/pets/dog.png', [first.alice.user_id, first.bob.user_id]],
+      ['output/ComfyUI_00001_.png', [first.alice.user_id]], ['output/ComfyUI_00002_.png', [first.bob.user_id]], ['temp/ComfyUI_temp_abcde_00001_.png', [first.alice.user_id]],
+    ]
+    for (const [key, owners] of owned) {
+      put(key)
+      for (const o of owners) await first.sc.services.ownership.addFileOwner(key, o, undefined, new Date())
+    }
+    put('input/shared.png')
+    put('output/unowned_00001_.png')
+    await first.sc.services.flush()
+    const ids = { alice: first.alice.user_id, bob: first.bob.user_id }
+    await first.sc.close({ keepDir: true })
+
+    const sc = await openSidecar({ dir })
+    try {
+      const jwt = async (name: 'alice' | 'bob' | 'admin') => {
+        const user = sc.services.users.list().find((u) => u.username === name)!
+        return sessionJwt(sc, user)
+      }
+      sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', host: { output_dir: join(hostDir, 'output'), input_dir: join(hostDir, 'input'), temp_dir: join(hostDir, 'temp') } })
+      const tokens = { alice: await jwt('alice'), bob: await jwt('bob'), admin: await jwt('admin') }
+      const viewQuery: Record<string, string> = {
+        'input/cat.png': 'filename=cat.png&type=input', 'input/pets/dog.png': 'filename=dog.png&type=input&subfolder=pets',
+        'output/ComfyUI_00001_.png': 'filename=ComfyUI_00001_.png&type=output', 'output/ComfyUI_00002_.png': 'filename=ComfyUI_00002_.png&type=output',
+        'temp/ComfyUI_temp_abcde_00001_.png': 'filename=ComfyUI_temp_abcde_00001_.png&type=temp', 'input/shared.png': 'filename=shared.png&type=input',
+        'output/unowned_00001_.png': 'filename=unowned_00001_.png&type=output',
+      }
+      const readers: Record<string, string[]> = {
+        'input/cat.png': ['alice', 'admin'], 'input/pets/dog.png': ['alice', 'bob', 'admin'], 'output/ComfyUI_00001_.png': ['alice', 'admin'],
+        'output/ComfyUI_00002_.png': ['bob', 'admin'], 'temp/ComfyUI_temp_abcde_00001_.png': ['alice', 'admin'],
+        'input/shared.png': ['alice', 'bob', 'admin'], 'output/unowned_00001_.png': ['admin'],
+      }
+      for (const [key, who] of Object.entries(readers)) {
+        for (const name of ['alice', 'bob', 'admin'] as const) {
+          const d = await decide(sc, { path: '/view', pattern: '/view', query: viewQuery[key], headers: bearer(tokens[name]) })
+          assert.equal(d.action, who.includes(name) ? 'pass' : 'respond', `${name} on ${key}`)
+        }
+      }
+      // the same readers for a prompt naming the input files
+      const prompt = (image: string) => JSON.stringify({ prompt: { 1: { class_type: 'LoadImage', inputs: { image } } } })
+      for (const [image, who] of [['cat.png', ['alice', 'admin']], ['pets/dog.png', ['alice', 'bob', 'admin']], ['shared.png', ['alice', 'bob', 'admin']]] as Array<[string, string[]]>) {
+        for (const name of ['alice', 'bob', 'admin'] as const) {
+          const d = assertPass(await decide(sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(tokens[name]) }))
+          const out = unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(prompt(image))))
+          assert.equal(out.action, who.includes(name) ? 'pass' : 'respond', `${name} prompts ${image}`)
+        }
+      }
+      assert.ok(ids.alice && ids.bob)
+    } finally {
+      await sc.close()
+    }
+  })
+})
+
 describe('large host answers are edited off the event loop', () => {
   const entry = (id: string) => `"${id}": {"prompt": [1, "${id}", {"3": {"inputs": {"seed": 18446744073709551615, "text": "${'x'.repeat(2000)}"}}}, {}, []], "outputs": {}}`
   const ids = Array.from({ length: 400 }, (_, i) => `p${i}`)
