@@ -66,6 +66,8 @@ def _inside(root: str, path: str) -> bool:
 
 def _view(fp: Any, item: dict[str, Any], whole: bool) -> dict[str, Any]:
     filename = item.get("filename")
+    if filename is None and not whole:
+        return {"status": 404}  # GET /view without a file name: the handler's 404
     if not isinstance(filename, str):
         return {"status": 400}
     name, folder = fp.annotated_filepath(filename)

@@ -13,8 +13,8 @@
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
-import { existsSync, readFileSync, readdirSync, writeFileSync, mkdirSync } from 'node:fs'
-import { join } from 'node:path'
+import { existsSync, readFileSync, readdirSync, writeFileSync, mkdirSync, symlinkSync } from 'node:fs'
+import { join, resolve } from 'node:path'
 import { crc32, deflateSync } from 'node:zlib'
 import { AIOHTTP_VERSIONS, poll, type Stack } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../helpers/real-host.js'
@@ -117,7 +117,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     })
 
     before(async () => {
-      host = await startRealHost({ aiohttp, files: { 'input/shared-in.png': png(200) } })
+      host = await startRealHost({ aiohttp, files: { 'input/shared-in.png': png(200) }, customNodes: [resolve(import.meta.dirname, 'fixtures', 'file-reader')] })
       const stack = host as unknown as Stack
       assert.equal((await register(stack, 'root')).status, 201)
       admin = (await login(stack, 'root')).jwt
@@ -177,6 +177,17 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       }
       // the issue's example: subfolder=../output once named the folder's root, where outputs were
       denied(await view(bob, `filename=${output0.filename}&type=output&subfolder=../output`), 404, 'NOT_FOUND', '../output')
+      // a symlink an operator made inside a folder is followed to where it leads
+      symlinkSync(join(host.outputDir, A), join(host.outputDir, 'gallery-link'))
+      assert.equal((await view(bob, `filename=${output0.filename}&type=output&subfolder=gallery-link`)).text, nobody.text, 'through a symlink')
+      assert.equal((await view(alice, `filename=${output0.filename}&type=output&subfolder=gallery-link`)).status, 200, 'hers through the symlink')
+      // look-alikes name other folders: nothing there
+      for (const look of [A.replace('u_', 'U_'), A.replace('u_', 'ｕ_'), `${A}\u0000`, A.toUpperCase()]) {
+        assert.equal((await view(bob, `filename=${output0.filename}&type=output&subfolder=${encodeURIComponent(look)}`)).text, nobody.text, look)
+      }
+      // what the host cannot read at all is the gate's 400, never the host's 500
+      denied(await view(bob, `filename=${output0.filename}%00&type=output&subfolder=${A}`), 400, 'VALIDATION_FAILED', 'NUL')
+      denied(await view(bob, `filename=${output0.filename}&type=output&subfolder=../../../etc`), 403, 'PERMISSION_DENIED', 'out of the folder')
     })
 
     it('bob\'s uploads: ../ and absolute subfolders or names are refused (400 VALIDATION_FAILED); everything else lands in his folder; her bytes never change', async () => {
@@ -247,7 +258,13 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         ['her folder, LoadImageSetFromFolderNode', { '1': { class_type: 'LoadImageSetFromFolderNode', inputs: { folder: `${A}/pets`, resize_method: 'None' } }, '2': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }],
         ['her whole folder', { '1': { class_type: 'LoadImageSetFromFolderNode', inputs: { folder: A, resize_method: 'None' } }, '2': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }],
       ]
+      const reader = (path: string) => ({ '1': { class_type: 'AuthsvcTestReadFile', inputs: { path } } })
+      tries.push(['another package\'s node that opens paths its own way', reader(`${A}/${output0.filename}`)], ['the same through ../', reader(`../output/${A}/${output0.filename}`)])
       for (const [what, prompt] of tries) denied(await req('POST', '/prompt', bob, { prompt, client_id: bobCid }), 403, 'NOT_OWNER', what)
+      // that node really reads what it is given: alice reads her own output with it
+      const own = await queue(alice, reader(`${A}/${output0.filename}`), aliceCid)
+      assert.equal(await finished(aliceWs, own), 'execution_success')
+      assert.deepEqual((await outputsOf(alice, own))['1'], { size: [readFileSync(onDisk('output', A, output0.filename)).length] })
       const after = (await req('GET', '/queue', admin)).body
       assert.equal(after.queue_pending.length + after.queue_running.length, before.queue_pending.length + before.queue_running.length, 'nothing was queued')
     })

@@ -354,14 +354,19 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     assertPass(await view(w.bobJwt, `filename=mine.png%20[input]&subfolder=../input/${B}`))
   })
 
-  it('shapes the host refuses by itself (400/403, whatever exists) pass on to be refused there', async () => {
+  it('shapes the host refuses by itself whatever exists get the gate\'s JSON error of the same status (400 VALIDATION_FAILED, 403 PERMISSION_DENIED)', async () => {
     const hostRefuses = [
       'filename=../x.png', 'filename=/etc/passwd', 'filename=a.png&type=nope', 'filename=a.png&subfolder=../../etc', 'filename=a.png&subfolder=/etc', '',
       // a subfolder that leaves its type's folder is the host's 403, even into another of the host's folders
       `filename=a_00001_.png&type=temp&subfolder=../output/${A}`, `filename=a_00001_.png&type=input&subfolder=../output/${A}`,
       `filename=cat.png&type=output&subfolder=../input/${A}/pets`,
     ]
-    for (const q of hostRefuses) assertPass(await view(w.bobJwt, q), q)
+    const codes: Record<string, 'VALIDATION_FAILED' | 'NOT_FOUND'> = {
+      'filename=../x.png': 'VALIDATION_FAILED', 'filename=/etc/passwd': 'VALIDATION_FAILED', 'filename=a.png&type=nope': 'VALIDATION_FAILED',
+      'filename=a%00.png': 'VALIDATION_FAILED', '': 'NOT_FOUND',
+    }
+    for (const q of [...hostRefuses, 'filename=a%00.png']) assertDenied(await view(w.bobJwt, q), codes[q] ?? 'PERMISSION_DENIED', q)
+    for (const q of hostRefuses) assertPass(await view(w.adminJwt, q), `the admin's request goes to the host: ${q}`)
   })
 
   async function upload(jwt: string, fields: Record<string, string>, filename: string, mask = false): Promise<Stepped> {

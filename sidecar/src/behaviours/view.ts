@@ -3,8 +3,10 @@
  * (isolation/user-folders.ts), decided on the real path the host will open, resolved by the
  * host (the handler's own steps: annotation, type, subfolder, base name). Every file they may
  * not read answers exactly as a file that does not exist (the gate's 404 NOT_FOUND), so names
- * of other users' files cannot be probed. A shape the host refuses by itself (400, 403) is
- * refused by the host, whatever exists.
+ * of other users' files cannot be probed. A shape the host refuses by itself whatever exists
+ * (its 400 for a name with `..`, an unknown type or an unreadable name such as one with NUL, on
+ * which the handler would fail with a 500; its 403 for a subfolder leaving its folder) gets the
+ * gate's JSON error with the same status.
  */
 import { denyDecision } from '../decide/answers.js'
 import { mayRead, placeOf } from '../isolation/user-folders.js'
@@ -16,7 +18,8 @@ export function viewBehaviour(deps: BehaviourDeps): RouteBehaviour {
       if (seesAll) return pass
       const { results, roots } = await host.resolve([{ op: 'view', query: desc.query }])
       const place = results[0]
-      if (place?.status !== undefined) return pass
+      if (place?.status === 403) return denyDecision('PERMISSION_DENIED', 'The subfolder leaves its folder')
+      if (place?.status === 400) return denyDecision('VALIDATION_FAILED', 'Not a file name the host reads')
       const where = place?.path === undefined ? null : placeOf(place.path, roots)
       if (place?.file !== true || where === null || !mayRead(where, place, owner, deps.ownership)) return denyDecision('NOT_FOUND')
       return pass
