@@ -685,6 +685,28 @@ describe('large host answers are edited off the event loop', () => {
     }
   })
 
+  it('one slow edit (a huge history) never holds up another user\'s filtered read', async () => {
+    const { FilterPool } = await import('../../sidecar/src/isolation/filter-pool.js')
+    const pool = new FilterPool()
+    try {
+      // two threads, warmed up: the pool keeps what it started
+      await Promise.all([pool.history(Buffer.from(history), own, null, -1), pool.history(Buffer.from(history), own, null, -1)])
+      assert.equal(pool.size, 2)
+      const huge = `{${Array.from({ length: 12_000 }, (_, i) => entry(`h${i}`)).join(', ')}}` // about 25 MB
+      let hugeDone = false
+      const slow = pool.history(Buffer.from(huge), new Set(['h1']), null, -1).then((b) => {
+        hugeDone = true
+        return b
+      })
+      const quick = await pool.queue(Buffer.from(`{"queue_running": [], "queue_pending": [[0, "q1", {"t": "${'y'.repeat(80_000)}"}, {}, []]]}`), new Set(['q1']), false)
+      assert.equal(hugeDone, false, 'the small read was answered while the huge edit was still running')
+      assert.match(quick.toString('utf8'), /"q1"/)
+      assert.deepEqual(Object.keys(JSON.parse((await slow).toString('utf8')) as object), ['h1'])
+    } finally {
+      await pool.close()
+    }
+  })
+
   it('a small answer is edited inline (a worker round trip would cost more)', async () => {
     const { FilterPool } = await import('../../sidecar/src/isolation/filter-pool.js')
     const pool = new FilterPool()
