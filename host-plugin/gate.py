@@ -12,6 +12,7 @@ Guarantees (DESIGN §2):
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any, Awaitable, Callable
@@ -22,7 +23,7 @@ from yarl import URL
 
 from .decision_client import DecisionClient, Unavailable
 from .failsafe import unavailable_response
-from .protocol import REQUEST_HEADERS
+from .protocol import MAX_FRAME_BYTES, REQUEST_HEADERS
 from .queue_status import QueueStatus
 
 log = logging.getLogger("authsvc")
@@ -151,6 +152,27 @@ def _replace_headers(request: web.Request, headers: CIMultiDict) -> bool:
 _IN_PLACE_SAFE = frozenset(("comfy-user", "authorization"))
 
 
+# what a filter message's JSON may take of a frame besides the host's answer
+_FRAME_ROOM = 64 * 1024
+
+
+def narrow_prompts(body: bytes, keep: set[str]) -> bytes | None:
+    """A /queue or /history answer of the host with only the prompts in ``keep``, serialised as the
+    host serialises it (``json.dumps``, as aiohttp's ``json_response``); None for another shape."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    if isinstance(data.get("queue_running"), list) and isinstance(data.get("queue_pending"), list):
+        for name in ("queue_running", "queue_pending"):
+            data[name] = [item for item in data[name] if isinstance(item, list) and len(item) > 1 and item[1] in keep]
+    else:
+        data = {k: v for k, v in data.items() if k in keep}
+    return json.dumps(data).encode("utf-8")
+
+
 class MalformedAnswer(Unavailable):
     """The sidecar answered something of the wrong shape: no decision, so the request is refused."""
 
@@ -159,7 +181,7 @@ _STEP_ACTIONS = {
     "decide": ("pass", "respond", "proxy"),
     "body": ("pass", "respond"),
     "form": ("pass", "respond"),
-    "filter": ("keep", "replace", "respond"),
+    "filter": ("keep", "replace", "respond", "narrow"),
 }
 
 
@@ -210,6 +232,8 @@ def checked(answer: dict[str, Any], step: str) -> dict[str, Any]:
             raise MalformedAnswer(f"{step}: ws_queue_owner must be a string")
         if "report_prompts" in answer and answer["report_prompts"] is not True:
             raise MalformedAnswer(f"{step}: report_prompts must be true")
+    elif action == "narrow" and not _is_str_list(answer.get("keep_prompt_ids")):
+        raise MalformedAnswer(f"{step}: narrow needs keep_prompt_ids")
     return answer
 
 
@@ -444,11 +468,32 @@ class Gate:
             action, payload = reused
         else:
             sent = bytes(body)
-            answer, payload = await self.client.exchange({
+            message = {
                 "type": "filter", "name": spec.get("name"), "ctx": spec.get("ctx"), "status": response.status,
                 "content_type": response.content_type,
-            }, sent)
-            checked(answer, "filter")
+            }
+            if len(sent) > MAX_FRAME_BYTES - _FRAME_ROOM:
+                # too large for a frame (a queue of large prompts): the sidecar names the prompts the
+                # caller may see, and only those travel (narrowed here, serialised as the host does)
+                answer, payload = await self.client.exchange({**message, "too_large": True})
+                checked(answer, "filter")
+                if answer.get("action") not in ("narrow", "respond"):
+                    return unavailable_response()  # nothing the sidecar has not seen passes unfiltered
+                if answer.get("action") == "narrow":
+                    narrowed = narrow_prompts(sent, set(answer["keep_prompt_ids"]))
+                    if narrowed is None:
+                        return unavailable_response()
+                    if answer.get("final") is True:
+                        response.body = narrowed  # the sidecar's whole edit: nothing else to change
+                        return response
+                    if len(narrowed) > MAX_FRAME_BYTES - _FRAME_ROOM:
+                        return unavailable_response()
+                    sent, key = narrowed, None
+                    answer, payload = await self.client.exchange(message, sent)
+                    checked(answer, "filter")
+            else:
+                answer, payload = await self.client.exchange(message, sent)
+                checked(answer, "filter")
             action = answer.get("action")
             if key is not None and answer.get("memo") == memo and action in ("keep", "replace") and response.status == 200:
                 self._memos.put(key, sent, action, payload)

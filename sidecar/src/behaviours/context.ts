@@ -81,6 +81,8 @@ export interface RouteBehaviour {
   body?(ctx: StepContext, payload: Buffer, host: HostLink): BodyAnswer | Promise<BodyAnswer>
   form?(ctx: StepContext, msg: FormMessage, host: HostLink): Decision | Promise<Decision>
   filter?(ctx: StepContext, msg: FilterMessage, payload: Buffer, host: HostLink): FilterResult | Promise<FilterResult>
+  /** the prompts the caller may see, when the host's answer is too large to travel whole (filter `too_large`) */
+  narrow?(ctx: StepContext): { keep: string[]; final: boolean } | null
 }
 
 export const replaced = (text: string): WithPayload<FilterAnswer> => ({ answer: { action: 'replace' }, payload: Buffer.from(text, 'utf8') })

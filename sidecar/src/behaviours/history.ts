@@ -42,6 +42,8 @@ export function historyListBehaviour(deps: BehaviourDeps): RouteBehaviour {
         },
       }
     },
+    // a history too large for a frame: only the caller's own entries travel (in the host's order)
+    narrow: (ctx) => ({ keep: [...deps.ownership.promptIdsOf(ctx.owner)], final: false }),
     async filter(ctx, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
       const own = deps.ownership.promptIdsOf(ctx.owner)

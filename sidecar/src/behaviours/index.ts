@@ -108,6 +108,11 @@ export class RouteBehaviours implements BehaviourHandlers {
   filter(msg: FilterMessage, payload: Buffer, host: HostLink = NO_HOST): FilterResult | Promise<FilterResult> {
     const found = this.step(msg.ctx)
     if (!found?.behaviour.filter) throw new AuthsvcError('INTERNAL_ERROR', `unknown filter ${msg.name}`)
+    if (msg.too_large === true) {
+      const narrowed = found.behaviour.narrow?.(found.ctx) ?? null
+      if (narrowed === null) return denyDecision('AUTHSVC_UNAVAILABLE', 'The host answer is too large to filter')
+      return { action: 'narrow', keep_prompt_ids: narrowed.keep, ...(narrowed.final ? { final: true as const } : {}) }
+    }
     return found.behaviour.filter(found.ctx, msg, payload, host)
   }
 }

@@ -64,6 +64,9 @@ export function queueReadBehaviour(deps: BehaviourDeps): RouteBehaviour {
     decide({ pass, owner, seesAll }) {
       return { ...pass, filter: { name: 'queue', ctx: { kind: 'queue-read', owner, seesAll }, memo: memoOf(owner, seesAll) } }
     },
+    // a queue of large prompts too large for a frame: the caller's own items are the whole edit (a
+    // non-admin keeps their own secrets), so the plugin's narrowed answer is the answer
+    narrow: (ctx) => (ctx.seesAll ? null : { keep: [...deps.ownership.promptIdsOf(ctx.owner)], final: true }),
     async filter(ctx, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
       const memo = memoOf(ctx.owner, ctx.seesAll)

@@ -60,6 +60,8 @@ export interface FilterMessage {
   ctx: unknown
   status: number
   content_type: string
+  /** the host's answer is too large for a frame: no payload; the answer is `narrow` or a refusal */
+  too_large?: true
 }
 
 /** A host fact as it happened; never answered. */
@@ -133,7 +135,12 @@ export interface RespondDecision {
 
 export type Decision = PassDecision | RespondDecision | { action: 'proxy' }
 /** `replace` carries the new body as the frame's payload */
-export type FilterAnswer = { action: 'keep'; memo?: string } | { action: 'replace'; memo?: string } | RespondDecision
+export type FilterAnswer =
+  | { action: 'keep'; memo?: string }
+  | { action: 'replace'; memo?: string }
+  | RespondDecision
+  /** to a `too_large` filter: send again with only these prompts of the host's /queue or /history answer */
+  | { action: 'narrow'; keep_prompt_ids: string[]; final?: true }
 
 /** An answer and the raw bytes that travel after its JSON (a replacement body). */
 export interface WithPayload<T> {
