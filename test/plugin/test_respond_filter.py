@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import unittest
 
 import aiohttp
 
-from .support import PluginCase, assert_unavailable
+from .support import PluginCase, assert_unavailable, plugin_module
 
 
 class Respond(PluginCase):
@@ -176,3 +177,26 @@ class WebSocketGate(PluginCase):
             await s.session.ws_connect(s.url + "/ws")
         self.assertEqual(raised.exception.status, 503)
         self.assertEqual(s.host.calls["ws"], 0)
+
+
+
+class NarrowPrompts(unittest.TestCase):
+    """narrow_prompts: a /queue or /history answer too large for a frame keeps only the prompts the
+    sidecar names, serialised as the host serialises its own answers (json.dumps)."""
+
+    def setUp(self) -> None:
+        self.narrow = plugin_module("gate").narrow_prompts
+
+    def test_queue_keeps_the_named_items_in_order(self) -> None:
+        queue = {"queue_running": [[0, "a", {"seed": 18446744073709551615}, {}, []]], "queue_pending": [[1, "b", {}, {}, []], [2, "c", {}, {}, []]]}
+        out = self.narrow(json.dumps(queue).encode(), {"a", "c"})
+        self.assertEqual(out, json.dumps({"queue_running": queue["queue_running"], "queue_pending": [queue["queue_pending"][1]]}).encode())
+        self.assertIn(b"18446744073709551615", out)
+
+    def test_history_keeps_the_host_order(self) -> None:
+        history = {"x": {"n": 1}, "y": {"n": 2}, "z": {"n": 3}}
+        self.assertEqual(self.narrow(json.dumps(history).encode(), {"z", "x"}), b'{"x": {"n": 1}, "z": {"n": 3}}')
+
+    def test_other_shapes_are_none(self) -> None:
+        for body in (b"[1, 2]", b"not json", b'"text"'):
+            self.assertIsNone(self.narrow(body, {"a"}))
