@@ -303,6 +303,33 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       denied(await view(bob, new URLSearchParams(herPreview).toString()), 404, 'NOT_FOUND', 'her preview')
     })
 
+    it('existence: queue_remaining (GET /prompt and the socket\'s status) counts only bob\'s own prompts, whatever alice has queued', async () => {
+      const remaining = async (token: string) => (await req('GET', '/prompt', token)).text
+      const statusOf = (ws: WsClient) => ws.messages.filter((m) => m.type === 'status').at(-1)?.data.status.exec_info.queue_remaining
+      const idle = await remaining(bob)
+      assert.equal(idle, '{"exec_info": {"queue_remaining": 0}}')
+      // an admin's long prompt runs; alice queues three behind it
+      const slow = { '1': { class_type: 'EmptyImage', inputs: { width: 2048, height: 2048, batch_size: 1, color: 77 } } } as Record<string, unknown>
+      for (let i = 0; i < 6; i++) slow[`s${i}`] = { class_type: 'SaveImage', inputs: { images: ['1', 0], filename_prefix: `slow-${i}` } }
+      const statuses = (ws: WsClient) => ws.messages.filter((m) => m.type === 'status')
+      const mark = { alice: statuses(aliceWs).length, bob: statuses(bobWs).length }
+      const blocker = await queue(admin, slow, randomUUID())
+      const hers: string[] = []
+      for (let i = 0; i < 3; i++) hers.push(await queue(alice, { '1': { class_type: 'EmptyImage', inputs: { width: 8, height: 8, batch_size: 1, color: 900 + i } }, '2': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }, aliceCid))
+      const queued = (await req('GET', '/queue', admin)).body
+      const waiting = [...queued.queue_running, ...queued.queue_pending].map((item: unknown[]) => item[1])
+      assert.ok(hers.every((id) => waiting.includes(id)), 'her prompts are still waiting (the admin\'s runs)')
+      assert.equal(await remaining(bob), idle, 'bob\'s GET /prompt is what it was with an empty queue')
+      assert.equal(await remaining(alice), '{"exec_info": {"queue_remaining": 3}}')
+      await aliceWs.waitFor(() => statusOf(aliceWs) === 3, RUN_MS)
+      // the host broadcasts each status to every socket: bob has had every frame alice had by now
+      const seen = statuses(aliceWs).length - mark.alice
+      await bobWs.waitFor(() => statuses(bobWs).length - mark.bob >= seen, RUN_MS)
+      assert.deepEqual(statuses(bobWs).slice(mark.bob).map((m) => m.data.status.exec_info.queue_remaining), Array(statuses(bobWs).length - mark.bob).fill(0), 'his socket\'s status counts none of hers')
+      assert.equal((await req('POST', '/interrupt', admin, { prompt_id: blocker })).status, 200)
+      for (const id of hers) assert.equal(await finished(aliceWs, id), 'execution_success')
+    })
+
     it('/object_info lists bob his own files and the shared inputs, nothing of hers', async () => {
       const list: string[] = (await req('GET', '/object_info/LoadImage', bob)).body.LoadImage.input.required.image[0]
       assert.ok(list.includes('shared-in.png'))
