@@ -156,6 +156,11 @@ _IN_PLACE_SAFE = frozenset(("comfy-user", "authorization"))
 _FRAME_ROOM = 64 * 1024
 
 
+def _bad_form(message: str) -> web.Response:
+    """The gate's own 400 for a form it cannot describe to the sidecar (SPEC error shape)."""
+    return web.json_response({"error": message, "code": "VALIDATION_FAILED", "statusCode": 400}, status=400)
+
+
 def narrow_prompts(body: bytes, keep: set[str]) -> bytes | None:
     """A /queue or /history answer of the host with only the prompts in ``keep``, serialised as the
     host serialises it (``json.dumps``, as aiohttp's ``json_response``); None for another shape."""
@@ -433,10 +438,19 @@ class Gate:
         fields: dict[str, str] = {}
         files: dict[str, str] = {}
         for name, value in form.items():
+            if isinstance(value, (bytes, bytearray)):
+                # a part without a file name and of a content type other than text: the handler reads
+                # it as bytes (json.loads takes them), so the sidecar must see it too, as text
+                try:
+                    value = bytes(value).decode("utf-8")
+                except UnicodeDecodeError:
+                    return _bad_form("a form field is neither text nor a file")
             if isinstance(value, str):
                 fields.setdefault(name, value)
             elif hasattr(value, "filename"):
                 files.setdefault(name, str(value.filename or ""))
+            else:
+                return _bad_form("a form field is neither text nor a file")
         decision = checked(await self.client.call({"type": "form", "ctx": need_form.get("ctx"), "fields": fields, "files": files}), "form")
         action = decision.get("action")
         if action == "respond":
@@ -488,6 +502,7 @@ class Gate:
                         return response
                     if len(narrowed) > MAX_FRAME_BYTES - _FRAME_ROOM:
                         return unavailable_response()
+                    response.body = narrowed  # a later keep keeps the narrowed answer, never the whole one
                     sent, key = narrowed, None
                     answer, payload = await self.client.exchange(message, sent)
                     checked(answer, "filter")

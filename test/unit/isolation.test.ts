@@ -310,6 +310,7 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     put(`input/${A}/cat\nx.png`)
     put(`input/${A}/x.latent`)
     put(`input/${B}/mine.png`)
+    put(`input/${A.toUpperCase()}/upper.png`)
     put('input/shared.png')
     // from before per-user folders: owned by the table (an upload, an output, a preview the host named)
     put('input/old/cat-legacy.png')
@@ -363,9 +364,10 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     ]
     const codes: Record<string, 'VALIDATION_FAILED' | 'NOT_FOUND'> = {
       'filename=../x.png': 'VALIDATION_FAILED', 'filename=/etc/passwd': 'VALIDATION_FAILED', 'filename=a.png&type=nope': 'VALIDATION_FAILED',
-      'filename=a%00.png': 'VALIDATION_FAILED', '': 'NOT_FOUND',
+      'filename=a%00.png': 'VALIDATION_FAILED',
     }
-    for (const q of [...hostRefuses, 'filename=a%00.png']) assertDenied(await view(w.bobJwt, q), codes[q] ?? 'PERMISSION_DENIED', q)
+    assertPass(await view(w.bobJwt, ''), 'no file named: the host\'s own 404')
+    for (const q of [...hostRefuses.filter((q) => q !== ''), 'filename=a%00.png']) assertDenied(await view(w.bobJwt, q), codes[q] ?? 'PERMISSION_DENIED', q)
     for (const q of hostRefuses) assertPass(await view(w.adminJwt, q), `the admin's request goes to the host: ${q}`)
   })
 
@@ -428,6 +430,10 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
       { filename: 'a_00001_.png', subfolder: `../output/${A}`, type: 'output' }, { filename: `a_00001_.png [output]`, subfolder: A },
       { filename: 'cat.png', subfolder: `${A}/pets`, type: 'input' }, { filename: 'legacy_00001_.png', type: 'output' },
       { filename: 'a_00001_.png', subfolder: 'link', type: 'output' },
+      // the review's shapes: keys of the client's never steer the resolver
+      { filename: 'a_00001_.png', subfolder: A, type: 'output', op: 'x' }, { filename: 'legacy_00001_.png', type: 'output', op: 'x' },
+      { filename: 'a_00001_.png', subfolder: A, type: 'output', op: 'view', query: `filename=mine.png&type=input&subfolder=${B}` },
+      { filename: 'a_00001_.png', subfolder: A, type: 'output', op: 'name', name: 'shared.png' },
     ]) assert.deepEqual(await upload(w.bobJwt, ref(o), 'm.png', true), missing, JSON.stringify(o))
     assert.equal((await upload(w.aliceJwt, ref({ filename: 'a_00001_.png', subfolder: A, type: 'output' }), 'm.png', true)).action, 'pass')
     assert.equal((await upload(w.bobJwt, ref({ filename: 'shared.png', type: 'input' }), 'm.png', true)).action, 'pass')
@@ -442,6 +448,10 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
       `${A}/cat\nx.png`, join(hostDir, 'input', A, 'pets', 'cat.png'), `link/a_00001_.png [output]`, 'legacy_00001_.png [output]',
       'x/prev.png [temp]', 'old/cat-legacy.png', `${A}/pets/../pets/cat.png`, '/etc/hostname', '../../../../../../etc/hostname',
       { __value__: `${A}/pets/cat.png` }, { __value__: { __value__: `${A}/a_00001_.png [output]` } }, [`${A}/pets/cat.png`], { path: `${A}/pets/cat.png` },
+      // the host unwraps once: what sits beside a wrapper reaches the node too; and any depth
+      { __value__: { __value__: 'shared.png', k: `${A}/pets/cat.png` } }, JSON.parse(`${'['.repeat(40)}"${A}/pets/cat.png"${']'.repeat(40)}`),
+      // a case-insensitive host opens U_<ID> as u_<id> (here: such a folder exists): still hers
+      `${A.toUpperCase()}/upper.png`,
     ]
     for (const t of tries) assertDenied(await postPrompt(w.sc, w.bobJwt, graph(t)), 'NOT_OWNER', JSON.stringify(t))
     for (const folder of [A, `${A}/pets`, 'old', `../input/${A}`]) {
@@ -485,6 +495,20 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
       assertDenied(await postPrompt(w.sc, w.bobJwt, saved(given)), 'VALIDATION_FAILED')
     })
   }
+
+  it('the host\'s validation error lists no other owner\'s folder (a combo\'s options in value_not_in_list)', async () => {
+    const d = assertPass(await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(w.bobJwt) }))
+    const out = await w.sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(graph('zzz', 'LoadImageSetFromFolderNode', 'folder'))) as { answer: { filter?: { name: string; ctx: unknown } } }
+    const spec = out.answer.filter!
+    const hostAnswer = JSON.stringify({ error: { type: 'prompt_outputs_failed_validation' }, node_errors: { 1: { errors: [{ type: 'value_not_in_list', details: `folder: 'zzz' not in ['${A}', '${A}/pets', '${B}', '${A.toUpperCase()}', 'old']`, extra_info: { input_config: [[A, `${A}/pets`, B, 'old']] } }] } } })
+    const filteredAnswer: { action: string; body_text?: string } = unwrap(await w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 400, content_type: 'application/json' }, Buffer.from(hostAnswer)))
+    assert.equal(filteredAnswer.action, 'replace')
+    assert.ok(!filteredAnswer.body_text!.toLowerCase().includes(A.slice(2)), 'her id appears nowhere')
+    assert.ok(filteredAnswer.body_text!.includes(B), 'his own folder stays')
+    assert.deepEqual(JSON.parse(filteredAnswer.body_text!).node_errors['1'].errors[0].extra_info.input_config, [['u_hidden', 'u_hidden/pets', B, 'old']])
+    const ok = unwrap(await w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 200, content_type: 'application/json' }, Buffer.from(`{"prompt_id": "x", "number": 1, "node_errors": {}}`)))
+    assert.equal(ok.action, 'keep')
+  })
 
   it('an administrator\'s prompt is not edited', async () => {
     const out = await postPrompt(w.sc, w.adminJwt, saved('ComfyUI'))

@@ -109,7 +109,7 @@ export function optionVisible(option: string, owner: string, ownership: Ownershi
   const type = (annotated?.[1] ?? 'input') as 'input' | 'output' | 'temp'
   const name = annotated ? option.slice(0, annotated.index) : option
   const folder = folderOfRel(name.replace(/^\/+/, ''))
-  if (folder !== null) return folder === userFolder(owner)
+  if (folder !== null) return folder.toLowerCase() === userFolder(owner)
   const key = fileKey(type, '', name)
   if (key === null) return true // not a name of a file the host keeps
   const record = ownership.file(key)

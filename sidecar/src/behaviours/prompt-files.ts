@@ -31,11 +31,15 @@ export const SCOPE_INPUT = 'authsvc_scope'
 const PREFIX_INPUT = 'filename_prefix'
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
 
-function collect(value: unknown, into: Set<string>, depth = 0): void {
-  const v = hostInputValue(value)
-  if (typeof v === 'string') into.add(v)
-  else if (depth < 8 && Array.isArray(v)) for (const x of v) collect(x, into, depth + 1)
-  else if (depth < 8 && isObject(v)) for (const x of Object.values(v)) collect(x, into, depth + 1)
+/** Every string inside an input's value, at any depth (wrappers such as `__value__` and their siblings included). */
+function collect(value: unknown, into: Set<string>): void {
+  const stack: unknown[] = [value]
+  while (stack.length > 0) {
+    const v = stack.pop()
+    if (typeof v === 'string') into.add(v)
+    else if (Array.isArray(v)) stack.push(...v)
+    else if (isObject(v)) stack.push(...Object.values(v))
+  }
 }
 
 /** The strings the graph gives its nodes, except the prefixes it writes by and its scopes (both are rewritten). */
@@ -59,7 +63,10 @@ export async function promptFileRefusal(prompt: unknown, host: HostLink, ownersh
       if (place.path === undefined) continue
       const where = placeOf(place.path, roots)
       if (where === null) {
-        if (place.file === true && place.via === 'annotated') return denyDecision('NOT_OWNER', "The prompt names a file outside the host's folders")
+        // outside the host's folders: a file named by its input-folder reading, or by a name that
+        // climbs (`..`) or is absolute whichever folder a node joins it to
+        const climbs = names[i].startsWith('/') || names[i].split(/[\\/]/).includes('..')
+        if (place.file === true && (place.via === 'annotated' || climbs)) return denyDecision('NOT_OWNER', "The prompt names a file outside the host's folders")
         continue
       }
       if (where.rel === '') continue

@@ -18,7 +18,8 @@ import { denyDecision } from '../decide/answers.js'
 import { promptFileRefusal, promptOwnEdits } from './prompt-files.js'
 import { applySplices, lastMember, objectMembers, rootStart, setMembers, type Splice } from '../isolation/json-spans.js'
 import type { BehaviourDeps, RouteBehaviour, StepContext } from './context.js'
-import { passWithBody, textOf } from './context.js'
+import { passWithBody, replaced, textOf } from './context.js'
+import { withoutOthersFolders } from '../isolation/user-folders.js'
 import { promptModelFields, promptModelRefusal, type ModelDeps } from './models.js'
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
@@ -130,7 +131,19 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
         client_id: clientId,
         created_at_iso: new Date(deps.clock()).toISOString(),
       })
-      return passWithBody(applySplices(text, splices))
+      const passed = passWithBody(applySplices(text, splices))
+      // the host's validation errors list a combo's options (LoadImageSetFromFolderNode's folders,
+      // every subfolder of input/): another owner's folder is named nowhere in the answer
+      if (ctx.seesAll) return passed
+      return { ...passed, answer: { ...passed.answer, filter: { name: 'prompt-answer', ctx: { kind: 'prompt', owner: ctx.owner, seesAll: false } } } }
+    },
+
+    filter(ctx, msg, payload) {
+      if (msg.status === 200) return { action: 'keep' }
+      const text = textOf(payload)
+      if (text === null) return { action: 'keep' }
+      const scrubbed = withoutOthersFolders(text, ctx.owner)
+      return scrubbed === text ? { action: 'keep' } : replaced(scrubbed)
     },
   }
 }

@@ -16,7 +16,7 @@
  * then belongs to them (the ownership table, as before per-user folders).
  */
 import { denyDecision } from '../decide/answers.js'
-import { fileKey, folderOf, type FileType } from '../isolation/ownership.js'
+import { fileKey, folderOf, normalSegments, type FileType } from '../isolation/ownership.js'
 import { mayRead, placeOf, userFolder } from '../isolation/user-folders.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
 
@@ -30,16 +30,8 @@ const UPLOAD_WINDOW_MS = 30_000
  */
 export function ownSubfolder(asked: string, own: string): string | null {
   if (asked.startsWith('/')) return null
-  const parts: string[] = []
-  for (const segment of asked.split('/')) {
-    if (segment === '' || segment === '.') continue
-    if (segment === '..') {
-      if (parts.length === 0) return null
-      parts.pop()
-      continue
-    }
-    parts.push(segment)
-  }
+  const parts = normalSegments(asked, /\//)
+  if (parts === null) return null
   if (parts[0] === own) parts.shift()
   return [own, ...parts].join('/')
 }
@@ -75,7 +67,9 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
         }
         ref = parsed as typeof ref
       }
-      const { results, roots } = await host.resolve(ref === undefined ? items : [...items, { op: 'mask_ref', ...ref! }])
+      // the item names only the fields the host reads: a key of the client's (`op`) never reaches the resolver
+      const refItem = ref === undefined ? [] : [{ op: 'mask_ref' as const, filename: ref.filename, ...('type' in ref ? { type: ref.type } : {}), ...('subfolder' in ref ? { subfolder: ref.subfolder } : {}) }]
+      const { results, roots } = await host.resolve([...items, ...refItem])
       // where the host will write, with the edited subfolder: inside their folder, or refused (an
       // absolute or climbing file name, a symlink out; a shape the host itself refuses, too)
       const target = results[0]
@@ -86,7 +80,9 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
       if (ref !== undefined) {
         const original = results[1]
         const where = original?.path === undefined ? null : placeOf(original.path, roots)
-        if (original?.status === undefined && (original?.file !== true || where === null || !mayRead(where, original, ctx.owner, deps.ownership))) {
+        // the host's own 400/403 for the reference: it reads nothing then; anything else must be a file they may read
+        const hostRefuses = original?.status === 400 || original?.status === 403
+        if (!hostRefuses && (original?.file !== true || where === null || !mayRead(where, original, ctx.owner, deps.ownership))) {
           return denyDecision('NOT_OWNER', 'original_ref is not a file of yours')
         }
       }

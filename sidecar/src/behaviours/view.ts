@@ -18,6 +18,7 @@ export function viewBehaviour(deps: BehaviourDeps): RouteBehaviour {
       if (seesAll) return pass
       const { results, roots } = await host.resolve([{ op: 'view', query: desc.query }])
       const place = results[0]
+      if (place?.status === 404) return pass // no file named at all: the host's own 404
       if (place?.status === 403) return denyDecision('PERMISSION_DENIED', 'The subfolder leaves its folder')
       if (place?.status === 400) return denyDecision('VALIDATION_FAILED', 'Not a file name the host reads')
       const where = place?.path === undefined ? null : placeOf(place.path, roots)

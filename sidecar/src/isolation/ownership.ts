@@ -382,8 +382,15 @@ export class Ownership {
  * no `.` or `..` segments, or null when the path would leave its folder.
  */
 export function fileKey(type: FileType, subfolder: string, name: string): string | null {
+  const parts = normalSegments(`${subfolder}/${name}`, /[\\/]+/)
+  if (parts === null || parts.length === 0) return null
+  return `${type}/${parts.join('/')}`
+}
+
+/** The segments of a relative path with `.` and empty ones dropped and `..` applied; null when `..` would climb out. */
+export function normalSegments(path: string, separators: RegExp): string[] | null {
   const parts: string[] = []
-  for (const segment of `${subfolder}/${name}`.split(/[\\/]+/)) {
+  for (const segment of path.split(separators)) {
     if (segment === '' || segment === '.') continue
     if (segment === '..') {
       if (parts.length === 0) return null
@@ -392,6 +399,5 @@ export function fileKey(type: FileType, subfolder: string, name: string): string
     }
     parts.push(segment)
   }
-  if (parts.length === 0) return null
-  return `${type}/${parts.join('/')}`
+  return parts
 }

@@ -22,7 +22,7 @@ import type { FileType, Ownership } from './ownership.js'
 
 const USER_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 /** the names per-user folders have; nothing else at the top of a folder is one */
-export const USER_FOLDER = /^(u_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|o_[0-9a-f]{16})$/
+export const USER_FOLDER = /^(u_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|o_[0-9a-f]{16})$/i
 
 /** The folder of an owner key (behaviours/context.ts ownerKey). */
 export function userFolder(owner: string): string {
@@ -60,8 +60,9 @@ export function folderOfRel(rel: string): string | null {
  * when nobody owns it), a folder when nothing under it is another's (input only).
  */
 export function mayRead(where: Where, place: Place, owner: string, ownership: Ownership): boolean {
+  // matched without case: on a case-insensitive host `U_<ID>` is the same folder as `u_<id>`
   const folder = folderOfRel(where.rel)
-  if (folder !== null) return folder === userFolder(owner)
+  if (folder !== null) return folder.toLowerCase() === userFolder(owner)
   if (where.rel === '') return false
   const key = `${where.type}/${where.rel}`
   if (place.dir === true) {
@@ -73,4 +74,12 @@ export function mayRead(where: Where, place: Place, owner: string, ownership: Ow
   const record = ownership.file(key)
   if (record) return record.owners.includes(owner)
   return where.type === 'input'
+}
+
+const FOLDER_NAMES = /u_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|o_[0-9a-f]{16}/gi
+
+/** `text` with every per-user folder name but `owner`'s own replaced (a host answer that lists folders). */
+export function withoutOthersFolders(text: string, owner: string): string {
+  const own = userFolder(owner)
+  return text.replace(FOLDER_NAMES, (name) => (name.toLowerCase() === own ? name : 'u_hidden'))
 }
