@@ -468,12 +468,17 @@ class Gate:
         return decision
 
     async def _filter(self, request: web.Request, response: web.StreamResponse, spec: dict[str, Any]) -> web.StreamResponse:
-        if response.status >= 300 or not isinstance(response, web.Response) or response.prepared:
+        # an error answer is filtered only when the filter asks for them too (`errors`: a prompt's
+        # validation error lists what the host knows); a readable one, that is
+        wants_errors = spec.get("errors") is True
+        if (response.status >= 300 and not wants_errors) or not isinstance(response, web.Response) or response.prepared:
             if 200 <= response.status < 300:
                 return unavailable_response()  # a 2xx we cannot read is a 2xx we cannot filter
             return response
         body = response.body
         if not isinstance(body, (bytes, bytearray)):
+            if wants_errors and response.status >= 300:
+                return response  # an error of the host's own without a body of bytes: nothing listed
             return unavailable_response()
         memo = spec.get("memo")
         key = (self.client.generation, str(spec.get("name")), request.rel_url.raw_path_qs, memo) if isinstance(memo, str) else None

@@ -98,6 +98,21 @@ def model_inputs_of(object_info: dict[str, Any], real_lists: Callable[[str], lis
     return out
 
 
+def writer_inputs_of(object_info: dict[str, Any]) -> dict[str, list[str]]:
+    """class -> its text inputs that name where an output node writes: ``filename_prefix``, and any other
+    STRING input of an output node whose name ends in ``prefix`` (SaveLoRANode's ``prefix``)."""
+    out: dict[str, list[str]] = {}
+    for cls, info in object_info.items():
+        if not isinstance(info, dict) or info.get("output_node") is not True:
+            continue
+        sections = info.get("input")
+        for section in (sections.values() if isinstance(sections, dict) else ()):
+            for name, spec in (section.items() if isinstance(section, dict) else ()):
+                if isinstance(spec, (list, tuple)) and spec and spec[0] == "STRING" and name.endswith("prefix"):
+                    out.setdefault(cls, []).append(name)
+    return out
+
+
 async def probe_model_inputs(prompt_server: Any) -> dict[str, Any]:
     """Runs the host's /object_info handler with one marker per folder in every file list."""
     import folder_paths
@@ -120,7 +135,14 @@ async def probe_model_inputs(prompt_server: Any) -> dict[str, Any]:
         response = await handler(None)
     finally:
         folder_paths.get_filename_list = real
-    return model_inputs_of(json.loads(response.text), real)
+    object_info = json.loads(response.text)
+    _last_writer_inputs.clear()
+    _last_writer_inputs.update(writer_inputs_of(object_info))
+    return model_inputs_of(object_info, real)
+
+
+# the writer inputs read with the last probe (the same /object_info answer)
+_last_writer_inputs: dict[str, list[str]] = {}
 
 
 def install(app: Any, prompt_server: Any, hello: dict[str, Any], send_event: Callable[[dict[str, Any]], None]) -> None:
@@ -135,6 +157,7 @@ def install(app: Any, prompt_server: Any, hello: dict[str, Any], send_event: Cal
             return
         try:
             facts["model_inputs"] = await probe_model_inputs(prompt_server)
+            facts["writer_inputs"] = dict(_last_writer_inputs)
         except Exception:
             # the sidecar then finds model lists from the folders' files alone (see the module doc)
             log.exception("authsvc: reading the host's model inputs failed")

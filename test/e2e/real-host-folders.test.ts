@@ -234,6 +234,26 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       for (const ref of refs) {
         denied(await upload(bob, 'mask.png', png(1), { original_ref: JSON.stringify(ref) }, '/upload/mask'), 403, 'NOT_OWNER', JSON.stringify(ref))
       }
+      // a part without a file name and of another content type: aiohttp gives the handler bytes, which
+      // ComfyUI's json.loads takes; a text part of the same name after it is not the one the host reads
+      const hers = JSON.stringify({ filename: output0.filename, subfolder: A, type: 'output' })
+      const rawMask = async (parts: Array<{ name: string; value: string | Buffer; type?: string; filename?: string }>) => {
+        const boundary = `authsvc-${randomUUID()}`
+        const chunks: Buffer[] = []
+        for (const p of parts) {
+          chunks.push(Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${p.name}"${p.filename ? `; filename="${p.filename}"` : ''}\r\n${p.type ? `Content-Type: ${p.type}\r\n` : ''}\r\n`))
+          chunks.push(Buffer.from(p.value))
+          chunks.push(Buffer.from('\r\n'))
+        }
+        chunks.push(Buffer.from(`--${boundary}--\r\n`))
+        const res = await fetch(`${host.url}/upload/mask`, { method: 'POST', headers: { 'Content-Type': `multipart/form-data; boundary=${boundary}`, Accept: 'application/json', ...bearer(bob) }, body: Buffer.concat(chunks) })
+        const text = await res.text()
+        return { status: res.status, text, body: JSON.parse(text) }
+      }
+      const image = { name: 'image', value: png(3), type: 'image/png', filename: 'raw-mask.png' }
+      denied(await rawMask([image, { name: 'original_ref', value: hers, type: 'application/json' }]), 403, 'NOT_OWNER', 'original_ref as a JSON part')
+      denied(await rawMask([image, { name: 'original_ref', value: hers, type: 'application/octet-stream' }, { name: 'original_ref', value: JSON.stringify({ filename: 'shared-in.png', type: 'input' }) }]), 403, 'NOT_OWNER', 'a bytes part first, a harmless text part after')
+      assert.ok(!existsSync(onDisk('input', B, 'raw-mask.png')), 'nothing was written for him')
       assert.deepEqual(readFileSync(onDisk('output', A, output0.filename)), before)
       const own = await upload(alice, 'mask.png', png(1), { original_ref: JSON.stringify({ filename: output0.filename, subfolder: A, type: 'output' }), subfolder: 'clipspace' }, '/upload/mask')
       assert.equal(own.status, 200, own.text)
@@ -276,6 +296,10 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     it('bob\'s prompt writes into his own folder; ../ and absolute prefixes are refused (400 VALIDATION_FAILED)', async () => {
       for (const prefix of ['../ComfyUI', `x/../../output/${A}/ComfyUI`, '/tmp/evil', `${B}/../${A}/x`]) {
         denied(await req('POST', '/prompt', bob, { prompt: imageGraph('shared-in.png', prefix), client_id: bobCid }), 400, 'VALIDATION_FAILED', prefix)
+      }
+      // ComfyUI's own SaveLoRANode names its file by `prefix` (learnt from the host: an output node's *prefix text input)
+      for (const prefix of [`../${A}/x`, '../../models/loras/x']) {
+        denied(await req('POST', '/prompt', bob, { prompt: { '7': { class_type: 'SaveLoRANode', inputs: { lora: ['6', 0], prefix, steps: 1 } } }, client_id: bobCid }), 400, 'VALIDATION_FAILED', `SaveLoRANode ${prefix}`)
       }
       const id = await queue(bob, imageGraph('shared-in.png', `${A}/ComfyUI`), bobCid)
       assert.equal(await finished(bobWs, id), 'execution_success')

@@ -104,3 +104,17 @@ class ModelInputs(unittest.IsolatedAsyncioTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class WriterInputs(unittest.TestCase):
+    """writer_inputs_of: the text inputs by which an output node names where it writes."""
+
+    def test_output_nodes_prefix_text_inputs_only(self) -> None:
+        writer_inputs_of = plugin_module("host_facts").writer_inputs_of
+        info = {
+            "SaveImage": {"output_node": True, "input": {"required": {"images": ["IMAGE"], "filename_prefix": ["STRING", {"default": "ComfyUI"}]}}},
+            "SaveLoRANode": {"output_node": True, "input": {"required": {"lora": ["LORA_MODEL"], "prefix": ["STRING", {}]}, "optional": {"steps": ["INT", {}]}}},
+            "CLIPTextEncode": {"output_node": False, "input": {"required": {"text": ["STRING", {}], "prefix": ["STRING", {}]}}},
+            "Odd": {"output_node": True, "input": {"required": {"prefix": [["a", "b"]]}}},
+        }
+        self.assertEqual(writer_inputs_of(info), {"SaveImage": ["filename_prefix"], "SaveLoRANode": ["prefix"]})

@@ -304,7 +304,7 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     hostDir = join(w.sc.dir, 'host')
     A = userFolder(w.alice.user_id)
     B = userFolder(w.bob.user_id)
-    w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', host: { output_dir: join(hostDir, 'output'), input_dir: join(hostDir, 'input'), temp_dir: join(hostDir, 'temp') } })
+    w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', host: { output_dir: join(hostDir, 'output'), input_dir: join(hostDir, 'input'), temp_dir: join(hostDir, 'temp'), writer_inputs: { SaveLoRANode: ['prefix'] } } })
     put(`output/${A}/a_00001_.png`)
     put(`input/${A}/pets/cat.png`)
     put(`input/${A}/cat\nx.png`)
@@ -508,6 +508,16 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     assert.deepEqual(JSON.parse(filteredAnswer.body_text!).node_errors['1'].errors[0].extra_info.input_config, [['u_hidden', 'u_hidden/pets', B, 'old']])
     const ok = unwrap(await w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 200, content_type: 'application/json' }, Buffer.from(`{"prompt_id": "x", "number": 1, "node_errors": {}}`)))
     assert.equal(ok.action, 'keep')
+  })
+
+  it('an output node that names its files by another input (SaveLoRANode\'s prefix, from the host facts) writes into the owner\'s folder too', async () => {
+    const lora = (prefix: unknown) => JSON.stringify({ prompt: { 7: { class_type: 'SaveLoRANode', inputs: { lora: ['6', 0], prefix } } } })
+    const out = await postPrompt(w.sc, w.bobJwt, lora('loras/trained'))
+    assert.equal(out.action, 'pass', out.body_text)
+    assert.equal(inputsOf(out, '7').prefix, `${B}/loras/trained`)
+    for (const bad of ['../loras/x', `${B}/../${A}/x`, ['5', 0]]) assertDenied(await postPrompt(w.sc, w.bobJwt, lora(bad)), 'VALIDATION_FAILED', JSON.stringify(bad))
+    const other = await postPrompt(w.sc, w.bobJwt, JSON.stringify({ prompt: { 1: { class_type: 'CLIPTextEncode', inputs: { text: 'a', prefix: 'kept as written' } } } }))
+    assert.equal(inputsOf(other, '1').prefix, 'kept as written', 'a "prefix" of a node the host does not report stays')
   })
 
   it('an administrator\'s prompt is not edited', async () => {

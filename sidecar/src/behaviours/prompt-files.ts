@@ -10,8 +10,9 @@
  *   its annotated path (an absolute name, `..`) is refused too. This holds for every node, of
  *   any package: no table of loaders. The folders themselves are not judged (`""` names the
  *   input folder; the host's nodes list a folder without descending).
- * - **Writes.** Every `filename_prefix` (the input by which save nodes name their files) is
- *   placed under the caller's own output folder: `ComfyUI` → `u_<id>/ComfyUI`, kept when it
+ * - **Writes.** Every `filename_prefix` (the input by which save nodes name their files), and every
+ *   text input ending in `prefix` of a node the host reports as an output node (host facts
+ *   `writer_inputs`: SaveLoRANode's `prefix`), is placed under the caller's own output folder: `ComfyUI` → `u_<id>/ComfyUI`, kept when it
  *   already starts there; a prefix with `..`, an absolute one, or one that is not a text (a
  *   link computed at run time) is refused (400 VALIDATION_FAILED).
  * - **The execution cache.** ComfyUI keys its cache on a node's inputs, every input the prompt
@@ -21,7 +22,7 @@
  */
 import { denyDecision } from '../decide/answers.js'
 import type { HostLink } from '../decide/host-link.js'
-import type { RespondDecision } from '../decide/protocol.js'
+import type { HostFacts, RespondDecision } from '../decide/protocol.js'
 import { lastMember, objectMembers, rootStart, setMembers, type Splice } from '../isolation/json-spans.js'
 import type { Ownership } from '../isolation/ownership.js'
 import { mayRead, placeOf, userFolder } from '../isolation/user-folders.js'
@@ -42,20 +43,27 @@ function collect(value: unknown, into: Set<string>): void {
   }
 }
 
+/** The inputs by which a node names where it writes: `filename_prefix` on any node, and those the host reports for its class. */
+function prefixInputs(node: Record<string, unknown>, writers: HostFacts['writer_inputs']): string[] {
+  const reported = typeof node.class_type === 'string' ? writers?.[node.class_type] : undefined
+  return [PREFIX_INPUT, ...(Array.isArray(reported) ? reported.filter((n) => typeof n === 'string' && n !== PREFIX_INPUT) : [])]
+}
+
 /** The strings the graph gives its nodes, except the prefixes it writes by and its scopes (both are rewritten). */
-function namesOf(prompt: unknown): Set<string> {
+function namesOf(prompt: unknown, writers: HostFacts['writer_inputs']): Set<string> {
   const names = new Set<string>()
   if (!isObject(prompt)) return names
   for (const node of Object.values(prompt)) {
     if (!isObject(node) || !isObject(node.inputs)) continue
-    for (const [input, given] of Object.entries(node.inputs)) if (input !== PREFIX_INPUT && input !== SCOPE_INPUT) collect(given, names)
+    const rewritten = new Set([...prefixInputs(node, writers), SCOPE_INPUT])
+    for (const [input, given] of Object.entries(node.inputs)) if (!rewritten.has(input)) collect(given, names)
   }
   return names
 }
 
 /** A refusal naming the first string that lands on something the caller may not read, or null. */
-export async function promptFileRefusal(prompt: unknown, host: HostLink, ownership: Ownership, owner: string): Promise<RespondDecision | null> {
-  const names = [...namesOf(prompt)]
+export async function promptFileRefusal(prompt: unknown, host: HostLink, ownership: Ownership, owner: string, writers: HostFacts['writer_inputs'] = {}): Promise<RespondDecision | null> {
+  const names = [...namesOf(prompt, writers)]
   if (names.length === 0) return null
   const { results, roots } = await host.resolve(names.map((name) => ({ op: 'name' as const, name })))
   for (let i = 0; i < names.length; i++) {
@@ -89,7 +97,7 @@ export function ownPrefix(prefix: string, own: string): string | null {
  * The edits that put the prompt's writes and cache entries in the caller's own place (see the
  * file's comment), or a refusal. `prompt` is the parsed graph, `text` the body it came from.
  */
-export function promptOwnEdits(text: string, prompt: unknown, owner: string, models: ModelAccess): Splice[] | RespondDecision {
+export function promptOwnEdits(text: string, prompt: unknown, owner: string, models: ModelAccess, writers: HostFacts['writer_inputs'] = {}): Splice[] | RespondDecision {
   if (!isObject(prompt)) return [] // the host refuses it itself
   const root = objectMembers(text, rootStart(text))
   const promptMember = lastMember(root.members, 'prompt')
@@ -105,13 +113,14 @@ export function promptOwnEdits(text: string, prompt: unknown, owner: string, mod
     if (inputsSpan === undefined || text[inputsSpan.valueStart] !== '{') continue
     const inputs = objectMembers(text, inputsSpan.valueStart)
     const set: Array<[string, string]> = []
-    if (PREFIX_INPUT in node.inputs) {
-      const given = hostInputValue(node.inputs[PREFIX_INPUT])
+    for (const input of prefixInputs(node, writers)) {
+      if (!(input in node.inputs)) continue
+      const given = hostInputValue(node.inputs[input])
       const placed = typeof given === 'string' ? ownPrefix(given, own) : null
       if (placed === null) {
-        return denyDecision('VALIDATION_FAILED', `filename_prefix of node ${nodeId} must be a text naming files inside your own folder (no "..", not absolute, not a link)`)
+        return denyDecision('VALIDATION_FAILED', `${input} of node ${nodeId} must be a text naming files inside your own folder (no "..", not absolute, not a link)`)
       }
-      set.push([PREFIX_INPUT, JSON.stringify(placed)])
+      set.push([input, JSON.stringify(placed)])
     }
     if (!models.onlyLoadsModels(node.class_type, node.inputs)) set.push([SCOPE_INPUT, JSON.stringify(own)])
     splices.push(...setMembers(inputs, set))

@@ -63,10 +63,10 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       if (modelRefusal) return modelRefusal
       let own: Splice[] = []
       if (!ctx.seesAll) {
-        const edits = promptOwnEdits(text, parsed.prompt, ctx.owner, deps.models)
+        const edits = promptOwnEdits(text, parsed.prompt, ctx.owner, deps.models, deps.host.facts.writer_inputs)
         if (!Array.isArray(edits)) return edits
         own = edits
-        const fileRefusal = await promptFileRefusal(parsed.prompt, host, deps.ownership, ctx.owner)
+        const fileRefusal = await promptFileRefusal(parsed.prompt, host, deps.ownership, ctx.owner, deps.host.facts.writer_inputs)
         if (fileRefusal) return fileRefusal
       }
       const owner = ctx.owner
@@ -135,7 +135,7 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       // the host's validation errors list a combo's options (LoadImageSetFromFolderNode's folders,
       // every subfolder of input/): another owner's folder is named nowhere in the answer
       if (ctx.seesAll) return passed
-      return { ...passed, answer: { ...passed.answer, filter: { name: 'prompt-answer', ctx: { kind: 'prompt', owner: ctx.owner, seesAll: false } } } }
+      return { ...passed, answer: { ...passed.answer, filter: { name: 'prompt-answer', ctx: { kind: 'prompt', owner: ctx.owner, seesAll: false }, errors: true } } }
     },
 
     filter(ctx, msg, payload) {

@@ -94,6 +94,8 @@ export interface HostFacts {
   temp_dir?: string
   user_dir?: string
   comfyui_version?: string
+  /** class → text inputs by which an output node names where it writes (`filename_prefix`, SaveLoRANode's `prefix`) */
+  writer_inputs?: Record<string, string[]>
 }
 
 export interface PassDecision {
@@ -108,7 +110,8 @@ export interface PassDecision {
   /** the body step's edit: the new body is the answer's payload */
   body_replaced?: true
   /** `memo`: the filter's result depends on nothing but the host's answer and this text (the plugin may reuse it) */
-  filter?: { name: string; ctx: unknown; memo?: string }
+  /** `errors`: the host's error answers (status >= 300) are filtered too, not only its 2xx */
+  filter?: { name: string; ctx: unknown; memo?: string; errors?: true }
   /** a WebSocket the sidecar may close later (close_ws) */
   ws_tag?: string
   /** what the sidecar needs to re-check that socket; the plugin hands it back in its next hello */
