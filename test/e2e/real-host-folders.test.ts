@@ -15,34 +15,13 @@ import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { existsSync, readFileSync, readdirSync, writeFileSync, mkdirSync, symlinkSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { crc32, deflateSync } from 'node:zlib'
+import { PNG_SIGNATURE, png } from '../helpers/png.js'
 import { AIOHTTP_VERSIONS, poll, type Stack } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../helpers/real-host.js'
 import { WsClient, bearer, login, register } from '../helpers/client.js'
 
 const RUN_MS = 60_000
-const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
 
-function png(seed: number, size = 4): Buffer {
-  const chunk = (type: string, data: Buffer) => {
-    const len = Buffer.alloc(4)
-    len.writeUInt32BE(data.length)
-    const body = Buffer.concat([Buffer.from(type, 'ascii'), data])
-    const crc = Buffer.alloc(4)
-    crc.writeUInt32BE(crc32(body))
-    return Buffer.concat([len, body, crc])
-  }
-  const ihdr = Buffer.alloc(13)
-  ihdr.writeUInt32BE(size, 0)
-  ihdr.writeUInt32BE(size, 4)
-  ihdr.set([8, 6, 0, 0, 0], 8)
-  const rows: number[] = []
-  for (let y = 0; y < size; y++) {
-    rows.push(0)
-    for (let x = 0; x < size; x++) rows.push((seed + x) & 255, (seed * 7 + y) & 255, seed & 255, 255)
-  }
-  return Buffer.concat([PNG_SIGNATURE, chunk('IHDR', ihdr), chunk('IDAT', deflateSync(Buffer.from(rows))), chunk('IEND', Buffer.alloc(0))])
-}
 
 type FileRef = { filename: string; subfolder: string; type: string }
 
