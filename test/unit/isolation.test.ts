@@ -386,7 +386,7 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     assert.equal(await placedIn(w.bobJwt, {}, 'x.png'), B)
     assert.equal(await placedIn(w.bobJwt, { subfolder: '' }, 'x.png'), B)
     assert.equal(await placedIn(w.bobJwt, { subfolder: 'pets' }, 'x.png'), `${B}/pets`)
-    assert.equal(await placedIn(w.bobJwt, { subfolder: 'clipspace' }, 'x.png', true), `${B}/clipspace`)
+    assert.equal(await placedIn(w.bobJwt, { subfolder: 'clipspace', original_ref: JSON.stringify({ filename: 'shared.png', type: 'input' }) }, 'x.png', true), `${B}/clipspace`)
     assert.equal(await placedIn(w.bobJwt, { subfolder: `${B}/pets` }, 'x.png'), `${B}/pets`, 'his own folder named again is kept (a re-upload of an answer)')
     assert.equal(await placedIn(w.bobJwt, { subfolder: `./pets//a/../` }, 'x.png'), `${B}/pets`)
     assert.equal(await placedIn(w.bobJwt, { subfolder: `${A}/pets`, overwrite: 'true' }, 'cat.png'), `${B}/${A}/pets`, 'her folder name is only a name inside his')
@@ -438,6 +438,7 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     assert.equal((await upload(w.aliceJwt, ref({ filename: 'a_00001_.png', subfolder: A, type: 'output' }), 'm.png', true)).action, 'pass')
     assert.equal((await upload(w.bobJwt, ref({ filename: 'shared.png', type: 'input' }), 'm.png', true)).action, 'pass')
     assertDenied(await upload(w.bobJwt, { original_ref: '{nope' }, 'm.png', true), 'VALIDATION_FAILED')
+    assertDenied(await upload(w.bobJwt, {}, 'm.png', true), 'VALIDATION_FAILED', 'a mask without original_ref (the host\'s 500)')
   })
 
   const graph = (image: unknown, cls = 'LoadImage', input = 'image') => JSON.stringify({ prompt: { 1: { class_type: cls, inputs: { [input]: image } }, 2: { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } } })

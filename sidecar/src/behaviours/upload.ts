@@ -55,6 +55,8 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
       const filename = msg.files.image
       const items = [{ op: 'upload' as const, type, subfolder, filename: filename ?? '' }]
       let ref: { filename: string; type?: unknown; subfolder?: unknown } | undefined
+      // the host's mask handler reads original_ref unconditionally (json.loads(None) would be its 500)
+      if (mask && msg.fields.original_ref === undefined) return denyDecision('VALIDATION_FAILED', 'original_ref is required')
       if (mask && msg.fields.original_ref !== undefined) {
         let parsed: unknown
         try {
