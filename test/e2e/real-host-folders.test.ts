@@ -78,8 +78,12 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(res.status, 200, res.text)
       return res.body.prompt_id
     }
-    const finished = async (ws: WsClient, promptId: string): Promise<string> =>
-      (await ws.waitFor((m) => ['execution_success', 'execution_error', 'execution_interrupted'].includes(m.type) && m.data.prompt_id === promptId, RUN_MS)).type
+    /** How a prompt ended, once the host has also written its history: `executing` with node null comes after that. */
+    const finished = async (ws: WsClient, promptId: string): Promise<string> => {
+      const end = await ws.waitFor((m) => ['execution_success', 'execution_error', 'execution_interrupted'].includes(m.type) && m.data.prompt_id === promptId, RUN_MS)
+      await ws.waitFor((m) => m.type === 'executing' && m.data.node === null && m.data.prompt_id === promptId, RUN_MS)
+      return end.type
+    }
     const outputsOf = async (token: string, promptId: string): Promise<Record<string, { images?: FileRef[] }>> => {
       const res = await req('GET', `/history/${promptId}`, token)
       assert.equal(res.status, 200, res.text)
