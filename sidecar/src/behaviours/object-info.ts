@@ -22,7 +22,7 @@
 import { createHash } from 'node:crypto'
 import { applySplices, type Splice } from '../isolation/json-spans.js'
 import { fileKey, type Ownership } from '../isolation/ownership.js'
-import { folderOfRel, userFolder } from '../isolation/user-folders.js'
+import { mayRead, userFolder } from '../isolation/user-folders.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
 import { objectInfoModelKeep, objectInfoModelKey, type ModelDeps, type ModelView } from './models.js'
 import { optionListsOf, type OptionList } from './option-lists.js'
@@ -107,14 +107,9 @@ const ANNOTATION = / \[(output|input|temp)\]$/
 export function optionVisible(option: string, owner: string, ownership: Ownership): boolean {
   const annotated = ANNOTATION.exec(option)
   const type = (annotated?.[1] ?? 'input') as 'input' | 'output' | 'temp'
-  const name = annotated ? option.slice(0, annotated.index) : option
-  const folder = folderOfRel(name.replace(/^\/+/, ''))
-  if (folder !== null) return folder.toLowerCase() === userFolder(owner)
-  const key = fileKey(type, '', name)
+  const key = fileKey(type, '', annotated ? option.slice(0, annotated.index) : option)
   if (key === null) return true // not a name of a file the host keeps
-  const record = ownership.file(key)
-  if (record) return record.owners.includes(owner)
-  return type === 'input'
+  return mayRead({ type, rel: key.slice(type.length + 1) }, {}, owner, ownership)
 }
 
 /** The content types of ComfyUI's `filter_files_content_types` an upload input's kind lists. */

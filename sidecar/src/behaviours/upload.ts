@@ -17,7 +17,7 @@
  */
 import { denyDecision } from '../decide/answers.js'
 import { fileKey, folderOf, normalSegments, type FileType } from '../isolation/ownership.js'
-import { mayRead, placeOf, userFolder } from '../isolation/user-folders.js'
+import { mayReadFile, placeOf, userFolder } from '../isolation/user-folders.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
 
 const UPLOAD_TYPES: ReadonlySet<string> = new Set(['input', 'temp', 'output'])
@@ -57,7 +57,7 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
       let ref: { filename: string; type?: unknown; subfolder?: unknown } | undefined
       // the host's mask handler reads original_ref unconditionally (json.loads(None) would be its 500)
       if (mask && msg.fields.original_ref === undefined) return denyDecision('VALIDATION_FAILED', 'original_ref is required')
-      if (mask && msg.fields.original_ref !== undefined) {
+      if (mask) {
         let parsed: unknown
         try {
           parsed = JSON.parse(msg.fields.original_ref)
@@ -81,10 +81,9 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
       }
       if (ref !== undefined) {
         const original = results[1]
-        const where = original?.path === undefined ? null : placeOf(original.path, roots)
         // the host's own 400/403 for the reference: it reads nothing then; anything else must be a file they may read
         const hostRefuses = original?.status === 400 || original?.status === 403
-        if (!hostRefuses && (original?.file !== true || where === null || !mayRead(where, original, ctx.owner, deps.ownership))) {
+        if (!hostRefuses && !mayReadFile(original, roots, ctx.owner, deps.ownership)) {
           return denyDecision('NOT_OWNER', 'original_ref is not a file of yours')
         }
       }

@@ -9,7 +9,7 @@
  * gate's JSON error with the same status.
  */
 import { denyDecision } from '../decide/answers.js'
-import { mayRead, placeOf } from '../isolation/user-folders.js'
+import { mayReadFile } from '../isolation/user-folders.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
 
 export function viewBehaviour(deps: BehaviourDeps): RouteBehaviour {
@@ -21,9 +21,7 @@ export function viewBehaviour(deps: BehaviourDeps): RouteBehaviour {
       if (place?.status === 404) return pass // no file named at all: the host's own 404
       if (place?.status === 403) return denyDecision('PERMISSION_DENIED', 'The subfolder leaves its folder')
       if (place?.status === 400) return denyDecision('VALIDATION_FAILED', 'Not a file name the host reads')
-      const where = place?.path === undefined ? null : placeOf(place.path, roots)
-      if (place?.file !== true || where === null || !mayRead(where, place, owner, deps.ownership)) return denyDecision('NOT_FOUND')
-      return pass
+      return mayReadFile(place, roots, owner, deps.ownership) ? pass : denyDecision('NOT_FOUND')
     },
   }
 }

@@ -23,7 +23,7 @@ import { relative, sep } from 'node:path'
 import type { FastifyBaseLogger } from 'fastify'
 import { fileKey, folderOf, type FileType, type Ownership } from './ownership.js'
 import { TreeWatcher } from './tree-watcher.js'
-import { folderOfRel } from './user-folders.js'
+import { inUserFolder } from './user-folders.js'
 
 const PENDING_MS = 2000
 
@@ -96,9 +96,9 @@ export class HostFileWatcher {
     for (const [type, dir] of this.dirs) {
       const rel = relative(dir, path)
       if (rel === '' || rel.startsWith('..') || rel.startsWith(sep)) continue
-      const posix = rel.split(sep).join('/')
+      const key = fileKey(type, '', rel.split(sep).join('/'))
       // a file in a per-user folder is its owner's by its path (user-folders.ts): nothing to attribute
-      return folderOfRel(posix) === null ? fileKey(type, '', posix) : null
+      return key === null || inUserFolder(key) ? null : key
     }
     return null
   }

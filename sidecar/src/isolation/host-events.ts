@@ -9,7 +9,7 @@ import type { EventMessage } from '../decide/protocol.js'
 import type { HostFileWatcher } from './file-watcher.js'
 import type { LiveSockets } from './live-sockets.js'
 import { fileKey, type FileType, type HostPromptsReport, type Ownership } from './ownership.js'
-import { folderOfRel } from './user-folders.js'
+import { inUserFolder } from './user-folders.js'
 
 const idList = (v: unknown): string[] | null => (Array.isArray(v) && v.every((x) => typeof x === 'string') ? (v as string[]) : null)
 
@@ -69,7 +69,7 @@ export function applyHostEvent(
       if (owner === undefined) break
       for (const f of reportedFiles(msg.data.output)) {
         const key = fileKey(f.type, f.subfolder, f.filename)
-        if (key === null || folderOfRel(key.slice(key.indexOf('/') + 1)) !== null) continue // per-user folders: owned by their path
+        if (key === null || inUserFolder(key)) continue // per-user folders: owned by their path
         // claim, never add: a cached node reports the files of the run that made them, whoever's it was
         deps.ownership.claimFile(key, owner, promptId, new Date(deps.now())).catch((err: unknown) => {
           deps.log.error({ err, key }, 'could not store the owner of a host file')

@@ -20,9 +20,11 @@ import { sep } from 'node:path'
 import type { Place } from '../decide/host-link.js'
 import type { FileType, Ownership } from './ownership.js'
 
-const USER_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'
+const FOLDER = `u_${UUID}|o_[0-9a-f]{16}`
+const USER_ID = new RegExp(`^${UUID}$`)
 /** the names per-user folders have; nothing else at the top of a folder is one */
-export const USER_FOLDER = /^(u_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|o_[0-9a-f]{16})$/i
+export const USER_FOLDER = new RegExp(`^(${FOLDER})$`, 'i')
 
 /** The folder of an owner key (behaviours/context.ts ownerKey). */
 export function userFolder(owner: string): string {
@@ -76,7 +78,16 @@ export function mayRead(where: Where, place: Place, owner: string, ownership: Ow
   return where.type === 'input'
 }
 
-const FOLDER_NAMES = /u_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|o_[0-9a-f]{16}/gi
+/** Whether the host will read a file at this resolved place that `owner` may read (see mayRead). */
+export function mayReadFile(place: Place | undefined, roots: Roots, owner: string, ownership: Ownership): boolean {
+  const where = place?.path === undefined ? null : placeOf(place.path, roots)
+  return place?.file === true && where !== null && mayRead(where, place, owner, ownership)
+}
+
+/** Whether a file key (`output/u_<id>/x.png`) is inside a per-user folder: its owner's by its path. */
+export const inUserFolder = (key: string): boolean => folderOfRel(key.slice(key.indexOf('/') + 1)) !== null
+
+const FOLDER_NAMES = new RegExp(FOLDER, 'gi')
 
 /** `text` with every per-user folder name but `owner`'s own replaced (a host answer that lists folders). */
 export function withoutOthersFolders(text: string, owner: string): string {
