@@ -1159,8 +1159,12 @@ class RealHostBehaviourTest(StandinCase):
         # without prompt_id whatever runs is interrupted; when idle, the next prompt still runs.
         await self.wait_idle()
         ws = await self.open_ws("intr")
+        long = None
         try:
             short = await self.post_json("/prompt", {"prompt": self.busy_graph(False), "client_id": "intr"})
+            frames = []  # the worker takes the prompt in its own time: wait until it has
+            while not any(f.get("type") == "execution_start" and f["data"]["prompt_id"] == short["prompt_id"] for f in frames):
+                frames.append(await ws.receive_json(timeout=10))
             long = await self.post_json("/prompt", {"prompt": self.busy_graph(True), "client_id": "intr"})
             queue = await self.get_json("/queue")
             self.assertEqual(([q[1] for q in queue["queue_running"]], [q[1] for q in queue["queue_pending"]]),
@@ -1183,6 +1187,9 @@ class RealHostBehaviourTest(StandinCase):
             self.assertIn("execution_success", [f.get("type") for f in frames])
         finally:
             await ws.close()
+            if long is not None:  # a failure above must not leave a 30 s prompt to the next tests
+                await self.post_json("/queue", {"delete": [long["prompt_id"]]})
+                await self.post_json("/interrupt", {"prompt_id": long["prompt_id"]})
 
     async def test_history_paging(self):
         # real host: offset counts from the oldest entry; max_items alone (or with a negative offset)
