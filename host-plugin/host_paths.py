@@ -17,9 +17,9 @@ Items (``op``):
   the whole name is kept and an empty subfolder is no subfolder.
 - ``upload``: where ``POST /upload/image`` and ``/upload/mask`` store ``filename`` for ``type``
   (``input`` by default) and ``subfolder`` (normalised, joined, then the file name joined).
-- ``name``: a string a prompt gives a node: the places a node may open it at, that exist: the
-  annotated path (``get_annotated_filepath``, input by default), the name joined to the output
-  and temp folders, and the name as the process reads a relative path.
+- ``name``: a string a prompt gives a node: the places a node may open it at, whether or not
+  something is there yet: the annotated path (``get_annotated_filepath``, input by default), the
+  name joined to the output and temp folders, and the name as the process reads a relative path.
 
 - ``list``: the files of one folder of ``input/`` (``folder``, a per-user folder), all the way
   down, as ``input/``-relative names with ``/``, kept by ``folder_paths.filter_files_content_types``
@@ -126,7 +126,7 @@ def _name(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
     for via, candidate in candidates:
         place = _real(candidate)
         path = place.get("path")
-        if path is None or path in seen or not (place["file"] or place["dir"]):
+        if path is None or path in seen:
             continue
         seen.add(path)
         places.append({**place, "via": via})

@@ -264,6 +264,12 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const reader = (path: string) => ({ '1': { class_type: 'AuthsvcTestReadFile', inputs: { path } } })
       tries.push(['another package\'s node that opens paths its own way', reader(`${A}/${output0.filename}`)], ['the same through ../', reader(`../output/${A}/${output0.filename}`)])
       for (const [what, prompt] of tries) denied(await req('POST', '/prompt', bob, { prompt, client_id: bobCid }), 403, 'NOT_OWNER', what)
+      // existence: a name in her folder that nothing answers gets the very answer one of her files gets
+      const hers = await req('POST', '/prompt', bob, { prompt: imageGraph(`${A}/pets/photo.png`), client_id: bobCid })
+      for (const missing of [imageGraph(`${A}/pets/never.png`), imageGraph(`${A}/never_00001_.png [output]`), reader(`${A}/never.png`), reader(`../output/${A}/never.png`)]) {
+        const res = await req('POST', '/prompt', bob, { prompt: missing, client_id: bobCid })
+        assert.deepEqual([res.status, res.text], [hers.status, hers.text], JSON.stringify(missing))
+      }
       // that node really reads what it is given: alice reads her own output with it
       const own = await queue(alice, reader(`${A}/${output0.filename}`), aliceCid)
       assert.equal(await finished(aliceWs, own), 'execution_success')

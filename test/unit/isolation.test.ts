@@ -460,6 +460,18 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     }
   })
 
+  it('a prompt naming a place in her folder gets one answer whether or not a file is there (no existence oracle)', async () => {
+    const hersExisting = await postPrompt(w.sc, w.bobJwt, graph(`${A}/pets/cat.png`))
+    assertDenied(hersExisting, 'NOT_OWNER')
+    for (const t of [`${A}/pets/never.png`, `${A}/never.png`, `${A}/nofolder/x.png`, `${A}/never.png [output]`, `${A}/never.png [temp]`, `../output/${A}/never.png`,
+      { __value__: `${A}/never.png` }, `${A.toUpperCase()}/never.png`, `o_0123456789abcdef/never.png`, `${A}`]) {
+      assert.deepEqual(await postPrompt(w.sc, w.bobJwt, graph(t)), hersExisting, JSON.stringify(t))
+    }
+    for (const t of [`${B}/never.png`, `${B}/never.png [output]`, 'never.png', 'never.png [temp]']) {
+      assert.equal((await postPrompt(w.sc, w.bobJwt, graph(t))).action, 'pass', `${JSON.stringify(t)}: his own or the shared area, nothing there`)
+    }
+  })
+
   it('a prompt reads the shared inputs, his own files, and texts; alice reads hers; the admin anything', async () => {
     for (const t of ['shared.png', `${B}/mine.png`, { __value__: 'shared.png' }, 'not-a-file.png', 'a prompt text', '', '.', 'x'.repeat(5000)]) {
       assert.equal((await postPrompt(w.sc, w.bobJwt, graph(t))).action, 'pass', JSON.stringify(t))

@@ -6,7 +6,8 @@
  *   unwrapping, inside lists and objects too, whatever its length or characters) is resolved by
  *   the host (decide/host-link.ts `name`: the annotated input path, the output and temp folders,
  *   the name as given), and every existing place it lands on inside the host's folders must be
- *   one the caller may read (isolation/user-folders.ts); a file outside those folders named by
+ *   one the caller may read (isolation/user-folders.ts); a place inside another owner's folder is
+ *   refused whether or not anything is there (the answer says nothing of what exists); a file outside those folders named by
  *   its annotated path (an absolute name, `..`) is refused too. This holds for every node, of
  *   any package: no table of loaders. The folders themselves are not judged (`""` names the
  *   input folder; the host's nodes list a folder without descending).
@@ -25,7 +26,7 @@ import type { HostLink } from '../decide/host-link.js'
 import type { HostFacts, RespondDecision } from '../decide/protocol.js'
 import { lastMember, objectMembers, rootStart, setMembers, type Splice } from '../isolation/json-spans.js'
 import type { Ownership } from '../isolation/ownership.js'
-import { mayRead, placeOf, userFolder } from '../isolation/user-folders.js'
+import { folderOfRel, mayRead, placeOf, userFolder } from '../isolation/user-folders.js'
 import { hostInputValue, type ModelAccess } from './models.js'
 
 export const SCOPE_INPUT = 'authsvc_scope'
@@ -71,6 +72,7 @@ export async function promptFileRefusal(prompt: unknown, host: HostLink, ownersh
       if (place.path === undefined) continue
       const where = placeOf(place.path, roots)
       if (where === null) {
+        if (place.file !== true && place.dir !== true) continue
         // outside the host's folders: a file named by its input-folder reading, or by a name that
         // climbs (`..`) or is absolute whichever folder a node joins it to
         const climbs = names[i].startsWith('/') || names[i].split(/[\\/]/).includes('..')
@@ -78,6 +80,13 @@ export async function promptFileRefusal(prompt: unknown, host: HostLink, ownersh
         continue
       }
       if (where.rel === '') continue
+      if (place.file !== true && place.dir !== true) {
+        // nothing there yet: refused only inside another owner's folder, decided on the path so
+        // that a name of theirs and a name nobody has get the same answer (no existence oracle)
+        const folder = folderOfRel(where.rel)
+        if (folder !== null && folder.toLowerCase() !== userFolder(owner)) return denyDecision('NOT_OWNER', 'The prompt reads a file that is not yours')
+        continue
+      }
       if (!mayRead(where, place, owner, ownership)) return denyDecision('NOT_OWNER', 'The prompt reads a file that is not yours')
     }
   }

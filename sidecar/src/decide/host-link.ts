@@ -30,7 +30,7 @@ export interface Place {
 }
 
 export interface Resolved {
-  /** per item, in order; a `name` item answers `places` (the existing places a node may open) */
+  /** per item, in order; a `name` item answers `places` (where a node may open it, `file`/`dir` saying what is there) */
   results: Array<Place & { places?: Place[]; files?: string[] }>
   /** the real paths of the host's input, output and temp folders */
   roots: Partial<Record<FileType, string>>
