@@ -78,7 +78,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
     try:
         if refuse_unsupported_platform():  # deny-all stays, with a page saying why (docs/platforms.md)
             return
-        from . import host_facts
+        from . import host_facts, run_guard
         from .decision_client import DecisionClient
         from .gate import Gate
         from .host_events import HostEvents
@@ -108,6 +108,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
             events = HostEvents(client.send_event)
             events.install(prompt_server)
             gate.queue_status.install(prompt_server, events.status_seq)
+            run_guard.install(prompt_server)
             gate.on_prompts_changed = events.report_prompts
             client.hello_extra = lambda: {**events.hello_fields(), **gate.hello_fields()}
             host_facts.install(app, prompt_server, hello, client.send_event)

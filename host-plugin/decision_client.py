@@ -287,16 +287,31 @@ class _Connection:
         return True
 
     def _resolve(self, message: dict[str, Any]) -> None:
-        """The sidecar asks where names land on this host (host_paths.py); answered on this connection."""
+        """The sidecar asks where names land on this host (host_paths.py); answered on this connection.
+
+        A few stats and realpaths are answered at once; a message that walks a folder (``list``:
+        a user's uploads, of any number) is answered from a worker thread, so the walk never holds
+        the host's event loop."""
+        items = message.get("items")
+        if host_paths.walks(items):
+            work = self.loop.run_in_executor(None, self._resolved, message.get("rid"), items)
+            work.add_done_callback(lambda done: None if self.closed else self._send_resolved(message.get("rid"), done.result()))
+        else:
+            self._send_resolved(message.get("rid"), self._resolved(message.get("rid"), items))
+
+    @staticmethod
+    def _resolved(rid: Any, items: Any) -> dict[str, Any]:
         try:
-            answer = {"type": "resolved", "rid": message.get("rid"), **host_paths.resolve(message.get("items"))}
+            return {"type": "resolved", "rid": rid, **host_paths.resolve(items)}
         except Exception:  # ComfyUI's folder_paths missing or failing: the sidecar refuses what it asked about
             log.exception("authsvc: resolving host paths failed")
-            answer = {"type": "resolved", "rid": message.get("rid"), "error": "resolve failed"}
+            return {"type": "resolved", "rid": rid, "error": "resolve failed"}
+
+    def _send_resolved(self, rid: Any, answer: dict[str, Any]) -> None:
         try:
             self.queue(encode_frame(answer))
         except (ProtocolError, TypeError, ValueError) as exc:
-            self.queue(encode_frame({"type": "resolved", "rid": message.get("rid"), "error": str(exc)}))
+            self.queue(encode_frame({"type": "resolved", "rid": rid, "error": str(exc)}))
 
     def spin(self, future: asyncio.Future | None, budget: float) -> None:
         """Polls for answers instead of sleeping, while the loop has nothing else to do.

@@ -149,6 +149,11 @@ def _list(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
     return {"files": sorted(fp.filter_files_content_types(names, [str(k) for k in kinds]))}
 
 
+def walks(items: Any) -> bool:
+    """Whether answering ``items`` walks a folder (a ``list`` item), which may take long."""
+    return isinstance(items, list) and any(isinstance(i, dict) and i.get("op") == "list" for i in items)
+
+
 def resolve(items: Any) -> dict[str, Any]:
     """The answer to one ``resolve`` message: ``results`` in the order of ``items``, and ``roots``."""
     fp = _folder_paths()

@@ -282,6 +282,40 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(after.queue_pending.length + after.queue_running.length, before.queue_pending.length + before.queue_running.length, 'nothing was queued')
     })
 
+    it('a name computed while the prompt runs (a text node linked into another package\'s node) reaches none of her files: the node fails, her folder is unchanged; alice and the admin use the same graph on her file', async () => {
+      // "u_" and "<id>/<file>" name nothing of hers on their own: only the run joins them
+      const computed = (folder: string, name: string) => ({ class_type: 'StringConcatenate', inputs: { string_a: folder.slice(0, 2), string_b: `${folder.slice(2)}/${name}`, delimiter: '' } })
+      const readGraph = (folder: string) => ({ '1': computed(folder, output0.filename), '2': { class_type: 'AuthsvcTestReadFile', inputs: { path: ['1', 0] } } })
+      const writeGraph = (folder: string) => ({ '1': computed(folder, 'planted.txt'), '2': { class_type: 'AuthsvcTestWriteFile', inputs: { path: ['1', 0], text: 'bob was here' } } })
+      const hers = readFileSync(onDisk('output', A, output0.filename))
+      const herFiles = readdirSync(onDisk('output', A, '')).sort()
+      for (const [what, prompt] of [['read', readGraph(A)], ['write', writeGraph(A)]] as const) {
+        const id = await queue(bob, prompt, bobCid)
+        assert.equal(await finished(bobWs, id), 'execution_error', what)
+        const error = bobWs.messages.find((m) => m.type === 'execution_error' && m.data.prompt_id === id)!
+        assert.equal(error.data.node_id, '2', what)
+        assert.match(String(error.data.exception_message), /authsvc: this prompt may not use another user's files/, what)
+      }
+      assert.deepEqual(readFileSync(onDisk('output', A, output0.filename)), hers)
+      assert.deepEqual(readdirSync(onDisk('output', A, '')).sort(), herFiles, 'nothing was planted in her folder')
+      const own = await queue(alice, readGraph(A), aliceCid)
+      assert.equal(await finished(aliceWs, own), 'execution_success')
+      assert.deepEqual((await outputsOf(alice, own))['2'], { size: [hers.length] })
+      const adminCid = randomUUID()
+      const adminWs = await WsClient.open(`${host.url.replace('http', 'ws')}/ws?clientId=${adminCid}`, bearer(admin))
+      try {
+        const theirs = await queue(admin, readGraph(A), adminCid)
+        assert.equal(await finished(adminWs, theirs), 'execution_success', 'the admin sees everything')
+      } finally {
+        adminWs.close()
+      }
+      // bob's own folder, the same way: his own run is not refused
+      mkdirSync(onDisk('output', B, ''), { recursive: true })
+      writeFileSync(onDisk('output', B, output0.filename), hers)
+      const his = await queue(bob, readGraph(B), bobCid)
+      assert.equal(await finished(bobWs, his), 'execution_success')
+    })
+
     it('bob\'s prompt writes into his own folder; ../ and absolute prefixes are refused (400 VALIDATION_FAILED)', async () => {
       for (const prefix of ['../ComfyUI', `x/../../output/${A}/ComfyUI`, '/tmp/evil', `${B}/../${A}/x`]) {
         denied(await req('POST', '/prompt', bob, { prompt: imageGraph('shared-in.png', prefix), client_id: bobCid }), 400, 'VALIDATION_FAILED', prefix)

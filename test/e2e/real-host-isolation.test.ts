@@ -620,13 +620,14 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const stamped = JSON.parse(received)
       assert.equal(stamped.extra_data.authsvc_user, 'alice')
       assert.equal(typeof stamped.extra_data.authsvc_user_id, 'string')
+      assert.equal(stamped.extra_data.authsvc_folder, A)
       // per-user folders (issue 21): the prefix is placed under her folder, and every node but the
       // model loader gets her cache scope; nothing else changes
       assert.equal((received.match(new RegExp(`,"authsvc_scope":"${A}"`, 'g')) ?? []).length, 6, 'every node but CheckpointLoaderSimple')
       assert.equal(stamped.prompt['4'].inputs.authsvc_scope, undefined, 'the model loader stays shared')
       assert.equal(stamped.prompt['9'].inputs.filename_prefix, `${A}/txt2img`)
       const own = received.replaceAll(`,"authsvc_scope":"${A}"`, '').replace(`"${A}/txt2img"`, '"txt2img"')
-      assert.equal(withoutMembers(own, ['authsvc_user', 'authsvc_user_id']), sent)
+      assert.equal(withoutMembers(own, ['authsvc_user', 'authsvc_user_id', 'authsvc_folder']), sent)
       await ending(aliceWs, id)
 
       // a body without prompt_id, client_id or extra_data: the gate adds exactly those

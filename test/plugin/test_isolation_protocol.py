@@ -203,3 +203,51 @@ class AnswersAtTheBoundary(PluginCase):
         self.assertNotIn("prompt_get", s.host.seen)
         self.assertEqual(len(LOGS.lines(logging.ERROR, "bug in the plugin")), 1)
         self.assertEqual(LOGS.lines(logging.ERROR, "malformed sidecar answer"), [])
+
+
+class ResolveOffTheLoop(PluginCase):
+    """A ``resolve`` that walks a user's folder (``list``) runs on a worker thread, never on the
+    host's event loop; one that only stats and realpaths answers at once on the loop."""
+
+    async def test_a_folder_walk_is_answered_from_a_worker_thread(self) -> None:
+        import os
+        import sys
+        import tempfile
+
+        base = tempfile.mkdtemp(prefix="resolve-off-loop-")
+        for t in ("input", "output", "temp"):
+            os.makedirs(os.path.join(base, t))
+        os.makedirs(os.path.join(base, "input", "u_x", "sub"))
+        for name in ("a.png", "sub/b.png"):
+            open(os.path.join(base, "input", "u_x", name), "wb").close()
+        walked_on: list[str] = []
+        fp = types.ModuleType("folder_paths")
+        fp.get_input_directory = lambda: os.path.join(base, "input")  # type: ignore[attr-defined]
+        fp.get_directory_by_type = lambda kind: os.path.join(base, kind) if kind in ("input", "output", "temp") else None  # type: ignore[attr-defined]
+
+        def filter_files_content_types(names: list[str], kinds: list[str]) -> list[str]:
+            walked_on.append(threading.current_thread().name)
+            return names
+
+        fp.filter_files_content_types = filter_files_content_types  # type: ignore[attr-defined]
+        saved = sys.modules.get("folder_paths")
+        sys.modules["folder_paths"] = fp
+        try:
+            s = await self.start()
+            loop_thread = threading.current_thread().name
+            s.fake.push({"type": "resolve", "rid": 7, "items": [{"op": "list", "folder": "u_x", "content_types": ["image"]}]})
+            s.fake.push({"type": "resolve", "rid": 8, "items": [{"op": "upload", "filename": "c.png", "subfolder": "u_x"}]})
+            deadline = asyncio.get_running_loop().time() + 5
+            while len(s.fake.of_type("resolved")) < 2:
+                self.assertLess(asyncio.get_running_loop().time(), deadline, "both resolves are answered")
+                await asyncio.sleep(0.02)
+            answers = {m["rid"]: m for m in s.fake.of_type("resolved")}
+            self.assertEqual(answers[7]["results"], [{"files": ["u_x/a.png", "u_x/sub/b.png"]}])
+            self.assertEqual(answers[8]["results"][0]["path"], os.path.join(os.path.realpath(base), "input", "u_x", "c.png"))
+            self.assertEqual(len(walked_on), 1)
+            self.assertNotEqual(walked_on[0], loop_thread, "the walk ran off the host's event loop")
+        finally:
+            if saved is None:
+                sys.modules.pop("folder_paths", None)
+            else:
+                sys.modules["folder_paths"] = saved

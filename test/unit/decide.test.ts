@@ -961,21 +961,27 @@ describe('prompt body stamping (handlers.body)', () => {
     return bodyStep(w.sc, ctx, body)
   }
 
-  it('spoofed authsvc_user / authsvc_user_id are replaced by the owner; other extra_data kept', async () => {
+  it('spoofed authsvc_user / authsvc_user_id / authsvc_folder are replaced by the owner; other extra_data kept', async () => {
     const d = passedWithBody(await stamp(w.aliceJwt, JSON.stringify({
       prompt: { 1: { class_type: 'X' } },
-      extra_data: { authsvc_user: 'admin', authsvc_user_id: w.admin.user_id, extra_pnginfo: { a: 1 } },
+      extra_data: { authsvc_user: 'admin', authsvc_user_id: w.admin.user_id, authsvc_folder: null, extra_pnginfo: { a: 1 } },
     })))
     const out = JSON.parse(d.body_text!) as { prompt: unknown; extra_data: Record<string, unknown> }
     assert.equal(out.extra_data.authsvc_user, 'alice')
     assert.equal(out.extra_data.authsvc_user_id, w.alice.user_id)
+    assert.equal(out.extra_data.authsvc_folder, `u_${w.alice.user_id}`, 'the run-time guard keeps her prompt to her folder')
     assert.deepEqual(out.extra_data.extra_pnginfo, { a: 1 })
     assert.deepEqual(out.prompt, { 1: { class_type: 'X' } })
   })
 
   it('extra_data missing → an object holding only the owner', async () => {
     const out = JSON.parse(passedWithBody(await stamp(w.bobJwt, JSON.stringify({ prompt: {} }))).body_text!) as { extra_data: unknown }
-    assert.deepEqual(out.extra_data, { authsvc_user: 'bob', authsvc_user_id: w.bob.user_id })
+    assert.deepEqual(out.extra_data, { authsvc_user: 'bob', authsvc_user_id: w.bob.user_id, authsvc_folder: `u_${w.bob.user_id}` })
+  })
+
+  it('an administrator\'s prompt is stamped with no folder (null), whatever the client sent', async () => {
+    const out = JSON.parse(passedWithBody(await stamp(w.adminJwt, JSON.stringify({ prompt: {}, extra_data: { authsvc_folder: `u_${w.bob.user_id}` } }))).body_text!) as { extra_data: Record<string, unknown> }
+    assert.equal(out.extra_data.authsvc_folder, null)
   })
 
   for (const [name, extra] of [['null', null], ['an array', ['authsvc_user']], ['a string', 'admin']] as const) {
@@ -1008,7 +1014,9 @@ describe('prompt body stamping (handlers.body)', () => {
     try {
       const d = assertPass(await decide(sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: { 'comfy-user': 'someone' } }))
       const out = JSON.parse(passedWithBody(await bodyStep(sc, d.need_body!.ctx, '{"prompt":{},"extra_data":{"authsvc_user_id":"x"}}')).body_text!) as { extra_data: Record<string, unknown> }
-      assert.deepEqual(out.extra_data, { authsvc_user: 'user', authsvc_user_id: null })
+      const { authsvc_folder: folder, ...rest } = out.extra_data
+      assert.deepEqual(rest, { authsvc_user: 'user', authsvc_user_id: null })
+      assert.match(String(folder), /^o_[0-9a-f]{16}$/, 'an owner that is not a user has a folder of its own')
     } finally {
       await sc.close()
     }

@@ -1,7 +1,8 @@
 /**
  * POST/PUT /prompt: the body is read (capped), checked and stamped with its owner.
  *
- * - `extra_data.authsvc_user` / `authsvc_user_id` are set (client spoofs overwritten);
+ * - `extra_data.authsvc_user` / `authsvc_user_id` / `authsvc_folder` are set (client spoofs
+ *   overwritten; the folder is what the plugin's run-time guard keeps the running prompt to);
  * - `prompt_id` is the client's only when nobody else owns it and the host does not
  *   know it unless the gate recorded it for the caller (else 409 PROMPT_ID_TAKEN), or
  *   one the sidecar assigns;
@@ -19,7 +20,7 @@ import { promptFileRefusal, promptOwnEdits } from './prompt-files.js'
 import { applySplices, lastMember, objectMembers, rootStart, setMembers, type Splice } from '../isolation/json-spans.js'
 import type { BehaviourDeps, RouteBehaviour, StepContext } from './context.js'
 import { passWithBody, replaced, textOf } from './context.js'
-import { withoutOthersFolders } from '../isolation/user-folders.js'
+import { userFolder, withoutOthersFolders } from '../isolation/user-folders.js'
 import { promptModelFields, promptModelRefusal, type ModelDeps } from './models.js'
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
@@ -107,6 +108,8 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       const stamp: Array<[string, string]> = [
         ['authsvc_user', JSON.stringify(ctx.username)],
         ['authsvc_user_id', JSON.stringify(ctx.user_id ?? null)],
+        // the folder the plugin's run-time guard (host-plugin/run_guard.py) keeps this prompt to
+        ['authsvc_folder', JSON.stringify(ctx.seesAll ? null : userFolder(owner))],
       ]
       const top: Array<[string, string]> = []
       if (!('prompt_id' in parsed)) top.push(['prompt_id', JSON.stringify(promptId)])
