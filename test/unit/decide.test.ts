@@ -13,26 +13,20 @@ import type { Decision } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import {
   SECRET, addUser, answer, apiToken, assertDenied, assertPass, bearer, decide, describeRequest, fakeClock, hostRouteRequests,
-  openSidecar, sessionJwt, type DescOptions, type Sidecar,
+  openSidecar, sessionJwt, stepAnswer, type DescOptions, type Sidecar, type Stepped,
 } from './fixtures.js'
 
 const API = { accept: 'application/json' }
 
-/** The answer of a body or filter step, with a replacement body (the frame's payload) as `body_text`. */
-type Stepped = Decision & { body_text?: string }
-function unwrap(result: unknown): Stepped {
-  const r = result as { answer?: Decision; payload?: Buffer }
-  return r.answer !== undefined && Buffer.isBuffer(r.payload) ? { ...r.answer, body_text: r.payload.toString('utf8') } : (result as Stepped)
-}
 function passedWithBody(d: Stepped): { body_text?: string } {
   assertPass(d)
   return d
 }
 async function bodyStep(sc: Sidecar, ctx: unknown, body: string): Promise<Stepped & { action: string }> {
-  return unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx }, Buffer.from(body, 'utf8'))) as Stepped & { action: string }
+  return stepAnswer(await sc.handlers.body({ type: 'body', id: 1, ctx }, Buffer.from(body, 'utf8'))) as Stepped & { action: string }
 }
 async function filterStep(sc: Sidecar, name: string, ctx: unknown, body: string): Promise<Stepped & { action: string }> {
-  return unwrap(await sc.handlers.filter({ type: 'filter', id: 1, name, ctx, status: 200, content_type: 'application/json' }, Buffer.from(body, 'utf8'))) as Stepped & { action: string }
+  return stepAnswer(await sc.handlers.filter({ type: 'filter', id: 1, name, ctx, status: 200, content_type: 'application/json' }, Buffer.from(body, 'utf8'))) as Stepped & { action: string }
 }
 const NAVIGATE = { 'sec-fetch-mode': 'navigate', accept: 'text/html,application/xhtml+xml' }
 const HTML_ACCEPT = { accept: 'text/html,application/xhtml+xml,*/*;q=0.8' }

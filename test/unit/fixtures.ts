@@ -219,6 +219,15 @@ export function assertPass(decision: Decision, label = ''): Extract<Decision, { 
   return decision as Extract<Decision, { action: 'pass' }>
 }
 
+/** The answer of a body or filter step, with a replacement body (the frame's payload) as `body_text`. */
+export type Stepped = Decision & { body_text?: string }
+
+/** What a body or filter handler returned (an answer, or an answer and its payload), as one `Stepped`. */
+export function stepAnswer(result: unknown): Stepped {
+  const r = result as { answer?: Decision; payload?: Buffer }
+  return r.answer !== undefined && Buffer.isBuffer(r.payload) ? { ...r.answer, body_text: r.payload.toString('utf8') } : (result as Stepped)
+}
+
 // ------------------------------------------------------------- owned routes
 
 export interface CallOptions {

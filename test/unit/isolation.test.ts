@@ -8,18 +8,13 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { PROTOCOL_VERSION, type Decision } from '../../sidecar/src/decide/protocol.js'
+import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
 import { userFolder } from '../../sidecar/src/isolation/user-folders.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { CLOSE_ACCESS_CHANGED, CLOSE_CREDENTIAL_ENDED } from '../../sidecar/src/isolation/credential-state.js'
-import { bearer, addUser, apiToken, assertDenied, assertPass, decide, openSidecar, sessionJwt, type DescOptions, type Sidecar } from './fixtures.js'
-
-type Stepped = Decision & { body_text?: string }
-
-function unwrap(result: unknown): Stepped {
-  const r = result as { answer?: Decision; payload?: Buffer }
-  return r.answer !== undefined && Buffer.isBuffer(r.payload) ? { ...r.answer, body_text: r.payload.toString('utf8') } : (result as Stepped)
-}
+import {
+  bearer, addUser, apiToken, assertDenied, assertPass, decide, openSidecar, sessionJwt, stepAnswer, type DescOptions, type Sidecar, type Stepped,
+} from './fixtures.js'
 
 interface World {
   sc: Sidecar
@@ -45,7 +40,7 @@ async function world(config: Record<string, unknown> = {}): Promise<World> {
 /** POST /prompt as `jwt` with this raw body: the body step's answer. */
 async function postPrompt(sc: Sidecar, jwt: string, body: string): Promise<Stepped> {
   const d = assertPass(await decide(sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(jwt) }))
-  return unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(body, 'utf8'), sc.host))
+  return stepAnswer(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(body, 'utf8'), sc.host))
 }
 
 /** The prompt_id a passed prompt body carries. */
@@ -58,13 +53,13 @@ async function ownPrompt(sc: Sidecar, jwt: string, extra = ''): Promise<string> 
 async function withBody(sc: Sidecar, o: DescOptions, body: string): Promise<Stepped> {
   const d = await decide(sc, o)
   if (d.action !== 'pass' || !('need_body' in d) || d.need_body === undefined) return d as Stepped
-  return unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body.ctx }, Buffer.from(body, 'utf8'), sc.host))
+  return stepAnswer(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body.ctx }, Buffer.from(body, 'utf8'), sc.host))
 }
 
 async function filtered(sc: Sidecar, o: DescOptions, hostAnswer: string): Promise<string | 'unchanged'> {
   const d = assertPass(await decide(sc, o))
   if (!d.filter) return 'unchanged'
-  const out = unwrap(await sc.handlers.filter({ type: 'filter', id: 1, name: d.filter.name, ctx: d.filter.ctx, status: 200, content_type: 'application/json' }, Buffer.from(hostAnswer, 'utf8')))
+  const out = stepAnswer(await sc.handlers.filter({ type: 'filter', id: 1, name: d.filter.name, ctx: d.filter.ctx, status: 200, content_type: 'application/json' }, Buffer.from(hostAnswer, 'utf8')))
   return (out.action as string) === 'keep' ? 'unchanged' : out.body_text!
 }
 
@@ -172,7 +167,7 @@ describe('prompt ownership at POST /prompt', () => {
 
   it('a body that is not UTF-8 is refused, never mangled', async () => {
     const d = assertPass(await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(w.aliceJwt) }))
-    assertDenied(unwrap(await w.sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from([0x7b, 0xff, 0x7d]))), 'VALIDATION_FAILED')
+    assertDenied(stepAnswer(await w.sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from([0x7b, 0xff, 0x7d]))), 'VALIDATION_FAILED')
   })
 })
 
@@ -514,12 +509,12 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     const out = await w.sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(graph('zzz', 'LoadImageSetFromFolderNode', 'folder'))) as { answer: { filter?: { name: string; ctx: unknown } } }
     const spec = out.answer.filter!
     const hostAnswer = JSON.stringify({ error: { type: 'prompt_outputs_failed_validation' }, node_errors: { 1: { errors: [{ type: 'value_not_in_list', details: `folder: 'zzz' not in ['${A}', '${A}/pets', '${B}', '${A.toUpperCase()}', 'old']`, extra_info: { input_config: [[A, `${A}/pets`, B, 'old']] } }] } } })
-    const filteredAnswer: { action: string; body_text?: string } = unwrap(await w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 400, content_type: 'application/json' }, Buffer.from(hostAnswer)))
+    const filteredAnswer: { action: string; body_text?: string } = stepAnswer(await w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 400, content_type: 'application/json' }, Buffer.from(hostAnswer)))
     assert.equal(filteredAnswer.action, 'replace')
     assert.ok(!filteredAnswer.body_text!.toLowerCase().includes(A.slice(2)), 'her id appears nowhere')
     assert.ok(filteredAnswer.body_text!.includes(B), 'his own folder stays')
     assert.deepEqual(JSON.parse(filteredAnswer.body_text!).node_errors['1'].errors[0].extra_info.input_config, [['u_hidden', 'u_hidden/pets', B, 'old']])
-    const ok = unwrap(await w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 200, content_type: 'application/json' }, Buffer.from(`{"prompt_id": "x", "number": 1, "node_errors": {}}`)))
+    const ok = stepAnswer(await w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 200, content_type: 'application/json' }, Buffer.from(`{"prompt_id": "x", "number": 1, "node_errors": {}}`)))
     assert.equal(ok.action, 'keep')
   })
 
@@ -697,7 +692,7 @@ describe('an upgrade of a populated data dir (issue 21, item 7): every file visi
       for (const [image, who] of [['cat.png', ['alice', 'admin']], ['pets/dog.png', ['alice', 'bob', 'admin']], ['shared.png', ['alice', 'bob', 'admin']]] as Array<[string, string[]]>) {
         for (const name of ['alice', 'bob', 'admin'] as const) {
           const d = assertPass(await decide(sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(tokens[name]) }))
-          const out = unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(prompt(image))))
+          const out = stepAnswer(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(prompt(image))))
           assert.equal(out.action, who.includes(name) ? 'pass' : 'respond', `${name} prompts ${image}`)
         }
       }

@@ -11,18 +11,12 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import type { Decision } from '../../sidecar/src/decide/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { optionListsOf } from '../../sidecar/src/behaviours/option-lists.js'
-import { bearer, addUser, answer, assertDenied, assertPass, call, decide, openSidecar, sessionJwt, tempDir, type DescOptions, type Sidecar } from './fixtures.js'
+import {
+  bearer, addUser, answer, assertDenied, assertPass, call, decide, openSidecar, sessionJwt, stepAnswer, tempDir, type DescOptions, type Sidecar, type Stepped,
+} from './fixtures.js'
 import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
-
-type Stepped = Decision & { body_text?: string }
-
-function unwrap(result: unknown): Stepped {
-  const r = result as { answer?: Decision; payload?: Buffer }
-  return r.answer !== undefined && Buffer.isBuffer(r.payload) ? { ...r.answer, body_text: r.payload.toString('utf8') } : (result as Stepped)
-}
 
 const MODELS: Record<string, string[]> = {
   checkpoints: ['granted.safetensors', 'secret.safetensors', 'sub/deep.safetensors', 'notes.txt'],
@@ -92,13 +86,13 @@ async function world(config: Record<string, unknown> = {}): Promise<World> {
 async function filtered(sc: Sidecar, o: DescOptions, hostAnswer: string): Promise<{ filter: boolean; body: string }> {
   const d = assertPass(await decide(sc, o))
   if (!d.filter) return { filter: false, body: hostAnswer }
-  const out = unwrap(await sc.handlers.filter({ type: 'filter', id: 1, name: d.filter.name, ctx: d.filter.ctx, status: 200, content_type: 'application/json' }, Buffer.from(hostAnswer, 'utf8')))
+  const out = stepAnswer(await sc.handlers.filter({ type: 'filter', id: 1, name: d.filter.name, ctx: d.filter.ctx, status: 200, content_type: 'application/json' }, Buffer.from(hostAnswer, 'utf8')))
   return { filter: true, body: (out.action as string) === 'keep' ? hostAnswer : out.body_text! }
 }
 
 async function postPrompt(sc: Sidecar, jwt: string, graph: unknown, method = 'POST'): Promise<Stepped> {
   const d = assertPass(await decide(sc, { method, path: '/prompt', pattern: '/prompt', headers: bearer(jwt) }))
-  return unwrap(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(JSON.stringify({ prompt: graph }), 'utf8')))
+  return stepAnswer(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(JSON.stringify({ prompt: graph }), 'utf8')))
 }
 
 const node = (class_type: string, inputs: Record<string, unknown>) => ({ class_type, inputs })
@@ -433,7 +427,7 @@ describe('a principal without a user', () => {
     const o = { path: '/models/checkpoints', pattern: '/models/{folder}', match_info: { folder: 'checkpoints' } }
     assert.equal((await filtered(w.sc, o, '["granted.safetensors", "secret.safetensors"]')).body, '[]')
     const d = assertPass(await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt' }))
-    const out = unwrap(await w.sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(JSON.stringify({ prompt: { 1: node('CheckpointLoaderSimple', { ckpt_name: 'granted.safetensors' }) } }))))
+    const out = stepAnswer(await w.sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(JSON.stringify({ prompt: { 1: node('CheckpointLoaderSimple', { ckpt_name: 'granted.safetensors' }) } }))))
     assert.equal(assertDenied(out, 'MODEL_NOT_ALLOWED').json.error, 'Model not allowed: checkpoints/granted.safetensors')
   })
 })
