@@ -160,7 +160,7 @@ const RAW_ROWS: RawRow[] = [
   { target: '/api/%2e%2e/prompt', reaches: STATIC_ROOT },
   { target: '/extensions/authsvc/../../prompt', reaches: STATIC_ROOT },
   { target: '/extensions/demo_ext/../../prompt', reaches: STATIC_ROOT },
-  { target: '/authsvc/../prompt' }, // under the service's prefix: the gate answers it (its 404 for a principal, test/unit/decide.test.ts), never the host
+  { target: '/authsvc/../prompt' }, // under the service's prefix: the gate answers it (its 404 for a principal, test/unit/decide-request-shapes.test.ts), never the host
   { target: '/login/../prompt', reaches: STATIC_ROOT },
   { target: '/internal/%2e%2e/prompt', reaches: UNMATCHED },
   { target: '/internal/../internal/logs', reaches: UNMATCHED },

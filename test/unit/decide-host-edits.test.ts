@@ -1,0 +1,195 @@
+/**
+ * What the gate changes on the way to and from the host: comfy-user set to
+ * the principal and credential query keys dropped, the prompt body stamped
+ * with its owner (handlers.body), and /system_stats filtered for non-admins.
+ *
+ * Part of the decision path's attack table (DESIGN §6 "Attack tables", STYLE 7):
+ * one row per bypass shape, through the real decider and real services; the
+ * shared world is decide-world.ts.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { answer, assertDenied, assertPass, bearer, decide, hostRouteRequests, openSidecar, type Stepped } from './fixtures.js'
+import { QUEUE, at, bodyStep, filterStep, passedWithBody, world, type World } from './decide-world.js'
+
+// -------------------------------------------------- comfy-user and query token
+
+describe('headers and query the host must never see', () => {
+  let w: World
+  before(async () => {
+    w = await world({ local_anonymous_role: 'user' })
+  })
+  after(() => w.sc.close())
+
+  it('a spoofed comfy-user is replaced by the principal\'s user id', async () => {
+    const d = assertPass(await decide(w.sc, { path: '/settings', pattern: '/settings', headers: { ...bearer(w.aliceJwt), 'comfy-user': w.admin.user_id } }))
+    assert.deepEqual(d.set_headers, { 'comfy-user': w.alice.user_id })
+  })
+
+  it('every passing host route sets comfy-user for a user', async () => {
+    for (const r of hostRouteRequests()) {
+      if (r.pattern.includes('internal') || r.pattern.endsWith('/free')) continue
+      // another user's history entry is answered {} without asking the host (isolation.test.ts)
+      if (r.pattern.endsWith('/history/{prompt_id}')) continue
+      // who has an account is answered by the gate itself (behaviours/userdata-read.ts)
+      if (r.pattern.endsWith('/users')) continue
+      const d = await decide(w.sc, { method: r.method, path: r.path, pattern: r.pattern, match_info: r.match_info, headers: { ...bearer(w.aliceToken), 'comfy-user': 'admin' } })
+      const pass = assertPass(d, `${r.method} ${r.path}`)
+      assert.equal(pass.set_headers?.['comfy-user'], w.alice.user_id, `${r.method} ${r.path}`)
+    }
+  })
+
+  it('an anonymous local principal gets the client\'s comfy-user replaced by the anonymous space', async () => {
+    const d = assertPass(await decide(w.sc, { path: '/userdata', pattern: '/userdata', query: 'dir=workflows', headers: { 'comfy-user': w.admin.user_id } }))
+    assert.deepEqual(d.set_headers, { 'comfy-user': 'authsvc-anonymous' })
+  })
+
+  it('query token → drop_query lists every credential key present', async () => {
+    const one = assertPass(await decide(w.sc, at(QUEUE, { query: `token=${w.aliceToken}&x=1` })))
+    assert.deepEqual(one.drop_query, ['token'])
+    const other = assertPass(await decide(w.sc, at(QUEUE, { query: `x=1&access_token=${w.aliceToken}` })))
+    assert.deepEqual(other.drop_query, ['access_token'])
+    const both = assertPass(await decide(w.sc, at(QUEUE, { query: `token=${w.aliceToken}&access_token=junk` })))
+    assert.deepEqual(both.drop_query?.slice().sort(), ['access_token', 'token'])
+  })
+
+  it('an empty token= is no credential but is still dropped', async () => {
+    const d = assertPass(await decide(w.sc, at(QUEUE, { query: 'token=' })))
+    assert.deepEqual(d.drop_query, ['token'])
+  })
+
+  it('a JWT in ?token= on the WebSocket passes and is dropped', async () => {
+    const d = assertPass(await decide(w.sc, { path: '/ws', pattern: '/ws', query: `clientId=q1&token=${w.aliceJwt}`, headers: { upgrade: 'websocket' } }))
+    assert.deepEqual(d.drop_query, ['token'])
+  })
+})
+
+// ------------------------------------------------------- prompt stamping
+
+describe('prompt body stamping (handlers.body)', () => {
+  let w: World
+  before(async () => {
+    w = await world({ max_json_body_bytes: 65536 })
+  })
+  after(() => w.sc.close())
+
+  async function stamp(jwt: string, body: string): Promise<Stepped> {
+    const d = assertPass(await decide(w.sc, { method: 'POST', path: '/api/prompt', pattern: '/api/prompt', headers: bearer(jwt) }))
+    assert.ok(d.need_body, 'the prompt route asks for the body')
+    assert.equal(d.need_body.max_bytes, 65536)
+    const ctx = JSON.parse(JSON.stringify(d.need_body.ctx)) as unknown // the plugin echoes it as JSON
+    return bodyStep(w.sc, ctx, body)
+  }
+
+  it('spoofed authsvc_user / authsvc_user_id / authsvc_folder are replaced by the owner; other extra_data kept', async () => {
+    const d = passedWithBody(await stamp(w.aliceJwt, JSON.stringify({
+      prompt: { 1: { class_type: 'X' } },
+      extra_data: { authsvc_user: 'admin', authsvc_user_id: w.admin.user_id, authsvc_folder: null, extra_pnginfo: { a: 1 } },
+    })))
+    const out = JSON.parse(d.body_text!) as { prompt: unknown; extra_data: Record<string, unknown> }
+    assert.equal(out.extra_data.authsvc_user, 'alice')
+    assert.equal(out.extra_data.authsvc_user_id, w.alice.user_id)
+    assert.equal(out.extra_data.authsvc_folder, `u_${w.alice.user_id}`, 'the run-time guard keeps her prompt to her folder')
+    assert.deepEqual(out.extra_data.extra_pnginfo, { a: 1 })
+    assert.deepEqual(out.prompt, { 1: { class_type: 'X' } })
+  })
+
+  it('extra_data missing → an object holding only the owner', async () => {
+    const out = JSON.parse(passedWithBody(await stamp(w.bobJwt, JSON.stringify({ prompt: {} }))).body_text!) as { extra_data: unknown }
+    assert.deepEqual(out.extra_data, { authsvc_user: 'bob', authsvc_user_id: w.bob.user_id, authsvc_folder: `u_${w.bob.user_id}` })
+  })
+
+  it('an administrator\'s prompt is stamped with no folder (null), whatever the client sent', async () => {
+    const out = JSON.parse(passedWithBody(await stamp(w.adminJwt, JSON.stringify({ prompt: {}, extra_data: { authsvc_folder: `u_${w.bob.user_id}` } }))).body_text!) as { extra_data: Record<string, unknown> }
+    assert.equal(out.extra_data.authsvc_folder, null)
+  })
+
+  for (const [name, extra] of [['null', null], ['an array', ['authsvc_user']], ['a string', 'admin']] as const) {
+    it(`extra_data ${name} → 400 VALIDATION_FAILED (the host would fail on it)`, async () => {
+      assertDenied(await stamp(w.bobJwt, JSON.stringify({ prompt: {}, extra_data: extra })), 'VALIDATION_FAILED')
+    })
+  }
+
+  it('a duplicated authsvc_user key in the raw JSON cannot survive', async () => {
+    const raw = `{"prompt":{},"extra_data":{"authsvc_user":"admin","authsvc_user":"root"}}`
+    const out = JSON.parse(passedWithBody(await stamp(w.bobJwt, raw)).body_text!) as { extra_data: Record<string, unknown> }
+    assert.equal(out.extra_data.authsvc_user, 'bob')
+    assert.doesNotMatch(passedWithBody(await stamp(w.bobJwt, raw)).body_text!, /root|"admin"/)
+  })
+
+  for (const [name, body] of [['invalid JSON', '{"prompt": '], ['empty body', ''], ['a JSON array', '[]'], ['JSON null', 'null'], ['a JSON string', '"x"'], ['a number', '1']]) {
+    it(`${name} → 400 VALIDATION_FAILED`, async () => {
+      assertDenied(await stamp(w.aliceJwt, body), 'VALIDATION_FAILED', name)
+    })
+  }
+
+  it('a body message without a prompt ctx → 400, never a pass', async () => {
+    for (const ctx of [null, {}, { kind: 'other' }, 'prompt']) {
+      assertDenied(await bodyStep(w.sc, ctx, '{"prompt":{}}'), 'VALIDATION_FAILED', JSON.stringify(ctx))
+    }
+  })
+
+  it('an anonymous local principal is stamped with its role and a null id', async () => {
+    const sc = await openSidecar({ config: { local_anonymous_role: 'user' } })
+    try {
+      const d = assertPass(await decide(sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: { 'comfy-user': 'someone' } }))
+      const out = JSON.parse(passedWithBody(await bodyStep(sc, d.need_body!.ctx, '{"prompt":{},"extra_data":{"authsvc_user_id":"x"}}')).body_text!) as { extra_data: Record<string, unknown> }
+      const { authsvc_folder: folder, ...rest } = out.extra_data
+      assert.deepEqual(rest, { authsvc_user: 'user', authsvc_user_id: null })
+      assert.match(String(folder), /^o_[0-9a-f]{16}$/, 'an owner that is not a user has a folder of its own')
+    } finally {
+      await sc.close()
+    }
+  })
+})
+
+// ------------------------------------------------------------ system_stats
+
+describe('system_stats filter', () => {
+  let w: World
+  const STATS = {
+    system: { os: 'posix', comfyui_version: '0.3.64', argv: ['main.py', '--listen', '0.0.0.0', '--secret-flag'] },
+    devices: [{ name: 'cpu', type: 'cpu' }],
+  }
+  before(async () => {
+    w = await world()
+  })
+  after(() => w.sc.close())
+
+  for (const path of ['/system_stats', '/api/system_stats']) {
+    it(`${path}: non-admins get the answer without argv; admins unfiltered`, async () => {
+      const user = assertPass(await decide(w.sc, { path, pattern: path, headers: bearer(w.aliceJwt) }))
+      assert.equal(user.filter?.name, 'system_stats')
+      const filtered = await filterStep(w.sc, user.filter!.name, user.filter!.ctx, JSON.stringify(STATS))
+      assert.equal(filtered.action, 'replace')
+      const out = JSON.parse((filtered as { body_text: string }).body_text) as typeof STATS
+      assert.equal('argv' in out.system, false)
+      assert.deepEqual(out.devices, STATS.devices)
+      assert.equal(out.system.comfyui_version, '0.3.64')
+      const admin = assertPass(await decide(w.sc, { path, pattern: path, headers: bearer(w.adminJwt) }))
+      assert.equal(admin.filter, undefined)
+    })
+  }
+
+  it('HEAD /system_stats is filtered like GET', async () => {
+    const d = assertPass(await decide(w.sc, { method: 'HEAD', path: '/system_stats', pattern: '/system_stats', headers: bearer(w.viewerJwt) }))
+    assert.equal(d.filter?.name, 'system_stats')
+  })
+
+  it('an anonymous local principal is filtered too', async () => {
+    const sc = await openSidecar({ config: { local_anonymous_role: 'user' } })
+    try {
+      const d = assertPass(await decide(sc, { path: '/system_stats', pattern: '/system_stats' }))
+      assert.equal(d.filter?.name, 'system_stats')
+    } finally {
+      await sc.close()
+    }
+  })
+
+  it('a malformed host answer is never passed through unfiltered', async () => {
+    const d = assertPass(await decide(w.sc, { path: '/system_stats', pattern: '/system_stats', headers: bearer(w.aliceJwt) }))
+    const out = await filterStep(w.sc, 'system_stats', d.filter!.ctx, '{"system": {"argv": ["x"]')
+    assert.equal(out.action, 'respond')
+    assert.doesNotMatch(JSON.stringify(out), /argv/)
+  })
+})
