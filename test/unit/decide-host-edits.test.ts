@@ -29,7 +29,7 @@ describe('headers and query the host must never see', () => {
   it('every passing host route sets comfy-user for a user', async () => {
     for (const r of hostRouteRequests()) {
       if (r.pattern.includes('internal') || r.pattern.endsWith('/free')) continue
-      // another user's history entry is answered {} without asking the host (isolation.test.ts)
+      // another user's history entry is answered {} without asking the host (isolation-queue-history.test.ts)
       if (r.pattern.endsWith('/history/{prompt_id}')) continue
       // who has an account is answered by the gate itself (behaviours/userdata-read.ts)
       if (r.pattern.endsWith('/users')) continue

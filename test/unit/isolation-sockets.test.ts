@@ -1,0 +1,96 @@
+/**
+ * Live WebSockets follow their credential: a revoked session, deleted token,
+ * disabled user or role change closes exactly its sockets, also across a
+ * sidecar restart, and no principal can push others out of the watch list.
+ *
+ * Part of per-user isolation through the real decider and its later steps
+ * (body, form, filter, host events), with the real services and sqlite file;
+ * the shared world is isolation-world.ts. End to end on the real ComfyUI:
+ * test/e2e/real-host-isolation.test.ts.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
+import { CLOSE_ACCESS_CHANGED, CLOSE_CREDENTIAL_ENDED } from '../../sidecar/src/isolation/credential-state.js'
+import { bearer, apiToken, assertDenied, assertPass, decide, openSidecar } from './fixtures.js'
+import { event, world, type World } from './isolation-world.js'
+
+describe('live WebSockets follow their credential', () => {
+  let w: World
+  before(async () => {
+    w = await world()
+  })
+  after(() => w.sc.close())
+
+  /** Opens (decides) a socket for this credential; returns its tag. */
+  async function open(jwt: string): Promise<string> {
+    return assertPass(await decide(w.sc, { path: '/ws', pattern: '/ws', headers: bearer(jwt) })).ws_tag!
+  }
+  function pushes(): Array<{ tags: string[]; code: number }> {
+    const seen: Array<{ tags: string[]; code: number }> = []
+    w.sc.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
+    return seen
+  }
+
+  it('a revoked session, a deleted token, a disabled user and a role change each close exactly their sockets', async () => {
+    const seen = pushes()
+    const aliceSession = await open(w.aliceJwt)
+    const bobSession = await open(w.bobJwt)
+    const aliceToken = await apiToken(w.sc, w.alice)
+    const tokenSocket = await open(aliceToken)
+    assert.equal(w.sc.built.liveSockets.sweep(), 0, 'nothing ended yet')
+
+    const jti = w.sc.services.sessions.activeForUser(w.alice.user_id)[0].jti
+    await w.sc.services.sessions.revoke(jti)
+    assert.equal(w.sc.built.liveSockets.sweep(), 1)
+    assert.deepEqual(seen.pop(), { tags: [aliceSession], code: CLOSE_CREDENTIAL_ENDED })
+
+    await w.sc.services.tokens.revokeAllForUser(w.alice.user_id)
+    assert.equal(w.sc.built.liveSockets.sweep(), 1)
+    assert.deepEqual(seen.pop(), { tags: [tokenSocket], code: CLOSE_CREDENTIAL_ENDED })
+
+    await w.sc.services.users.update(w.bob.user_id, { role: 'guest' })
+    assert.equal(w.sc.built.liveSockets.sweep(), 1)
+    assert.deepEqual(seen.pop(), { tags: [bobSession], code: CLOSE_ACCESS_CHANGED })
+    assert.equal(w.sc.built.liveSockets.size, 0)
+  })
+
+  it('after a sidecar restart, the plugin\'s hello hands its sockets back: a logout meanwhile closes them at once', async () => {
+    const pass = assertPass(await decide(w.sc, { path: '/ws', pattern: '/ws', headers: bearer(w.adminJwt) })) as { ws_tag?: string; ws_entry?: object }
+    assert.equal((pass.ws_entry as { tag: string }).tag, pass.ws_tag)
+    await w.sc.services.flush()
+    const restarted = await openSidecar({ dir: w.sc.dir })
+    try {
+      const seen: Array<{ tags: string[]; code: number }> = []
+      restarted.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
+      const jti = restarted.services.sessions.activeForUser(w.admin.user_id)[0].jti
+      await restarted.services.sessions.revoke(jti)
+      restarted.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', sockets: [pass.ws_entry, { tag: 7 }, 'junk'] })
+      assert.deepEqual(seen, [{ tags: [pass.ws_tag], code: CLOSE_CREDENTIAL_ENDED }], 'closed on adoption; malformed entries ignored')
+    } finally {
+      await restarted.close({ keepDir: true })
+    }
+  })
+
+  it('one principal cannot push others out of the watch list: past its cap its upgrades are refused (429)', async () => {
+    const { MAX_PER_PRINCIPAL } = await import('../../sidecar/src/isolation/live-sockets.js')
+    const guestless = await world()
+    try {
+      const bobToken = await apiToken(guestless.sc, guestless.bob)
+      for (let i = 0; i < MAX_PER_PRINCIPAL; i++) assertPass(await decide(guestless.sc, { path: '/ws', pattern: '/ws', headers: bearer(bobToken) }))
+      assertDenied(await decide(guestless.sc, { path: '/ws', pattern: '/ws', headers: bearer(bobToken) }), 'TOO_MANY_ATTEMPTS')
+      assertPass(await decide(guestless.sc, { path: '/ws', pattern: '/ws', headers: bearer(guestless.aliceJwt) }), 'alice still opens hers')
+      assert.equal(guestless.sc.built.liveSockets.size, MAX_PER_PRINCIPAL + 1)
+    } finally {
+      await guestless.sc.close()
+    }
+  })
+
+  it('a socket the plugin reports closed is no longer watched', async () => {
+    const before = w.sc.built.liveSockets.size
+    const tag = await open(w.adminJwt)
+    assert.equal(w.sc.built.liveSockets.size, before + 1)
+    event(w.sc, 'ws_closed', { tag })
+    assert.equal(w.sc.built.liveSockets.size, before)
+  })
+})
