@@ -76,7 +76,30 @@ def safetensors(meta: dict) -> bytes:
     return struct.pack("<Q", len(header)) + header
 
 
-class Standin:
+class HostProcess:
+    """A host in a subprocess (`proc`), its stdout and stderr collected line by line by a reader thread."""
+
+    lines: list[str]
+    proc: subprocess.Popen
+    _reader: threading.Thread
+
+    def output(self):
+        return "".join(self.lines)
+
+    def _terminate(self, kill):
+        """SIGTERM, and `kill()` if the host has not exited 10 s later; then the reader is done."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                kill()
+                self.proc.wait()
+        self._reader.join(5)
+        self.proc.stdout.close()
+
+
+class Standin(HostProcess):
     """main.py in a subprocess, with READY/CONTROL lines parsed from stdout."""
 
     def __init__(self, base_dir, extra_args=()):
@@ -109,19 +132,8 @@ class Standin:
         for raw in self.proc.stdout:
             self.lines.append(raw.decode("utf-8", "replace"))
 
-    def output(self):
-        return "".join(self.lines)
-
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(5)
-        self.proc.stdout.close()
+        self._terminate(self.proc.kill)
         return self.proc.returncode
 
 

@@ -17,7 +17,7 @@ import unittest
 
 import aiohttp
 
-from standin_harness import FIXTURES, HERE, PYTHON, Standin, StandinCase, sleep_graph
+from standin_harness import FIXTURES, HERE, PYTHON, HostProcess, Standin, StandinCase, sleep_graph
 
 
 SEND_SYNC_PROBE = os.path.join(FIXTURES, "send_sync_probe")
@@ -37,7 +37,7 @@ def real_host_skip_reason():
     return f"real ComfyUI not available: neither {REAL_COMFYUI} nor COMFYUI_DIR exists"
 
 
-class RealComfyUI:
+class RealComfyUI(HostProcess):
     """The real ComfyUI 0.3.64 in a subprocess, the same interface as `Standin` (url, start, stop,
     output), started like test/helpers/real-host.ts does: run.sh's command line plus its own
     --base-directory and --database-url, the stubs first on PYTHONPATH."""
@@ -104,20 +104,11 @@ class RealComfyUI:
             if "To see the GUI go to:" in line:
                 self.listening.set()
 
-    def output(self):
-        return "".join(self.lines)
-
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._reader.join(5)
-        self.proc.stdout.close()
+        self._terminate(lambda: os.killpg(self.proc.pid, signal.SIGKILL))
         return 0  # ComfyUI has no clean shutdown on SIGTERM: only the stand-in's exit code means something
+
+
 EXECUTOR_EVENTS = ("execution_start", "execution_cached", "executing", "executed", "progress_state", "execution_success")
 
 
