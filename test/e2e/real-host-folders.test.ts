@@ -16,9 +16,10 @@ import { randomUUID } from 'node:crypto'
 import { existsSync, readFileSync, readdirSync, writeFileSync, mkdirSync, symlinkSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { PNG_SIGNATURE, png } from '../helpers/png.js'
-import { AIOHTTP_VERSIONS, poll, type Stack } from '../helpers/stack.js'
+import { AIOHTTP_VERSIONS } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../helpers/real-host.js'
-import { WsClient, bearer, login, register } from '../helpers/client.js'
+import { WsClient, bearer, promptFinished, registerUsers, wsUrl } from '../helpers/client.js'
+import { assertRefused, hostRequests, queueIds } from '../helpers/host-requests.js'
 
 const RUN_MS = 60_000
 
@@ -43,57 +44,15 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     let graph0: Record<string, unknown>
     const alicePng = png(11)
 
-    const req = async (method: string, path: string, token: string, body?: unknown): Promise<{ status: number; text: string; body: any; bytes: Buffer }> => {
-      const res = await fetch(host.url + path, {
-        method,
-        headers: { Accept: 'application/json', ...(body === undefined ? {} : { 'Content-Type': 'application/json' }), ...bearer(token) },
-        body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
-      })
-      const bytes = Buffer.from(await res.arrayBuffer())
-      let parsed: any
-      try {
-        parsed = JSON.parse(bytes.toString('utf8'))
-      } catch {
-        parsed = undefined
-      }
-      return { status: res.status, text: bytes.toString('utf8'), body: parsed, bytes }
-    }
-    const view = (token: string, query: string, path = '/view') => req('GET', `${path}?${query}`, token)
-    const upload = async (token: string, name: string, bytes: Buffer, fields: Record<string, string> = {}, route = '/upload/image') => {
-      const form = new FormData()
-      form.append('image', new Blob([new Uint8Array(bytes)], { type: 'image/png' }), name)
-      for (const [k, v] of Object.entries(fields)) form.append(k, v)
-      const res = await fetch(host.url + route, { method: 'POST', headers: { Accept: 'application/json', ...bearer(token) }, body: form })
-      const text = await res.text()
-      let body: any
-      try {
-        body = JSON.parse(text)
-      } catch {
-        body = undefined
-      }
-      return { status: res.status, text, body }
-    }
-    const queue = async (token: string, prompt: Record<string, unknown>, clientId: string): Promise<string> => {
-      const res = await req('POST', '/prompt', token, { prompt, client_id: clientId })
-      assert.equal(res.status, 200, res.text)
-      return res.body.prompt_id
-    }
-    /** How a prompt ended, once the host has also written its history: `executing` with node null comes after that. */
-    const finished = async (ws: WsClient, promptId: string): Promise<string> => {
-      const end = await ws.waitFor((m) => ['execution_success', 'execution_error', 'execution_interrupted'].includes(m.type) && m.data.prompt_id === promptId, RUN_MS)
-      await ws.waitFor((m) => m.type === 'executing' && m.data.node === null && m.data.prompt_id === promptId, RUN_MS)
-      return end.type
-    }
+    const { get, post, upload, queuePrompt } = hostRequests(() => host.url)
+    const view = (token: string, query: string, path = '/view') => get(`${path}?${query}`, token)
+    const queue = (token: string, prompt: Record<string, unknown>, clientId: string) => queuePrompt(token, { prompt, client_id: clientId })
     const outputsOf = async (token: string, promptId: string): Promise<Record<string, { images?: FileRef[] }>> => {
-      const res = await req('GET', `/history/${promptId}`, token)
+      const res = await get(`/history/${promptId}`, token)
       assert.equal(res.status, 200, res.text)
       return res.body[promptId].outputs
     }
     const onDisk = (type: string, subfolder: string, name: string) => join(type === 'input' ? host.inputDir : type === 'output' ? host.outputDir : host.tempDir, subfolder, name)
-    const denied = (res: { status: number; body: any; text: string }, status: number, code: string, what: string) => {
-      assert.equal(res.status, status, `${what}: ${res.text.slice(0, 300)}`)
-      assert.equal(res.body?.code, code, `${what}: ${res.text.slice(0, 300)}`)
-    }
     const imageGraph = (image: unknown, prefix = 'uses') => ({
       '1': { class_type: 'LoadImage', inputs: { image } },
       '2': { class_type: 'SaveImage', inputs: { images: ['1', 0], filename_prefix: prefix } },
@@ -101,18 +60,14 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
 
     before(async () => {
       host = await startRealHost({ aiohttp, files: { 'input/shared-in.png': png(200) }, customNodes: [resolve(import.meta.dirname, 'fixtures', 'file-reader')] })
-      const stack = host as unknown as Stack
-      assert.equal((await register(stack, 'root')).status, 201)
-      admin = (await login(stack, 'root')).jwt
-      assert.equal((await register(stack, 'alice', { bearer: admin })).status, 201)
-      assert.equal((await register(stack, 'bob', { bearer: admin })).status, 201)
-      alice = (await login(stack, 'alice')).jwt
-      bob = (await login(stack, 'bob')).jwt
-      A = `u_${(await req('GET', '/authsvc/api/me', alice)).body.user_id}`
-      B = `u_${(await req('GET', '/authsvc/api/me', bob)).body.user_id}`
-      const wsUrl = (cid: string) => `${host.url.replace('http', 'ws')}/ws?clientId=${cid}`
-      aliceWs = await WsClient.open(wsUrl(aliceCid), bearer(alice))
-      bobWs = await WsClient.open(wsUrl(bobCid), bearer(bob))
+      const jwt = await registerUsers(host, 'alice', 'bob')
+      admin = jwt.root
+      alice = jwt.alice
+      bob = jwt.bob
+      A = `u_${(await get('/authsvc/api/me', alice)).body.user_id}`
+      B = `u_${(await get('/authsvc/api/me', bob)).body.user_id}`
+      aliceWs = await WsClient.open(wsUrl(host, aliceCid), bearer(alice))
+      bobWs = await WsClient.open(wsUrl(host, bobCid), bearer(bob))
     })
     after(async () => {
       for (const ws of [aliceWs, bobWs]) ws?.close()
@@ -125,10 +80,10 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.deepEqual(up.body, { name: 'photo.png', subfolder: `${A}/pets`, type: 'input' }, 'the host\'s own answer names her folder')
       upload0 = up.body
       assert.deepEqual(readFileSync(onDisk('input', upload0.subfolder, 'photo.png')), alicePng)
-      assert.ok((await req('GET', '/object_info/LoadImage', alice)).body.LoadImage.input.required.image[0].includes(`${A}/pets/photo.png`))
+      assert.ok((await get('/object_info/LoadImage', alice)).body.LoadImage.input.required.image[0].includes(`${A}/pets/photo.png`))
       graph0 = { ...imageGraph(`${upload0.subfolder}/${upload0.name}`, 'ComfyUI'), '3': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }
       const id = await queue(alice, graph0, aliceCid)
-      assert.equal(await finished(aliceWs, id), 'execution_success')
+      assert.equal(await promptFinished(aliceWs, id, RUN_MS), 'execution_success')
       const outputs = await outputsOf(alice, id)
       output0 = outputs['2'].images![0]
       preview0 = outputs['3'].images![0]
@@ -143,7 +98,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
 
     it('bob: every spelling of her output, preview and upload on /view and /api/view answers 404 NOT_FOUND, as a name nobody has does', async () => {
       const nobody = await view(bob, `filename=nobody-has-this.png&type=output&subfolder=${A}`)
-      denied(nobody, 404, 'NOT_FOUND', 'a name nobody has')
+      assertRefused(nobody, 404, 'NOT_FOUND', 'a name nobody has')
       const queries = [
         `filename=${output0.filename}&type=output&subfolder=${A}`, `filename=${output0.filename}&type=output&subfolder=../output/${A}`,
         `filename=${output0.filename}&type=output&subfolder=x/../${A}`, `filename=${output0.filename}%20[output]&subfolder=${A}`,
@@ -159,7 +114,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         }
       }
       // the issue's example: subfolder=../output once named the folder's root, where outputs were
-      denied(await view(bob, `filename=${output0.filename}&type=output&subfolder=../output`), 404, 'NOT_FOUND', '../output')
+      assertRefused(await view(bob, `filename=${output0.filename}&type=output&subfolder=../output`), 404, 'NOT_FOUND', '../output')
       // a symlink an operator made inside a folder is followed to where it leads
       symlinkSync(join(host.outputDir, A), join(host.outputDir, 'gallery-link'))
       assert.equal((await view(bob, `filename=${output0.filename}&type=output&subfolder=gallery-link`)).text, nobody.text, 'through a symlink')
@@ -169,8 +124,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         assert.equal((await view(bob, `filename=${output0.filename}&type=output&subfolder=${encodeURIComponent(look)}`)).text, nobody.text, look)
       }
       // what the host cannot read at all is the gate's 400, never the host's 500
-      denied(await view(bob, `filename=${output0.filename}%00&type=output&subfolder=${A}`), 400, 'VALIDATION_FAILED', 'NUL')
-      denied(await view(bob, `filename=${output0.filename}&type=output&subfolder=../../../etc`), 403, 'PERMISSION_DENIED', 'out of the folder')
+      assertRefused(await view(bob, `filename=${output0.filename}%00&type=output&subfolder=${A}`), 400, 'VALIDATION_FAILED', 'NUL')
+      assertRefused(await view(bob, `filename=${output0.filename}&type=output&subfolder=../../../etc`), 403, 'PERMISSION_DENIED', 'out of the folder')
     })
 
     it('bob\'s uploads: ../ and absolute subfolders or names are refused (400 VALIDATION_FAILED); everything else lands in his folder; her bytes never change', async () => {
@@ -181,7 +136,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         [{ subfolder: `/${host.inputDir}/${A}/pets`, overwrite: 'true' }, 'photo.png'], [{ overwrite: 'true' }, `../${A}/pets/photo.png`],
         [{ subfolder: '..', overwrite: 'true' }, 'shared-in.png'], [{ type: 'nope' }, 'x.png'],
       ] as Array<[Record<string, string>, string]>) {
-        denied(await upload(bob, name, bobPng, fields), 400, 'VALIDATION_FAILED', `${JSON.stringify(fields)} ${name}`)
+        assertRefused(await upload(bob, name, bobPng, fields), 400, 'VALIDATION_FAILED', `${JSON.stringify(fields)} ${name}`)
       }
       const over = await upload(bob, 'photo.png', bobPng, { subfolder: `${A}/pets`, overwrite: 'true' })
       assert.equal(over.status, 200, over.text)
@@ -191,7 +146,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(slash.body.subfolder, B, 'a backslash is a character of the name: still his folder')
       const same = await upload(bob, 'photo.png', alicePng, { subfolder: 'pets' })
       assert.deepEqual(same.body, { name: 'photo.png', subfolder: `${B}/pets`, type: 'input' }, 'her very bytes under her name: a file of his own, not a share of hers')
-      denied(await view(bob, `filename=photo.png&type=input&subfolder=${A}/pets`), 404, 'NOT_FOUND', 'no co-ownership by equal bytes')
+      assertRefused(await view(bob, `filename=photo.png&type=input&subfolder=${A}/pets`), 404, 'NOT_FOUND', 'no co-ownership by equal bytes')
       assert.deepEqual(readFileSync(herFile), alicePng, 'her upload is byte for byte hers')
       assert.ok(existsSync(onDisk('input', '', 'shared-in.png')))
     })
@@ -215,7 +170,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       ]
       const before = readFileSync(onDisk('output', A, output0.filename))
       for (const ref of refs) {
-        denied(await upload(bob, 'mask.png', png(1), { original_ref: JSON.stringify(ref) }, '/upload/mask'), 403, 'NOT_OWNER', JSON.stringify(ref))
+        assertRefused(await upload(bob, 'mask.png', png(1), { original_ref: JSON.stringify(ref) }, '/upload/mask'), 403, 'NOT_OWNER', JSON.stringify(ref))
       }
       // a part without a file name and of another content type: aiohttp gives the handler bytes, which
       // ComfyUI's json.loads takes; a text part of the same name after it is not the one the host reads
@@ -234,8 +189,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         return { status: res.status, text, body: JSON.parse(text) }
       }
       const image = { name: 'image', value: png(3), type: 'image/png', filename: 'raw-mask.png' }
-      denied(await rawMask([image, { name: 'original_ref', value: hers, type: 'application/json' }]), 403, 'NOT_OWNER', 'original_ref as a JSON part')
-      denied(await rawMask([image, { name: 'original_ref', value: hers, type: 'application/octet-stream' }, { name: 'original_ref', value: JSON.stringify({ filename: 'shared-in.png', type: 'input' }) }]), 403, 'NOT_OWNER', 'a bytes part first, a harmless text part after')
+      assertRefused(await rawMask([image, { name: 'original_ref', value: hers, type: 'application/json' }]), 403, 'NOT_OWNER', 'original_ref as a JSON part')
+      assertRefused(await rawMask([image, { name: 'original_ref', value: hers, type: 'application/octet-stream' }, { name: 'original_ref', value: JSON.stringify({ filename: 'shared-in.png', type: 'input' }) }]), 403, 'NOT_OWNER', 'a bytes part first, a harmless text part after')
       assert.ok(!existsSync(onDisk('input', B, 'raw-mask.png')), 'nothing was written for him')
       assert.deepEqual(readFileSync(onDisk('output', A, output0.filename)), before)
       const own = await upload(alice, 'mask.png', png(1), { original_ref: JSON.stringify({ filename: output0.filename, subfolder: A, type: 'output' }), subfolder: 'clipspace' }, '/upload/mask')
@@ -247,7 +202,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     it('a prompt of bob\'s reads none of her files: names, wrappers, long and odd names, folder loaders, absolute paths (403 NOT_OWNER, nothing queued)', async () => {
       mkdirSync(onDisk('input', A, ''), { recursive: true })
       writeFileSync(onDisk('input', A, 'odd\nname.png'), alicePng)
-      const before = (await req('GET', '/queue', admin)).body
+      const before = (await get('/queue', admin)).body
       const tries: Array<[string, Record<string, unknown>]> = [
         ['her upload', imageGraph(`${A}/pets/photo.png`)],
         ['her output, annotated', imageGraph(`${A}/${output0.filename} [output]`)],
@@ -263,22 +218,22 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       ]
       const reader = (path: string) => ({ '1': { class_type: 'AuthsvcTestReadFile', inputs: { path } } })
       tries.push(['another package\'s node that opens paths its own way', reader(`${A}/${output0.filename}`)], ['the same through ../', reader(`../output/${A}/${output0.filename}`)])
-      for (const [what, prompt] of tries) denied(await req('POST', '/prompt', bob, { prompt, client_id: bobCid }), 403, 'NOT_OWNER', what)
+      for (const [what, prompt] of tries) assertRefused(await post('/prompt', bob, { prompt, client_id: bobCid }), 403, 'NOT_OWNER', what)
       // existence: a name in her folder that nothing answers gets the very answer one of her files gets
-      const hers = await req('POST', '/prompt', bob, { prompt: imageGraph(`${A}/pets/photo.png`), client_id: bobCid })
+      const hers = await post('/prompt', bob, { prompt: imageGraph(`${A}/pets/photo.png`), client_id: bobCid })
       for (const missing of [imageGraph(`${A}/pets/never.png`), imageGraph(`${A}/never_00001_.png [output]`), reader(`${A}/never.png`), reader(`../output/${A}/never.png`)]) {
-        const res = await req('POST', '/prompt', bob, { prompt: missing, client_id: bobCid })
+        const res = await post('/prompt', bob, { prompt: missing, client_id: bobCid })
         assert.deepEqual([res.status, res.text], [hers.status, hers.text], JSON.stringify(missing))
       }
       // that node really reads what it is given: alice reads her own output with it
       const own = await queue(alice, reader(`${A}/${output0.filename}`), aliceCid)
-      assert.equal(await finished(aliceWs, own), 'execution_success')
+      assert.equal(await promptFinished(aliceWs, own, RUN_MS), 'execution_success')
       assert.deepEqual((await outputsOf(alice, own))['1'], { size: [readFileSync(onDisk('output', A, output0.filename)).length] })
       // the host's own validation error lists a combo's options: every subfolder of input/, hers too
-      const listed = await req('POST', '/prompt', bob, { prompt: { '1': { class_type: 'LoadImageSetFromFolderNode', inputs: { folder: 'no-such-folder', resize_method: 'None' } }, '2': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }, client_id: bobCid })
+      const listed = await post('/prompt', bob, { prompt: { '1': { class_type: 'LoadImageSetFromFolderNode', inputs: { folder: 'no-such-folder', resize_method: 'None' } }, '2': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }, client_id: bobCid })
       assert.equal(listed.status, 400, listed.text.slice(0, 300))
       assert.ok(!listed.text.includes(A.slice(2)), `her folder is named nowhere in his error: ${listed.text.slice(0, 400)}`)
-      const after = (await req('GET', '/queue', admin)).body
+      const after = (await get('/queue', admin)).body
       assert.equal(after.queue_pending.length + after.queue_running.length, before.queue_pending.length + before.queue_running.length, 'nothing was queued')
     })
 
@@ -291,7 +246,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const herFiles = readdirSync(onDisk('output', A, '')).sort()
       for (const [what, prompt] of [['read', readGraph(A)], ['write', writeGraph(A)]] as const) {
         const id = await queue(bob, prompt, bobCid)
-        assert.equal(await finished(bobWs, id), 'execution_error', what)
+        assert.equal(await promptFinished(bobWs, id, RUN_MS), 'execution_error', what)
         const error = bobWs.messages.find((m) => m.type === 'execution_error' && m.data.prompt_id === id)!
         assert.equal(error.data.node_id, '2', what)
         assert.match(String(error.data.exception_message), /authsvc: this prompt may not use another user's files/, what)
@@ -299,13 +254,13 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.deepEqual(readFileSync(onDisk('output', A, output0.filename)), hers)
       assert.deepEqual(readdirSync(onDisk('output', A, '')).sort(), herFiles, 'nothing was planted in her folder')
       const own = await queue(alice, readGraph(A), aliceCid)
-      assert.equal(await finished(aliceWs, own), 'execution_success')
+      assert.equal(await promptFinished(aliceWs, own, RUN_MS), 'execution_success')
       assert.deepEqual((await outputsOf(alice, own))['2'], { size: [hers.length] })
       const adminCid = randomUUID()
-      const adminWs = await WsClient.open(`${host.url.replace('http', 'ws')}/ws?clientId=${adminCid}`, bearer(admin))
+      const adminWs = await WsClient.open(wsUrl(host, adminCid), bearer(admin))
       try {
         const theirs = await queue(admin, readGraph(A), adminCid)
-        assert.equal(await finished(adminWs, theirs), 'execution_success', 'the admin sees everything')
+        assert.equal(await promptFinished(adminWs, theirs, RUN_MS), 'execution_success', 'the admin sees everything')
       } finally {
         adminWs.close()
       }
@@ -313,19 +268,19 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       mkdirSync(onDisk('output', B, ''), { recursive: true })
       writeFileSync(onDisk('output', B, output0.filename), hers)
       const his = await queue(bob, readGraph(B), bobCid)
-      assert.equal(await finished(bobWs, his), 'execution_success')
+      assert.equal(await promptFinished(bobWs, his, RUN_MS), 'execution_success')
     })
 
     it('bob\'s prompt writes into his own folder; ../ and absolute prefixes are refused (400 VALIDATION_FAILED)', async () => {
       for (const prefix of ['../ComfyUI', `x/../../output/${A}/ComfyUI`, '/tmp/evil', `${B}/../${A}/x`]) {
-        denied(await req('POST', '/prompt', bob, { prompt: imageGraph('shared-in.png', prefix), client_id: bobCid }), 400, 'VALIDATION_FAILED', prefix)
+        assertRefused(await post('/prompt', bob, { prompt: imageGraph('shared-in.png', prefix), client_id: bobCid }), 400, 'VALIDATION_FAILED', prefix)
       }
       // ComfyUI's own SaveLoRANode names its file by `prefix` (learnt from the host: an output node's *prefix text input)
       for (const prefix of [`../${A}/x`, '../../models/loras/x']) {
-        denied(await req('POST', '/prompt', bob, { prompt: { '7': { class_type: 'SaveLoRANode', inputs: { lora: ['6', 0], prefix, steps: 1 } } }, client_id: bobCid }), 400, 'VALIDATION_FAILED', `SaveLoRANode ${prefix}`)
+        assertRefused(await post('/prompt', bob, { prompt: { '7': { class_type: 'SaveLoRANode', inputs: { lora: ['6', 0], prefix, steps: 1 } } }, client_id: bobCid }), 400, 'VALIDATION_FAILED', `SaveLoRANode ${prefix}`)
       }
       const id = await queue(bob, imageGraph('shared-in.png', `${A}/ComfyUI`), bobCid)
-      assert.equal(await finished(bobWs, id), 'execution_success')
+      assert.equal(await promptFinished(bobWs, id, RUN_MS), 'execution_success')
       const out = (await outputsOf(bob, id))['2'].images![0]
       assert.equal(out.subfolder, `${B}/${A}`, 'her folder\'s name is only a name inside his')
       assert.ok(existsSync(onDisk('output', out.subfolder, out.filename)))
@@ -340,22 +295,22 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       }
       const cachedOf = (ws: WsClient, id: string): string[] => ws.messages.find((m) => m.type === 'execution_cached' && m.data.prompt_id === id)?.data.nodes ?? []
       const first = await queue(alice, graph, aliceCid)
-      assert.equal(await finished(aliceWs, first), 'execution_success')
+      assert.equal(await promptFinished(aliceWs, first, RUN_MS), 'execution_success')
       const again = await queue(alice, graph, aliceCid)
-      assert.equal(await finished(aliceWs, again), 'execution_success')
+      assert.equal(await promptFinished(aliceWs, again, RUN_MS), 'execution_success')
       assert.deepEqual(cachedOf(aliceWs, again).sort(), ['1', '2', '3'], 'her own repeat is answered by the cache: the cache is on')
       const herPreview = (await outputsOf(alice, again))['3'].images![0]
       const his = await queue(bob, graph, bobCid)
-      assert.equal(await finished(bobWs, his), 'execution_success')
+      assert.equal(await promptFinished(bobWs, his, RUN_MS), 'execution_success')
       assert.deepEqual(cachedOf(bobWs, his), [], 'none of her cached results answered his prompt')
       const outputs = await outputsOf(bob, his)
       assert.equal(outputs['2'].images![0].subfolder, B)
       assert.notEqual(outputs['3'].images![0].filename, herPreview.filename, 'his own preview, not hers')
-      denied(await view(bob, new URLSearchParams(herPreview).toString()), 404, 'NOT_FOUND', 'her preview')
+      assertRefused(await view(bob, new URLSearchParams(herPreview).toString()), 404, 'NOT_FOUND', 'her preview')
     })
 
     it('existence: queue_remaining (GET /prompt and the socket\'s status) counts only bob\'s own prompts, whatever alice has queued', async () => {
-      const remaining = async (token: string) => (await req('GET', '/prompt', token)).text
+      const remaining = async (token: string) => (await get('/prompt', token)).text
       const statusOf = (ws: WsClient) => ws.messages.filter((m) => m.type === 'status').at(-1)?.data.status.exec_info.queue_remaining
       const idle = await remaining(bob)
       assert.equal(idle, '{"exec_info": {"queue_remaining": 0}}')
@@ -367,8 +322,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const blocker = await queue(admin, slow, randomUUID())
       const hers: string[] = []
       for (let i = 0; i < 3; i++) hers.push(await queue(alice, { '1': { class_type: 'EmptyImage', inputs: { width: 8, height: 8, batch_size: 1, color: 900 + i } }, '2': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }, aliceCid))
-      const queued = (await req('GET', '/queue', admin)).body
-      const waiting = [...queued.queue_running, ...queued.queue_pending].map((item: unknown[]) => item[1])
+      const queued = (await get('/queue', admin)).body
+      const waiting = queueIds(queued)
       assert.ok(hers.every((id) => waiting.includes(id)), 'her prompts are still waiting (the admin\'s runs)')
       assert.equal(await remaining(bob), idle, 'bob\'s GET /prompt is what it was with an empty queue')
       assert.equal(await remaining(alice), '{"exec_info": {"queue_remaining": 3}}')
@@ -377,20 +332,20 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const seen = statuses(aliceWs).length - mark.alice
       await bobWs.waitFor(() => statuses(bobWs).length - mark.bob >= seen, RUN_MS)
       assert.deepEqual(statuses(bobWs).slice(mark.bob).map((m) => m.data.status.exec_info.queue_remaining), Array(statuses(bobWs).length - mark.bob).fill(0), 'his socket\'s status counts none of hers')
-      assert.equal((await req('POST', '/interrupt', admin, { prompt_id: blocker })).status, 200)
-      for (const id of hers) assert.equal(await finished(aliceWs, id), 'execution_success')
+      assert.equal((await post('/interrupt', admin, { prompt_id: blocker })).status, 200)
+      for (const id of hers) assert.equal(await promptFinished(aliceWs, id, RUN_MS), 'execution_success')
     })
 
     it('/object_info lists bob his own files and the shared inputs, nothing of hers', async () => {
-      const list: string[] = (await req('GET', '/object_info/LoadImage', bob)).body.LoadImage.input.required.image[0]
+      const list: string[] = (await get('/object_info/LoadImage', bob)).body.LoadImage.input.required.image[0]
       assert.ok(list.includes('shared-in.png'))
       assert.ok(list.includes(`${B}/pets/photo.png`))
       assert.deepEqual(list.filter((n) => n.includes(A.slice(2)) && !n.startsWith(`${B}/`)), [])
-      const info = (await req('GET', '/object_info', bob)).text
+      const info = (await get('/object_info', bob)).text
       assert.ok(!info.includes(`"${A}`), 'her folder appears in no list of bob\'s /object_info')
       // the admin gets the host's own lists (the top of input/) and may use anyone's file
       const adminGraph = { '1': { class_type: 'LoadImage', inputs: { image: `${A}/pets/photo.png` } }, '2': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }
-      assert.equal((await req('POST', '/prompt', admin, { prompt: adminGraph })).status, 200, 'the admin may use her file')
+      assert.equal((await post('/prompt', admin, { prompt: adminGraph })).status, 200, 'the admin may use her file')
     })
   })
 }

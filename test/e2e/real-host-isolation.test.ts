@@ -22,9 +22,10 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { PNG_SIGNATURE, png } from '../helpers/png.js'
-import { AIOHTTP_VERSIONS, poll, type Stack } from '../helpers/stack.js'
+import { AIOHTTP_VERSIONS, poll } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, running, startRealHost, type RealHost } from '../helpers/real-host.js'
-import { WsClient, apiToken, bearer, login, register } from '../helpers/client.js'
+import { WsClient, apiToken, bearer, login, promptEnded, promptEnding, register, registerUsers, wsUrl } from '../helpers/client.js'
+import { hostRequests, queueIds } from '../helpers/host-requests.js'
 
 const RECORDER = resolve(import.meta.dirname, 'fixtures', 'raw-prompt-recorder')
 const CHECKPOINT = 'isolation-tiny.safetensors'
@@ -104,14 +105,6 @@ function withoutMembers(text: string, keys: string[]): string {
   return out
 }
 
-/** How a prompt ended on the socket of its client_id: execution_success / _error / _interrupted. */
-async function ending(ws: WsClient, promptId: string): Promise<string> {
-  const end = await ws.waitFor((m) => ['execution_success', 'execution_error', 'execution_interrupted'].includes(m.type) && m.data.prompt_id === promptId, RUN_MS)
-  return end.type
-}
-const ended = (ws: WsClient, promptId: string) =>
-  ws.messages.some((m) => ['execution_success', 'execution_error', 'execution_interrupted'].includes(m.type) && m.data.prompt_id === promptId)
-
 /** The `{filename, subfolder, type}` of the first image a prompt's node reported on this socket. */
 async function reportedImage(ws: WsClient, promptId: string): Promise<{ filename: string; subfolder: string; type: string }> {
   const executed = await ws.waitFor((m) => m.type === 'executed' && m.data.prompt_id === promptId && Array.isArray(m.data.output?.images), RUN_MS)
@@ -160,67 +153,14 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     let a1 = ''
     let b1 = ''
 
-    const wsUrl = (clientId: string) => `${host.url.replace('http', 'ws')}/ws?clientId=${clientId}`
-    const get = async (path: string, token: string): Promise<{ status: number; text: string; body: any }> => {
-      const res = await fetch(host.url + path, { headers: { Accept: 'application/json', ...bearer(token) } })
-      const text = await res.text()
-      let body: any
-      try {
-        body = JSON.parse(text)
-      } catch {
-        body = undefined
-      }
-      return { status: res.status, text, body }
-    }
-    const post = async (path: string, token: string, body?: unknown): Promise<{ status: number; text: string; body: any }> => {
-      const res = await fetch(host.url + path, {
-        method: 'POST',
-        headers: { Accept: 'application/json', 'Content-Type': 'application/json', ...bearer(token) },
-        body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
-      })
-      const text = await res.text()
-      let parsed: any
-      try {
-        parsed = JSON.parse(text)
-      } catch {
-        parsed = undefined
-      }
-      return { status: res.status, text, body: parsed }
-    }
-    /** POSTs a prompt; asserts 200 and returns its prompt_id. */
-    const run = async (token: string, body: Record<string, unknown> | string, path = '/prompt'): Promise<string> => {
-      const res = await post(path, token, body)
-      assert.equal(res.status, 200, `${path}: ${res.text}`)
-      assert.equal(typeof res.body.prompt_id, 'string')
-      return res.body.prompt_id
-    }
-    const queueIds = (body: any): string[] => [...body.queue_running, ...body.queue_pending].map((item: any[]) => item[1])
+    const { get, post, upload, loadImageOptions, queuePrompt: run } = hostRequests(() => host.url)
     const view = async (token: string, params: Record<string, string>, path = '/view'): Promise<{ status: number; bytes: Buffer }> => {
       const res = await fetch(`${host.url}${path}?${new URLSearchParams(params)}`, { headers: bearer(token) })
       return { status: res.status, bytes: Buffer.from(await res.arrayBuffer()) }
     }
     const viewOf = (token: string, f: { filename: string; subfolder: string; type: string }) => view(token, { filename: f.filename, subfolder: f.subfolder, type: f.type })
-    const upload = async (token: string, name: string, bytes: Buffer, fields: Record<string, string> = {}, route = '/upload/image') => {
-      const form = new FormData()
-      form.append('image', new Blob([new Uint8Array(bytes)], { type: 'image/png' }), name)
-      for (const [k, v] of Object.entries(fields)) form.append(k, v)
-      const res = await fetch(host.url + route, { method: 'POST', headers: { Accept: 'application/json', ...bearer(token) }, body: form })
-      const text = await res.text()
-      let body: any
-      try {
-        body = JSON.parse(text)
-      } catch {
-        body = undefined
-      }
-      return { status: res.status, text, body }
-    }
     /** how a LoadImage list names an input file */
     const listed = (f: { filename: string; subfolder: string }) => (f.subfolder ? `${f.subfolder}/${f.filename}` : f.filename)
-    const loadImageOptions = async (token: string, cls = 'LoadImage'): Promise<string[]> => {
-      const res = await get(`/object_info/${cls}`, token)
-      assert.equal(res.status, 200, res.text)
-      return res.body[cls].input.required.image[0]
-    }
     /** Bob's (or anyone's) refusals of alice's file, under the spellings ComfyUI accepts for the same file. */
     const viewProbes = (f: { filename: string; subfolder: string; type: string }): Array<[string, Record<string, string>]> => [
       ['/view', { filename: f.filename, subfolder: f.subfolder, type: f.type }],
@@ -258,17 +198,14 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         models: [`checkpoints/${CHECKPOINT}`],
         files: { [`input/${sharedInput}`]: png(200) },
       })
-      const stack = host as unknown as Stack
-      assert.equal((await register(stack, 'root')).status, 201)
-      admin = (await login(stack, 'root')).jwt
-      assert.equal((await register(stack, 'alice', { bearer: admin })).status, 201)
-      assert.equal((await register(stack, 'bob', { bearer: admin })).status, 201)
-      alice = (await login(stack, 'alice')).jwt
-      bob = (await login(stack, 'bob')).jwt
+      const jwt = await registerUsers(host, 'alice', 'bob')
+      admin = jwt.root
+      alice = jwt.alice
+      bob = jwt.bob
       A = `u_${(await get('/authsvc/api/me', alice)).body.user_id}`
-      aliceWs = await WsClient.open(wsUrl(aliceCid), bearer(alice))
-      bobWs = await WsClient.open(wsUrl(bobCid), bearer(bob))
-      adminWs = await WsClient.open(wsUrl(adminCid), bearer(admin))
+      aliceWs = await WsClient.open(wsUrl(host, aliceCid), bearer(alice))
+      bobWs = await WsClient.open(wsUrl(host, bobCid), bearer(bob))
+      adminWs = await WsClient.open(wsUrl(host, adminCid), bearer(admin))
     })
     after(async () => {
       for (const ws of [aliceWs, bobWs, adminWs]) ws?.close()
@@ -283,14 +220,14 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.ok(await poll(async () => (await get(`/history/${a0}`, alice)).body?.[a0]?.status?.completed === true, RUN_MS), 'alice\'s prompt completed')
       // ...then the marker: bob's own prompt, to his own socket
       b1 = await run(bob, { prompt: tiny(`b1-${aiohttp}`), client_id: bobCid })
-      assert.equal(await ending(bobWs, b1), 'execution_success')
+      assert.equal(await promptEnding(bobWs, b1, RUN_MS), 'execution_success')
       await bobWs.waitFor((m) => m.type === 'executing' && m.data.node === null && m.data.prompt_id === b1, RUN_MS)
       const leaked = bobWs.messages.filter((m) => m.data?.prompt_id === a0 || JSON.stringify(m.data ?? {}).includes(`a0-${aiohttp}`))
       assert.deepEqual(leaked, [], 'bob received messages of alice\'s prompt')
       assert.ok(bobWs.messages.some((m) => m.type === 'executed' && m.data.prompt_id === b1), 'the marker is bob\'s own executed event')
       // the same for the admin's socket, with a marker prompt of the admin's
       const marker = await run(admin, { prompt: tiny(`admin-marker-${aiohttp}`), client_id: adminCid })
-      assert.equal(await ending(adminWs, marker), 'execution_success')
+      assert.equal(await promptEnding(adminWs, marker, RUN_MS), 'execution_success')
       assert.deepEqual(adminWs.messages.filter((m) => m.data?.prompt_id === a0 || m.data?.prompt_id === b1), [], 'the admin\'s socket received another user\'s prompt')
       assert.deepEqual(aliceWs.messages.filter((m) => m.data?.prompt_id === b1), [], 'alice received messages of bob\'s prompt')
       const out = (await get(`/history/${a0}`, alice)).body[a0].outputs.out.images[0]
@@ -311,14 +248,14 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
           assert.equal(res.body.code, 'CLIENT_ID_TAKEN')
         }
       }
-      await assert.rejects(WsClient.open(wsUrl(aliceCid), bearer(bob)), /ws refused: 403/)
+      await assert.rejects(WsClient.open(wsUrl(host, aliceCid), bearer(bob)), /ws refused: 403/)
       // none of them reached the host
       const recorded = readdirSync(rawDir).map((f) => readFileSync(join(rawDir, f), 'utf8'))
       assert.ok(!recorded.some((text) => text.includes(prefix)), 'a refused prompt reached the host')
       // alice's socket still works and is hers: her own prompt's events reach it
       const own = await run(alice, { prompt: tiny(`a-own-${aiohttp}`), client_id: aliceCid })
       aliceIds.push(own)
-      assert.equal(await ending(aliceWs, own), 'execution_success')
+      assert.equal(await promptEnding(aliceWs, own, RUN_MS), 'execution_success')
     })
 
     it('bob cannot see alice\'s queued prompts in /queue or /api/queue; she sees hers, the admin sees all (her comfy.org key only to her)', async () => {
@@ -344,7 +281,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(adminA2[3].authsvc_user, 'alice', 'the owner stamp')
       assert.ok(!('api_key_comfy_org' in adminA2[3]), 'the admin does not see alice\'s comfy.org key')
       assert.ok(!all.text.includes('alice-comfy-key'))
-      assert.ok(!ended(aliceWs, a1), 'alice\'s first prompt is still running (the graph must be slower)')
+      assert.ok(!promptEnded(aliceWs, a1), 'alice\'s first prompt is still running (the graph must be slower)')
     })
 
     it('bob cannot delete or clear alice\'s pending prompts (403 NOT_OWNER, nothing changes); she deletes her own', async () => {
@@ -369,7 +306,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     })
 
     it('bob cannot interrupt alice\'s running prompt, with or without prompt_id (403 NOT_OWNER), and hers runs to success', async () => {
-      assert.ok(!ended(aliceWs, a1), 'alice\'s first prompt is still running (the graph must be slower)')
+      assert.ok(!promptEnded(aliceWs, a1), 'alice\'s first prompt is still running (the graph must be slower)')
       for (const [path, body] of [['/interrupt', undefined], ['/interrupt', {}], ['/api/interrupt', { prompt_id: a1 }], ['/interrupt', { prompt_id: a1 }]] as const) {
         const res = await post(path, bob, body)
         assert.equal(res.status, 403, `${path} ${JSON.stringify(body)}: ${res.text}`)
@@ -377,7 +314,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       }
       const running = (await get('/queue', alice)).body.queue_running.map((item: any[]) => item[1])
       assert.deepEqual(running, [a1], 'alice\'s first prompt was running when bob\'s interrupts were answered')
-      assert.equal(await ending(aliceWs, a1), 'execution_success')
+      assert.equal(await promptEnding(aliceWs, a1, RUN_MS), 'execution_success')
       files.a1Output = await reportedImage(aliceWs, a1)
     })
 
@@ -386,11 +323,11 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       await aliceWs.waitFor((m) => m.type === 'execution_start' && m.data.prompt_id === a2, RUN_MS)
       const withId = await post('/interrupt', alice, { prompt_id: a2 })
       assert.equal(withId.status, 200, withId.text)
-      assert.equal(await ending(aliceWs, a2), 'execution_interrupted')
+      assert.equal(await promptEnding(aliceWs, a2, RUN_MS), 'execution_interrupted')
       await aliceWs.waitFor((m) => m.type === 'execution_start' && m.data.prompt_id === a5, RUN_MS)
       const withoutId = await post('/api/interrupt', alice)
       assert.equal(withoutId.status, 200, withoutId.text)
-      assert.equal(await ending(aliceWs, a5), 'execution_interrupted')
+      assert.equal(await promptEnding(aliceWs, a5, RUN_MS), 'execution_interrupted')
       assert.ok(!aliceWs.messages.some((m) => m.data?.prompt_id === a3), 'the prompt she deleted never ran')
     })
 
@@ -445,7 +382,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       aliceIds.push(preview)
       files.aliceTemp = await reportedImage(aliceWs, preview)
       assert.equal(files.aliceTemp.type, 'temp')
-      assert.equal(await ending(aliceWs, preview), 'execution_success')
+      assert.equal(await promptEnding(aliceWs, preview, RUN_MS), 'execution_success')
       for (const key of ['a0Output', 'a1Output', 'aliceTemp']) {
         const f = files[key]
         assert.ok(f, `${key} was made by an earlier row`)
@@ -535,8 +472,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     })
 
     it('logging out closes that session\'s open WebSocket with 4401 within 1 s, and no other socket', async () => {
-      const second = (await login(host as unknown as Stack, 'alice')).jwt
-      const ws = await WsClient.open(wsUrl(randomUUID()), bearer(second))
+      const second = (await login(host, 'alice')).jwt
+      const ws = await WsClient.open(wsUrl(host, randomUUID()), bearer(second))
       await closedBy(ws, 4401, () => fetch(`${host.url}/logout`, { method: 'POST', headers: { Accept: 'application/json', ...bearer(second) } }))
       for (const [who, other] of [['alice\'s other session', aliceWs], ['bob', bobWs], ['the admin', adminWs]] as const) {
         assert.equal(other.ws.readyState, other.ws.OPEN, `${who}'s socket stays open`)
@@ -545,17 +482,16 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     })
 
     it('a revoked API token, a role change, a disabled and a deleted user close exactly those sockets (4401 / 4403) within 1 s', async () => {
-      const stack = host as unknown as Stack
       const adminSend = (method: string, path: string, body?: unknown) => fetch(host.url + path, {
         method,
         headers: { Accept: 'application/json', ...(body === undefined ? {} : { 'Content-Type': 'application/json' }), ...bearer(admin) },
         body: body === undefined ? undefined : JSON.stringify(body),
       })
-      for (const name of ['carol', 'dave']) assert.equal((await register(stack, name, { bearer: admin })).status, 201)
-      const carolSession = (await login(stack, 'carol')).jwt
-      const carolToken = await apiToken(stack, 'carol')
-      const byToken = await WsClient.open(wsUrl(randomUUID()), bearer(carolToken))
-      const bySession = await WsClient.open(wsUrl(randomUUID()), bearer(carolSession))
+      for (const name of ['carol', 'dave']) assert.equal((await register(host, name, { bearer: admin })).status, 201)
+      const carolSession = (await login(host, 'carol')).jwt
+      const carolToken = await apiToken(host, 'carol')
+      const byToken = await WsClient.open(wsUrl(host, randomUUID()), bearer(carolToken))
+      const bySession = await WsClient.open(wsUrl(host, randomUUID()), bearer(carolSession))
       const [listed] = (await get('/authsvc/api/tokens', carolSession)).body.tokens
       await closedBy(byToken, 4401, () => fetch(`${host.url}/authsvc/api/tokens`, {
         method: 'DELETE', headers: { 'Content-Type': 'application/json', ...bearer(carolSession) }, body: JSON.stringify({ token_hash_prefix: listed.token_hash_prefix }),
@@ -563,7 +499,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(bySession.ws.readyState, bySession.ws.OPEN, 'her session\'s socket stays open when her token is revoked')
       // a role change revokes the user's sessions (their sockets: 4401) and keeps her API tokens with
       // the new role's rights (their sockets: 4403), docs/decisions.md
-      const byNewToken = await WsClient.open(wsUrl(randomUUID()), bearer(await apiToken(stack, 'carol')))
+      const byNewToken = await WsClient.open(wsUrl(host, randomUUID()), bearer(await apiToken(host, 'carol')))
       let roleChangedAt = 0
       const tokenClosed = closed(byNewToken)
       await closedBy(bySession, 4401, async () => {
@@ -576,9 +512,9 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const tokenMs = Math.max(0, tokenClose!.at - roleChangedAt) // it may come before the answer
       assert.ok(tokenMs <= 1000, `closed ${tokenMs} ms after the role change`)
 
-      const again = await WsClient.open(wsUrl(randomUUID()), bearer((await login(stack, 'carol')).jwt))
+      const again = await WsClient.open(wsUrl(host, randomUUID()), bearer((await login(host, 'carol')).jwt))
       await closedBy(again, 4401, () => adminSend('PUT', '/authsvc/api/users/carol', { disabled: true }))
-      const dave = await WsClient.open(wsUrl(randomUUID()), bearer((await login(stack, 'dave')).jwt))
+      const dave = await WsClient.open(wsUrl(host, randomUUID()), bearer((await login(host, 'dave')).jwt))
       await closedBy(dave, 4401, () => adminSend('DELETE', '/authsvc/api/users/dave'))
       for (const [who, other] of [['alice', aliceWs], ['bob', bobWs], ['the admin', adminWs]] as const) {
         assert.equal(other.ws.readyState, other.ws.OPEN, `${who}'s socket stays open`)
@@ -597,7 +533,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(rounded.status, 400, rounded.text)
       assert.match(rounded.text, /bigger than max/)
       // sampling cannot run here (stubs): it ends, whichever way, before the next rows
-      await ending(aliceWs, res.body.prompt_id)
+      await promptEnding(aliceWs, res.body.prompt_id, RUN_MS)
     })
 
     it('a prompt body reaches the host byte for byte apart from the stamped keys: big integers, 1e400, \\u escapes, key order, spacing', async () => {
@@ -628,7 +564,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(stamped.prompt['9'].inputs.filename_prefix, `${A}/txt2img`)
       const own = received.replaceAll(`,"authsvc_scope":"${A}"`, '').replace(`"${A}/txt2img"`, '"txt2img"')
       assert.equal(withoutMembers(own, ['authsvc_user', 'authsvc_user_id', 'authsvc_folder']), sent)
-      await ending(aliceWs, id)
+      await promptEnding(aliceWs, id, RUN_MS)
 
       // a body without prompt_id, client_id or extra_data: the gate adds exactly those
       const minimal = `{"prompt":${txt2imgText(SEED_MAX)},"zz":[1e400,12345678901234567890123,"\\ud83d\\ude00"]}`
@@ -648,8 +584,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     let beforeKill: { ws: WsClient; session: string } | undefined
     it('ownership survives a sidecar kill: queue, running prompt, history and files are still only alice\'s', async () => {
       // a socket opened before the kill, for the next row
-      const session = (await login(host as unknown as Stack, 'alice')).jwt
-      beforeKill = { ws: await WsClient.open(wsUrl(randomUUID()), bearer(session)), session }
+      const session = (await login(host, 'alice')).jwt
+      beforeKill = { ws: await WsClient.open(wsUrl(host, randomUUID()), bearer(session)), session }
       const p = await run(alice, { prompt: slow(`p-${aiohttp}`, 80), client_id: aliceCid })
       const q = await run(alice, { prompt: tiny(`q-${aiohttp}`), client_id: aliceCid })
       aliceIds.push(p, q)
@@ -664,7 +600,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
           return false
         }
       }, 20_000), 'a new sidecar answers /authsvc/health')
-      assert.ok(!ended(aliceWs, p), 'alice\'s prompt still runs after the sidecar restart (the graph must be slower)')
+      assert.ok(!promptEnded(aliceWs, p), 'alice\'s prompt still runs after the sidecar restart (the graph must be slower)')
 
       assert.deepEqual((await get('/queue', bob)).body, { queue_running: [], queue_pending: [] }, 'bob\'s /queue')
       assert.deepEqual(queueIds((await get('/queue', alice)).body), [p, q], 'alice\'s /queue')
@@ -680,10 +616,10 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       // alice interrupts her running prompt, known to the new sidecar from the plugin's hello
       const stop = await post('/interrupt', alice)
       assert.equal(stop.status, 200, stop.text)
-      assert.equal(await ending(aliceWs, p), 'execution_interrupted')
-      assert.equal(await ending(aliceWs, q), 'execution_success')
+      assert.equal(await promptEnding(aliceWs, p, RUN_MS), 'execution_interrupted')
+      assert.equal(await promptEnding(aliceWs, q, RUN_MS), 'execution_success')
       files.qOutput = await reportedImage(aliceWs, q)
-      assert.equal(await ending(bobWs, bobAfter), 'execution_success')
+      assert.equal(await promptEnding(bobWs, bobAfter, RUN_MS), 'execution_success')
 
       assert.deepEqual((await get(`/history/${a1}`, bob)).body, {})
       assert.ok(!Object.keys((await get('/history', bob)).body).some((id) => aliceIds.includes(id)), 'bob\'s /history after the restart')

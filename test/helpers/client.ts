@@ -1,6 +1,15 @@
-/** Small HTTP/WebSocket helpers for end-to-end tests: register, login, tokens, ws messages. */
+/**
+ * Small HTTP/WebSocket helpers for end-to-end tests: register, login, tokens, ws messages and
+ * how a prompt ended on its socket. Each takes any host with a `url` (a stand-in `Stack` or a
+ * `RealHost`).
+ */
+import assert from 'node:assert/strict'
 import WebSocket from 'ws'
-import type { Stack } from './stack.js'
+
+/** A gated host as these helpers see it: only its URL is read. */
+export interface HostUrl {
+  url: string
+}
 
 export const PASSWORD = 'correct-horse-battery'
 
@@ -16,7 +25,7 @@ export async function json(res: Response): Promise<any> {
   }
 }
 
-export async function register(stack: Stack, username: string, opts: { bearer?: string; role?: string } = {}): Promise<Response> {
+export async function register(stack: HostUrl, username: string, opts: { bearer?: string; role?: string } = {}): Promise<Response> {
   return fetch(`${stack.url}/register`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', ...(opts.bearer ? { Authorization: `Bearer ${opts.bearer}` } : {}) },
@@ -24,7 +33,7 @@ export async function register(stack: Stack, username: string, opts: { bearer?: 
   })
 }
 
-export async function login(stack: Stack, username: string, password = PASSWORD): Promise<{ jwt: string; cookie: string }> {
+export async function login(stack: HostUrl, username: string, password = PASSWORD): Promise<{ jwt: string; cookie: string }> {
   const res = await fetch(`${stack.url}/login`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
@@ -36,7 +45,7 @@ export async function login(stack: Stack, username: string, password = PASSWORD)
   return { jwt: body.jwt_token, cookie: setCookie.split(';')[0] }
 }
 
-export async function apiToken(stack: Stack, username: string, password = PASSWORD): Promise<string> {
+export async function apiToken(stack: HostUrl, username: string, password = PASSWORD): Promise<string> {
   const res = await fetch(`${stack.url}/authsvc/generate_token`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
@@ -44,6 +53,18 @@ export async function apiToken(stack: Stack, username: string, password = PASSWO
   })
   if (res.status !== 200) throw new Error(`generate_token: ${res.status} ${await res.text()}`)
   return (await json(res)).token
+}
+
+/**
+ * Registers the first user, `root` (so the admin), then each of `users` as root; the session
+ * JWT of each by name, root's included.
+ */
+export async function registerUsers(stack: HostUrl, ...users: string[]): Promise<Record<string, string>> {
+  assert.equal((await register(stack, 'root')).status, 201)
+  const jwt: Record<string, string> = { root: (await login(stack, 'root')).jwt }
+  for (const name of users) assert.equal((await register(stack, name, { bearer: jwt.root })).status, 201)
+  for (const name of users) jwt[name] = (await login(stack, name)).jwt
+  return jwt
 }
 
 /** The stand-in's smallest graph: EmptyImage → SaveImage. */
@@ -96,4 +117,28 @@ export class WsClient {
   close(): void {
     this.ws.close()
   }
+}
+
+/** ws:// URL of the host's socket for `clientId`. */
+export const wsUrl = (stack: HostUrl, clientId: string) => `${stack.url.replace('http', 'ws')}/ws?clientId=${clientId}`
+
+const ENDINGS = ['execution_success', 'execution_error', 'execution_interrupted']
+
+/** How a prompt ended on the socket of its client_id: execution_success / _error / _interrupted. */
+export async function promptEnding(ws: WsClient, promptId: string, timeoutMs: number): Promise<string> {
+  const end = await ws.waitFor((m) => ENDINGS.includes(m.type) && m.data.prompt_id === promptId, timeoutMs)
+  return end.type
+}
+
+/** True once the socket has had the message that ended `promptId`. */
+export const promptEnded = (ws: WsClient, promptId: string) => ws.messages.some((m) => ENDINGS.includes(m.type) && m.data.prompt_id === promptId)
+
+/**
+ * How a prompt ended, once the host has also written its history: `executing` with node null
+ * comes after that.
+ */
+export async function promptFinished(ws: WsClient, promptId: string, timeoutMs: number): Promise<string> {
+  const end = await promptEnding(ws, promptId, timeoutMs)
+  await ws.waitFor((m) => m.type === 'executing' && m.data.node === null && m.data.prompt_id === promptId, timeoutMs)
+  return end
 }
