@@ -13,6 +13,7 @@ import { existsSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { bearer, apiToken, json, login, register, tinyGraph } from '../helpers/client.js'
+import { hostRequests, queueIds } from '../helpers/host-requests.js'
 
 const KEPT_MS = 5000
 
@@ -183,17 +184,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       await destroyStack(stack)
     })
 
-    const upload = async (token: string, name: string, bytes: Buffer): Promise<{ status: number; body: any }> => {
-      const form = new FormData()
-      form.append('image', new Blob([new Uint8Array(bytes)], { type: 'image/png' }), name)
-      const res = await fetch(`${stack.url}/upload/image`, { method: 'POST', headers: { Accept: 'application/json', ...bearer(token) }, body: form })
-      return { status: res.status, body: await res.json() }
-    }
-    const loadImageOptions = async (token: string): Promise<string[]> => {
-      const res = await get(stack, token, '/object_info/LoadImage')
-      assert.equal(res.status, 200, res.code)
-      return res.body.LoadImage.input.required.image[0]
-    }
+    const { upload, loadImageOptions } = hostRequests(() => stack.url)
 
     it('a shared input that becomes an administrator\'s is gone from the very next /object_info, though the host\'s answer did not change', async () => {
       const bytes = Buffer.from(`kept-upload-${Date.now()}`)
@@ -213,7 +204,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         assert.equal(res.status, 200)
         return (await json(res)).prompt_id as string
       }
-      const ids = (path: string, body: any): string[] => path === '/queue' ? [...body.queue_running, ...body.queue_pending].map((item: unknown[]) => item[1] as string) : Object.keys(body)
+      const ids = (path: string, body: any): string[] => path === '/queue' ? queueIds(body) : Object.keys(body)
       const seen = async (token: string, id: string) => {
         const found: string[] = []
         for (const path of ['/queue', '/history']) {

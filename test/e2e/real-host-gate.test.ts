@@ -13,13 +13,14 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import WebSocket from 'ws'
-import { AIOHTTP_VERSIONS, type Stack } from '../helpers/stack.js'
+import { AIOHTTP_VERSIONS } from '../helpers/stack.js'
+import { PNG_SIGNATURE } from '../helpers/png.js'
 import { REAL_HOST_SKIP, destroyRealHost, processGroup, running, startRealHost, tinySafetensors, type RealHost } from '../helpers/real-host.js'
-import { WsClient, apiToken, bearer, json, login, register, tinyGraph } from '../helpers/client.js'
+import { WsClient, apiToken, bearer, login, register, tinyGraph, wsUrl } from '../helpers/client.js'
+import { hostRequests } from '../helpers/host-requests.js'
 
 const API = { Accept: 'application/json' }
 const NAVIGATE = { Accept: 'text/html,application/xhtml+xml', 'Sec-Fetch-Mode': 'navigate' }
-const PNG_SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
 
 /** The status of a WebSocket upgrade that the server refuses, or 101 when it accepts. */
 function upgradeStatus(url: string, headers: Record<string, string> = {}): Promise<number> {
@@ -40,11 +41,10 @@ function upgradeStatus(url: string, headers: Record<string, string> = {}): Promi
 for (const aiohttp of AIOHTTP_VERSIONS) {
   describe(`the gate inside the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL_HOST_SKIP }, () => {
     let host: RealHost
-    // client.ts's helpers read only `url`
-    let stack: Stack
     let token: string
     let admin: string
     let extraDir: string
+    const { get, queuePrompt } = hostRequests(() => host.url)
 
     before(async () => {
       const extra = mkdtempSync(join(tmpdir(), 'as-real-extra-'))
@@ -56,11 +56,10 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         models: ['checkpoints/tiny.safetensors'],
         extraModelPaths: `authsvc_test:\n  base_path: ${extra}\n  checkpoints: ckpts\n`,
       })
-      stack = host as unknown as Stack
-      assert.equal((await register(stack, 'root')).status, 201)
-      admin = (await login(stack, 'root')).jwt
-      assert.equal((await register(stack, 'alice', { bearer: admin })).status, 201)
-      token = await apiToken(stack, 'alice')
+      assert.equal((await register(host, 'root')).status, 201)
+      admin = (await login(host, 'root')).jwt
+      assert.equal((await register(host, 'alice', { bearer: admin })).status, 201)
+      token = await apiToken(host, 'alice')
     })
     after(async () => {
       if (host) await destroyRealHost(host)
@@ -68,11 +67,10 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     })
 
     it(`is the real ComfyUI on aiohttp ${aiohttp}`, async () => {
-      const res = await fetch(`${host.url}/system_stats`, { headers: { ...API, ...bearer(admin) } })
+      const res = await get('/system_stats', admin)
       assert.equal(res.status, 200)
       assert.match(res.headers.get('server') ?? '', new RegExp(`aiohttp/${aiohttp.replace('.', '\\.')}\\.`))
-      const stats = await json(res)
-      assert.equal(stats.system.comfyui_version, '0.3.64')
+      assert.equal(res.body.system.comfyui_version, '0.3.64')
     })
 
     it('refuses anonymous clients on representative host routes', async () => {
@@ -95,7 +93,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         else if (want === 302 && !(res.headers.get('location') ?? '').startsWith('/login')) wrong.push(`${method} ${path}: to ${res.headers.get('location')}`)
       }
       assert.deepEqual(wrong, [])
-      assert.equal(await upgradeStatus(`${host.url.replace('http', 'ws')}/ws?clientId=${randomUUID()}`), 401, '/ws')
+      assert.equal(await upgradeStatus(wsUrl(host, randomUUID())), 401, '/ws')
     })
 
     it('an anonymous prompt is refused and never queued', async () => {
@@ -105,38 +103,31 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         body: JSON.stringify({ prompt: tinyGraph('anonymous') }),
       })
       assert.equal(res.status, 401)
-      const history = await json(await fetch(`${host.url}/history`, { headers: { ...API, ...bearer(admin) } }))
-      const queue = await json(await fetch(`${host.url}/queue`, { headers: { ...API, ...bearer(admin) } }))
+      const history = (await get('/history', admin)).body
+      const queue = (await get('/queue', admin)).body
       const prefixes = [...Object.values(history).map((h: any) => h.prompt[2]), ...queue.queue_running.map((q: any) => q[2]), ...queue.queue_pending.map((q: any) => q[2])]
         .map((graph: any) => graph?.['2']?.inputs?.filename_prefix)
       assert.ok(!prefixes.includes('anonymous'), JSON.stringify(prefixes))
     })
 
     it('a user with an API token reads /object_info from the real host', async () => {
-      const res = await fetch(`${host.url}/object_info`, { headers: { ...API, ...bearer(token) } })
+      const res = await get('/object_info', token)
       assert.equal(res.status, 200)
-      const info = await json(res)
+      const info = res.body
       assert.ok(Object.keys(info).length > 300, `${Object.keys(info).length} node classes`)
       assert.equal(info.SaveImage.output_node, true)
       // the harness's model files: one under models/, one from extra_model_paths.yaml
       assert.deepEqual(info.CheckpointLoaderSimple.input.required.ckpt_name[0], ['elsewhere.safetensors', 'tiny.safetensors'])
-      const metadata = await fetch(`${host.url}/view_metadata/checkpoints?filename=tiny.safetensors`, { headers: { ...API, ...bearer(admin) } })
+      const metadata = await get('/view_metadata/checkpoints?filename=tiny.safetensors', admin)
       assert.equal(metadata.status, 200)
-      assert.deepEqual(await json(metadata), { 'modelspec.title': 'authsvc test model' })
+      assert.deepEqual(metadata.body, { 'modelspec.title': 'authsvc test model' })
     })
 
     it('a user with an API token runs a tiny graph and views the PNG it wrote', async () => {
       const clientId = randomUUID()
-      const ws = await WsClient.open(`${host.url.replace('http', 'ws')}/ws?clientId=${clientId}`, bearer(token))
+      const ws = await WsClient.open(wsUrl(host, clientId), bearer(token))
       try {
-        const res = await fetch(`${host.url}/prompt`, {
-          method: 'POST',
-          headers: { ...API, ...bearer(token), 'Content-Type': 'application/json' },
-          body: JSON.stringify({ prompt: tinyGraph(`real-${aiohttp}`), client_id: clientId }),
-        })
-        const body = await json(res)
-        assert.equal(res.status, 200, JSON.stringify(body))
-        const promptId: string = body.prompt_id
+        const promptId = await queuePrompt(token, { prompt: tinyGraph(`real-${aiohttp}`), client_id: clientId })
         // the worker's last message for a prompt: `executing` with node null (after execution_success)
         await ws.waitFor((m) => m.type === 'executing' && m.data.node === null && m.data.prompt_id === promptId, 30_000)
         const success = ws.messages.find((m) => m.type === 'execution_success' && m.data.prompt_id === promptId)
@@ -144,7 +135,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         const executed = ws.messages.find((m) => m.type === 'executed' && m.data.prompt_id === promptId)
         const image = executed?.data.output.images[0]
         // the user's own output folder (issue 21): the prefix was placed under it
-        const me = await json(await fetch(`${host.url}/authsvc/api/me`, { headers: { ...API, ...bearer(token) } }))
+        const me = (await get('/authsvc/api/me', token)).body
         assert.deepEqual({ subfolder: image?.subfolder, type: image?.type }, { subfolder: `u_${me.user_id}`, type: 'output' })
         assert.match(image.filename, new RegExp(`^real-${aiohttp.replace('.', '\\.')}_\\d{5}_\\.png$`))
         assert.ok(existsSync(join(host.outputDir, image.subfolder, image.filename)), 'written to the user\'s folder in the host\'s output folder')

@@ -16,11 +16,11 @@ import assert from 'node:assert/strict'
 import { copyFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { AIOHTTP_VERSIONS, ROOT, poll, type Stack } from '../helpers/stack.js'
+import { AIOHTTP_VERSIONS, ROOT, poll } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, tinySafetensors, type RealHost } from '../helpers/real-host.js'
-import { bearer, json, login, register } from '../helpers/client.js'
+import { login, register } from '../helpers/client.js'
+import { hostRequests } from '../helpers/host-requests.js'
 
-const API = { Accept: 'application/json' }
 const FIXTURE = resolve(ROOT, 'test', 'e2e', 'fixtures', 'authsvc-model-loader')
 const GRANTED = { checkpoints: 'granted.safetensors', loras: 'style.safetensors' }
 /** Every model file on this host that the intern is not granted (names are unique across folders here). */
@@ -57,22 +57,20 @@ function grantedGraph(prefix: string): Record<string, unknown> {
 for (const aiohttp of AIOHTTP_VERSIONS) {
   describe(`model grants on the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL_HOST_SKIP }, () => {
     let host: RealHost
-    let stack: Stack
     let admin: string
     let intern: string
     let carol: string
     let extraDir: string
 
-    const get = (path: string, token: string) => fetch(host.url + path, { headers: { ...API, ...bearer(token) } })
+    const { request, get, post } = hostRequests(() => host.url)
     const getJson = async (path: string, token: string) => {
       const res = await get(path, token)
       assert.equal(res.status, 200, `${path}: ${res.status}`)
-      return json(res)
+      return res.body
     }
-    const postPrompt = (token: string, prompt: unknown) =>
-      fetch(`${host.url}/prompt`, { method: 'POST', headers: { ...API, ...bearer(token), 'Content-Type': 'application/json' }, body: JSON.stringify({ prompt }) })
+    const postPrompt = (token: string, prompt: unknown) => post('/prompt', token, { prompt })
     const grant = (method: 'POST' | 'DELETE', folder: string, item_name: string) =>
-      fetch(`${host.url}/authsvc/api/users/intern/shared-items`, { method, headers: { ...API, ...bearer(admin), 'Content-Type': 'application/json' }, body: JSON.stringify({ folder, item_name }) })
+      request(method, '/authsvc/api/users/intern/shared-items', admin, { folder, item_name })
     const cacheItems = async (folder: string): Promise<string[]> => (await getJson(`/authsvc/api/model-cache/folders/${folder}/items`, admin)).items
 
     before(async () => {
@@ -92,20 +90,15 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         extraModelPaths: `authsvc_extra:\n    base_path: ${extraDir}\n    checkpoints: ckpts\n`,
         customNodes: [FIXTURE],
       })
-      stack = host as unknown as Stack
-      assert.equal((await register(stack, 'root')).status, 201)
-      admin = (await login(stack, 'root')).jwt
+      assert.equal((await register(host, 'root')).status, 201)
+      admin = (await login(host, 'root')).jwt
       const groups = (await getJson('/authsvc/api/groups', admin)).groups
-      const put = await fetch(`${host.url}/authsvc/api/groups`, {
-        method: 'PUT',
-        headers: { ...API, ...bearer(admin), 'Content-Type': 'application/json' },
-        body: JSON.stringify({ groups: { ...groups, intern: { ...groups.user, can_view_all_comfyui_items: false } } }),
-      })
-      assert.equal(put.status, 200, await put.text())
-      assert.equal((await register(stack, 'intern', { bearer: admin, role: 'intern' })).status, 201)
-      assert.equal((await register(stack, 'carol', { bearer: admin })).status, 201)
-      intern = (await login(stack, 'intern')).jwt
-      carol = (await login(stack, 'carol')).jwt
+      const put = await request('PUT', '/authsvc/api/groups', admin, { groups: { ...groups, intern: { ...groups.user, can_view_all_comfyui_items: false } } })
+      assert.equal(put.status, 200, put.text)
+      assert.equal((await register(host, 'intern', { bearer: admin, role: 'intern' })).status, 201)
+      assert.equal((await register(host, 'carol', { bearer: admin })).status, 201)
+      intern = (await login(host, 'intern')).jwt
+      carol = (await login(host, 'carol')).jwt
       // the facts read once every custom node loaded reach the sidecar as an event after start
       assert.ok(await poll(async () => (await getJson('/authsvc/api/model-cache/folders', admin)).folders.includes('authsvc_test_models'), 15_000), 'the custom folder reached the cache')
       for (const [folder, item] of Object.entries(GRANTED)) assert.equal((await grant('POST', folder, item)).status, 200)
@@ -161,24 +154,23 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     it('/view_metadata of an item not granted answers as a missing one does', async () => {
       const ok = await get(`/view_metadata/checkpoints?filename=${GRANTED.checkpoints}`, intern)
       assert.equal(ok.status, 200)
-      assert.equal((await json(ok))['modelspec.title'], 'authsvc test model')
+      assert.equal(ok.body['modelspec.title'], 'authsvc test model')
       for (const filename of ['secret.safetensors', 'sub/../secret.safetensors', 'missing.safetensors']) {
         const res = await get(`/view_metadata/checkpoints?filename=${encodeURIComponent(filename)}`, intern)
         assert.equal(res.status, 404, filename)
-        assert.equal(await res.text(), '', filename)
+        assert.equal(res.text, '', filename)
       }
       assert.equal((await get('/view_metadata/checkpoints?filename=secret.safetensors', carol)).status, 200, 'a user who sees every model')
       // the host's own answer for a file that does not exist, header for header that a client reads
       const hidden = await get('/view_metadata/checkpoints?filename=secret.safetensors', intern)
       const missing = await get('/view_metadata/checkpoints?filename=missing.safetensors', carol)
-      for (const res of [hidden, missing]) await res.arrayBuffer()
       assert.deepEqual([hidden.status, hidden.headers.get('content-type'), hidden.headers.get('content-length')], [missing.status, missing.headers.get('content-type'), missing.headers.get('content-length')])
     })
 
     it('a user who sees every model gets the host\'s answers byte for byte', async () => {
       for (const path of ['/object_info', '/models/checkpoints', '/embeddings', '/experiment/models/loras']) {
-        const a = await (await get(path, carol)).text()
-        const b = await (await get(path, admin)).text()
+        const a = (await get(path, carol)).text
+        const b = (await get(path, admin)).text
         assert.equal(a, b, path)
       }
       assert.deepEqual(await getJson('/models/checkpoints', carol), ['extra_ckpt.safetensors', 'granted.safetensors', 'secret.safetensors'])
@@ -187,21 +179,20 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
 
     it('the intern queues a prompt with the granted models (the host validates it); every other item is MODEL_NOT_ALLOWED and never reaches the host', async () => {
       const first = await postPrompt(intern, grantedGraph('granted-1'))
-      const firstBody = await json(first)
+      const firstBody = first.body
       assert.equal(first.status, 200, JSON.stringify(firstBody))
       assert.deepEqual(firstBody.node_errors, {})
       for (const [named, graph] of REFUSED) {
         const res = await postPrompt(intern, graph)
-        const body = await json(res)
+        const body = res.body
         assert.equal(res.status, 403, named)
         assert.deepEqual(body, { error: `Model not allowed: ${named}`, code: 'MODEL_NOT_ALLOWED', statusCode: 403 })
       }
       // ComfyUI numbers every POST it sees, refused ones included: the next number shows none arrived
-      const next = await json(await postPrompt(intern, grantedGraph('granted-2')))
+      const next = (await postPrompt(intern, grantedGraph('granted-2'))).body
       assert.equal(next.number, firstBody.number + 1)
       const checked = await postPrompt(carol, REFUSED[0][1])
       assert.notEqual(checked.status, 403, 'a user who sees every model is not checked')
-      await checked.arrayBuffer()
     })
 
     it('a model copied into a watched folder (extra path, custom node folder) is in the admin lists within 2 s', async () => {
@@ -221,7 +212,6 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.deepEqual(await getJson('/models/loras', intern), [GRANTED.loras])
       const res = await postPrompt(intern, REFUSED[2][1])
       assert.equal(res.status, 403)
-      await res.arrayBuffer()
     })
   })
 }

@@ -24,9 +24,10 @@ import { request } from 'node:http'
 import { createHash, randomUUID } from 'node:crypto'
 import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
-import { AIOHTTP_VERSIONS, type AiohttpVersion, type Stack } from '../helpers/stack.js'
+import { AIOHTTP_VERSIONS, type AiohttpVersion } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../helpers/real-host.js'
 import { apiToken, login, register } from '../helpers/client.js'
+import { assertRefused } from '../helpers/host-requests.js'
 
 interface Answer {
   status: number
@@ -107,7 +108,6 @@ for (const mode of MODES) {
   describe(`workflows and settings per user in the real ComfyUI, ${mode.multiUser ? 'with' : 'without'} --multi-user (aiohttp ${mode.aiohttp})`, { skip: REAL_HOST_SKIP }, () => {
     let host: RealHost
     let guestSpace = ''
-    let stack: Stack
     const token: Record<'root' | 'alice' | 'bob' | 'viewer' | 'reader', string> = { root: '', alice: '', bob: '', viewer: '', reader: '' }
     const id: Record<string, string> = {}
     const call = (who: keyof typeof token, method: string, path: string, opts: { body?: string | object; headers?: Record<string, string> } = {}) =>
@@ -122,10 +122,6 @@ for (const mode of MODES) {
       const body = res.json()
       assert.ok(Array.isArray(body), res.text)
       return body
-    }
-    const denied = (res: Answer, status: number, code: string, what: string) => {
-      assert.equal(res.status, status, `${what}: ${res.status} ${res.text}`)
-      assert.equal(res.json().code, code, `${what}: ${res.text}`)
     }
 
     before(async () => {
@@ -142,17 +138,16 @@ for (const mode of MODES) {
           'user/secret.json': SECRET,
         },
       })
-      stack = host as unknown as Stack
-      assert.equal((await register(stack, 'root')).status, 201)
-      token.root = await apiToken(stack, 'root')
+      assert.equal((await register(host, 'root')).status, 201)
+      token.root = await apiToken(host, 'root')
       for (const name of ['alice', 'bob', 'viewer']) {
-        const res = await register(stack, name, { bearer: token.root })
+        const res = await register(host, name, { bearer: token.root })
         assert.equal(res.status, 201, await res.text())
       }
       // the built-in guest role (no can_modify_workflows, no API tokens: a session)
       const demote = await call('root', 'PUT', '/authsvc/api/users/viewer', { body: { role: 'guest' } })
       assert.equal(demote.status, 200, demote.text)
-      token.viewer = (await login(stack, 'viewer')).jwt
+      token.viewer = (await login(host, 'viewer')).jwt
       // a custom role: the user role without can_modify_workflows
       const groups = await call('root', 'GET', '/authsvc/api/groups')
       assert.equal(groups.status, 200, groups.text)
@@ -164,10 +159,10 @@ for (const mode of MODES) {
         headers: { 'If-Match': etag as string },
       })
       assert.equal(put.status, 200, put.text)
-      assert.equal((await register(stack, 'reader', { bearer: token.root, role: 'reader' })).status, 201)
-      token.alice = await apiToken(stack, 'alice')
-      token.bob = await apiToken(stack, 'bob')
-      token.reader = await apiToken(stack, 'reader')
+      assert.equal((await register(host, 'reader', { bearer: token.root, role: 'reader' })).status, 201)
+      token.alice = await apiToken(host, 'alice')
+      token.bob = await apiToken(host, 'bob')
+      token.reader = await apiToken(host, 'reader')
       for (const who of Object.keys(token) as Array<keyof typeof token>) {
         const me = await call(who, 'GET', '/authsvc/api/me')
         assert.equal(me.status, 200, me.text)
@@ -189,7 +184,7 @@ for (const mode of MODES) {
         assert.equal(users.status, 200, users.text)
         assert.deepEqual(users.json(), { storage: 'server', migrated: true })
       }
-      denied(await call('alice', 'POST', '/users', { body: { username: 'mallory' } }), 403, 'PERMISSION_DENIED', 'POST /users')
+      assertRefused(await call('alice', 'POST', '/users', { body: { username: 'mallory' } }), 403, 'PERMISSION_DENIED', 'POST /users')
     })
 
     it('the workflows in user/default/workflows/ from before authsvc are listed and loaded for everyone', async () => {
@@ -381,16 +376,16 @@ for (const mode of MODES) {
 
     it('an admin publishes a workflow to the shared set and deletes a shared one; a user cannot (403 WORKFLOW_DENIED)', async () => {
       // a user may neither delete nor move a shared workflow, nor publish
-      denied(await call('alice', 'DELETE', `/userdata/${enc('workflows/doomed.json')}`), 403, 'WORKFLOW_DENIED', 'alice deletes a shared workflow')
-      denied(await call('bob', 'DELETE', `/api/userdata/${enc('workflows/team/brief.json')}`), 403, 'WORKFLOW_DENIED', 'bob deletes a shared workflow')
-      denied(await call('alice', 'POST', `/userdata/${enc('workflows/doomed.json')}/move/${enc('workflows/mine.json')}`), 403, 'WORKFLOW_DENIED', 'alice moves a shared workflow')
-      denied(await call('root', 'POST', `/userdata/${enc('workflows/doomed.json')}/move/${enc('workflows/mine.json')}`), 403, 'WORKFLOW_DENIED', 'the admin moves a shared workflow')
+      assertRefused(await call('alice', 'DELETE', `/userdata/${enc('workflows/doomed.json')}`), 403, 'WORKFLOW_DENIED', 'alice deletes a shared workflow')
+      assertRefused(await call('bob', 'DELETE', `/api/userdata/${enc('workflows/team/brief.json')}`), 403, 'WORKFLOW_DENIED', 'bob deletes a shared workflow')
+      assertRefused(await call('alice', 'POST', `/userdata/${enc('workflows/doomed.json')}/move/${enc('workflows/mine.json')}`), 403, 'WORKFLOW_DENIED', 'alice moves a shared workflow')
+      assertRefused(await call('root', 'POST', `/userdata/${enc('workflows/doomed.json')}/move/${enc('workflows/mine.json')}`), 403, 'WORKFLOW_DENIED', 'the admin moves a shared workflow')
       assert.equal(readFileSync(shared('workflows', 'doomed.json'), 'utf8'), DOOMED)
       assert.equal(readFileSync(shared('workflows', 'team', 'brief.json'), 'utf8'), BRIEF)
       assert.equal(existsSync(own('alice', 'workflows', 'mine.json')), false)
-      denied(await call('bob', 'POST', `/api/userdata/${enc('workflows/team/brief.json')}/move/${enc('workflows/brief.json')}`), 403, 'WORKFLOW_DENIED', 'bob moves a shared workflow (/api)')
+      assertRefused(await call('bob', 'POST', `/api/userdata/${enc('workflows/team/brief.json')}/move/${enc('workflows/brief.json')}`), 403, 'WORKFLOW_DENIED', 'bob moves a shared workflow (/api)')
       const userPublish = await call('alice', 'POST', '/authsvc/api/workflows/publish', { body: { filename: 'twin.json' } })
-      denied(userPublish, 403, 'ADMIN_REQUIRED', 'alice publishes')
+      assertRefused(userPublish, 403, 'ADMIN_REQUIRED', 'alice publishes')
       // saving under a shared name writes the caller's own copy, which wins for them alone
       assert.equal((await call('bob', 'POST', `/userdata/${enc('workflows/legacy.json')}`, { body: '{"bob":"legacy"}' })).status, 200)
       assert.equal(readFileSync(shared('workflows', 'legacy.json'), 'utf8'), LEGACY)
@@ -448,10 +443,10 @@ for (const mode of MODES) {
           ['DELETE', `/api/userdata/${enc('workflows/house-style.json')}`, 'delete a shared one (/api)'],
         ]
         for (const [method, path, what] of writes) {
-          denied(await call(who, method, path, { body: method === 'POST' ? '{"x":1}' : undefined }), 403, 'PERMISSION_DENIED', `${who}: ${what} (${method} ${path})`)
+          assertRefused(await call(who, method, path, { body: method === 'POST' ? '{"x":1}' : undefined }), 403, 'PERMISSION_DENIED', `${who}: ${what} (${method} ${path})`)
         }
-        denied(await call(who, 'POST', '/api/cpe/workflow/save', { body: { workflow: { x: 1 }, name: 'mine' } }), 403, 'PERMISSION_DENIED', `${who}: cpe save`)
-        denied(await call(who, 'POST', '/cpe/workflow/save', { body: { workflow: { x: 1 }, name: 'mine' } }), 403, 'PERMISSION_DENIED', `${who}: cpe save (/cpe)`)
+        assertRefused(await call(who, 'POST', '/api/cpe/workflow/save', { body: { workflow: { x: 1 }, name: 'mine' } }), 403, 'PERMISSION_DENIED', `${who}: cpe save`)
+        assertRefused(await call(who, 'POST', '/cpe/workflow/save', { body: { workflow: { x: 1 }, name: 'mine' } }), 403, 'PERMISSION_DENIED', `${who}: cpe save (/cpe)`)
         assert.deepEqual(tree(own(who)).filter((f) => f.toLowerCase().includes('workflows')), [], `${who} wrote no workflow`)
         assert.equal(readFileSync(shared('workflows', 'legacy.json'), 'utf8'), LEGACY)
         assert.equal(existsSync(shared('workflows', 'house-style.json')), true)
@@ -633,7 +628,7 @@ for (const mode of MODES) {
       assert.equal(listed.status, 200, listed.text)
       assert.deepEqual(sorted(listed.json()), ['clash.json', 'house-style.json', 'legacy.json'])
       assert.equal((await send(host.url, 'GET', `/userdata/${enc('workflows/legacy.json')}`, { token: guest })).text, LEGACY)
-      denied(await send(host.url, 'POST', `/userdata/${enc('workflows/guest.json')}`, { token: guest, body: '{}' }), 403, 'PERMISSION_DENIED', 'a guest saves')
+      assertRefused(await send(host.url, 'POST', `/userdata/${enc('workflows/guest.json')}`, { token: guest, body: '{}' }), 403, 'PERMISSION_DENIED', 'a guest saves')
       const setting = await send(host.url, 'POST', '/settings/Comfy.Guest', { token: guest, body: '"anonymous"' })
       assert.equal(setting.status, 200, setting.text)
       assert.deepEqual((await send(host.url, 'GET', '/settings', { token: guest })).json(), { 'Comfy.Guest': 'anonymous' })
