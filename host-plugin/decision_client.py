@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import os
 import socket
 import struct
 import time
@@ -27,17 +26,12 @@ from collections import deque
 from typing import Any, Callable
 
 from . import host_paths
+from .cpu_room import CpuRoom
 from .protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode_frame
 
 log = logging.getLogger("authsvc")
 
 _RECV_SIZE = 256 * 1024
-# How often the CPUs this process may use are looked at again (taskset, cpusets, cgroup quotas change).
-_CPU_CHECK_SECONDS = 1.0
-try:
-    _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-except (AttributeError, ValueError, OSError):
-    _CLOCK_TICKS = 100
 # Host events kept while the sidecar is away (a restart): ownership of what ran meanwhile is not lost.
 _EVENT_BACKLOG = 10_000
 # Decisions kept for reuse (DecisionClient.decide): at most this many request descriptions,
@@ -50,145 +44,6 @@ _KEPT_SIZE_MAX = 8 * 1024 * 1024
 _KEPT_MS_MAX = 5000
 # what a decision kept for reuse may not carry: each needs the sidecar again for the same request
 _NOT_REUSABLE = ("need_body", "need_form", "ws_tag", "ws_entry", "body_replaced")
-
-
-def _cgroup_quota() -> float | None:
-    """The CPU quota of this process's cgroup in CPUs (cgroup v2 cpu.max or v1 cfs), None when unlimited or unknown."""
-    try:
-        with open("/proc/self/cgroup", encoding="ascii") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":
-            files = [("/sys/fs/cgroup" + path.rstrip("/") + "/cpu.max", None), ("/sys/fs/cgroup/cpu.max", None)]
-        elif "cpu" in controllers.split(","):
-            base = "/sys/fs/cgroup/" + controllers
-            files = [(f"{base}{path.rstrip('/')}/cpu.cfs_quota_us", f"{base}{path.rstrip('/')}/cpu.cfs_period_us"),
-                     (f"{base}/cpu.cfs_quota_us", f"{base}/cpu.cfs_period_us")]
-        else:
-            continue
-        for quota_file, period_file in files:
-            try:
-                with open(quota_file, encoding="ascii") as f:
-                    fields = f.read().split()
-                if period_file is not None:
-                    with open(period_file, encoding="ascii") as f:
-                        fields.append(f.read().strip())
-            except OSError:
-                continue
-            if len(fields) < 2 or fields[0] in ("max", "-1"):
-                return None
-            try:
-                return int(fields[0]) / int(fields[1])
-            except (ValueError, ZeroDivisionError):
-                return None
-    return None
-
-
-def usable_cpus() -> float:
-    """How many CPUs this process can run on at once: its affinity, capped by its cgroup's quota."""
-    try:
-        count: float = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        count = os.cpu_count() or 1
-    quota = _cgroup_quota()
-    return min(count, quota) if quota is not None else count
-
-
-def _idle_ticks(cpus: set[int]) -> int | None:
-    """Idle + iowait clock ticks of the given CPUs since boot (/proc/stat), None when unreadable."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            lines = f.read().split("\n", 1 + max(cpus, default=0) + 1)
-    except OSError:
-        return None
-    total = 0
-    for line in lines:
-        if line.startswith("cpu") and line[3:4].isdigit():
-            fields = line.split()
-            if int(fields[0][3:]) in cpus:
-                total += int(fields[4]) + int(fields[5])
-    return total
-
-
-def _cpu_pressure() -> int | None:
-    """Microseconds during which some runnable task waited for a CPU, since boot (PSI,
-    /proc/pressure/cpu `some total=`); None where the kernel has no PSI."""
-    try:
-        with open("/proc/pressure/cpu", encoding="ascii") as f:
-            line = f.readline()
-        return int(line.rsplit("total=", 1)[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _cpu_ticks(pid: int) -> int:
-    """utime + stime of a process (/proc/<pid>/stat), -1 when unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
-        return -1
-
-
-class CpuRoom:
-    """Whether polling for an answer would use a core nobody else needs.
-
-    Polling pays only while another core is free to compute the answer: this process
-    may use at least 2 CPUs (affinity, cgroup quota) and, over the last second, those
-    CPUs were idle for at least half a core, counting as idle this process's own polling
-    (it stops the moment anything else is ready) and the sidecar's CPU (its own polling
-    for the next request, which it stops by the same rule), and tasks waited for a CPU
-    less than a fifth of that second (PSI; without PSI, polling is not counted as idle).
-    The wait is what stops polling that sustains itself: polling counted as idle is
-    idle only while nobody else wanted that CPU. On a core shared with the sidecar, or
-    beside a sampler that keeps the other core busy, every microsecond spent polling
-    delays the answer and takes CPU from the host, so no polling then.
-    """
-
-    def __init__(self, usable: Callable[[], float] = usable_cpus) -> None:
-        self._usable = usable
-        self._checked = float("-inf")
-        self._idle: int | None = None
-        self._cpus: set[int] = set()
-        self._peer: tuple[int, int] | None = None  # (pid, its CPU ticks) at the last check
-        self._pressure: int | None = None
-        self.spun = 0.0  # seconds spent polling since the last check
-        self.free = False
-
-    def check(self, peer_pid: Callable[[], int | None] = lambda: None) -> bool:
-        now = time.monotonic()
-        elapsed = now - self._checked
-        if elapsed < _CPU_CHECK_SECONDS:
-            return self.free
-        spun, self.spun = self.spun, 0.0
-        try:
-            cpus = os.sched_getaffinity(0)
-        except (AttributeError, OSError):
-            cpus = set(range(os.cpu_count() or 1))
-        idle = _idle_ticks(cpus) if self._usable() >= 2 else None
-        pid = peer_pid() if idle is not None else None
-        peer = (pid, _cpu_ticks(pid)) if pid is not None else None
-        pressure = _cpu_pressure() if idle is not None else None
-        if idle is None:
-            self.free = False
-        elif self._idle is None or cpus != self._cpus:
-            self.free = False  # no earlier sample of these CPUs: the next check decides
-        else:
-            idle_cores = (idle - self._idle) / _CLOCK_TICKS / elapsed
-            if pressure is None or self._pressure is None:
-                self.free = idle_cores >= 0.5
-            else:
-                peer_cores = 0.0
-                if peer is not None and self._peer is not None and peer[0] == self._peer[0] and peer[1] >= 0 <= self._peer[1]:
-                    peer_cores = (peer[1] - self._peer[1]) / _CLOCK_TICKS / elapsed
-                waited = (pressure - self._pressure) / 1e6 / elapsed
-                self.free = waited < 0.2 and idle_cores + spun / elapsed + peer_cores >= 0.5
-        self._checked, self._idle, self._cpus, self._peer, self._pressure = now, idle, cpus, peer, pressure
-        return self.free
 
 
 class Unavailable(Exception):
