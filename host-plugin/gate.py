@@ -21,7 +21,8 @@ from aiohttp import ClientError, ClientSession, DummyCookieJar, UnixConnector, w
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict, MultiDictProxy
 from yarl import URL
 
-from .decision_client import DecisionClient, Unavailable
+from .connection import Unavailable
+from .decision_client import DecisionClient
 from .failsafe import unavailable_response
 from .protocol import MAX_FRAME_BYTES, REQUEST_HEADERS
 from .queue_status import QueueStatus

@@ -87,7 +87,7 @@ class KeptBounds(PluginCase):
 
     async def test_a_description_over_the_size_bound_is_decided_every_time(self) -> None:
         s = await self.start(answer(KEEP))
-        bound = s.plugin.decision_client._KEPT_DESCRIPTION_MAX
+        bound = s.plugin.kept_decisions._KEPT_DESCRIPTION_MAX
         rows = [("just under the bound", self.cookies("a", bound - 200), 1), ("over the bound", self.cookies("b", bound + 10), 2)]
         for label, headers, asked in rows:
             before = len(s.fake.decides())
@@ -98,7 +98,7 @@ class KeptBounds(PluginCase):
 
     async def test_past_the_bound_of_all_held_the_least_recently_kept_goes_first(self) -> None:
         s = await self.start(answer(KEEP))
-        module = s.plugin.decision_client
+        module = s.plugin.kept_decisions
         module._KEPT_SIZE_MAX = 40_000  # ten descriptions of about 4 KB each
         users = [self.cookies(f"u{i}-", 3800) for i in range(11)]
         for headers in users:
