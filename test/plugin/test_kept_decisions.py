@@ -344,7 +344,7 @@ class FilterMemoBounds(unittest.TestCase):
     the bytes stay bounded whatever the entry count."""
 
     def test_least_recently_used_goes_first(self) -> None:
-        memo = plugin_module("gate").FilterMemo(max_entries=3, max_bytes=1 << 20)
+        memo = plugin_module("response_filter").FilterMemo(max_entries=3, max_bytes=1 << 20)
         for user in ("a", "b", "c"):
             memo.put((1, "queue", "/queue", user), b"body", "replace", user.encode())
         self.assertEqual(memo.get((1, "queue", "/queue", "a"), b"body"), ("replace", b"a"))  # a used again
@@ -355,7 +355,7 @@ class FilterMemoBounds(unittest.TestCase):
         self.assertIsNone(memo.get((1, "queue", "/queue", "a"), b"another body"), "only a byte-identical answer")
 
     def test_bytes_are_bounded(self) -> None:
-        memo = plugin_module("gate").FilterMemo(max_entries=64, max_bytes=4000)
+        memo = plugin_module("response_filter").FilterMemo(max_entries=64, max_bytes=4000)
         for i in range(10):
             memo.put((1, "object_info", "/object_info", str(i)), b"x" * 500, "replace", b"y" * 500)
         self.assertLessEqual(memo._bytes, 4000)
