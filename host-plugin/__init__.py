@@ -102,7 +102,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
         app.on_startup.append(runner.start)
         app.on_cleanup.append(runner.stop)
         gate.attach(app)
-        client.hello_extra = gate.hello_fields
+        client.hello_extra = gate.sockets.hello_fields
         if prompt_server is not None:
             enable_per_user_storage()
             events = HostEvents(client.send_event)
@@ -110,7 +110,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
             gate.queue_status.install(prompt_server, events.status_seq)
             run_guard.install(prompt_server)
             gate.on_prompts_changed = events.report_prompts
-            client.hello_extra = lambda: {**events.hello_fields(), **gate.hello_fields()}
+            client.hello_extra = lambda: {**events.hello_fields(), **gate.sockets.hello_fields()}
             host_facts.install(app, prompt_server, hello, client.send_event)
         app.middlewares[app.middlewares.index(deny)] = gate.middleware
         log.debug("authsvc: gate installed (sidecar socket %s)", socket_path)

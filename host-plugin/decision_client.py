@@ -1,356 +1,38 @@
-"""Client for the sidecar's decision socket.
+"""The plugin's client of the sidecar's decision socket: decisions, the steps after them, host
+events, and the sidecar's unasked messages.
 
 Guarantees:
-- one connection, many requests in flight (answers matched by id);
-- every call ends within ``timeout`` seconds: with an answer, or with
-  ``Unavailable`` (timeout, connection lost, garbage, version mismatch);
-- nothing here ever lets a request through: callers turn ``Unavailable``
-  into a 503 (fail closed).
-
-Latency: the socket is driven directly (``add_reader`` on a non-blocking
-socket) rather than through an asyncio transport, so that when the event loop
-has nothing else to do the client can wait for its answer by polling the
-socket for a bounded time (``spin_us``) instead of going to sleep in epoll.
-On small virtual machines waking a sleeping process costs more than the
-whole decision; under load the loop always has other work and never spins.
+- one connection at a time (connection.py), made and re-made in the background; a plugin and a
+  sidecar of different protocol versions never work together (one error line, then 503s);
+- every call ends within ``timeout`` seconds: with an answer, or with ``Unavailable`` (timeout,
+  connection lost, garbage, version mismatch); nothing here ever lets a request through: callers
+  turn ``Unavailable`` into a 503 (fail closed);
+- a decision is repeated without asking only as kept_decisions.py allows, after reading whatever
+  the sidecar has sent (a ``forget`` behind a large answer ends it first), and only on the
+  connection that gave it;
+- while a supervisor replaces a dead sidecar, a decision waits for the replacement (within its
+  timeout) instead of being refused at once; the steps after a decision never wait;
+- host events are kept (bounded) while the sidecar is away, and sent in order once it is back.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
 import logging
-import os
 import socket
-import struct
 import time
 from collections import deque
 from typing import Any, Callable
 
-from . import host_paths
-from .protocol import PROTOCOL_VERSION, FrameDecoder, ProtocolError, encode_frame
+from .connection import Connection, Unavailable
+from .cpu_room import CpuRoom
+from .kept_decisions import KeptDecisions
+from .protocol import PROTOCOL_VERSION, ProtocolError, encode_frame
 
 log = logging.getLogger("authsvc")
 
-_RECV_SIZE = 256 * 1024
-# How often the CPUs this process may use are looked at again (taskset, cpusets, cgroup quotas change).
-_CPU_CHECK_SECONDS = 1.0
-try:
-    _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-except (AttributeError, ValueError, OSError):
-    _CLOCK_TICKS = 100
 # Host events kept while the sidecar is away (a restart): ownership of what ran meanwhile is not lost.
 _EVENT_BACKLOG = 10_000
-# Decisions kept for reuse (DecisionClient.decide): at most this many request descriptions,
-# holding at most _KEPT_SIZE_MAX characters of them together, and none longer than
-# _KEPT_DESCRIPTION_MAX (a description of many repeated header lines is decided every time
-# rather than held).
-_KEPT_MAX = 4096
-_KEPT_DESCRIPTION_MAX = 16 * 1024
-_KEPT_SIZE_MAX = 8 * 1024 * 1024
-_KEPT_MS_MAX = 5000
-# what a decision kept for reuse may not carry: each needs the sidecar again for the same request
-_NOT_REUSABLE = ("need_body", "need_form", "ws_tag", "ws_entry", "body_replaced")
-
-
-def _cgroup_quota() -> float | None:
-    """The CPU quota of this process's cgroup in CPUs (cgroup v2 cpu.max or v1 cfs), None when unlimited or unknown."""
-    try:
-        with open("/proc/self/cgroup", encoding="ascii") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":
-            files = [("/sys/fs/cgroup" + path.rstrip("/") + "/cpu.max", None), ("/sys/fs/cgroup/cpu.max", None)]
-        elif "cpu" in controllers.split(","):
-            base = "/sys/fs/cgroup/" + controllers
-            files = [(f"{base}{path.rstrip('/')}/cpu.cfs_quota_us", f"{base}{path.rstrip('/')}/cpu.cfs_period_us"),
-                     (f"{base}/cpu.cfs_quota_us", f"{base}/cpu.cfs_period_us")]
-        else:
-            continue
-        for quota_file, period_file in files:
-            try:
-                with open(quota_file, encoding="ascii") as f:
-                    fields = f.read().split()
-                if period_file is not None:
-                    with open(period_file, encoding="ascii") as f:
-                        fields.append(f.read().strip())
-            except OSError:
-                continue
-            if len(fields) < 2 or fields[0] in ("max", "-1"):
-                return None
-            try:
-                return int(fields[0]) / int(fields[1])
-            except (ValueError, ZeroDivisionError):
-                return None
-    return None
-
-
-def usable_cpus() -> float:
-    """How many CPUs this process can run on at once: its affinity, capped by its cgroup's quota."""
-    try:
-        count: float = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        count = os.cpu_count() or 1
-    quota = _cgroup_quota()
-    return min(count, quota) if quota is not None else count
-
-
-def _idle_ticks(cpus: set[int]) -> int | None:
-    """Idle + iowait clock ticks of the given CPUs since boot (/proc/stat), None when unreadable."""
-    try:
-        with open("/proc/stat", encoding="ascii") as f:
-            lines = f.read().split("\n", 1 + max(cpus, default=0) + 1)
-    except OSError:
-        return None
-    total = 0
-    for line in lines:
-        if line.startswith("cpu") and line[3:4].isdigit():
-            fields = line.split()
-            if int(fields[0][3:]) in cpus:
-                total += int(fields[4]) + int(fields[5])
-    return total
-
-
-def _cpu_pressure() -> int | None:
-    """Microseconds during which some runnable task waited for a CPU, since boot (PSI,
-    /proc/pressure/cpu `some total=`); None where the kernel has no PSI."""
-    try:
-        with open("/proc/pressure/cpu", encoding="ascii") as f:
-            line = f.readline()
-        return int(line.rsplit("total=", 1)[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _cpu_ticks(pid: int) -> int:
-    """utime + stime of a process (/proc/<pid>/stat), -1 when unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
-        return -1
-
-
-class CpuRoom:
-    """Whether polling for an answer would use a core nobody else needs.
-
-    Polling pays only while another core is free to compute the answer: this process
-    may use at least 2 CPUs (affinity, cgroup quota) and, over the last second, those
-    CPUs were idle for at least half a core, counting as idle this process's own polling
-    (it stops the moment anything else is ready) and the sidecar's CPU (its own polling
-    for the next request, which it stops by the same rule), and tasks waited for a CPU
-    less than a fifth of that second (PSI; without PSI, polling is not counted as idle).
-    The wait is what stops polling that sustains itself: polling counted as idle is
-    idle only while nobody else wanted that CPU. On a core shared with the sidecar, or
-    beside a sampler that keeps the other core busy, every microsecond spent polling
-    delays the answer and takes CPU from the host, so no polling then.
-    """
-
-    def __init__(self, usable: Callable[[], float] = usable_cpus) -> None:
-        self._usable = usable
-        self._checked = float("-inf")
-        self._idle: int | None = None
-        self._cpus: set[int] = set()
-        self._peer: tuple[int, int] | None = None  # (pid, its CPU ticks) at the last check
-        self._pressure: int | None = None
-        self.spun = 0.0  # seconds spent polling since the last check
-        self.free = False
-
-    def check(self, peer_pid: Callable[[], int | None] = lambda: None) -> bool:
-        now = time.monotonic()
-        elapsed = now - self._checked
-        if elapsed < _CPU_CHECK_SECONDS:
-            return self.free
-        spun, self.spun = self.spun, 0.0
-        try:
-            cpus = os.sched_getaffinity(0)
-        except (AttributeError, OSError):
-            cpus = set(range(os.cpu_count() or 1))
-        idle = _idle_ticks(cpus) if self._usable() >= 2 else None
-        pid = peer_pid() if idle is not None else None
-        peer = (pid, _cpu_ticks(pid)) if pid is not None else None
-        pressure = _cpu_pressure() if idle is not None else None
-        if idle is None:
-            self.free = False
-        elif self._idle is None or cpus != self._cpus:
-            self.free = False  # no earlier sample of these CPUs: the next check decides
-        else:
-            idle_cores = (idle - self._idle) / _CLOCK_TICKS / elapsed
-            if pressure is None or self._pressure is None:
-                self.free = idle_cores >= 0.5
-            else:
-                peer_cores = 0.0
-                if peer is not None and self._peer is not None and peer[0] == self._peer[0] and peer[1] >= 0 <= self._peer[1]:
-                    peer_cores = (peer[1] - self._peer[1]) / _CLOCK_TICKS / elapsed
-                waited = (pressure - self._pressure) / 1e6 / elapsed
-                self.free = waited < 0.2 and idle_cores + spun / elapsed + peer_cores >= 0.5
-        self._checked, self._idle, self._cpus, self._peer, self._pressure = now, idle, cpus, peer, pressure
-        return self.free
-
-
-class Unavailable(Exception):
-    """No usable answer from the sidecar; the caller must refuse the request."""
-
-
-class _Connection:
-    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, owner: "DecisionClient") -> None:
-        self.loop = loop
-        self.sock = sock
-        self.fd = sock.fileno()
-        self.owner = owner
-        self.pending: dict[int, tuple[asyncio.Future, asyncio.TimerHandle]] = {}
-        self.decoder = FrameDecoder()
-        self.unsent = bytearray()
-        self.outbox: list[bytes] = []
-        self.closed = False
-        loop.add_reader(self.fd, self._on_readable)
-
-    def queue(self, frame: bytes) -> None:
-        """Sends at the end of this loop iteration, together with the frames other requests queue."""
-        if not self.outbox:
-            self.loop.call_soon(self.flush)
-        self.outbox.append(frame)
-
-    def flush(self) -> None:
-        if self.outbox and not self.closed:
-            frames, self.outbox = self.outbox, []
-            self.send(b"".join(frames) if len(frames) > 1 else frames[0])
-            if self.owner.spin > 0 and not getattr(self.loop, "_ready", True) and self.owner.may_spin():
-                self.spin(None, self.owner.spin)
-
-    def send(self, frame: bytes) -> None:
-        if self.unsent:
-            self.unsent += frame
-            return
-        try:
-            sent = self.sock.send(frame)
-        except BlockingIOError:
-            sent = 0
-        except OSError as exc:
-            self.abort(f"connection to sidecar lost: {exc}")
-            return
-        if sent < len(frame):
-            self.unsent += frame[sent:]
-            self.loop.add_writer(self.fd, self._on_writable)
-
-    def _on_writable(self) -> None:
-        try:
-            sent = self.sock.send(self.unsent)
-        except BlockingIOError:
-            return
-        except OSError as exc:
-            self.abort(f"connection to sidecar lost: {exc}")
-            return
-        del self.unsent[:sent]
-        if not self.unsent:
-            self.loop.remove_writer(self.fd)
-
-    def _on_readable(self) -> None:
-        self._receive()
-
-    def _receive(self) -> bool:
-        """Reads what is there; False when nothing was (would block)."""
-        try:
-            data = self.sock.recv(_RECV_SIZE)
-        except BlockingIOError:
-            return False
-        except OSError as exc:
-            self.abort(f"connection to sidecar lost: {exc}")
-            return True
-        if not data:
-            self.abort("sidecar closed the connection")
-            return True
-        try:
-            messages = self.decoder.feed(data)
-        except ProtocolError as exc:
-            self.abort(f"sidecar sent garbage: {exc}")
-            return True
-        pending = self.pending
-        for message, payload in messages:
-            request_id = message.get("id")
-            if request_id is None:
-                if message.get("type") == "resolve":
-                    self._resolve(message)
-                else:
-                    self.owner._pushed(message)
-                continue
-            entry = pending.pop(request_id, None)  # type: ignore[arg-type]
-            if entry is None:
-                continue  # the answer to a call that already timed out
-            future, timer = entry
-            timer.cancel()
-            if not future.done():
-                future.set_result((message, payload))
-        return True
-
-    def _resolve(self, message: dict[str, Any]) -> None:
-        """The sidecar asks where names land on this host (host_paths.py); answered on this connection.
-
-        A few stats and realpaths are answered at once; a message that walks a folder (``list``:
-        a user's uploads, of any number) is answered from a worker thread, so the walk never holds
-        the host's event loop."""
-        items = message.get("items")
-        if host_paths.walks(items):
-            work = self.loop.run_in_executor(None, self._resolved, message.get("rid"), items)
-            work.add_done_callback(lambda done: None if self.closed else self._send_resolved(message.get("rid"), done.result()))
-        else:
-            self._send_resolved(message.get("rid"), self._resolved(message.get("rid"), items))
-
-    @staticmethod
-    def _resolved(rid: Any, items: Any) -> dict[str, Any]:
-        try:
-            return {"type": "resolved", "rid": rid, **host_paths.resolve(items)}
-        except Exception:  # ComfyUI's folder_paths missing or failing: the sidecar refuses what it asked about
-            log.exception("authsvc: resolving host paths failed")
-            return {"type": "resolved", "rid": rid, "error": "resolve failed"}
-
-    def _send_resolved(self, rid: Any, answer: dict[str, Any]) -> None:
-        try:
-            self.queue(encode_frame(answer))
-        except (ProtocolError, TypeError, ValueError) as exc:
-            self.queue(encode_frame({"type": "resolved", "rid": rid, "error": str(exc)}))
-
-    def spin(self, future: asyncio.Future | None, budget: float) -> None:
-        """Polls for answers instead of sleeping, while the loop has nothing else to do.
-
-        Stops at the first answer (for ``future``, or any when None), when another
-        file descriptor of the loop becomes ready, or when the budget is spent.
-        """
-        selector = getattr(self.loop, "_selector", None)
-        started = time.perf_counter()
-        deadline = started + budget
-        try:
-            while self.pending and not self.closed:
-                if self._receive():
-                    if future is None or future.done():
-                        return
-                    continue
-                if selector is not None and selector.select(0):
-                    return
-                if time.perf_counter() >= deadline:
-                    return
-        finally:
-            self.owner.cpu_room.spun += time.perf_counter() - started
-
-    def abort(self, reason: str) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        if reason != "closed":
-            log.error("authsvc: %s; dropping the decision connection", reason)
-        self.loop.remove_reader(self.fd)
-        self.loop.remove_writer(self.fd)
-        self.sock.close()
-        self.owner._lost(self)
-        pending, self.pending = self.pending, {}
-        for future, timer in pending.values():
-            timer.cancel()
-            if not future.done():
-                future.set_exception(Unavailable(reason))
-
 
 class DecisionClient:
     def __init__(self, socket_path: str, timeout: float, hello: dict[str, Any], spin_us: int = 250) -> None:
@@ -358,7 +40,7 @@ class DecisionClient:
         self.timeout = timeout
         self.spin = spin_us / 1_000_000
         self._hello = hello
-        self._conn: _Connection | None = None
+        self._conn: Connection | None = None
         self._ids = itertools.count(1)
         self._connecting: asyncio.Task | None = None
         self._mismatch_logged = False
@@ -370,12 +52,8 @@ class DecisionClient:
         # extra hello fields computed at each (re)connect (the running prompt)
         self.hello_extra: Callable[[], dict[str, Any]] | None = None
         self.cpu_room = CpuRoom()
-        self._peer_of: _Connection | None = None
-        self._peer_pid = None
         # pass decisions the sidecar allowed us to reuse, by the exact description they answered
-        self._kept: dict[tuple[Any, ...], tuple[dict[str, Any], float, int]] = {}
-        self._kept_size = 0  # characters of the descriptions held in _kept
-        self.epoch = 0
+        self.kept = KeptDecisions()
         # one more for every connection made: what a sidecar said under an earlier one is not reused
         self.generation = 0
         # A supervisor that replaces a dead sidecar at once sets `hold_while_restarting`; then a
@@ -389,25 +67,7 @@ class DecisionClient:
         self.restarting = False
         self.hold_s = timeout  # AUTHSVC_RESTART_HOLD_MS; at most the timeout
         self._hold_over: asyncio.Event | None = None  # set when a connection is made or the hold is called off
-        self.push_handlers["forget"] = self._forget
-
-    def may_spin(self) -> bool:
-        """True while polling for an answer uses a core nobody else needs (see CpuRoom)."""
-        return self.cpu_room.check(self._sidecar_pid)
-
-    def _sidecar_pid(self) -> int | None:
-        """The process at the other end of the decision socket (SO_PEERCRED), once per connection."""
-        conn = self._conn
-        if conn is None:
-            return None
-        if self._peer_of is not conn:
-            self._peer_of = conn
-            try:
-                creds = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-                self._peer_pid: int | None = struct.unpack("3i", creds)[0] or None
-            except (OSError, AttributeError, struct.error):
-                self._peer_pid = None
-        return self._peer_pid
+        self.push_handlers["forget"] = lambda message: self.kept.forget(message.get("epoch"))
 
     @property
     def ready(self) -> bool:
@@ -440,7 +100,7 @@ class DecisionClient:
         except (OSError, asyncio.TimeoutError) as exc:
             sock.close()
             raise Unavailable(f"cannot connect to sidecar: {exc}") from None
-        conn = _Connection(loop, sock, self)
+        conn = Connection(loop, sock, self.cpu_room, self.spin, self._pushed, self._lost)
         hello = {"type": "hello", **self._hello, **(self.hello_extra() if self.hello_extra else {})}
         try:
             answer, _ = await self._call(conn, hello, spin=False)
@@ -459,11 +119,8 @@ class DecisionClient:
             raise Unavailable("protocol version mismatch")
         self._mismatch_logged = False
         self.sidecar_info = answer
-        epoch = answer.get("epoch")
-        if isinstance(epoch, int) and not isinstance(epoch, bool):
-            # a forget read while this hello was answered may already name a newer epoch
-            self.epoch = max(self.epoch, epoch)
-        self._clear_kept()
+        # a forget read while this hello was answered may already name a newer epoch
+        self.kept.forget(answer.get("epoch"))
         self.generation += 1
         self._conn = conn
         self._end_hold()  # what waited for a replacement is decided now
@@ -481,10 +138,10 @@ class DecisionClient:
         except Unavailable:
             pass
 
-    def _lost(self, conn: _Connection) -> None:
+    def _lost(self, conn: Connection) -> None:
         if self._conn is conn:
             self._conn = None
-            self._clear_kept()  # nothing decided by a sidecar we no longer hear is used again
+            self.kept.forget()  # nothing decided by a sidecar we no longer hear is used again
             if self._hold_over is not None:
                 self._hold_over.clear()
             # the supervisor will replace it (and calls the hold off once it knows it will not)
@@ -506,61 +163,23 @@ class DecisionClient:
         headers, peer, scheme), and reuse needs an equal tuple, so a kept decision answers only
         a request the sidecar would see as the same one; ``size`` (characters) bounds what is
         held. It needs a live connection: a lost sidecar drops them all."""
-        kept = self._kept.get(fields) if size <= _KEPT_DESCRIPTION_MAX else None
-        if kept is not None:
+        kept = self.kept
+        if kept.holds(fields, size):
             conn = self._conn
             if conn is not None and not conn.closed:
                 # whatever the sidecar has sent is read first: a forget waiting behind a large
                 # answer in the socket must end this decision before it is used again
-                while conn._receive() and not conn.closed:
+                while conn.receive() and not conn.closed:
                     pass
-            kept = self._kept.get(fields)
-            if kept is not None and kept[1] > time.monotonic() and self._conn is not None and not self._conn.closed:
-                return kept[0]
-            self._drop_kept(fields)
+            answer = kept.fresh(fields)
+            if answer is not None and self._conn is not None and not self._conn.closed:
+                return answer
+            kept.drop(fields)
         generation = self.generation
         answer = check(await self.call(message(fields)))
-        cache = answer.get("cache")
-        # kept only when answered on the connection it was asked on
-        if size <= _KEPT_DESCRIPTION_MAX and cache is not None and answer.get("action") == "pass" and generation == self.generation:
-            self._keep(fields, size, answer, cache)
+        if generation == self.generation:  # kept only when answered on the connection it was asked on
+            kept.keep(fields, size, answer)
         return answer
-
-    def _keep(self, key: tuple[Any, ...], size: int, answer: dict[str, Any], cache: Any) -> None:
-        if not isinstance(cache, dict):
-            return
-        ms, epoch = cache.get("ms"), cache.get("epoch")
-        if not (isinstance(ms, int) and 0 < ms <= _KEPT_MS_MAX and isinstance(epoch, int)):
-            return
-        # decided before a change we have already been told about: not for reuse
-        if epoch != self.epoch or any(k in answer for k in _NOT_REUSABLE):
-            return
-        # a filter is reused only with a memo: the memo names everything its result depends on
-        # besides the host's answer, and every change of that moves the epoch (a forget)
-        spec = answer.get("filter")
-        if spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("memo"), str)):
-            return
-        self._drop_kept(key)
-        while self._kept and (len(self._kept) >= _KEPT_MAX or self._kept_size + size > _KEPT_SIZE_MAX):
-            self._drop_kept(next(iter(self._kept)))
-        self._kept[key] = (answer, time.monotonic() + ms / 1000, size)
-        self._kept_size += size
-
-    def _drop_kept(self, key: tuple[Any, ...]) -> None:
-        entry = self._kept.pop(key, None)
-        if entry is not None:
-            self._kept_size -= entry[2]
-
-    def _clear_kept(self) -> None:
-        self._kept.clear()
-        self._kept_size = 0
-
-    def _forget(self, message: dict[str, Any]) -> None:
-        """forget from the sidecar: something decisions read changed; no kept decision is used again."""
-        epoch = message.get("epoch")
-        if isinstance(epoch, int) and epoch > self.epoch:
-            self.epoch = epoch
-        self._clear_kept()
 
     async def call(self, message: dict[str, Any], payload: bytes = b"") -> dict[str, Any]:
         """One exchange; the answer's payload, if any, is dropped (see ``exchange``)."""
@@ -581,7 +200,7 @@ class DecisionClient:
             raise Unavailable("sidecar not connected")
         return await self._call(conn, message, spin=True, payload=payload, timeout=timeout)
 
-    async def _replacement(self) -> _Connection | None:
+    async def _replacement(self) -> Connection | None:
         """The connection to the sidecar that replaces a dead one, if it comes within the hold."""
         if self._hold_over is None:
             self._hold_over = asyncio.Event()
@@ -626,32 +245,15 @@ class DecisionClient:
             log.exception("authsvc: handling the sidecar's %s message failed", message.get("type"))
 
     def _call(
-        self, conn: _Connection, message: dict[str, Any], spin: bool, payload: bytes = b"", timeout: float | None = None,
+        self, conn: Connection, message: dict[str, Any], spin: bool, payload: bytes = b"", timeout: float | None = None,
     ) -> "asyncio.Future[tuple[dict[str, Any], bytes]]":
-        loop = conn.loop
         request_id = next(self._ids)
         message["id"] = request_id
         try:
             frame = encode_frame(message, payload)
         except (ProtocolError, TypeError, ValueError) as exc:
             raise Unavailable(f"cannot encode request: {exc}") from None
-        future: asyncio.Future = loop.create_future()
-        timer = loop.call_later(self.timeout if timeout is None else timeout, self._expire, conn, request_id)
-        conn.pending[request_id] = (future, timer)
-        # Alone and idle: send now and poll for the answer. Otherwise batch the frame with
-        # the other requests of this loop iteration: one write, one wake-up of the sidecar.
-        if spin and self.spin > 0 and len(conn.pending) == 1 and not getattr(loop, "_ready", True) and self.may_spin():
-            conn.send(frame)
-            conn.spin(future, self.spin)
-        else:
-            conn.queue(frame)
-        return future
-
-    @staticmethod
-    def _expire(conn: _Connection, request_id: int) -> None:
-        entry = conn.pending.pop(request_id, None)
-        if entry is not None and not entry[0].done():
-            entry[0].set_exception(Unavailable("sidecar did not answer in time"))
+        return conn.ask(request_id, frame, self.timeout if timeout is None else timeout, spin)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -34,7 +34,8 @@ import sys
 from typing import IO, Any
 
 from . import install_state
-from .decision_client import DecisionClient, Unavailable
+from .connection import Unavailable
+from .decision_client import DecisionClient
 from .failsafe import STARTING, UNKNOWN, Outage, problem_page, set_outage
 from .install_state import Problem
 

@@ -174,9 +174,9 @@ class HoldWhileRestarting(PluginCase):
 class StartQuietButNotSilent(PluginCase):
     async def test_a_start_that_never_gets_ready_warns_after_one_interval(self) -> None:
         s = await self.start(sidecar=False, wait=False)
-        gate_module = sys.modules[s.plugin.__name__ + ".gate"]
+        refusal_log = sys.modules[s.plugin.__name__ + ".refusal_log"]
         now = [100.0]
-        refusals = gate_module.RefusalLog(interval=10.0, clock=lambda: now[0])
+        refusals = refusal_log.RefusalLog(interval=10.0, clock=lambda: now[0])
         refusals.refused("cannot connect")
         refusals.refused("cannot connect")
         self.assertEqual(LOGS.lines(logging.WARNING, "refusing"), [])

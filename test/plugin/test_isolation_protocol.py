@@ -196,7 +196,7 @@ class AnswersAtTheBoundary(PluginCase):
         def broken(request, decision):  # noqa: ANN001 - stands in for a plugin bug
             raise TypeError("plugin bug under test")
 
-        s.plugin.gate.Gate._edited = staticmethod(broken)
+        s.plugin.gate.edited = broken
         LOGS.records.clear()
         status, _, body = await s.get("/prompt")
         assert_unavailable(self, status, body)

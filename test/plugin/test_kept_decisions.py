@@ -87,7 +87,7 @@ class KeptBounds(PluginCase):
 
     async def test_a_description_over_the_size_bound_is_decided_every_time(self) -> None:
         s = await self.start(answer(KEEP))
-        bound = s.plugin.decision_client._KEPT_DESCRIPTION_MAX
+        bound = s.plugin.kept_decisions._KEPT_DESCRIPTION_MAX
         rows = [("just under the bound", self.cookies("a", bound - 200), 1), ("over the bound", self.cookies("b", bound + 10), 2)]
         for label, headers, asked in rows:
             before = len(s.fake.decides())
@@ -98,7 +98,7 @@ class KeptBounds(PluginCase):
 
     async def test_past_the_bound_of_all_held_the_least_recently_kept_goes_first(self) -> None:
         s = await self.start(answer(KEEP))
-        module = s.plugin.decision_client
+        module = s.plugin.kept_decisions
         module._KEPT_SIZE_MAX = 40_000  # ten descriptions of about 4 KB each
         users = [self.cookies(f"u{i}-", 3800) for i in range(11)]
         for headers in users:
@@ -344,7 +344,7 @@ class FilterMemoBounds(unittest.TestCase):
     the bytes stay bounded whatever the entry count."""
 
     def test_least_recently_used_goes_first(self) -> None:
-        memo = plugin_module("gate").FilterMemo(max_entries=3, max_bytes=1 << 20)
+        memo = plugin_module("response_filter").FilterMemo(max_entries=3, max_bytes=1 << 20)
         for user in ("a", "b", "c"):
             memo.put((1, "queue", "/queue", user), b"body", "replace", user.encode())
         self.assertEqual(memo.get((1, "queue", "/queue", "a"), b"body"), ("replace", b"a"))  # a used again
@@ -355,7 +355,7 @@ class FilterMemoBounds(unittest.TestCase):
         self.assertIsNone(memo.get((1, "queue", "/queue", "a"), b"another body"), "only a byte-identical answer")
 
     def test_bytes_are_bounded(self) -> None:
-        memo = plugin_module("gate").FilterMemo(max_entries=64, max_bytes=4000)
+        memo = plugin_module("response_filter").FilterMemo(max_entries=64, max_bytes=4000)
         for i in range(10):
             memo.put((1, "object_info", "/object_info", str(i)), b"x" * 500, "replace", b"y" * 500)
         self.assertLessEqual(memo._bytes, 4000)

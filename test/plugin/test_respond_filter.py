@@ -185,7 +185,7 @@ class NarrowPrompts(unittest.TestCase):
     sidecar names, serialised as the host serialises its own answers (json.dumps)."""
 
     def setUp(self) -> None:
-        self.narrow = plugin_module("gate").narrow_prompts
+        self.narrow = plugin_module("response_filter").narrow_prompts
 
     def test_queue_keeps_the_named_items_in_order(self) -> None:
         queue = {"queue_running": [[0, "a", {"seed": 18446744073709551615}, {}, []]], "queue_pending": [[1, "b", {}, {}, []], [2, "c", {}, {}, []]]}

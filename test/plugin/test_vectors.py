@@ -52,7 +52,7 @@ def comfyui_shaped_app(web_root: str) -> web.Application:
 
 class SharedVectors(unittest.IsolatedAsyncioTestCase):
     async def test_descriptions_match_the_vectors(self) -> None:
-        gate = _plugin_module("gate")
+        describe = _plugin_module("describe")
         with open(os.path.join(ROOT, "shared", "vectors", "decisions.json"), encoding="utf-8") as f:
             vectors = json.load(f)["vectors"]
         self.assertGreater(len(vectors), 10)
@@ -69,7 +69,7 @@ class SharedVectors(unittest.IsolatedAsyncioTestCase):
                     match_info = await app.router.resolve(request)
                     match_info.add_app(app)
                     request._match_info = match_info  # what aiohttp sets before the middlewares run
-                    described = gate.describe(request)
+                    described = describe.describe(request)
                     for key, expected in vector["description"].items():
                         actual = described[key]
                         if isinstance(expected, dict) and isinstance(actual, dict):

@@ -8,11 +8,11 @@
  * version (or that sent none) gets a 503 for every request, so a plugin of
  * another version is refused from this side too; the socket file is 0600.
  */
-import { chmodSync, lstatSync, readFileSync, unlinkSync } from 'node:fs'
+import { chmodSync, lstatSync, unlinkSync } from 'node:fs'
 import { createServer, type Server, type Socket } from 'node:net'
-import { availableParallelism } from 'node:os'
 import type { FastifyBaseLogger } from 'fastify'
 import { errorBody } from '../errors.js'
+import { CpuRoom } from './cpu-room.js'
 import { checkMessage, encodeFrame, FrameDecoder, FrameError } from './frames.js'
 import { ConnectionLink, type HostLink } from './host-link.js'
 import {
@@ -85,140 +85,6 @@ export function dispatch(handlers: DecisionHandlers, msg: Record<string, unknown
       return undefined
     default:
       throw new Error(`unknown message type ${String(msg.type)}`)
-  }
-}
-
-/** The CPU quota of this process's cgroup in CPUs (v2 cpu.max, v1 cfs), or null when unlimited or unknown. */
-function cgroupQuota(): number | null {
-  let lines: string[]
-  try {
-    lines = readFileSync('/proc/self/cgroup', 'ascii').split('\n')
-  } catch {
-    return null
-  }
-  for (const line of lines) {
-    const [, controllers, path] = line.split(/:(.*?):/)
-    if (path === undefined) continue
-    const dir = path.replace(/\/$/, '')
-    let candidates: Array<[string, string | null]>
-    if (controllers === '') candidates = [[`/sys/fs/cgroup${dir}/cpu.max`, null], ['/sys/fs/cgroup/cpu.max', null]]
-    else if (controllers.split(',').includes('cpu')) {
-      const base = `/sys/fs/cgroup/${controllers}`
-      candidates = [[`${base}${dir}/cpu.cfs_quota_us`, `${base}${dir}/cpu.cfs_period_us`], [`${base}/cpu.cfs_quota_us`, `${base}/cpu.cfs_period_us`]]
-    } else continue
-    for (const [quotaFile, periodFile] of candidates) {
-      let fields: string[]
-      try {
-        fields = readFileSync(quotaFile, 'ascii').trim().split(/\s+/)
-        if (periodFile !== null) fields.push(readFileSync(periodFile, 'ascii').trim())
-      } catch {
-        continue
-      }
-      if (fields.length < 2 || fields[0] === 'max' || fields[0] === '-1') return null
-      const quota = Number(fields[0]) / Number(fields[1])
-      return Number.isFinite(quota) && quota > 0 ? quota : null
-    }
-  }
-  return null
-}
-
-/** How many CPUs this process can run on at once: its affinity (inherited from the host), capped by its cgroup's quota. */
-export function usableCpus(): number {
-  const quota = cgroupQuota()
-  return quota === null ? availableParallelism() : Math.min(availableParallelism(), quota)
-}
-
-/** How often the usable CPUs are looked at again (taskset, cpusets and quotas change under a running process). */
-const CPU_CHECK_MS = 1000
-const CLOCK_TICKS_PER_MS = 100 / 1000 // USER_HZ: 100 on every Linux architecture Node runs on
-
-/** The CPUs this process may run on (/proc/self/status, Cpus_allowed_list), or null when unreadable. */
-function allowedCpus(): Set<number> | null {
-  try {
-    const list = /^Cpus_allowed_list:\s*(\S+)/m.exec(readFileSync('/proc/self/status', 'ascii'))?.[1]
-    if (!list) return null
-    const out = new Set<number>()
-    for (const range of list.split(',')) {
-      const [a, b] = range.split('-').map(Number)
-      for (let c = a; c <= (b ?? a); c++) out.add(c)
-    }
-    return out
-  } catch {
-    return null
-  }
-}
-
-/** Idle + iowait clock ticks of the given CPUs since boot (/proc/stat); null when unreadable. */
-function idleTicks(cpus: Set<number>): number | null {
-  let text: string
-  try {
-    text = readFileSync('/proc/stat', 'ascii')
-  } catch {
-    return null
-  }
-  let idle = 0
-  for (const line of text.split('\n')) {
-    if (!line.startsWith('cpu')) break
-    if (line[3] === ' ') continue
-    const f = line.split(' ')
-    if (cpus.has(Number(f[0].slice(3)))) idle += Number(f[4]) + Number(f[5])
-  }
-  return idle
-}
-
-/** µs during which some runnable task waited for a CPU, since boot (PSI, /proc/pressure/cpu); null without PSI. */
-function cpuPressure(): number | null {
-  try {
-    const total = /total=(\d+)/.exec(readFileSync('/proc/pressure/cpu', 'ascii'))?.[1]
-    return total === undefined ? null : Number(total)
-  } catch {
-    return null
-  }
-}
-
-/**
- * Whether polling would use a core nobody else needs: at least 2 usable CPUs and, over
- * the last second, at least half a core idle, counting this process's own polling as
- * idle, while tasks waited for a CPU less than a fifth of that second (PSI; without PSI,
- * polling is not counted as idle). The wait is what stops polling that sustains itself:
- * polling counted as idle is idle only while nobody else wanted that CPU. On a core
- * shared with the host, or beside a sampler that keeps the other core busy, polling
- * takes the very CPU the host needs (to send the next request, to run its prompts), so
- * no polling then.
- */
-export class CpuRoom {
-  private checkedAt = -Infinity
-  private idle: number | null = null
-  private pressure: number | null = null
-  private cpusKey = ''
-  /** ms spent polling since the last check */
-  spun = 0
-  free = false
-
-  constructor(private readonly cpus: () => number = usableCpus) {}
-
-  check(): boolean {
-    const now = performance.now()
-    const elapsed = now - this.checkedAt
-    if (elapsed < CPU_CHECK_MS) return this.free
-    const spun = this.spun
-    this.spun = 0
-    const cpus = this.cpus() >= 2 ? allowedCpus() : null
-    const idle = cpus === null ? null : idleTicks(cpus)
-    const pressure = idle === null ? null : cpuPressure()
-    const cpusKey = cpus === null ? '' : [...cpus].join(',')
-    if (idle === null) this.free = false
-    else if (this.idle === null || cpusKey !== this.cpusKey) this.free = false // no earlier sample of these CPUs: the next check decides
-    else {
-      const idleCores = (idle - this.idle) / CLOCK_TICKS_PER_MS / elapsed
-      if (pressure === null || this.pressure === null) this.free = idleCores >= 0.5
-      else this.free = (pressure - this.pressure) / 1000 / elapsed < 0.2 && idleCores + spun / elapsed >= 0.5
-    }
-    this.checkedAt = now
-    this.idle = idle
-    this.pressure = pressure
-    this.cpusKey = cpusKey
-    return this.free
   }
 }
 
