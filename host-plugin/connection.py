@@ -22,6 +22,7 @@ import logging
 import socket
 import struct
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from . import host_paths
@@ -29,6 +30,10 @@ from .cpu_room import CpuRoom
 from .protocol import FrameDecoder, ProtocolError, encode_frame
 
 log = logging.getLogger("authsvc")
+
+# the resolver's own threads: prompt checks and folder walks, never on the host's loop or its
+# default executor; two, so one long prompt check does not hold up every other
+_RESOLVER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="authsvc-resolve")
 
 _RECV_SIZE = 256 * 1024
 
@@ -184,12 +189,12 @@ class Connection:
     def _resolve(self, message: dict[str, Any]) -> None:
         """The sidecar asks where names land on this host (host_paths.py); answered on this connection.
 
-        A few stats and realpaths are answered at once; a message that walks a folder (``list``:
-        a user's uploads, of any number) is answered from a worker thread, so the walk never holds
-        the host's event loop."""
+        A few stats and realpaths are answered at once; a message that may take long (a folder
+        walk, a prompt's strings) is answered from the resolver's own threads, so it never holds
+        the host's event loop nor the loop's default executor (which serves files)."""
         items = message.get("items")
-        if host_paths.walks(items):
-            work = self.loop.run_in_executor(None, self._resolved, message.get("rid"), items)
+        if host_paths.slow(items):
+            work = self.loop.run_in_executor(_RESOLVER, self._resolved, message.get("rid"), items)
             work.add_done_callback(lambda done: None if self.closed else self._send_resolved(message.get("rid"), done.result()))
         else:
             self._send_resolved(message.get("rid"), self._resolved(message.get("rid"), items))
@@ -198,6 +203,9 @@ class Connection:
     def _resolved(rid: Any, items: Any) -> dict[str, Any]:
         try:
             return {"type": "resolved", "rid": rid, **host_paths.resolve(items)}
+        except host_paths.OverBudget as exc:  # the sidecar refuses what it asked about
+            log.warning("authsvc: %s; the request is refused", exc)
+            return {"type": "resolved", "rid": rid, "error": str(exc)}
         except Exception:  # ComfyUI's folder_paths missing or failing: the sidecar refuses what it asked about
             log.exception("authsvc: resolving host paths failed")
             return {"type": "resolved", "rid": rid, "error": "resolve failed"}

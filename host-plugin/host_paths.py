@@ -19,7 +19,9 @@ Items (``op``):
   (``input`` by default) and ``subfolder`` (normalised, joined, then the file name joined).
 - ``name``: a string a prompt gives a node: the places a node may open it at, whether or not
   something is there yet: the annotated path (``get_annotated_filepath``, input by default), the
-  name joined to the output and temp folders, and the name as the process reads a relative path.
+  name joined to the output and temp folders, and the name as the process reads a relative path;
+  and for each, the folders directly under input/output/temp its walk enters on the way
+  (``entered``). A name of 4096 bytes or more gets no place (the kernel refuses it).
 
 - ``list``: the files of one folder of ``input/`` (``folder``, a per-user folder), all the way
   down, as ``input/``-relative names with ``/``, kept by ``folder_paths.filter_files_content_types``
@@ -32,6 +34,7 @@ itself, whatever exists). The answer also carries ``roots``: the real paths of t
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from yarl import URL
@@ -111,6 +114,35 @@ def _upload(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
     return _real(target)
 
 
+MAX_PATH = 4096  # the kernel refuses a path of this many bytes or more (ENAMETOOLONG)
+
+
+def entered(path: str, root: str) -> list[str]:
+    """The names directly under ``root`` that the walk of ``path``'s components goes through on its
+    way (not the last one: that is the place itself), ``..`` applied as the kernel applies it
+    (``root/u_x/a/../../b`` goes through ``u_x``: the kernel needs ``u_x/a`` to exist to get to
+    ``b``). Compared without case; symlinks are not followed here."""
+    root_parts = [p.lower() for p in root.rstrip(os.sep).split(os.sep)]
+    depth = len(root_parts)
+    stack: list[str] = []
+    names: list[str] = []
+    for i, part in enumerate(path.split(os.sep)):
+        if i == 0:
+            stack.append(part)  # "" for an absolute path
+            continue
+        if part in ("", "."):
+            continue
+        # the walk goes on from a name directly under root: the kernel looks that name up as a folder
+        if len(stack) == depth + 1 and [p.lower() for p in stack[:depth]] == root_parts:
+            names.append(stack[depth])
+        if part == "..":
+            if len(stack) > 1:
+                stack.pop()
+        else:
+            stack.append(part)
+    return names
+
+
 def _name(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
     name = item.get("name")
     if not isinstance(name, str):
@@ -119,17 +151,31 @@ def _name(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
         ("annotated", fp.get_annotated_filepath(name)),
         ("output", os.path.join(fp.get_output_directory(), name)),
         ("temp", os.path.join(fp.get_temp_directory(), name)),
-        ("cwd", name),  # a node that opens the name as given (relative to the working folder)
+        ("cwd", os.path.join(os.getcwd(), name)),  # a node that opens the name as given (relative to the working folder)
     ]
+    roots = []
+    for kind in ("input", "output", "temp"):
+        folder = fp.get_directory_by_type(kind)
+        if isinstance(folder, str):
+            real = os.path.realpath(folder)
+            roots += [(os.path.abspath(folder), real), (real, real)]
     places: list[dict[str, Any]] = []
     seen: set[str] = set()
     for via, candidate in candidates:
-        place = _real(candidate)
-        path = place.get("path")
-        if path is None or path in seen:
+        try:
+            if len(os.fsencode(candidate)) >= MAX_PATH:
+                continue  # the kernel refuses it as given; a node that shortens it meets the run-time guard
+        except ValueError:
             continue
-        seen.add(path)
-        places.append({**place, "via": via})
+        # the folders the kernel walks through on the way (nothing is there for the sidecar: only
+        # whose folder it is counts), then the place itself
+        passed = [{"path": os.path.join(real, entry), "file": False, "dir": False} for lexical, real in roots for entry in entered(candidate, lexical)]
+        for place in [*passed, _real(candidate)]:
+            path = place.get("path")
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            places.append({**place, "via": via})
     return {"places": places}
 
 
@@ -149,16 +195,28 @@ def _list(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
     return {"files": sorted(fp.filter_files_content_types(names, [str(k) for k in kinds]))}
 
 
-def walks(items: Any) -> bool:
-    """Whether answering ``items`` walks a folder (a ``list`` item), which may take long."""
-    return isinstance(items, list) and any(isinstance(i, dict) and i.get("op") == "list" for i in items)
+def slow(items: Any) -> bool:
+    """Whether answering ``items`` may take long: a folder walk (``list``), or a prompt's strings
+    (``name``: any number of them, each resolved four ways)."""
+    return isinstance(items, list) and any(isinstance(i, dict) and i.get("op") in ("list", "name") for i in items)
 
 
-def resolve(items: Any) -> dict[str, Any]:
-    """The answer to one ``resolve`` message: ``results`` in the order of ``items``, and ``roots``."""
+BUDGET_S = 2.0  # a message that takes longer is answered with an error: the sidecar refuses the request
+
+
+class OverBudget(Exception):
+    pass
+
+
+def resolve(items: Any, budget_s: float = BUDGET_S) -> dict[str, Any]:
+    """The answer to one ``resolve`` message: ``results`` in the order of ``items``, and ``roots``.
+    OverBudget when answering takes longer than ``budget_s``."""
     fp = _folder_paths()
     results: list[dict[str, Any]] = []
+    deadline = time.monotonic() + budget_s
     for item in items if isinstance(items, list) else []:
+        if time.monotonic() > deadline:
+            raise OverBudget(f"resolving took over {budget_s} s")
         op = item.get("op") if isinstance(item, dict) else None
         try:
             if op == "view":

@@ -7,16 +7,20 @@ file that appears after the prompt was queued. They are judged here, when the fi
 
 - The gate stamps each prompt's ``extra_data`` with ``authsvc_folder``: its owner's folder name
   (``u_<user id>``, ``o_<16 hex>``) for callers who do not see everything, ``null`` for those who
-  do. An ``on_prompt`` handler (ComfyUI's public hook for custom nodes) records it per
-  ``prompt_id`` as the host accepts the prompt. A missing stamp records ``""``: no folder is its.
-- The functions by which Python code touches a path (``open``, ``os.open``, listing, scanning,
-  removing, renaming, linking, making folders, ``chmod``, ``utime``, ``truncate``; ``shutil``,
-  ``pathlib``, ``glob`` and ``os.walk`` call these) are replaced by guarded ones, with the first
+  do. It is recorded per ``prompt_id`` when the host queues the prompt (its queue's ``put``,
+  wrapped on the instance: a prompt the host refuses leaves no record), and forgotten once the
+  worker has moved on to another prompt. A missing stamp records ``""``: no folder is its.
+- The functions by which Python code touches a path (``open``, ``os.open``, ``stat``/``lstat``/
+  ``access`` (so ``os.path.exists`` and kin say "missing"), ``chdir``, listing, scanning, removing,
+  renaming, linking, making folders and FIFOs, ``chmod``, ``chown``, ``utime``, ``truncate``,
+  extended attributes; ``shutil``, ``pathlib``, ``glob`` and ``os.walk`` call these) are replaced
+  by guarded ones, with the first
   prompt that has a folder (a server whose only prompts are administrators' is left as it was).
   On the host's prompt worker thread (``Thread-N (prompt_worker)``, where nodes run), for the
   prompt the worker announced last (``PromptServer.last_prompt_id``), a path whose real path
-  (symlinks followed) lies inside a per-user folder at the top of ``input/``, ``output/`` or
-  ``temp/`` that is not the prompt's own is refused with ``PermissionError`` before the call:
+  (symlinks followed; for calls that act on a link itself, its folder's real path and its name),
+  or whose spelling passes through such a folder on the way (``u_<id>/x/../../a.png``, which the
+  kernel walks), inside ``input/``, ``output/`` or ``temp/`` and not the prompt's own, is refused with ``PermissionError`` before the call:
   the node fails, the prompt ends with the host's ``execution_error``, and nothing was read or
   written. On any other thread a guarded function costs one thread-id comparison. A prompt this
   module has no record of is treated as having no folder.
@@ -28,8 +32,11 @@ work (measured in docs/decisions.md).
 
 No policy beyond the folder names: the shared area (files from before per-user folders, shared
 inputs) is judged by the sidecar on literal names only. Not covered: threads a node starts
-itself, paths relative to a directory descriptor, functions a module bound to a name of its own
-before the guard was installed (``from os import listdir``), and files opened by native code.
+itself or subprocesses it runs, paths relative to a directory descriptor, functions a module
+bound to a name of its own before the guard was installed (``from os import listdir``), and
+files opened by native code (OpenCV, ffmpeg, safetensors, a video pack's loaders): for those the
+sidecar's judgement of literal names is all there is. A path of 4096 bytes or more is left to the
+kernel, which refuses it.
 """
 from __future__ import annotations
 
@@ -41,36 +48,61 @@ import os
 import re
 import threading
 from collections import OrderedDict
+
+from . import host_paths
 from typing import Any, Callable
 
 log = logging.getLogger("authsvc")
 
 FOLDER = re.compile(r"^(u_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|o_[0-9a-f]{16})$", re.IGNORECASE)
 WORKER_SUFFIX = "(prompt_worker)"
-KEPT = 100_000  # prompts remembered; the oldest are forgotten first
+KEPT = 1_000_000  # queued prompts remembered at most; the oldest are forgotten first
 
-# the functions that touch a path: (module, name, (position, keyword) of each path argument)
-_PATH = ((0, "path"),)
-GUARDED: tuple[tuple[Any, str, tuple[tuple[int, str], ...]], ...] = (
-    (builtins, "open", ((0, "file"),)),
-    (io, "open", ((0, "file"),)),
+# the functions that touch a path: (module, name, (position, keyword, how) of each path argument);
+# how: "follow" (the real path), "link" (the call acts on the last component itself), "target" (a
+# symlink's target, read from the link's own folder)
+_PATH = ((0, "path", "follow"),)
+_LINK = ((0, "path", "link"),)
+GUARDED: tuple[tuple[Any, str, tuple[tuple[int, str, str], ...]], ...] = (
+    (builtins, "open", ((0, "file", "follow"),)),
+    (io, "open", ((0, "file", "follow"),)),
     (os, "open", _PATH),
+    (os, "stat", _PATH),
+    (os, "lstat", _LINK),
+    (os, "access", _PATH),
+    (os, "chdir", _PATH),
     (os, "listdir", _PATH),
     (os, "scandir", _PATH),
-    (os, "remove", _PATH),
-    (os, "unlink", _PATH),
-    (os, "rmdir", _PATH),
-    (os, "mkdir", _PATH),
-    (os, "rename", ((0, "src"), (1, "dst"))),
-    (os, "replace", ((0, "src"), (1, "dst"))),
-    (os, "link", ((0, "src"), (1, "dst"))),
-    (os, "symlink", ((0, "src"), (1, "dst"))),
+    (os, "remove", _LINK),
+    (os, "unlink", _LINK),
+    (os, "rmdir", _LINK),
+    (os, "mkdir", _LINK),
+    (os, "mkfifo", _LINK),
+    (os, "mknod", _LINK),
+    (os, "rename", ((0, "src", "link"), (1, "dst", "link"))),
+    (os, "replace", ((0, "src", "link"), (1, "dst", "link"))),
+    (os, "link", ((0, "src", "follow"), (1, "dst", "link"))),
+    (os, "symlink", ((0, "src", "target"), (1, "dst", "link"))),
     (os, "truncate", _PATH),
     (os, "chmod", _PATH),
+    (os, "chown", _PATH),
+    (os, "lchown", _LINK),
     (os, "utime", _PATH),
+    (os, "setxattr", _PATH),
+    (os, "removexattr", _PATH),
+    (os, "getxattr", _PATH),
+    (os, "listxattr", _PATH),
 )
+MAX_PATH = 4096  # the kernel refuses a path of this many bytes or more (ENAMETOOLONG)
 
 _UNKNOWN = ""  # a prompt without a record: no per-user folder is its
+
+
+def _first_under(real: str, root: str) -> str | None:
+    """The first component of `real` below `root` (compared without case), or None."""
+    if len(real) > len(root) and real[len(root)] == os.sep and real[: len(root)].lower() == root.lower():
+        return real[len(root) + 1:].split(os.sep, 1)[0]
+    return None
 
 
 class RunGuard:
@@ -84,31 +116,45 @@ class RunGuard:
         self._busy = threading.local()
         self._real_roots: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         self._guarding = False
+        self._running: str | None = None
 
     # ------------------------------------------------------------------ records
-    def on_prompt(self, json_data: Any) -> Any:
-        """ComfyUI's on_prompt handler: note the prompt's folder; the body goes on unchanged."""
-        try:
-            if isinstance(json_data, dict) and "prompt_id" in json_data:
-                extra = json_data.get("extra_data")
-                folder = extra.get("authsvc_folder", _UNKNOWN) if isinstance(extra, dict) else _UNKNOWN
-                if folder is not None and not isinstance(folder, str):
-                    folder = _UNKNOWN
-                if folder is not None:
-                    self._guard_once()
-                with self._lock:
-                    key = str(json_data["prompt_id"])
-                    self._folders[key] = folder
-                    self._folders.move_to_end(key)
-                    while len(self._folders) > KEPT:
-                        self._folders.popitem(last=False)
-        except Exception:  # a handler that raises makes the host refuse every prompt
-            log.exception("authsvc: run guard could not record a prompt")
-        return json_data
+    def record(self, prompt_id: Any, extra_data: Any) -> None:
+        """A prompt the host queues: note its folder."""
+        folder = extra_data.get("authsvc_folder", _UNKNOWN) if isinstance(extra_data, dict) else _UNKNOWN
+        if folder is not None and not isinstance(folder, str):
+            folder = _UNKNOWN
+        if folder is not None:
+            self._guard_once()
+        with self._lock:
+            key = str(prompt_id)
+            self._folders[key] = folder
+            self._folders.move_to_end(key)
+            while len(self._folders) > KEPT:
+                self._folders.popitem(last=False)
+
+    def _wrap_put(self, queue: Any) -> None:
+        put = queue.put
+
+        @functools.wraps(put)
+        def recording_put(item: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                self.record(item[1], item[3])
+            except Exception:  # never stop the host from queueing; an unrecorded prompt has no folder
+                log.exception("authsvc: run guard could not record a prompt")
+            return put(item, *args, **kwargs)
+
+        queue.put = recording_put
 
     def folder_of(self, prompt_id: Any) -> str | None:
+        """The running prompt's folder; the records of prompts run before it are dropped."""
+        key = str(prompt_id)
         with self._lock:
-            return self._folders.get(str(prompt_id), _UNKNOWN)
+            if key != self._running:
+                if self._running is not None:
+                    self._folders.pop(self._running, None)
+                self._running = key
+            return self._folders.get(key, _UNKNOWN)
 
     # ------------------------------------------------------------------ the guard
     def _on_worker(self) -> bool:
@@ -123,25 +169,37 @@ class RunGuard:
     def _roots_real(self) -> tuple[str, ...]:
         raw = tuple(self._roots())
         if raw != self._real_roots[0]:
-            self._real_roots = (raw, tuple(os.path.realpath(r) for r in raw if isinstance(r, str) and r))
+            given = [r for r in raw if isinstance(r, str) and r]
+            # real paths, and the folders as configured (a lexical walk meets those when one is a link)
+            self._real_roots = (raw, tuple(dict.fromkeys([*(os.path.realpath(r) for r in given), *(os.path.abspath(r) for r in given)])))
         return self._real_roots[1]
 
-    def refused(self, path: Any, own: str) -> str | None:
-        """The per-user folder `path` lands in when it is not `own`, else None."""
-        if isinstance(path, int) or path is None:
-            return None
+    def refused(self, path: Any, own: str, how: str = "follow", link: Any = None) -> str | None:
+        """The per-user folder `path` lands in or passes through when it is not `own`, else None."""
+        if isinstance(path, int):
+            return None  # a descriptor: judged when it was opened
         try:
-            real = os.path.realpath(os.fsdecode(os.fspath(path)))
+            text = "." if path is None else os.fsdecode(os.fspath(path))
+            if len(os.fsencode(text)) >= MAX_PATH:
+                return None  # the kernel refuses it as given
+            if how == "target" and link is not None and not os.path.isabs(text):
+                text = os.path.join(os.path.dirname(os.fsdecode(os.fspath(link))), text)
+            if how == "link":
+                head, tail = os.path.split(os.path.abspath(text))
+                real = os.path.join(os.path.realpath(head), tail)
+            else:
+                real = os.path.realpath(text)
         except (TypeError, ValueError, OSError):
             return None  # not a path; the call itself fails
+        lexical = text if os.path.isabs(text) else os.path.join(os.getcwd(), text)  # `..` kept: the kernel walks it
+        own_l = own.lower()
         for root in self._roots_real():
-            if real.startswith(root + os.sep):
-                first = real[len(root) + 1:].split(os.sep, 1)[0]
-                if FOLDER.match(first) and first.lower() != own.lower():
-                    return first
+            for folder in (_first_under(real, root), *host_paths.entered(lexical, root)):
+                if folder is not None and FOLDER.match(folder) and folder.lower() != own_l:
+                    return folder
         return None
 
-    def check(self, name: str, paths: tuple[tuple[int, str], ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def check(self, name: str, paths: tuple[tuple[int, str, str], ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Before a guarded call on the worker thread: PermissionError for a path in another's folder."""
         if getattr(self._busy, "on", False):
             return
@@ -150,16 +208,18 @@ class RunGuard:
             own = self.folder_of(getattr(self._server, "last_prompt_id", None))
             if own is None:
                 return  # a prompt of someone who sees everything
-            for position, keyword in paths:
-                path = args[position] if position < len(args) else kwargs.get(keyword)
-                if self.refused(path, own) is not None:
+            given = [args[position] if position < len(args) else kwargs.get(keyword) for position, keyword, _ in paths]
+            for (_, _, how), path in zip(paths, given):
+                if path is None and how != "follow":
+                    continue
+                if self.refused(path, own, how, given[-1]) is not None:
                     raise PermissionError(f"authsvc: this prompt may not use another user's files ({name})")
         finally:
             self._busy.on = False
 
     def install(self) -> None:
-        """The on_prompt handler now; the guarded functions with the first prompt that has a folder."""
-        self._server.add_on_prompt_handler(self.on_prompt)
+        """Records from the host's queue now; the guarded functions with the first prompt that has a folder."""
+        self._wrap_put(self._server.prompt_queue)
 
     def _guard_once(self) -> None:
         if self._guarding:
@@ -184,14 +244,14 @@ class RunGuard:
 
 
 def install(prompt_server: Any) -> RunGuard | None:
-    """The guard, installed; None (with a warning) on a host without ComfyUI's on_prompt handlers or
+    """The guard, installed; None (with a warning) on a host without ComfyUI's prompt queue or
     folder_paths, where the sidecar's checks of literal names are all there is."""
     try:
         import folder_paths  # ComfyUI's module
     except ImportError:
         folder_paths = None
-    if folder_paths is None or not callable(getattr(prompt_server, "add_on_prompt_handler", None)):
-        log.warning("authsvc: this host has no folder_paths or on_prompt handlers; names computed while a prompt runs are not judged")
+    if folder_paths is None or not callable(getattr(getattr(prompt_server, "prompt_queue", None), "put", None)):
+        log.warning("authsvc: this host has no folder_paths or prompt queue; names computed while a prompt runs are not judged")
         return None
     guard = RunGuard(prompt_server, lambda: (folder_paths.get_input_directory(), folder_paths.get_output_directory(), folder_paths.get_temp_directory()))
     guard.install()

@@ -232,7 +232,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       // the host's own validation error lists a combo's options: every subfolder of input/, hers too
       const listed = await post('/prompt', bob, { prompt: { '1': { class_type: 'LoadImageSetFromFolderNode', inputs: { folder: 'no-such-folder', resize_method: 'None' } }, '2': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } }, client_id: bobCid })
       assert.equal(listed.status, 400, listed.text.slice(0, 300))
-      assert.ok(!listed.text.includes(A.slice(2)), `her folder is named nowhere in his error: ${listed.text.slice(0, 400)}`)
+      assert.ok(!listed.text.includes(A.slice(2)), `her folder is named nowhere in his error: ${listed.text}`)
       const after = (await get('/queue', admin)).body
       assert.equal(after.queue_pending.length + after.queue_running.length, before.queue_pending.length + before.queue_running.length, 'nothing was queued')
     })

@@ -25,15 +25,25 @@ BOB = "u_0a1b2c3d-0000-4000-8000-00000000000b"
 GUEST = "o_0123456789abcdef"
 
 
+class Queue:
+    """ComfyUI's prompt queue as far as the guard uses it: `put` of (number, id, prompt, extra, outputs)."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+
+
 class Server:
     """What the guard reads of ComfyUI's PromptServer."""
 
     def __init__(self) -> None:
         self.last_prompt_id: Any = None
-        self.handlers: list[Callable[[Any], Any]] = []
+        self.prompt_queue = Queue()
 
-    def add_on_prompt_handler(self, handler: Callable[[Any], Any]) -> None:
-        self.handlers.append(handler)
+    def queue(self, prompt_id: Any, extra: Any) -> None:
+        self.prompt_queue.put((1, prompt_id, {}, extra, []))
 
 
 _installed: dict[str, Any] = {}
@@ -112,12 +122,12 @@ class RunGuardTest(unittest.TestCase):
         for path, data in ((self.hers, b"hers"), (self.his, b"his"), (self.shared, b"shared")):
             with open(path, "wb") as f:
                 f.write(data)
-        for handler in self.server.handlers:
-            handler({"prompt_id": "bob-1", "prompt": {}, "extra_data": {"authsvc_folder": BOB}})
-            handler({"prompt_id": "admin-1", "prompt": {}, "extra_data": {"authsvc_folder": None}})
-            handler({"prompt_id": "guest-1", "prompt": {}, "extra_data": {"authsvc_folder": GUEST}})
-            handler({"prompt_id": "unstamped", "prompt": {}, "extra_data": {}})
-            handler({"prompt_id": "bad-stamp", "prompt": {}, "extra_data": {"authsvc_folder": 7}})
+        # queued again for every test: a record goes once the worker has moved on to another prompt
+        self.server.queue("bob-1", {"authsvc_folder": BOB})
+        self.server.queue("admin-1", {"authsvc_folder": None})
+        self.server.queue("guest-1", {"authsvc_folder": GUEST})
+        self.server.queue("unstamped", {})
+        self.server.queue("bad-stamp", {"authsvc_folder": 7})
 
     def tearDown(self) -> None:
         self.server.last_prompt_id = "admin-1"  # the hook stays installed: leave it inert
@@ -132,6 +142,7 @@ class RunGuardTest(unittest.TestCase):
 
     def test_bob_touches_nothing_of_hers_whatever_the_operation(self) -> None:
         her_dir = os.path.dirname(self.hers)
+        os.symlink(self.shared, os.path.join(her_dir, "out.lnk"))
         link = os.path.join(self.root, "output", BOB, "link.png")
         os.symlink(self.hers, link)
         rows: list[tuple[str, Callable[[], Any]]] = [
@@ -159,11 +170,22 @@ class RunGuardTest(unittest.TestCase):
             ("os.replace", lambda: os.replace(self.his, os.path.join(her_dir, "moved.png"))),
             ("a whole tree removed", lambda: shutil.rmtree(her_dir)),
             ("os.makedirs inside", lambda: os.makedirs(os.path.join(her_dir, "new", "deep"))),
+            # the kernel walks u_<her id>/x to get back out: whether x exists would show
+            ("through her folder and out again", lambda: read(os.path.join(self.root, "output", ALICE, "a_00001_.png", "..", "..", "..", "input", "shared.png"))),
+            ("through a folder of hers that does not exist", lambda: read(os.path.join(self.root, "input", ALICE, "nope", "..", "..", "shared.png"))),
+            ("relative, through her folder", lambda: read(os.path.relpath(self.root) + f"/output/{ALICE}/x/../../{BOB}/b_00001_.png")),
+            ("stat", lambda: os.stat(self.hers)),
+            ("lstat", lambda: os.lstat(self.hers)),
+            ("access", lambda: os.access(self.hers, os.R_OK)),
+            ("chdir", lambda: os.chdir(her_dir)),
+            ("a FIFO in her folder", lambda: os.mkfifo(os.path.join(her_dir, "fifo"))),
+            ("a symlink of his whose relative target is hers", lambda: os.symlink(os.path.join("..", ALICE, "a_00001_.png"), os.path.join(self.root, "output", BOB, "rel.png"))),
+            ("removing a link inside her folder that points out of it", lambda: os.unlink(os.path.join(her_dir, "out.lnk"))),
         ]
         for what, fn in rows:
             self.assert_refused("bob-1", fn, what)
         self.assertEqual(read(self.hers), b"hers")
-        self.assertEqual(sorted(os.listdir(her_dir)), ["a_00001_.png"], "nothing was planted, moved or copied in")
+        self.assertEqual(sorted(os.listdir(her_dir)), ["a_00001_.png", "out.lnk"], "nothing was planted, moved, copied in or removed")
         self.assertFalse(os.path.exists(os.path.join(self.root, "output", BOB, "copy.png")))
         self.assertTrue(os.path.exists(self.his), "his file was not moved")
         # os.walk skips what it may not list (its onerror): her folder's files are not among what it found
@@ -181,6 +203,18 @@ class RunGuardTest(unittest.TestCase):
         self.running("bob-1", lambda: shutil.copyfile(self.his, os.path.join(self.root, "output", BOB, "copy.png")))
         self.assertEqual(self.running("bob-1", lambda: read(__file__)[:3]), b'"""', "files outside the host's folders")
         self.assertEqual(self.running("guest-1", lambda: os.listdir(os.path.join(self.root, "input", GUEST))), [])
+        self.server.queue("bob-1", {"authsvc_folder": BOB})  # queued again: the worker has run guest-1 since
+        # the existence checks custom nodes make say "missing" for her file, "there" for his
+        self.assertEqual(self.running("bob-1", lambda: (os.path.exists(self.hers), os.path.isfile(self.his))), (False, True))
+        # his own link to her file is his to remove (the call acts on the link, not on her file)
+        own_link = os.path.join(self.root, "output", BOB, "to-hers.lnk")
+        os.symlink(self.hers, own_link)
+        self.running("bob-1", lambda: os.unlink(own_link))
+        self.assertEqual(read(self.hers), b"hers")
+        # a path the kernel refuses as too long is the kernel's to refuse
+        with self.assertRaises(OSError) as caught:
+            self.running("bob-1", lambda: read(os.path.join(self.root, "output", ALICE) + "/." * 3000 + "/a_00001_.png"))
+        self.assertNotIsInstance(caught.exception, PermissionError)
 
     def test_admins_prompts_and_other_threads_are_not_judged(self) -> None:
         self.assertEqual(self.running("admin-1", lambda: read(self.hers)), b"hers")
@@ -192,26 +226,46 @@ class RunGuardTest(unittest.TestCase):
             self.assert_refused(prompt_id, lambda: read(self.hers), str(prompt_id))  # type: ignore[arg-type]
             self.assertEqual(self.running(prompt_id, lambda: read(self.shared)), b"shared")  # type: ignore[arg-type]
 
-    def test_on_prompt_returns_the_body_and_keeps_a_bounded_record(self) -> None:
-        guard = run_guard.RunGuard(Server(), lambda: [])
-        guard.on_prompt({"prompt_id": "a", "extra_data": {"authsvc_folder": None}})
+    def test_records_come_from_the_queue_and_go_once_the_worker_moved_on(self) -> None:
+        server = Server()
+        guard = run_guard.RunGuard(server, lambda: [])
+        guard.install()
+        server.queue("a", {"authsvc_folder": None})
         self.assertFalse(guard._guarding, "administrators' prompts alone replace no function")
-        body = {"prompt_id": "p", "extra_data": {"authsvc_folder": BOB}}
-        self.assertIs(guard.on_prompt(body), body)
-        self.assertEqual(guard.folder_of("p"), BOB)
-        self.assertIsNone(guard.on_prompt(None))
-        self.assertEqual(guard.on_prompt({"extra_data": {"authsvc_folder": BOB}}), {"extra_data": {"authsvc_folder": BOB}})
-        guard.on_prompt({"prompt_id": 12, "extra_data": "x"})
-        self.assertEqual(guard.folder_of("12"), "", "a stamp that is not an object: no folder")
+        self.assertEqual(server.prompt_queue.items, [(1, "a", {}, {"authsvc_folder": None}, [])], "the host's queue gets the item unchanged")
+        server.queue("p", {"authsvc_folder": BOB})
+        server.queue(12, "not an object")
+        self.assertEqual((guard.folder_of("p"), guard.folder_of("12")), (BOB, ""), "a stamp that is not an object: no folder")
+        self.assertEqual(guard.folder_of("p"), "", "p's record went when the worker moved on to 12")
         old = run_guard.KEPT
         run_guard.KEPT = 3
         try:
             for i in range(5):
-                guard.on_prompt({"prompt_id": f"n{i}", "extra_data": {"authsvc_folder": None}})
+                server.queue(f"n{i}", {"authsvc_folder": None})
         finally:
             run_guard.KEPT = old
-        self.assertEqual([guard.folder_of(f"n{i}") for i in range(5)], ["", "", None, None, None])
+        self.assertEqual([guard.folder_of(f"n{i}") for i in (2, 3, 4)], [None, None, None])
+        self.assertEqual(guard.folder_of("n0"), "", "beyond the bound, the oldest went first")
 
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ResolveBudget(unittest.TestCase):
+    """host_paths.resolve: a message that takes longer than its budget is an error (the sidecar
+    refuses), and the folders a name's walk passes through are reported (not its last part)."""
+
+    def test_over_budget_and_entered(self) -> None:
+        host_paths = plugin_module("host_paths")
+        saved = host_paths._folder_paths
+        host_paths._folder_paths = lambda: None  # never reached: the budget is spent before the first item
+        try:
+            with self.assertRaises(host_paths.OverBudget):
+                host_paths.resolve([{"op": "view", "query": "filename=a.png"}] * 2, budget_s=-1)
+        finally:
+            host_paths._folder_paths = saved
+        self.assertEqual(host_paths.entered("/r/input/u_a/x/../../b.png", "/r/input"), ["u_a"])
+        self.assertEqual(host_paths.entered("/r/input/u_a", "/r/input"), [], "the place itself is not passed through")
+        self.assertEqual(host_paths.entered("/r/INPUT/u_a/..", "/r/input"), ["u_a"], "without case; .. walks the folder too")
+        self.assertEqual(host_paths.entered("/r/input/./b/../u_c/d.png", "/r/input"), ["b", "u_c"])

@@ -184,6 +184,8 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
       { __value__: { __value__: 'shared.png', k: `${A}/pets/cat.png` } }, JSON.parse(`${'['.repeat(40)}"${A}/pets/cat.png"${']'.repeat(40)}`),
       // a case-insensitive host opens U_<ID> as u_<id> (here: such a folder exists): still hers
       `${A.toUpperCase()}/upper.png`,
+      // nodes that tidy a pasted path (surrounding spaces and quotes) before they open it
+      ` ${A}/pets/cat.png`, `"${A}/pets/cat.png"`, `'${A}/pets/cat.png' `,
     ]
     for (const t of tries) assertDenied(await postPrompt(w.sc, w.bobJwt, graph(t)), 'NOT_OWNER', JSON.stringify(t))
     for (const folder of [A, `${A}/pets`, 'old', `../input/${A}`]) {
@@ -195,16 +197,19 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     const hersExisting = await postPrompt(w.sc, w.bobJwt, graph(`${A}/pets/cat.png`))
     assertDenied(hersExisting, 'NOT_OWNER')
     for (const t of [`${A}/pets/never.png`, `${A}/never.png`, `${A}/nofolder/x.png`, `${A}/never.png [output]`, `${A}/never.png [temp]`, `../output/${A}/never.png`,
-      { __value__: `${A}/never.png` }, `${A.toUpperCase()}/never.png`, `o_0123456789abcdef/never.png`, `${A}`]) {
+      { __value__: `${A}/never.png` }, `${A.toUpperCase()}/never.png`, `o_0123456789abcdef/never.png`, `${A}`,
+      // through her folder and out again: the host's kernel walks u_<id>/x, so its answer would say whether x exists
+      `${A}/pets/../../shared.png`, `${A}/nope/../../shared.png`, `${A}/../shared.png`, `${B}/../${A}/nope/../../${B}/mine.png`, `x/../${A}/pets/../../shared.png`]) {
       assert.deepEqual(await postPrompt(w.sc, w.bobJwt, graph(t)), hersExisting, JSON.stringify(t))
     }
-    for (const t of [`${B}/never.png`, `${B}/never.png [output]`, 'never.png', 'never.png [temp]']) {
+    for (const t of [`${B}/never.png`, `${B}/never.png [output]`, 'never.png', 'never.png [temp]', `${B}/x/../mine.png`, `old/../shared.png`]) {
       assert.equal((await postPrompt(w.sc, w.bobJwt, graph(t))).action, 'pass', `${JSON.stringify(t)}: his own or the shared area, nothing there`)
     }
   })
 
   it('a prompt reads the shared inputs, his own files, and texts; alice reads hers; the admin anything', async () => {
-    for (const t of ['shared.png', `${B}/mine.png`, { __value__: 'shared.png' }, 'not-a-file.png', 'a prompt text', '', '.', 'x'.repeat(5000)]) {
+    // a name of 4096 bytes or more is the kernel's to refuse (and resolving 120 KB of path parts once held the host's loop for 40 s)
+    for (const t of ['shared.png', `${B}/mine.png`, { __value__: 'shared.png' }, 'not-a-file.png', 'a prompt text', '', '.', 'x'.repeat(5000), 'a/'.repeat(60000) + 'x.png']) {
       assert.equal((await postPrompt(w.sc, w.bobJwt, graph(t))).action, 'pass', JSON.stringify(t))
     }
     assert.equal((await postPrompt(w.sc, w.bobJwt, graph(B, 'LoadImageSetFromFolderNode', 'folder'))).action, 'pass')
@@ -244,12 +249,15 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     const d = assertPass(await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(w.bobJwt) }))
     const out = await w.sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(graph('zzz', 'LoadImageSetFromFolderNode', 'folder'))) as { answer: { filter?: { name: string; ctx: unknown } } }
     const spec = out.answer.filter!
-    const hostAnswer = JSON.stringify({ error: { type: 'prompt_outputs_failed_validation' }, node_errors: { 1: { errors: [{ type: 'value_not_in_list', details: `folder: 'zzz' not in ['${A}', '${A}/pets', '${B}', '${A.toUpperCase()}', 'old']`, extra_info: { input_config: [[A, `${A}/pets`, B, 'old']] } }] } } })
+    const hostAnswer = JSON.stringify({ error: { type: 'prompt_outputs_failed_validation' }, node_errors: { 1: { errors: [{ type: 'value_not_in_list', details: `folder: 'zzz' not in ['${A}', '${A}/pets', '${A}/clients acme/2025', '${B}', '${B}/mine', '${A.toUpperCase()}', 'old']`, extra_info: { input_config: [[A, `${A}/pets`, `${A}\\clients acme`, B, `${B}/mine`, 'old']] } }] } } })
     const filteredAnswer: { action: string; body_text?: string } = stepAnswer(await w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 400, content_type: 'application/json' }, Buffer.from(hostAnswer)))
     assert.equal(filteredAnswer.action, 'replace')
     assert.ok(!filteredAnswer.body_text!.toLowerCase().includes(A.slice(2)), 'her id appears nowhere')
     assert.ok(filteredAnswer.body_text!.includes(B), 'his own folder stays')
-    assert.deepEqual(JSON.parse(filteredAnswer.body_text!).node_errors['1'].errors[0].extra_info.input_config, [['u_hidden', 'u_hidden/pets', B, 'old']])
+    assert.ok(!/pets|clients|acme|2025/.test(filteredAnswer.body_text!), `nothing inside her folder is named: ${filteredAnswer.body_text}`)
+    const error = JSON.parse(filteredAnswer.body_text!).node_errors['1'].errors[0]
+    assert.deepEqual(error.extra_info.input_config, [['u_hidden', 'u_hidden', 'u_hidden', B, `${B}/mine`, 'old']])
+    assert.equal(error.details, `folder: 'zzz' not in ['u_hidden', 'u_hidden', 'u_hidden', '${B}', '${B}/mine', 'u_hidden', 'old']`)
     const ok = stepAnswer(await w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 200, content_type: 'application/json' }, Buffer.from(`{"prompt_id": "x", "number": 1, "node_errors": {}}`)))
     assert.equal(ok.action, 'keep')
   })

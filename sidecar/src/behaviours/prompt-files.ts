@@ -33,13 +33,20 @@ export const SCOPE_INPUT = 'authsvc_scope'
 const PREFIX_INPUT = 'filename_prefix'
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
 
-/** Every string inside an input's value, at any depth (wrappers such as `__value__` and their siblings included). */
+/**
+ * Every string inside an input's value, at any depth (wrappers such as `__value__` and their
+ * siblings included), and each as nodes that tidy a pasted path read it: without surrounding
+ * spaces and quotes (a popular video pack's loaders strip them before they open the file).
+ */
 function collect(value: unknown, into: Set<string>): void {
   const stack: unknown[] = [value]
   while (stack.length > 0) {
     const v = stack.pop()
-    if (typeof v === 'string') into.add(v)
-    else if (Array.isArray(v)) stack.push(...v)
+    if (typeof v === 'string') {
+      into.add(v)
+      const tidied = v.trim().replace(/^["']+|["']+$/g, '').trim()
+      if (tidied !== v) into.add(tidied)
+    } else if (Array.isArray(v)) stack.push(...v)
     else if (isObject(v)) stack.push(...Object.values(v))
   }
 }

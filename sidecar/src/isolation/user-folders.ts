@@ -88,9 +88,16 @@ export function mayReadFile(place: Place | undefined, roots: Roots, owner: strin
 export const inUserFolder = (key: string): boolean => folderOfRel(key.slice(key.indexOf('/') + 1)) !== null
 
 const FOLDER_NAMES = new RegExp(FOLDER, 'gi')
+// a folder name and the path after it, up to the quote that ends the name (JSON text, or a Python repr inside it)
+const FOLDER_PATHS = new RegExp(String.raw`(?:${FOLDER})(?:[\\/][^'"]*)?`, 'gi')
 
-/** `text` with every per-user folder name but `owner`'s own replaced (a host answer that lists folders). */
+/**
+ * `text` with every per-user folder but `owner`'s own replaced, with whatever path follows it, by
+ * `u_hidden` (a host answer that lists folders: neither whose they are nor what is inside shows).
+ */
 export function withoutOthersFolders(text: string, owner: string): string {
   const own = userFolder(owner)
-  return text.replace(FOLDER_NAMES, (name) => (name.toLowerCase() === own ? name : 'u_hidden'))
+  // inside one's own folder a subfolder may carry another's id (a name the caller chose): hidden too
+  const names = (found: string): string => found.replace(FOLDER_NAMES, (name) => (name.toLowerCase() === own ? name : 'u_hidden'))
+  return text.replace(FOLDER_PATHS, (found) => (found.split(/[\\/]/, 1)[0].toLowerCase() === own ? names(found) : 'u_hidden'))
 }
