@@ -140,7 +140,7 @@ def entered(path: str, root: str) -> list[str]:
                 stack.pop()
         else:
             stack.append(part)
-    return names
+    return list(dict.fromkeys(names))
 
 
 def _name(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
