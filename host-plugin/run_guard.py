@@ -14,15 +14,15 @@ file that appears after the prompt was queued. They are judged here, when the fi
   ``access`` (so ``os.path.exists`` and kin say "missing"), ``chdir``, listing, scanning, removing,
   renaming, linking, making folders and FIFOs, ``chmod``, ``chown``, ``utime``, ``truncate``,
   extended attributes; ``shutil``, ``pathlib``, ``glob`` and ``os.walk`` call these) are replaced
-  by guarded ones, with the first
-  prompt that has a folder (a server whose only prompts are administrators' is left as it was).
-  On the host's prompt worker thread (``Thread-N (prompt_worker)``, where nodes run), for the
-  prompt the worker announced last (``PromptServer.last_prompt_id``), a path whose real path
-  (symlinks followed; for calls that act on a link itself, its folder's real path and its name),
-  or whose spelling passes through such a folder on the way (``u_<id>/x/../../a.png``, which the
-  kernel walks), inside ``input/``, ``output/`` or ``temp/`` and not the prompt's own, is refused with ``PermissionError`` before the call:
-  the node fails, the prompt ends with the host's ``execution_error``, and nothing was read or
-  written. On any other thread a guarded function costs one thread-id comparison. A prompt this
+  by guarded ones, with the first prompt that has a folder (a server whose only prompts are
+  administrators' is left as it was). On the host's prompt worker thread (where nodes run: the
+  thread that takes prompts off the queue with its ``get``, wrapped like ``put``), for the prompt
+  the worker announced last (``PromptServer.last_prompt_id``), a path whose real path (symlinks
+  followed; for calls that act on a link itself, its folder's real path and its name), or whose
+  spelling passes through such a folder on the way (``u_<id>/x/../../a.png``, which the kernel
+  walks), inside ``input/``, ``output/`` or ``temp/`` and not the prompt's own, is refused with
+  ``PermissionError`` before the call: the node fails, the prompt ends with the host's
+  ``execution_error``, and nothing was read or written. On any other thread a guarded function costs one thread-id comparison. A prompt this
   module has no record of is treated as having no folder.
 
 Not an audit hook (``sys.addaudithook``), which sees every way of opening a file: once one is
@@ -55,7 +55,6 @@ from typing import Any, Callable
 log = logging.getLogger("authsvc")
 
 FOLDER = re.compile(r"^(u_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|o_[0-9a-f]{16})$", re.IGNORECASE)
-WORKER_SUFFIX = "(prompt_worker)"
 KEPT = 1_000_000  # queued prompts remembered at most; the oldest are forgotten first
 
 # the functions that touch a path: (module, name, (position, keyword, how) of each path argument);
@@ -133,8 +132,9 @@ class RunGuard:
             while len(self._folders) > KEPT:
                 self._folders.popitem(last=False)
 
-    def _wrap_put(self, queue: Any) -> None:
-        put = queue.put
+    def _wrap_queue(self, queue: Any) -> None:
+        """Records from the queue's ``put``; the worker is the thread that calls its ``get``."""
+        put, get = queue.put, queue.get
 
         @functools.wraps(put)
         def recording_put(item: Any, *args: Any, **kwargs: Any) -> Any:
@@ -144,7 +144,13 @@ class RunGuard:
                 log.exception("authsvc: run guard could not record a prompt")
             return put(item, *args, **kwargs)
 
+        @functools.wraps(get)
+        def worker_get(*args: Any, **kwargs: Any) -> Any:
+            self._worker = threading.get_ident()
+            return get(*args, **kwargs)
+
         queue.put = recording_put
+        queue.get = worker_get
 
     def folder_of(self, prompt_id: Any) -> str | None:
         """The running prompt's folder; the records of prompts run before it are dropped."""
@@ -158,13 +164,7 @@ class RunGuard:
 
     # ------------------------------------------------------------------ the guard
     def _on_worker(self) -> bool:
-        ident = threading.get_ident()
-        if self._worker is not None:
-            return ident == self._worker
-        if threading.current_thread().name.endswith(WORKER_SUFFIX):
-            self._worker = ident
-            return True
-        return False
+        return threading.get_ident() == self._worker
 
     def _roots_real(self) -> tuple[str, ...]:
         raw = tuple(self._roots())
@@ -218,8 +218,8 @@ class RunGuard:
             self._busy.on = False
 
     def install(self) -> None:
-        """Records from the host's queue now; the guarded functions with the first prompt that has a folder."""
-        self._wrap_put(self._server.prompt_queue)
+        """Records and the worker from the host's queue now; the guarded functions with the first prompt that has a folder."""
+        self._wrap_queue(self._server.prompt_queue)
 
     def _guard_once(self) -> None:
         if self._guarding:
@@ -250,7 +250,8 @@ def install(prompt_server: Any) -> RunGuard | None:
         import folder_paths  # ComfyUI's module
     except ImportError:
         folder_paths = None
-    if folder_paths is None or not callable(getattr(getattr(prompt_server, "prompt_queue", None), "put", None)):
+    queue = getattr(prompt_server, "prompt_queue", None)
+    if folder_paths is None or not callable(getattr(queue, "put", None)) or not callable(getattr(queue, "get", None)):
         log.warning("authsvc: this host has no folder_paths or prompt queue; names computed while a prompt runs are not judged")
         return None
     guard = RunGuard(prompt_server, lambda: (folder_paths.get_input_directory(), folder_paths.get_output_directory(), folder_paths.get_temp_directory()))

@@ -34,6 +34,9 @@ class Queue:
     def put(self, item: Any) -> None:
         self.items.append(item)
 
+    def get(self, timeout: float | None = None) -> None:
+        return None  # the host's worker blocks here for the next prompt
+
 
 class Server:
     """What the guard reads of ComfyUI's PromptServer."""
@@ -62,7 +65,7 @@ def guard_for_tests() -> tuple[Any, Server, str]:
 
 
 def on_worker(fn: Callable[[], Any]) -> Any:
-    """Runs `fn` on a thread named as ComfyUI's prompt worker (`Thread-N (prompt_worker)`)."""
+    """Runs `fn` on the worker thread: the one that took a prompt off the queue (`get`)."""
     out: dict[str, Any] = {}
 
     def prompt_worker() -> None:
@@ -72,7 +75,9 @@ def on_worker(fn: Callable[[], Any]) -> Any:
             out["error"] = e
 
     # the guard learns the worker's identity once, as in the host where the worker never ends
-    worker = _installed.setdefault("worker", _Worker())
+    if "worker" not in _installed:
+        _installed["worker"] = _Worker()
+    worker = _installed["worker"]
     return worker.run(prompt_worker, out)
 
 
@@ -80,9 +85,10 @@ class _Worker:
     def __init__(self) -> None:
         self.jobs: list[tuple[Callable[[], None], threading.Event]] = []
         self.cv = threading.Condition()
-        threading.Thread(target=self._loop, name="Thread-99 (prompt_worker)", daemon=True).start()
+        threading.Thread(target=self._loop, name="test-worker", daemon=True).start()
 
     def _loop(self) -> None:
+        _installed["server"].prompt_queue.get(timeout=0)  # as the host's worker does: that makes it the worker
         while True:
             with self.cv:
                 while not self.jobs:
@@ -220,6 +226,12 @@ class RunGuardTest(unittest.TestCase):
         self.assertEqual(self.running("admin-1", lambda: read(self.hers)), b"hers")
         self.server.last_prompt_id = "bob-1"
         self.assertEqual(read(self.hers), b"hers", "the server's own thread (GET /view for alice) while bob's prompt runs")
+        # a thread named like ComfyUI's worker is not the worker: only the one that takes prompts is
+        out: dict[str, bytes] = {}
+        namesake = threading.Thread(target=lambda: out.update(read=read(self.hers)), name="Thread-7 (prompt_worker)")
+        namesake.start()
+        namesake.join()
+        self.assertEqual(out, {"read": b"hers"})
 
     def test_a_prompt_without_a_record_or_with_a_bad_stamp_has_no_folder(self) -> None:
         for prompt_id in ("never-recorded", "unstamped", "bad-stamp", None):
