@@ -230,7 +230,7 @@ class RunGuard:
             if callable(original) and getattr(original, "__authsvc_guarded__", False) is not True:
                 setattr(module, name, self._guarded(original, f"{module.__name__}.{name}", paths))
 
-    def _guarded(self, original: Callable[..., Any], name: str, paths: tuple[tuple[int, str], ...]) -> Callable[..., Any]:
+    def _guarded(self, original: Callable[..., Any], name: str, paths: tuple[tuple[int, str, str], ...]) -> Callable[..., Any]:
         on_worker, check = self._on_worker, self.check
 
         @functools.wraps(original)
