@@ -143,7 +143,8 @@ def entered(path: str, root: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _name(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
+def _name(fp: Any, item: dict[str, Any], roots: dict[str, str]) -> dict[str, Any]:
+    """``roots``: the real paths of the three folders (the answer's ``roots``)."""
     name = item.get("name")
     if not isinstance(name, str):
         return {"places": []}
@@ -153,12 +154,8 @@ def _name(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
         ("temp", os.path.join(fp.get_temp_directory(), name)),
         ("cwd", os.path.join(os.getcwd(), name)),  # a node that opens the name as given (relative to the working folder)
     ]
-    roots = []
-    for kind in ("input", "output", "temp"):
-        folder = fp.get_directory_by_type(kind)
-        if isinstance(folder, str):
-            real = os.path.realpath(folder)
-            roots += [(os.path.abspath(folder), real), (real, real)]
+    # a walk meets a folder as configured (when it is a link) or as its real path
+    walked = [(lexical, real) for kind, real in roots.items() for lexical in (os.path.abspath(fp.get_directory_by_type(kind)), real)]
     places: list[dict[str, Any]] = []
     seen: set[str] = set()
     for via, candidate in candidates:
@@ -167,10 +164,10 @@ def _name(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
                 continue  # the kernel refuses it as given; a node that shortens it meets the run-time guard
         except ValueError:
             continue
-        # the folders the kernel walks through on the way (nothing is there for the sidecar: only
-        # whose folder it is counts), then the place itself
-        passed = [{"path": os.path.join(real, entry), "file": False, "dir": False} for lexical, real in roots for entry in entered(candidate, lexical)]
-        for place in [*passed, _real(candidate)]:
+        # the place itself, then the folders the kernel walks through on the way (nothing is there
+        # for the sidecar: only whose folder it is counts; a place already named keeps what is there)
+        passed = [{"path": os.path.join(real, entry), "file": False, "dir": False} for lexical, real in walked for entry in entered(candidate, lexical)]
+        for place in [_real(candidate), *passed]:
             path = place.get("path")
             if path is None or path in seen:
                 continue
@@ -212,6 +209,11 @@ def resolve(items: Any, budget_s: float = BUDGET_S) -> dict[str, Any]:
     """The answer to one ``resolve`` message: ``results`` in the order of ``items``, and ``roots``.
     OverBudget when answering takes longer than ``budget_s``."""
     fp = _folder_paths()
+    roots = {}
+    for kind in ("input", "output", "temp"):
+        folder = fp.get_directory_by_type(kind)
+        if isinstance(folder, str):
+            roots[kind] = os.path.realpath(folder)
     results: list[dict[str, Any]] = []
     deadline = time.monotonic() + budget_s
     for item in items if isinstance(items, list) else []:
@@ -226,16 +228,11 @@ def resolve(items: Any, budget_s: float = BUDGET_S) -> dict[str, Any]:
             elif op == "upload":
                 results.append(_upload(fp, item))
             elif op == "name":
-                results.append(_name(fp, item))
+                results.append(_name(fp, item, roots))
             elif op == "list":
                 results.append(_list(fp, item))
             else:
                 results.append({"status": 400})
         except (TypeError, ValueError, OSError):
             results.append({"status": 400})
-    roots = {}
-    for kind in ("input", "output", "temp"):
-        folder = fp.get_directory_by_type(kind)
-        if isinstance(folder, str):
-            roots[kind] = os.path.realpath(folder)
     return {"results": results, "roots": roots}

@@ -92,8 +92,6 @@ GUARDED: tuple[tuple[Any, str, tuple[tuple[int, str, str], ...]], ...] = (
     (os, "getxattr", _PATH),
     (os, "listxattr", _PATH),
 )
-MAX_PATH = 4096  # the kernel refuses a path of this many bytes or more (ENAMETOOLONG)
-
 _UNKNOWN = ""  # a prompt without a record: no per-user folder is its
 
 
@@ -180,7 +178,7 @@ class RunGuard:
             return None  # a descriptor: judged when it was opened
         try:
             text = "." if path is None else os.fsdecode(os.fspath(path))
-            if len(os.fsencode(text)) >= MAX_PATH:
+            if len(os.fsencode(text)) >= host_paths.MAX_PATH:
                 return None  # the kernel refuses it as given
             if how == "target" and link is not None and not os.path.isabs(text):
                 text = os.path.join(os.path.dirname(os.fsdecode(os.fspath(link))), text)

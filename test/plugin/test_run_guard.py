@@ -13,6 +13,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import types
 import unittest
 from typing import Any, Callable
 
@@ -271,7 +272,8 @@ class ResolveBudget(unittest.TestCase):
     def test_over_budget_and_entered(self) -> None:
         host_paths = plugin_module("host_paths")
         saved = host_paths._folder_paths
-        host_paths._folder_paths = lambda: None  # never reached: the budget is spent before the first item
+        # folders nowhere: the budget is spent before the first item is resolved
+        host_paths._folder_paths = lambda: types.SimpleNamespace(get_directory_by_type=lambda kind: None)
         try:
             with self.assertRaises(host_paths.OverBudget):
                 host_paths.resolve([{"op": "view", "query": "filename=a.png"}] * 2, budget_s=-1)

@@ -188,7 +188,7 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
       ` ${A}/pets/cat.png`, `"${A}/pets/cat.png"`, `'${A}/pets/cat.png' `,
     ]
     for (const t of tries) assertDenied(await postPrompt(w.sc, w.bobJwt, graph(t)), 'NOT_OWNER', JSON.stringify(t))
-    for (const folder of [A, `${A}/pets`, 'old', `../input/${A}`]) {
+    for (const folder of [A, `${A}/pets`, 'old', `../input/${A}`, 'old/x/..']) {
       assertDenied(await postPrompt(w.sc, w.bobJwt, graph(folder, 'LoadImageSetFromFolderNode', 'folder')), 'NOT_OWNER', folder)
     }
   })

@@ -90,8 +90,7 @@ export async function promptFileRefusal(prompt: unknown, host: HostLink, ownersh
       if (place.file !== true && place.dir !== true) {
         // nothing there yet: refused only inside another owner's folder, decided on the path so
         // that a name of theirs and a name nobody has get the same answer (no existence oracle)
-        const folder = folderOfRel(where.rel)
-        if (folder !== null && folder.toLowerCase() !== userFolder(owner)) return denyDecision('NOT_OWNER', 'The prompt reads a file that is not yours')
+        if (folderOfRel(where.rel) !== null && !mayRead(where, place, owner, ownership)) return denyDecision('NOT_OWNER', 'The prompt reads a file that is not yours')
         continue
       }
       if (!mayRead(where, place, owner, ownership)) return denyDecision('NOT_OWNER', 'The prompt reads a file that is not yours')
