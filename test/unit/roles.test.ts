@@ -228,6 +228,30 @@ describe('watch()', () => {
     await waitFor('a second renamed edit to apply', () => store.permissions('user').can_run === false)
   })
 
+  it('replace() is one change: the watcher seeing its write, or an unchanged save, moves nothing', async () => {
+    const { path, open } = setup()
+    const store = open()
+    let changes = 0
+    store.onChange = () => void changes++
+    store.watch()
+    await watcherReady(store)
+    const watcher = (store as unknown as { watcher: EventEmitter }).watcher
+    // the store's own listener was added first, so it has run when this one resolves
+    const seen = once(watcher, 'change')
+    store.replace(USER_CANNOT_RUN)
+    assert.equal(changes, 1, 'the replace itself')
+    await seen
+    assert.equal(changes, 1, 'the watcher read back the same roles: no second change')
+    const again = once(watcher, 'change')
+    writeFileSync(path, `${JSON.stringify(USER_CANNOT_RUN)}\n`) // saved again, other spacing, same roles
+    await again
+    assert.equal(changes, 1, 'an unchanged save is no change')
+    const third = once(watcher, 'change')
+    writeFileSync(path, JSON.stringify(withUser({ can_run: true })))
+    await third
+    assert.equal(changes, 2, 'a real edit is one')
+  })
+
   it('an invalid edit is refused (logged) and the denying policy stays in force', async () => {
     const { path, cap, open } = setup(USER_CANNOT_RUN)
     const store = open()

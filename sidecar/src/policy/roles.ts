@@ -104,6 +104,9 @@ export class RoleStore {
       this.log.error({ problems: result.problems }, 'groups file edit refused; keeping the previous roles')
       return false
     }
+    // our own write (replace) comes back through the watcher, and an editor may save an unchanged
+    // file: neither changes a role, so neither may move the epoch and drop the plugin's kept decisions
+    if (JSON.stringify(result.groups) === JSON.stringify(this.groups)) return true
     this.groups = result.groups
     this.compile()
     this.log.info({ roles: Object.keys(this.groups) }, 'groups file applied')
