@@ -144,7 +144,11 @@ describe('the access epoch: every change a decision reads is pushed at once', ()
     ['a user disabled', async () => sc.services.users.update(bob.user_id, { disabled: true }, 'narrows')],
     ['a setting changed', async () => sc.services.settings.set('allow_guest_jwt', true)],
     ['the groups replaced', () => sc.services.roles.replace(sc.services.roles.snapshot())],
-    ['the groups file reloaded', () => sc.services.roles.reload()],
+    // an edit on disk (a reload of the unchanged file is no change: roles.test.ts)
+    ['the groups file edited and reloaded', () => {
+      writeFileSync(join(sc.dir, 'authsvc_groups.json'), JSON.stringify({ ...sc.services.roles.snapshot(), epoch_role: { can_run: true } }))
+      assert.ok(sc.services.roles.reload())
+    }],
     ['the IP lists changed', () => sc.services.ipGate.update({ whitelist: [], blacklist: [{ ip: '10.9.9.9', permanent: true }] })],
     ['a model grant', async () => sc.services.modelGrants.grant({ user_id: bob.user_id, folder: 'checkpoints', item_name: 'a.safetensors', granted_by: admin.user_id, created_at_iso: new Date(sc.clock()).toISOString() })],
     ['a user deleted', async () => sc.services.users.delete(bob.user_id)],
