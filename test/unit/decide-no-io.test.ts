@@ -25,7 +25,7 @@ import { HOST_ROUTE_KEYS, hostRoutePolicy, type HostRouteBehaviour } from '../..
 import { PROTOCOL_VERSION, type Decision } from '../../sidecar/src/decide/protocol.js'
 import { CpuRoom } from '../../sidecar/src/decide/cpu-room.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
-import { addUser, bearer, call, decide, openSidecar, sessionJwt, stepAnswer, type DescOptions, type Sidecar } from './fixtures.js'
+import { addUser, apiToken, bearer, call, decide, openSidecar, sessionJwt, stepAnswer, type DescOptions, type Sidecar } from './fixtures.js'
 
 const DECIDING = new AsyncLocalStorage<string>()
 /** `fs.name (what was being decided)` for every call made while deciding */
@@ -107,6 +107,7 @@ describe('the decision path does no I/O', () => {
   let alice: UserRecord
   let bob: UserRecord
   const jwt: Record<string, string> = {}
+  let token = ''
   const exercised = new Set<string>()
 
   before(async () => {
@@ -115,6 +116,7 @@ describe('the decision path does no I/O', () => {
     alice = await addUser(sc, 'alice', 'alice-password-1')
     bob = await addUser(sc, 'bob', 'bob-password-12')
     for (const u of [admin, alice, bob]) jwt[u.username] = await sessionJwt(sc, u)
+    token = await apiToken(sc, alice)
     const hostDir = join(sc.dir, 'host')
     const userDir = join(hostDir, 'user')
     const models = join(sc.dir, 'models', 'checkpoints')
@@ -151,7 +153,10 @@ describe('the decision path does no I/O', () => {
   async function drive(who: string, o: DescOptions, extra: { fields?: Record<string, string>; filterStatuses?: number[] } = {}): Promise<Decision> {
     const what = `${who} ${o.method ?? 'GET'} ${o.path}${o.query ? `?${o.query}` : ''}`
     const before = calls.length
-    const d = await deciding(what, () => decide(sc, { ...o, headers: { ...bearer(jwt[who]), ...(o.headers ?? {}) } })).catch((err: unknown) => ({ action: 'failed', err }) as unknown as Decision)
+    // a session JWT by name; or alice's API token, her session as a cookie (same origin), nobody
+    const credential: Record<string, string> =
+      who === 'alice-token' ? bearer(token) : who === 'alice-cookie' ? { cookie: `jwt_token=${jwt.alice}`, origin: 'http://comfy.test:8188', 'sec-fetch-site': 'same-origin' } : who === 'nobody' ? {} : bearer(jwt[who])
+    const d = await deciding(what, () => decide(sc, { ...o, headers: { ...credential, ...(o.headers ?? {}) } })).catch((err: unknown) => ({ action: 'failed', err }) as unknown as Decision)
     const filterOf = async (spec: { name: string; ctx: unknown } | undefined): Promise<void> => {
       if (spec === undefined) return
       for (const status of extra.filterStatuses ?? [200, 404]) {
@@ -176,7 +181,7 @@ describe('the decision path does no I/O', () => {
     return d
   }
 
-  it('every row of the host route table, as an admin and as a user', async () => {
+  it('every row of the host route table, as an admin and as a user (session, API token, cookie) and with no credential', async () => {
     for (const key of HOST_ROUTE_KEYS) {
       const [method, pattern] = key.split(' ')
       const policy = hostRoutePolicy(method, { pattern, kind: 'route' })
@@ -187,7 +192,7 @@ describe('the decision path does no I/O', () => {
         return encodeURIComponent(match_info[name])
       })
       for (const twin of [path, `/api${path === '/' ? '' : path}`]) {
-        for (const who of ['admin', 'alice']) {
+        for (const who of twin === path ? ['admin', 'alice', 'alice-token', 'alice-cookie', 'nobody'] : ['admin', 'alice']) {
           const headers: Record<string, string> = pattern === '/ws' ? { upgrade: 'websocket', connection: 'Upgrade' } : {}
           await drive(who, { method, path: twin, pattern: twin === path ? pattern : `/api${pattern === '/' ? '' : pattern}`, match_info, headers })
         }
