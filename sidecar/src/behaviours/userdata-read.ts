@@ -67,11 +67,11 @@ export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour {
     },
     async filter(ctx, msg, payload, host) {
       if (msg.status !== 200) return { action: 'keep' }
-      const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
-      const shared = sharedDir === null ? [] : (await onHost(host, sharedDir, { list: 'files', recurse: ctx.recurse === true })).listed ?? []
       const text = payload.toString('utf8')
       const start = rootStart(text)
       if (text[start] !== '[') return { action: 'keep' }
+      const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
+      const shared = sharedDir === null ? [] : (await onHost(host, sharedDir, { list: 'files', recurse: ctx.recurse === true })).listed ?? []
       const { elements, close } = arrayElements(text, start)
       const own = new Set(elements.map((e) => entryName(JSON.parse(text.slice(e.start, e.end)) as unknown)))
       const added = shared.filter((f) => !own.has(f.rel)).map((f) => JSON.stringify(shaped(f, ctx.full_info === true, ctx.split === true)))
