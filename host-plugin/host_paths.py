@@ -28,12 +28,24 @@ Items (``op``):
   for ``content_types`` (what LoadImage and its kin list): ``{"files": [...]}``. The host's own
   lists show only the top of ``input/``, where per-user folders keep nothing.
 
+- ``userdata``: one path of the host's user folder (``path``, absolute, as the sidecar joined it
+  from the host's ``user_dir``: a user's workflows, or the shared set in ``user/default/``), looked
+  at so that no decision reads the disk in the sidecar (DESIGN §2, issue 25): ``file``, ``dir`` and
+  ``exists`` (symlinks followed, as a stat does); with ``list: "files"`` its files as ``GET
+  /userdata`` lists them (``listed``: ``{rel, size, modified, created}``, hidden names skipped,
+  ``recurse`` or not), with ``list: "v2"`` its entries as ``GET /v2/userdata`` does (``entries``,
+  paths relative to ``base``); with ``read`` a file's text (UTF-8, invalid bytes replaced); with
+  ``remove`` the file is deleted (an administrator's delete of a shared workflow, which the host
+  would look for in the admin's own folder) and ``removed`` says so. Walks visit names in byte
+  order, as the sidecar's own listing did. Not realpath'd: the path is the one the sidecar names.
+
 Every answer names ``path`` (real), ``file`` and ``dir``; or ``status`` (the host answers that
 itself, whatever exists). The answer also carries ``roots``: the real paths of the three folders.
 """
 from __future__ import annotations
 
 import os
+import stat
 import time
 from typing import Any
 
@@ -192,10 +204,80 @@ def _list(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
     return {"files": sorted(fp.filter_files_content_types(names, [str(k) for k in kinds]))}
 
 
+def _walk(folder: str, visit: Any) -> None:
+    """Every entry under ``folder``, depth first, names in byte order, with its stat (symlinks
+    followed); unreadable folders and entries are skipped. ``visit`` returns False to keep out of
+    a folder."""
+    try:
+        names = sorted(os.listdir(folder), key=os.fsencode)
+    except OSError:
+        return
+    for name in names:
+        full = os.path.join(folder, name)
+        try:
+            st = os.stat(full)
+        except (OSError, ValueError):
+            continue
+        if visit(full, name, st) is not False and stat.S_ISDIR(st.st_mode):
+            _walk(full, visit)
+
+
+def _rel(path: str, base: str) -> str:
+    return os.path.relpath(path, base).replace(os.sep, "/")
+
+
+def _userdata(item: dict[str, Any]) -> dict[str, Any]:
+    path = item.get("path")
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return {"status": 400}
+    out: dict[str, Any] = {"path": path, "file": os.path.isfile(path), "dir": os.path.isdir(path), "exists": os.path.exists(path)}
+    listing = item.get("list")
+    if listing == "files":
+        recurse = item.get("recurse") is True
+        listed: list[dict[str, Any]] = []
+
+        def visit_file(full: str, name: str, st: os.stat_result) -> bool:
+            if name.startswith("."):
+                return False
+            if stat.S_ISREG(st.st_mode):
+                listed.append({"rel": _rel(full, path), "size": st.st_size, "modified": st.st_mtime, "created": st.st_ctime})
+            return recurse
+
+        _walk(path, visit_file)
+        out["listed"] = listed
+    elif listing == "v2":
+        base = item.get("base")
+        if not isinstance(base, str) or not os.path.isabs(base):
+            return {"status": 400}
+        entries: list[dict[str, Any]] = []
+
+        def visit_entry(full: str, name: str, st: os.stat_result) -> None:
+            if stat.S_ISDIR(st.st_mode):
+                entries.append({"name": name, "path": _rel(full, base), "type": "directory"})
+            else:
+                entries.append({"name": name, "path": _rel(full, base), "type": "file", "size": st.st_size, "modified": st.st_mtime})
+
+        _walk(path, visit_entry)
+        out["entries"] = entries
+    if item.get("read") is True and out["file"]:
+        with open(path, encoding="utf-8", errors="replace", newline="") as f:
+            out["text"] = f.read()
+    if item.get("remove") is True and out["file"]:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+        out["removed"] = True
+    return out
+
+
 def slow(items: Any) -> bool:
-    """Whether answering ``items`` may take long: a folder walk (``list``), or a prompt's strings
-    (``name``: any number of them, each resolved four ways)."""
-    return isinstance(items, list) and any(isinstance(i, dict) and i.get("op") in ("list", "name") for i in items)
+    """Whether answering ``items`` may take long: a folder walk (``list``, a ``userdata`` listing),
+    a file read, or a prompt's strings (``name``: any number of them, each resolved four ways)."""
+    return isinstance(items, list) and any(
+        isinstance(i, dict) and (i.get("op") in ("list", "name") or (i.get("op") == "userdata" and (i.get("list") is not None or i.get("read") is True or i.get("remove") is True)))
+        for i in items
+    )
 
 
 BUDGET_S = 2.0  # a message that takes longer is answered with an error: the sidecar refuses the request
@@ -231,6 +313,8 @@ def resolve(items: Any, budget_s: float = BUDGET_S) -> dict[str, Any]:
                 results.append(_name(fp, item, roots))
             elif op == "list":
                 results.append(_list(fp, item))
+            elif op == "userdata":
+                results.append(_userdata(item))
             else:
                 results.append({"status": 400})
         except (TypeError, ValueError, OSError):

@@ -13,12 +13,16 @@
  * - GET /users: the single-user answer; who else has an account is not the
  *   caller's business (the gate, not ComfyUI's user picker, says who you are).
  *   POST /users: users are made in authsvc (403).
+ *
+ * What is on the disk (own folder or file there? the shared files, a shared file's text) is
+ * asked of the host while the decision or filter waits (`onHost`): nothing here reads the disk
+ * (DESIGN §2; docs/decisions.md, "Workflows: the host looks, the gate decides").
  */
-import { readFileSync } from 'node:fs'
 import { resolve } from 'node:path'
 import { denyDecision, jsonDecision } from '../decide/answers.js'
-import { inWorkflows, listFiles, listV2, SHARED_HOST_USER, unquoteOnce, userRelative, type ListedFile, type V2Entry } from '../isolation/workflow-store.js'
+import { inWorkflows, onHost, SHARED_HOST_USER, unquoteOnce, userRelative, type ListedFile, type V2Entry } from '../isolation/workflow-store.js'
 import { arrayElements, rootStart } from '../isolation/json-spans.js'
+import type { Decision } from '../decide/protocol.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
 import { hostUserOf, replaced } from './context.js'
 
@@ -42,7 +46,7 @@ function entryName(value: unknown): string | undefined {
 
 export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour {
   return {
-    decide({ desc, pass, principal, owner, seesAll }) {
+    decide({ desc, pass, principal, owner, seesAll, host }) {
       const query = new URLSearchParams(desc.query)
       const dir = query.get('dir') ?? ''
       const rel = dir === '' ? null : userRelative(dir)
@@ -51,21 +55,23 @@ export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour {
       // The caller has no such folder of their own (a new user): the host would answer 404, and
       // the plugin filters only 2xx answers, so the shared list is answered here.
       const ownDir = deps.workflows.file(hostUserOf(principal), rel)
-      if (ownDir !== null && !deps.workflows.exists(ownDir)) {
+      const filtered: Decision = { ...pass, filter: { name: 'userdata', ctx } }
+      if (ownDir === null) return filtered
+      return onHost(host, ownDir).then(async (own) => {
+        if (own.exists) return filtered
         const sharedDir = deps.workflows.file(SHARED_HOST_USER, rel)
-        const shared = sharedDir === null ? [] : listFiles(sharedDir, ctx.recurse)
+        const shared = sharedDir === null ? [] : (await onHost(host, sharedDir, { list: 'files', recurse: ctx.recurse })).listed ?? []
         if (shared.length === 0) return pass // the host answers its own 404
         return jsonDecision(200, shared.map((f) => shaped(f, ctx.full_info, ctx.split)))
-      }
-      return { ...pass, filter: { name: 'userdata', ctx } }
+      })
     },
-    filter(ctx, msg, payload) {
+    async filter(ctx, msg, payload, host) {
       if (msg.status !== 200) return { action: 'keep' }
-      const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
-      const shared = sharedDir === null ? [] : listFiles(sharedDir, ctx.recurse === true)
       const text = payload.toString('utf8')
       const start = rootStart(text)
       if (text[start] !== '[') return { action: 'keep' }
+      const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
+      const shared = sharedDir === null ? [] : (await onHost(host, sharedDir, { list: 'files', recurse: ctx.recurse === true })).listed ?? []
       const { elements, close } = arrayElements(text, start)
       const own = new Set(elements.map((e) => entryName(JSON.parse(text.slice(e.start, e.end)) as unknown)))
       const added = shared.filter((f) => !own.has(f.rel)).map((f) => JSON.stringify(shaped(f, ctx.full_info === true, ctx.split === true)))
@@ -80,7 +86,7 @@ const sortV2 = (a: V2Entry, b: V2Entry): number =>
 
 export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour {
   return {
-    decide({ desc, pass, principal, owner, seesAll }) {
+    decide({ desc, pass, principal, owner, seesAll, host }) {
       const raw = new URLSearchParams(desc.query).get('path') ?? ''
       const rel = raw === '' ? null : userRelative(unquoteOnce(raw)) // the v2 route unquotes once more itself
       if (rel === null || !inWorkflows(rel)) return pass
@@ -89,18 +95,24 @@ export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour {
       const ownDir = deps.workflows.file(hostUserOf(principal), rel)
       const sharedRoot = deps.workflows.root(SHARED_HOST_USER)
       const sharedDir = deps.workflows.file(SHARED_HOST_USER, rel)
-      if (ownDir !== null && !deps.workflows.exists(ownDir)) {
-        if (sharedRoot === null || sharedDir === null || !deps.workflows.exists(sharedDir)) return pass // the host's own 404
-        return jsonDecision(200, listV2(resolve(sharedRoot), sharedDir).sort(sortV2))
-      }
-      return { ...pass, filter: { name: 'userdata-v2', ctx: { kind: 'userdata-list-v2', owner, seesAll, rel, host_user: hostUserOf(principal) } } }
+      const filtered: Decision = { ...pass, filter: { name: 'userdata-v2', ctx: { kind: 'userdata-list-v2', owner, seesAll, rel, host_user: hostUserOf(principal) } } }
+      if (ownDir === null) return filtered
+      return onHost(host, ownDir).then(async (own) => {
+        if (own.exists) return filtered
+        if (sharedRoot === null || sharedDir === null) return pass // the host's own 404
+        const shared = await onHost(host, sharedDir, { list: 'v2', base: resolve(sharedRoot) })
+        if (!shared.exists) return pass // the host's own 404
+        return jsonDecision(200, (shared.entries ?? []).sort(sortV2))
+      })
     },
-    filter(ctx, msg, payload) {
+    async filter(ctx, msg, payload, host) {
       if (msg.status !== 200) return { action: 'keep' }
       const sharedRoot = deps.workflows.root(SHARED_HOST_USER)
       const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
-      if (sharedRoot === null || sharedDir === null || !deps.workflows.exists(sharedDir)) return { action: 'keep' }
-      const shared = listV2(resolve(sharedRoot), sharedDir)
+      if (sharedRoot === null || sharedDir === null) return { action: 'keep' }
+      const found = await onHost(host, sharedDir, { list: 'v2', base: resolve(sharedRoot) })
+      if (!found.exists) return { action: 'keep' }
+      const shared = found.entries ?? []
       const parsed = JSON.parse(payload.toString('utf8')) as unknown
       if (!Array.isArray(parsed)) return { action: 'keep' }
       const own = parsed as V2Entry[]
@@ -112,14 +124,19 @@ export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour {
 
 export function userdataReadBehaviour(deps: BehaviourDeps): RouteBehaviour {
   return {
-    decide({ desc, pass, principal }) {
+    decide({ desc, pass, principal, host }) {
       const rel = userRelative(desc.match_info.file ?? '')
       if (rel === null || !inWorkflows(rel)) return pass
-      if (deps.workflows.isFile(deps.workflows.file(hostUserOf(principal), rel))) return pass
+      const own = deps.workflows.file(hostUserOf(principal), rel)
       const shared = deps.workflows.file(SHARED_HOST_USER, rel)
-      if (!deps.workflows.isFile(shared)) return pass // the host answers its own 404
-      const type: [string, string] = shared.toLowerCase().endsWith('.json') ? JSON_TYPE : ['Content-Type', 'application/octet-stream']
-      return { action: 'respond', status: 200, headers: [type], body_text: readFileSync(shared, 'utf8') }
+      if (shared === null) return pass // the host has not named its user folder (nor is there an own path)
+      return (async (): Promise<Decision> => {
+        if (own !== null && (await onHost(host, own)).file) return pass
+        const found = await onHost(host, shared, { read: true })
+        if (!found.file || found.text === undefined) return pass // the host answers its own 404
+        const type: [string, string] = shared.toLowerCase().endsWith('.json') ? JSON_TYPE : ['Content-Type', 'application/octet-stream']
+        return { action: 'respond', status: 200, headers: [type], body_text: found.text }
+      })()
     },
   }
 }

@@ -9,7 +9,8 @@
  */
 import { denyDecision } from '../decide/answers.js'
 import { can } from '../identity/principal.js'
-import { decodedRelative, inWorkflows, SHARED_HOST_USER, unquoteOnce, userRelative } from '../isolation/workflow-store.js'
+import type { Decision } from '../decide/protocol.js'
+import { decodedRelative, inWorkflows, onHost, SHARED_HOST_USER, unquoteOnce, userRelative } from '../isolation/workflow-store.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
 import { hostUserOf, isAdminRole } from './context.js'
 
@@ -26,7 +27,7 @@ export function isWorkflowsPath(file: string): boolean {
 
 export function userdataWriteBehaviour(deps: BehaviourDeps): RouteBehaviour {
   return {
-    decide({ desc, pass, principal }) {
+    decide({ desc, pass, principal, host }) {
       const file = desc.match_info.file
       const touched = [file, desc.match_info.dest].filter((f): f is string => typeof f === 'string')
       if (touched.some(isWorkflowsPath) && !can(principal, 'can_modify_workflows')) {
@@ -35,14 +36,19 @@ export function userdataWriteBehaviour(deps: BehaviourDeps): RouteBehaviour {
       if (typeof file !== 'string' || !isWorkflowsPath(file) || desc.method === 'POST' && desc.match_info.dest === undefined) return pass
       const rel = userRelative(file)
       if (rel === null) return pass
-      if (deps.workflows.isFile(deps.workflows.file(hostUserOf(principal), rel))) return pass
+      const own = deps.workflows.file(hostUserOf(principal), rel)
       const shared = deps.workflows.file(SHARED_HOST_USER, rel)
-      if (!deps.workflows.isFile(shared)) return pass // the host answers its own 404
-      if (desc.method === 'DELETE' && isAdminRole(principal)) {
-        deps.workflows.remove(shared)
-        return { action: 'respond', status: 204, headers: [], body_text: '' }
-      }
-      return denyDecision('WORKFLOW_DENIED', desc.method === 'DELETE' ? 'Only an administrator deletes a shared workflow' : 'A shared workflow cannot be moved')
+      if (shared === null) return pass // the host has not named its user folder (nor is there an own path)
+      const adminDelete = desc.method === 'DELETE' && isAdminRole(principal)
+      // what is there is the host's to look at (and an admin's delete of a shared one the host's to
+      // do), while the decision waits: a decision never touches the disk here (workflow-store.ts)
+      return (async (): Promise<Decision> => {
+        if (own !== null && (await onHost(host, own)).file) return pass
+        const found = await onHost(host, shared, adminDelete ? { remove: true } : {})
+        if (!found.file) return pass // the host answers its own 404
+        if (adminDelete) return { action: 'respond', status: 204, headers: [], body_text: '' }
+        return denyDecision('WORKFLOW_DENIED', desc.method === 'DELETE' ? 'Only an administrator deletes a shared workflow' : 'A shared workflow cannot be moved')
+      })()
     },
   }
 }

@@ -151,10 +151,19 @@ export function cpuPressure(read: Read = readText): number | null {
   }
 }
 
-/** `roomIsFree` over the last second, for this process (the sidecar has no peer it can count). */
+/**
+ * `roomIsFree` over the last second, for this process (the sidecar has no peer it can count).
+ *
+ * The decision socket asks after every read of frames, in the turn that decided them and before
+ * their answers leave (they are corked until the next tick): `check()` reads nothing then. It
+ * answers the last verdict and, when that is a second old, takes the next sample of /proc in a
+ * later turn (`setImmediate`), once the answers are on their way (DESIGN §2: no I/O while
+ * deciding; /proc is no disk, but its reads are system calls all the same).
+ */
 export class CpuRoom {
   private checkedAt = -Infinity
   private sample: CpuSample | null = null
+  private sampling = false
   /** ms spent polling since the last check */
   spun = 0
   free = false
@@ -162,16 +171,23 @@ export class CpuRoom {
   constructor(private readonly cpus: () => number = usableCpus) {}
 
   check(): boolean {
+    if (!this.sampling && performance.now() - this.checkedAt >= CPU_CHECK_MS) {
+      this.sampling = true
+      setImmediate(this.resample)
+    }
+    return this.free
+  }
+
+  private readonly resample = (): void => {
+    this.sampling = false
     const now = performance.now()
     const elapsed = now - this.checkedAt
-    if (elapsed < CPU_CHECK_MS) return this.free
     const spun = this.spun
     this.spun = 0
     const sample = this.look()
     this.free = roomIsFree(this.sample, sample, elapsed / 1000, spun / 1000)
     this.checkedAt = now
     this.sample = sample
-    return this.free
   }
 
   private look(): CpuSample {

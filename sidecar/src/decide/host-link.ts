@@ -11,6 +11,7 @@
 import type { Socket } from 'node:net'
 import { encodeFrame } from './frames.js'
 import type { FileType } from '../isolation/ownership.js'
+import type { ListedFile, V2Entry } from '../isolation/workflow-store.js'
 
 export type ResolveItem =
   | { op: 'view'; query: string }
@@ -18,6 +19,13 @@ export type ResolveItem =
   | { op: 'upload'; type: string; subfolder: string; filename: string }
   | { op: 'name'; name: string }
   | { op: 'list'; folder: string; content_types: string[] }
+  /**
+   * One path of the host's user folder, looked at by the host so that no decision reads the disk
+   * here (isolation/workflow-store.ts): what is there; its files (`list: 'files'`, as GET /userdata
+   * lists them) or entries (`list: 'v2'`, relative to `base`); a file's text (`read`); `remove`
+   * deletes the file (an administrator's delete of a shared workflow).
+   */
+  | { op: 'userdata'; path: string; list?: 'files' | 'v2'; recurse?: boolean; base?: string; read?: boolean; remove?: boolean }
 
 /** Where a name lands: its real path and what is there; or the status the host answers by itself. */
 export interface Place {
@@ -29,9 +37,18 @@ export interface Place {
   via?: 'annotated' | 'output' | 'temp' | 'cwd'
 }
 
+/** What a `userdata` item answers besides `path`, `file` and `dir` (host-plugin/host_paths.py). */
+export interface UserdataPlace {
+  exists?: boolean
+  listed?: ListedFile[]
+  entries?: V2Entry[]
+  text?: string
+  removed?: boolean
+}
+
 export interface Resolved {
   /** per item, in order; a `name` item answers `places` (where a node may open it, `file`/`dir` saying what is there) */
-  results: Array<Place & { places?: Place[]; files?: string[] }>
+  results: Array<Place & UserdataPlace & { places?: Place[]; files?: string[] }>
   /** the real paths of the host's input, output and temp folders */
   roots: Partial<Record<FileType, string>>
 }

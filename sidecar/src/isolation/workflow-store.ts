@@ -7,9 +7,17 @@
  * unquote once when the name holds `%`, join, normalise, refuse what leaves the
  * root), so the gate and the host always mean the same file. Listings follow
  * ComfyUI's (glob without hidden files; `os.walk` for /v2). Writes are atomic.
+ *
+ * Decisions never touch the disk here (DESIGN §2, issue 25): what a userdata decision or filter
+ * needs to know about a path (what is there, a listing, a shared file's text, an administrator's
+ * delete of a shared workflow) is asked of the host that sent the request (`onHost`, the
+ * `userdata` item of host-plugin/host_paths.py), at the moment of the decision, as the host's own
+ * handler would find it. The disk functions below serve the owned routes (routes/workflows.ts),
+ * which run on the sidecar's HTTP side, not on its decision path.
  */
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync, type Stats } from 'node:fs'
+import { mkdirSync, readdirSync, renameSync, statSync, writeFileSync, type Stats } from 'node:fs'
 import { basename, dirname, join, relative, resolve, sep } from 'node:path'
+import { HostResolveError, type HostLink, type ResolveItem, type UserdataPlace } from '../decide/host-link.js'
 
 export const SHARED_HOST_USER = 'default'
 export const WORKFLOWS_DIR = 'workflows'
@@ -98,15 +106,31 @@ export interface V2Entry {
   modified?: number
 }
 
-/** Entries under `dir` as ComfyUI's /v2/userdata lists them (os.walk: hidden names included), paths relative to `base`. */
-export function listV2(base: string, dir: string): V2Entry[] {
-  const out: V2Entry[] = []
-  walk(dir, (full, name, st) => {
-    const path = relative(base, full).split(sep).join('/')
-    if (st.isDirectory()) out.push({ name, path, type: 'directory' })
-    else out.push({ name, path, type: 'file', size: st.size, modified: st.mtimeMs / 1000 })
-  })
-  return out
+export type UserdataAsk = Omit<Extract<ResolveItem, { op: 'userdata' }>, 'op' | 'path'>
+
+/** What the host found at one path of its user folder. */
+export interface HostUserdata extends UserdataPlace {
+  file: boolean
+  dir: boolean
+  exists: boolean
+}
+
+/**
+ * The host's look at one absolute path of its user folder (host-plugin/host_paths.py, `userdata`):
+ * whether something is there, and what `ask` asks for (a listing, a file's text, a removal). The
+ * decision that asks waits for it; it rejects (and the request is refused with a 503) when the
+ * host could not look, as a failed read here did.
+ */
+export async function onHost(host: HostLink, path: string, ask: UserdataAsk = {}): Promise<HostUserdata> {
+  const { results } = await host.resolve([{ op: 'userdata', path, ...ask }])
+  const r = results[0]
+  if (r === undefined || r.status !== undefined || typeof r.file !== 'boolean' || typeof r.dir !== 'boolean' || typeof r.exists !== 'boolean') {
+    throw new HostResolveError(`the host could not look at a userdata path (${r?.status ?? 'no answer'})`)
+  }
+  if ((ask.read === true && r.file && typeof r.text !== 'string') || (ask.remove === true && r.file && r.removed !== true)) {
+    throw new HostResolveError('the host could not read or remove a userdata file')
+  }
+  return { ...r, file: r.file, dir: r.dir, exists: r.exists }
 }
 
 export class WorkflowStore {
@@ -143,13 +167,5 @@ export class WorkflowStore {
     const temp = join(dirname(path), `.${basename(path)}.authsvc-${process.pid}-${Date.now()}.tmp`)
     writeFileSync(temp, body)
     renameSync(temp, path)
-  }
-
-  remove(path: string): void {
-    rmSync(path, { force: true })
-  }
-
-  exists(path: string): boolean {
-    return existsSync(path)
   }
 }
