@@ -40,35 +40,43 @@ function entryName(value: unknown): string | undefined {
   return undefined
 }
 
-export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour {
+/** The list filter's state: the folder, and the shape the host's flags ask for. */
+interface UserdataListState {
+  rel: string
+  recurse: boolean
+  fullInfo: boolean
+  split: boolean
+}
+
+export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour<UserdataListState> {
   return {
-    decide({ desc, pass, principal, owner, seesAll }) {
+    decide({ desc, pass, principal, steps }) {
       const query = new URLSearchParams(desc.query)
       const dir = query.get('dir') ?? ''
       const rel = dir === '' ? null : userRelative(dir)
       if (rel === null || !inWorkflows(rel)) return pass
-      const ctx = { kind: 'userdata-list', owner, seesAll, rel, host_user: hostUserOf(principal), recurse: isTrue(query.get('recurse')), full_info: isTrue(query.get('full_info')), split: isTrue(query.get('split')) }
+      const state: UserdataListState = { rel, recurse: isTrue(query.get('recurse')), fullInfo: isTrue(query.get('full_info')), split: isTrue(query.get('split')) }
       // The caller has no such folder of their own (a new user): the host would answer 404, and
       // the plugin filters only 2xx answers, so the shared list is answered here.
       const ownDir = deps.workflows.file(hostUserOf(principal), rel)
       if (ownDir !== null && !deps.workflows.exists(ownDir)) {
         const sharedDir = deps.workflows.file(SHARED_HOST_USER, rel)
-        const shared = sharedDir === null ? [] : listFiles(sharedDir, ctx.recurse)
+        const shared = sharedDir === null ? [] : listFiles(sharedDir, state.recurse)
         if (shared.length === 0) return pass // the host answers its own 404
-        return jsonDecision(200, shared.map((f) => shaped(f, ctx.full_info, ctx.split)))
+        return jsonDecision(200, shared.map((f) => shaped(f, state.fullInfo, state.split)))
       }
-      return { ...pass, filter: { name: 'userdata', ctx } }
+      return { ...pass, filter: steps.filter('userdata', state) }
     },
-    filter(ctx, msg, payload) {
+    filter(state, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
-      const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
-      const shared = sharedDir === null ? [] : listFiles(sharedDir, ctx.recurse === true)
+      const sharedDir = deps.workflows.file(SHARED_HOST_USER, state.rel)
+      const shared = sharedDir === null ? [] : listFiles(sharedDir, state.recurse)
       const text = payload.toString('utf8')
       const start = rootStart(text)
       if (text[start] !== '[') return { action: 'keep' }
       const { elements, close } = arrayElements(text, start)
       const own = new Set(elements.map((e) => entryName(JSON.parse(text.slice(e.start, e.end)) as unknown)))
-      const added = shared.filter((f) => !own.has(f.rel)).map((f) => JSON.stringify(shaped(f, ctx.full_info === true, ctx.split === true)))
+      const added = shared.filter((f) => !own.has(f.rel)).map((f) => JSON.stringify(shaped(f, state.fullInfo, state.split)))
       if (added.length === 0) return { action: 'keep' }
       return replaced(text.slice(0, close) + (elements.length > 0 ? ', ' : '') + added.join(', ') + text.slice(close))
     },
@@ -78,9 +86,9 @@ export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour {
 const sortV2 = (a: V2Entry, b: V2Entry): number =>
   Number(a.type !== 'directory') - Number(b.type !== 'directory') || (a.name.toLowerCase() < b.name.toLowerCase() ? -1 : a.name.toLowerCase() > b.name.toLowerCase() ? 1 : 0)
 
-export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour {
+export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour<{ rel: string }> {
   return {
-    decide({ desc, pass, principal, owner, seesAll }) {
+    decide({ desc, pass, principal, steps }) {
       const raw = new URLSearchParams(desc.query).get('path') ?? ''
       const rel = raw === '' ? null : userRelative(unquoteOnce(raw)) // the v2 route unquotes once more itself
       if (rel === null || !inWorkflows(rel)) return pass
@@ -93,12 +101,12 @@ export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour {
         if (sharedRoot === null || sharedDir === null || !deps.workflows.exists(sharedDir)) return pass // the host's own 404
         return jsonDecision(200, listV2(resolve(sharedRoot), sharedDir).sort(sortV2))
       }
-      return { ...pass, filter: { name: 'userdata-v2', ctx: { kind: 'userdata-list-v2', owner, seesAll, rel, host_user: hostUserOf(principal) } } }
+      return { ...pass, filter: steps.filter('userdata-v2', { rel }) }
     },
-    filter(ctx, msg, payload) {
+    filter(state, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
       const sharedRoot = deps.workflows.root(SHARED_HOST_USER)
-      const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
+      const sharedDir = deps.workflows.file(SHARED_HOST_USER, state.rel)
       if (sharedRoot === null || sharedDir === null || !deps.workflows.exists(sharedDir)) return { action: 'keep' }
       const shared = listV2(resolve(sharedRoot), sharedDir)
       const parsed = JSON.parse(payload.toString('utf8')) as unknown
