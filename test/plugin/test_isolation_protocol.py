@@ -34,7 +34,7 @@ class FormStep(PluginCase):
         return form
 
     async def test_the_handler_reuses_the_form_the_gate_parsed(self) -> None:
-        s = await self.start(script({"action": "pass", "need_form": {"ctx": {"kind": "upload-mask"}}}, form={"action": "pass"}))
+        s = await self.start(script({"action": "pass", "need_form": {"ctx": {"step": "s-upload"}}}, form={"action": "pass"}))
         data = pattern_block(3, 300_000)
         status, _, body = await s.request("POST", "/upload/mask", data=self._form(data))
         self.assertEqual(status, 200, body)
@@ -56,7 +56,7 @@ class FormStep(PluginCase):
 class BodyPayload(PluginCase):
     async def test_the_replacement_body_reaches_the_host_byte_for_byte(self) -> None:
         replacement = '{"prompt": {"3": {"inputs": {"seed": 18446744073709551615, "f": 1e400, "t": "caf\\u00e9"}}}, "prompt_id": "p9"}'
-        s = await self.start(script({"action": "pass", "need_body": {"max_bytes": 65536, "ctx": {"kind": "prompt"}}},
+        s = await self.start(script({"action": "pass", "need_body": {"max_bytes": 65536, "ctx": {"step": "s-prompt"}}},
                                     body={"action": "pass", "body_text": replacement}))
         sent = b'{"prompt": {"3": {"inputs": {"seed": 18446744073709551615}}}}'
         status, _, body = await s.request("POST", "/prompt", data=sent, headers={"Content-Type": "application/json"})

@@ -118,7 +118,7 @@ class KeptFilter(PluginCase):
     def script(self, memo: str = "alice 3"):
         def run(msg: dict):
             if msg["type"] == "decide":
-                return {**KEEP, "filter": {"name": "queue", "ctx": {"kind": "queue-read", "owner": "alice"}, "memo": memo}}
+                return {**KEEP, "filter": {"name": "queue", "ctx": {"step": "s-queue-alice"}, "memo": memo}}
             if msg["type"] == "filter":
                 return {"action": "replace", "memo": memo, "body_text": "filtered:" + msg["body_text"]}
             raise AssertionError(f"unexpected message {msg}")
@@ -148,7 +148,7 @@ class KeptFilter(PluginCase):
         self.assertEqual((status, body), (200, b'filtered:{"v": 2}'))
         filters = s.fake.of_type("filter")
         self.assertEqual(len(filters), 2, "the changed answer is never taken from the memo")
-        self.assertEqual(filters[1]["ctx"], {"kind": "queue-read", "owner": "alice"})
+        self.assertEqual(filters[1]["ctx"], {"step": "s-queue-alice"})
         self.assertEqual(len(s.fake.decides()), 1)
 
     async def test_a_result_under_another_memo_than_the_kept_decisions_is_never_reused(self) -> None:
@@ -156,7 +156,7 @@ class KeptFilter(PluginCase):
         # meanwhile): that result is not stored under the kept decision's memo
         def run(msg: dict):
             if msg["type"] == "decide":
-                return {**KEEP, "filter": {"name": "queue", "ctx": {"kind": "queue-read", "owner": "alice"}, "memo": "alice 3"}}
+                return {**KEEP, "filter": {"name": "queue", "ctx": {"step": "s-queue-alice"}, "memo": "alice 3"}}
             return {"action": "replace", "memo": "alice 4", "body_text": "filtered:" + msg["body_text"]}
         s = await self.start(run)
         s.host.queue_body = {"v": 1}

@@ -145,8 +145,10 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
 
   it('an upload\'s answer does not depend on others\' files: overwrite or not, her name or a free one', async () => {
     for (const overwrite of [{}, { overwrite: 'true' }] as Array<Record<string, string>>) {
+      // each answer opens a step of its own (its id differs); everything else is the same
+      const shape = (d: Stepped): unknown => JSON.parse(JSON.stringify(d).replace(/"step":"[^"]+"/g, '"step":"-"'))
       const onHers = await upload(w.bobJwt, { subfolder: `${A}/pets`, ...overwrite }, 'cat.png')
-      assert.deepEqual(await upload(w.bobJwt, { subfolder: `${A}/pets`, ...overwrite }, 'free-name.png'), onHers)
+      assert.deepEqual(shape(await upload(w.bobJwt, { subfolder: `${A}/pets`, ...overwrite }, 'free-name.png')), shape(onHers))
       assert.equal(onHers.action, 'pass')
       assert.deepEqual((onHers as { set_fields?: unknown }).set_fields, { subfolder: `${B}/${A}/pets` })
     }
@@ -258,7 +260,11 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     const error = JSON.parse(filteredAnswer.body_text!).node_errors['1'].errors[0]
     assert.deepEqual(error.extra_info.input_config, [['u_hidden', 'u_hidden', 'u_hidden', B, `${B}/mine`, 'old']])
     assert.equal(error.details, `folder: 'zzz' not in ['u_hidden', 'u_hidden', 'u_hidden', '${B}', '${B}/mine', 'u_hidden', 'old']`)
-    const ok = stepAnswer(await w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 200, content_type: 'application/json' }, Buffer.from(`{"prompt_id": "x", "number": 1, "node_errors": {}}`)))
+    // the step ran: the plugin sends one filter per answer, and the same ctx again is refused (503)
+    await assert.rejects(async () => w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 400, content_type: 'application/json' }, Buffer.from(hostAnswer)), /unknown filter/)
+    const again = assertPass(await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(w.bobJwt) }))
+    const next = await w.sc.handlers.body({ type: 'body', id: 1, ctx: again.need_body!.ctx }, Buffer.from(graph('zzz', 'LoadImageSetFromFolderNode', 'folder'))) as { answer: { filter?: { name: string; ctx: unknown } } }
+    const ok = stepAnswer(await w.sc.handlers.filter({ type: 'filter', id: 1, name: next.answer.filter!.name, ctx: next.answer.filter!.ctx, status: 200, content_type: 'application/json' }, Buffer.from(`{"prompt_id": "x", "number": 1, "node_errors": {}}`)))
     assert.equal(ok.action, 'keep')
   })
 

@@ -14,7 +14,7 @@ import { openHarness, type Harness } from '../integration/harness.js'
 import { buildApp } from '../../sidecar/src/app.js'
 import { createLogger } from '../../sidecar/src/log.js'
 import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
-import { checkMessage, encodeFrame, FrameDecoder } from '../../sidecar/src/decide/frames.js'
+import { encodeFrame, FrameDecoder, parseMessage } from '../../sidecar/src/decide/frames.js'
 
 interface Vector {
   name: string
@@ -76,7 +76,8 @@ describe('shared frame vectors (protocol v3, byte for byte)', () => {
       const [decoded] = decoder.feed(frame.subarray(5))
       assert.deepEqual(decoded.message, v.message)
       assert.deepEqual(decoded.payload, payload)
-      if (v.direction === 'plugin->sidecar') assert.equal(checkMessage(decoded.message), null, 'a well-formed message')
+      // a well-formed message, parsed into its type with every field it carries
+      if (v.direction === 'plugin->sidecar') assert.deepEqual(parseMessage(decoded.message), { message: v.message })
     })
   }
 })

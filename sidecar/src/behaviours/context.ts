@@ -25,6 +25,7 @@ import type {
   RequestDescription,
   WithPayload,
 } from '../decide/protocol.js'
+import type { StepToken } from './steps.js'
 
 export interface BehaviourDeps {
   config: Config
@@ -47,7 +48,7 @@ export { hostUserOf } from '../identity/host-user.js'
 export const isAdminRole = (p: Principal): boolean => p.isAdmin && p.role === ADMIN_ROLE
 
 /** What every decide step gets. */
-export interface DecideInput {
+export interface DecideInput<S = never> {
   desc: RequestDescription
   principal: Principal
   pass: PassDecision
@@ -56,33 +57,46 @@ export interface DecideInput {
   seesAll: boolean
   /** resolves names on the host that asked (decide/host-link.ts) */
   host: HostLink
+  /** opens the behaviour's later steps with their state (kept in the sidecar: steps.ts) */
+  steps: Steps<S>
 }
 
-/** The context a behaviour sends along with need_body / need_form / filter; it comes back in the next message. */
-export interface StepContext {
-  kind: string
-  owner: string
-  seesAll: boolean
-  [key: string]: unknown
+/**
+ * Opens a later step of a behaviour: its state stays in the sidecar (steps.ts), the decision
+ * carries an opaque token as the step's ctx, and the step gets the state back as it was given.
+ * A behaviour opens only the steps it has (else a programming error, refused as a failed decision).
+ */
+export interface Steps<S> {
+  /** the ctx of a `need_body` */
+  body(state: S): StepToken
+  /** the ctx of a `need_form` */
+  form(state: S): StepToken
+  /** the `{name, ctx}` of a pass's `filter`; a filter message of another name is refused */
+  filter(name: string, state: S): { name: string; ctx: StepToken }
 }
 
 export type BodyAnswer = Decision | WithPayload<Decision>
 export type FilterResult = FilterAnswer | WithPayload<FilterAnswer>
 
-export interface RouteBehaviour {
-  decide(input: DecideInput): Decision | Promise<Decision>
+/**
+ * A route behaviour and the state `S` its later steps need (`never`: it has none). Its steps
+ * get the state its decision (or an earlier step) opened them with, typed, never a bag.
+ */
+export interface RouteBehaviour<S = never> {
+  decide(input: DecideInput<S>): Decision | Promise<Decision>
   /**
    * Its GET decision reads nothing but the request, the principal and what its filter's memo
    * names (prompt and file ownership, the model cache), each of which moves the access epoch:
    * the plugin may keep a pass of it like a plain route's (decide.ts, docs/architecture.md).
+   * Its filter state is then shared and outlives each filter step (the plugin reuses the ctx).
    */
   keepable?: true
-  /** `host` resolves names on the host that asked (decide/host-link.ts) */
-  body?(ctx: StepContext, payload: Buffer, host: HostLink): BodyAnswer | Promise<BodyAnswer>
-  form?(ctx: StepContext, msg: FormMessage, host: HostLink): Decision | Promise<Decision>
-  filter?(ctx: StepContext, msg: FilterMessage, payload: Buffer, host: HostLink): FilterResult | Promise<FilterResult>
+  /** `host` resolves names on the host that asked (decide/host-link.ts); `steps` opens the filter of its answer */
+  body?(state: S, payload: Buffer, host: HostLink, steps: Steps<S>): BodyAnswer | Promise<BodyAnswer>
+  form?(state: S, msg: FormMessage, host: HostLink, steps: Steps<S>): Decision | Promise<Decision>
+  filter?(state: S, msg: FilterMessage, payload: Buffer, host: HostLink): FilterResult | Promise<FilterResult>
   /** the prompts the caller may see, when the host's answer is too large to travel whole (filter `too_large`) */
-  narrow?(ctx: StepContext): { keep: string[]; final: boolean } | null
+  narrow?(state: S): { keep: string[]; final: boolean } | null
 }
 
 export const replaced = (text: string): WithPayload<FilterAnswer> => ({ answer: { action: 'replace' }, payload: Buffer.from(text, 'utf8') })

@@ -8,7 +8,7 @@
  */
 import { denyDecision, jsonDecision } from '../decide/answers.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
-import { scopedDeleteBody } from './scoped-delete.js'
+import { scopedDeleteBody, type ScopedDeleteState } from './scoped-delete.js'
 
 function intParam(query: URLSearchParams, key: string): number | null | 'bad' {
   const raw = query.get(key)
@@ -16,14 +16,21 @@ function intParam(query: URLSearchParams, key: string): number | null | 'bad' {
   return /^\s*[-+]?\d+\s*$/.test(raw) ? Number.parseInt(raw, 10) : 'bad'
 }
 
-export function historyListBehaviour(deps: BehaviourDeps): RouteBehaviour {
+/** The history list's filter: whose entries, and the page the caller asked for (-1: no offset). */
+interface HistoryListState {
+  owner: string
+  maxItems: number | null
+  offset: number
+}
+
+export function historyListBehaviour(deps: BehaviourDeps): RouteBehaviour<HistoryListState> {
   // the plugin may reuse a result for a byte-identical answer while no prompt was recorded
   // (protocol filter.memo); the decision and the filter's answer name it the same way
   const memoOf = (owner: string, maxItems: number | null, offset: number): string =>
     `${owner} ${deps.ownership.promptsVersion} ${maxItems} ${offset}`
   return {
     keepable: true,
-    decide({ desc, pass, owner, seesAll }) {
+    decide({ desc, pass, owner, seesAll, steps }) {
       if (seesAll) return pass
       const query = new URLSearchParams(desc.query)
       const maxItems = intParam(query, 'max_items')
@@ -35,20 +42,16 @@ export function historyListBehaviour(deps: BehaviourDeps): RouteBehaviour {
       return {
         ...pass,
         ...(drop.length > 0 ? { drop_query: drop } : {}),
-        filter: {
-          name: 'history',
-          ctx: { kind: 'history-list', owner, seesAll, max_items: maxItems, offset: offset ?? -1 },
-          memo: memoOf(owner, maxItems, offset ?? -1),
-        },
+        filter: { ...steps.filter('history', { owner, maxItems, offset: offset ?? -1 }), memo: memoOf(owner, maxItems, offset ?? -1) },
       }
     },
     // a history too large for a frame: only the caller's own entries travel (in the host's order)
-    narrow: (ctx) => ({ keep: [...deps.ownership.promptIdsOf(ctx.owner)], final: false }),
-    async filter(ctx, msg, payload) {
+    narrow: (state) => ({ keep: [...deps.ownership.promptIdsOf(state.owner)], final: false }),
+    async filter(state, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
-      const own = deps.ownership.promptIdsOf(ctx.owner)
-      const memo = memoOf(ctx.owner, ctx.max_items as number | null, ctx.offset as number)
-      return { answer: { action: 'replace', memo }, payload: await deps.filters.history(payload, own, ctx.max_items as number | null, ctx.offset as number) }
+      const own = deps.ownership.promptIdsOf(state.owner)
+      const memo = memoOf(state.owner, state.maxItems, state.offset)
+      return { answer: { action: 'replace', memo }, payload: await deps.filters.history(payload, own, state.maxItems, state.offset) }
     },
   }
 }
@@ -63,6 +66,6 @@ export function historyEntryBehaviour(deps: BehaviourDeps): RouteBehaviour {
   }
 }
 
-export function historyWriteBehaviour(deps: BehaviourDeps): RouteBehaviour {
-  return scopedDeleteBody(deps, 'history-write')
+export function historyWriteBehaviour(deps: BehaviourDeps): RouteBehaviour<ScopedDeleteState> {
+  return scopedDeleteBody(deps, 'history')
 }

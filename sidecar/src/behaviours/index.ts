@@ -1,7 +1,10 @@
 /**
  * The route behaviours, by the name their policy row gives (policy/host-routes.ts),
- * and the dispatch of the later steps (body, form, filter) by the `kind` their
- * context names. A step whose behaviour does not have it is refused.
+ * and the dispatch of the later steps (body, form, filter) to the state their
+ * decision opened (steps.ts): the ctx the plugin sends back is only the step's id.
+ * A step that is unknown, expired, or opened for another kind of step (or another
+ * filter) is refused as a malformed ctx always was: 400 for a body or form, 503 for
+ * a filter.
  */
 import { AuthsvcError } from '../errors.js'
 import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
@@ -9,9 +12,10 @@ import type { HostRouteBehaviour, HostRoutePolicy } from '../policy/host-routes.
 import type { BehaviourHandlers } from '../decide/decide.js'
 import { denyDecision } from '../decide/answers.js'
 import type { Decision, FilterMessage, FormMessage, PassDecision, RequestDescription } from '../decide/protocol.js'
-import type { BehaviourDeps, BodyAnswer, FilterResult, RouteBehaviour, StepContext } from './context.js'
+import type { BehaviourDeps, BodyAnswer, DecideInput, FilterResult, RouteBehaviour, Steps } from './context.js'
 import { ownerKey } from './context.js'
 import { NO_HOST, type HostLink } from '../decide/host-link.js'
+import { stepIdOf, StepStore, type StepLimits } from './steps.js'
 import { historyEntryBehaviour, historyListBehaviour, historyWriteBehaviour } from './history.js'
 import { interruptBehaviour } from './interrupt.js'
 import { modelFileBehaviour, modelListBehaviour, type ModelDeps } from './models.js'
@@ -36,37 +40,89 @@ function readsAsChecked(decision: Decision): Decision {
   return { ...decision, set_headers: { ...(decision.set_headers ?? {}), 'content-type': 'application/json' } }
 }
 
-export class RouteBehaviours implements BehaviourHandlers {
-  private readonly byName: Record<HostRouteBehaviour, RouteBehaviour>
-  /** the later steps: the kind a behaviour puts in its step context → the behaviour */
-  private readonly byKind: Map<string, RouteBehaviour>
-
-  constructor(private readonly deps: BehaviourDeps & ModelDeps) {
-    this.byName = {
-      prompt: promptBehaviour(deps),
-      'queue-status': queueStatusBehaviour(deps),
-      'queue-read': queueReadBehaviour(deps),
-      'queue-write': queueWriteBehaviour(deps),
-      'history-list': historyListBehaviour(deps),
-      'history-entry': historyEntryBehaviour(deps),
-      'history-write': historyWriteBehaviour(deps),
-      interrupt: interruptBehaviour(deps),
-      view: viewBehaviour(deps),
-      'upload-image': uploadBehaviour(deps, false),
-      'upload-mask': uploadBehaviour(deps, true),
-      'object-info': objectInfoBehaviour(deps),
-      'userdata-write': userdataWriteBehaviour(deps),
-      'userdata-list': userdataListBehaviour(deps),
-      'userdata-list-v2': userdataListV2Behaviour(deps),
-      'userdata-read': userdataReadBehaviour(deps),
-      users: usersBehaviour(),
-      'system-stats': systemStatsBehaviour(),
-      websocket: websocketBehaviour(deps),
-      'model-list': modelListBehaviour(deps, 'model-list'),
-      embeddings: modelListBehaviour(deps, 'embeddings'),
-      'model-file': modelFileBehaviour(deps),
+/** A step waiting for its message, its behaviour and typed state closed over by what runs it. */
+type PendingStep =
+  | { kind: 'body'; run: (payload: Buffer, host: HostLink) => BodyAnswer | Promise<BodyAnswer> }
+  | { kind: 'form'; run: (msg: FormMessage, host: HostLink) => Decision | Promise<Decision> }
+  | {
+      kind: 'filter'
+      name: string
+      run: (msg: FilterMessage, payload: Buffer, host: HostLink) => FilterResult | Promise<FilterResult>
+      narrow: () => { keep: string[]; final: boolean } | null
     }
-    this.byKind = new Map(Object.entries(this.byName))
+
+/** A behaviour of the table with its steps bound to the store; its state type stays inside. */
+interface BoundBehaviour {
+  decide(input: Omit<DecideInput, 'steps'>): Decision | Promise<Decision>
+  keepable: boolean
+}
+
+function bind<S>(name: string, behaviour: RouteBehaviour<S>, store: StepStore<PendingStep>): BoundBehaviour {
+  const missing = (step: string): Error => new Error(`behaviour ${name} opened a ${step} step it does not have`)
+  const steps: Steps<S> = {
+    body(state) {
+      const body = behaviour.body
+      if (body === undefined) throw missing('body')
+      return store.open({ kind: 'body', run: (payload, host) => body(state, payload, host, steps) })
+    },
+    form(state) {
+      const form = behaviour.form
+      if (form === undefined) throw missing('form')
+      return store.open({ kind: 'form', run: (msg, host) => form(state, msg, host, steps) })
+    },
+    filter(filterName, state) {
+      const filter = behaviour.filter
+      if (filter === undefined) throw missing('filter')
+      const narrow = behaviour.narrow
+      const make = (): PendingStep => ({
+        kind: 'filter',
+        name: filterName,
+        run: (msg, payload, host) => filter(state, msg, payload, host),
+        narrow: () => (narrow === undefined ? null : narrow(state)),
+      })
+      // a keepable read's filter: the plugin sends the same ctx for every reuse of the kept decision
+      const ctx = behaviour.keepable === true ? store.share(`${name} ${filterName} ${JSON.stringify(state)}`, make) : store.open(make())
+      return { name: filterName, ctx }
+    },
+  }
+  return { decide: (input) => behaviour.decide({ ...input, steps }), keepable: behaviour.keepable === true }
+}
+
+export class RouteBehaviours implements BehaviourHandlers {
+  private readonly byName: Record<HostRouteBehaviour, BoundBehaviour>
+  /** the later steps waiting for their messages */
+  readonly steps: StepStore<PendingStep>
+
+  constructor(
+    private readonly deps: BehaviourDeps & ModelDeps,
+    limits?: StepLimits,
+  ) {
+    const store = new StepStore<PendingStep>(deps.clock, limits)
+    this.steps = store
+    this.byName = {
+      prompt: bind('prompt', promptBehaviour(deps), store),
+      'queue-status': bind('queue-status', queueStatusBehaviour(deps), store),
+      'queue-read': bind('queue-read', queueReadBehaviour(deps), store),
+      'queue-write': bind('queue-write', queueWriteBehaviour(deps), store),
+      'history-list': bind('history-list', historyListBehaviour(deps), store),
+      'history-entry': bind('history-entry', historyEntryBehaviour(deps), store),
+      'history-write': bind('history-write', historyWriteBehaviour(deps), store),
+      interrupt: bind('interrupt', interruptBehaviour(deps), store),
+      view: bind('view', viewBehaviour(deps), store),
+      'upload-image': bind('upload-image', uploadBehaviour(deps, false), store),
+      'upload-mask': bind('upload-mask', uploadBehaviour(deps, true), store),
+      'object-info': bind('object-info', objectInfoBehaviour(deps), store),
+      'userdata-write': bind('userdata-write', userdataWriteBehaviour(deps), store),
+      'userdata-list': bind('userdata-list', userdataListBehaviour(deps), store),
+      'userdata-list-v2': bind('userdata-list-v2', userdataListV2Behaviour(deps), store),
+      'userdata-read': bind('userdata-read', userdataReadBehaviour(deps), store),
+      users: bind('users', usersBehaviour(), store),
+      'system-stats': bind('system-stats', systemStatsBehaviour(), store),
+      websocket: bind('websocket', websocketBehaviour(deps), store),
+      'model-list': bind('model-list', modelListBehaviour(deps, 'model-list'), store),
+      embeddings: bind('embeddings', modelListBehaviour(deps, 'embeddings'), store),
+      'model-file': bind('model-file', modelFileBehaviour(deps), store),
+    }
   }
 
   /** Whether this principal sees and acts on everyone's things. */
@@ -85,34 +141,37 @@ export class RouteBehaviours implements BehaviourHandlers {
     return policy.behaviour !== undefined && this.byName[policy.behaviour]?.keepable === true
   }
 
-  private step(ctx: unknown): { behaviour: RouteBehaviour; ctx: StepContext } | null {
-    if (typeof ctx !== 'object' || ctx === null) return null
-    const c = ctx as StepContext
-    if (typeof c.kind !== 'string' || typeof c.owner !== 'string' || typeof c.seesAll !== 'boolean') return null
-    const behaviour = this.byKind.get(c.kind)
-    return behaviour ? { behaviour, ctx: c } : null
+  /** The live step a ctx names, and its id. */
+  private pending(ctx: unknown): { id: string; step: PendingStep } | null {
+    const id = stepIdOf(ctx)
+    const step = id === null ? undefined : this.steps.get(id)
+    return id === null || step === undefined ? null : { id, step }
   }
 
   body(ctx: unknown, payload: Buffer, host: HostLink = NO_HOST): BodyAnswer | Promise<BodyAnswer> {
-    const found = this.step(ctx)
-    if (!found?.behaviour.body) return denyDecision('VALIDATION_FAILED', 'Unexpected body')
-    return found.behaviour.body(found.ctx, payload, host)
+    const found = this.pending(ctx)
+    if (found?.step.kind !== 'body') return denyDecision('VALIDATION_FAILED', 'Unexpected body')
+    this.steps.done(found.id)
+    return found.step.run(payload, host)
   }
 
   form(ctx: unknown, msg: FormMessage, host: HostLink = NO_HOST): Decision | Promise<Decision> {
-    const found = this.step(ctx)
-    if (!found?.behaviour.form) return denyDecision('VALIDATION_FAILED', 'Unexpected form')
-    return found.behaviour.form(found.ctx, msg, host)
+    const found = this.pending(ctx)
+    if (found?.step.kind !== 'form') return denyDecision('VALIDATION_FAILED', 'Unexpected form')
+    this.steps.done(found.id)
+    return found.step.run(msg, host)
   }
 
   filter(msg: FilterMessage, payload: Buffer, host: HostLink = NO_HOST): FilterResult | Promise<FilterResult> {
-    const found = this.step(msg.ctx)
-    if (!found?.behaviour.filter) throw new AuthsvcError('INTERNAL_ERROR', `unknown filter ${msg.name}`)
+    const found = this.pending(msg.ctx)
+    if (found?.step.kind !== 'filter' || found.step.name !== msg.name) throw new AuthsvcError('INTERNAL_ERROR', `unknown filter ${msg.name}`)
     if (msg.too_large === true) {
-      const narrowed = found.behaviour.narrow?.(found.ctx) ?? null
+      // the plugin sends the narrowed answer to the same step again (unless final)
+      const narrowed = found.step.narrow()
       if (narrowed === null) return denyDecision('AUTHSVC_UNAVAILABLE', 'The host answer is too large to filter')
       return { action: 'narrow', keep_prompt_ids: narrowed.keep, ...(narrowed.final ? { final: true as const } : {}) }
     }
-    return found.behaviour.filter(found.ctx, msg, payload, host)
+    this.steps.done(found.id)
+    return found.step.run(msg, payload, host)
   }
 }

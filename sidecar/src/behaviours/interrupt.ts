@@ -10,13 +10,13 @@ import type { BehaviourDeps, RouteBehaviour } from './context.js'
 import { passWithBody, textOf } from './context.js'
 import { SMALL_BODY_BYTES } from './scoped-delete.js'
 
-export function interruptBehaviour(deps: BehaviourDeps): RouteBehaviour {
+export function interruptBehaviour(deps: BehaviourDeps): RouteBehaviour<{ owner: string }> {
   return {
-    decide({ pass, owner, seesAll }) {
+    decide({ pass, owner, seesAll, steps }) {
       if (seesAll) return pass
-      return { ...pass, need_body: { max_bytes: SMALL_BODY_BYTES, ctx: { kind: 'interrupt', owner, seesAll } } }
+      return { ...pass, need_body: { max_bytes: SMALL_BODY_BYTES, ctx: steps.body({ owner }) } }
     },
-    body(ctx, payload) {
+    body(state, payload) {
       const text = textOf(payload) ?? ''
       let body: unknown = {}
       if (text.trim() !== '') {
@@ -29,11 +29,11 @@ export function interruptBehaviour(deps: BehaviourDeps): RouteBehaviour {
       if (typeof body !== 'object' || body === null || Array.isArray(body)) return denyDecision('VALIDATION_FAILED', 'The body must be a JSON object')
       const asked = (body as { prompt_id?: unknown }).prompt_id
       if (asked) {
-        if (typeof asked !== 'string' || deps.ownership.ownerOfPrompt(asked) !== ctx.owner) return denyDecision('NOT_OWNER', 'Not your prompt')
+        if (typeof asked !== 'string' || deps.ownership.ownerOfPrompt(asked) !== state.owner) return denyDecision('NOT_OWNER', 'Not your prompt')
         return passWithBody(JSON.stringify({ prompt_id: asked }))
       }
       const running = deps.ownership.running
-      if (running === null || deps.ownership.ownerOfPrompt(running) !== ctx.owner) {
+      if (running === null || deps.ownership.ownerOfPrompt(running) !== state.owner) {
         return denyDecision('NOT_OWNER', 'The running prompt is not yours')
       }
       return passWithBody(JSON.stringify({ prompt_id: running }))

@@ -27,7 +27,7 @@ import { can, type Principal } from '../identity/principal.js'
 import type { ModelCache } from '../isolation/model-cache.js'
 import type { ModelGrants } from '../isolation/model-grants.js'
 import { arrayElements, keepElements, rootStart } from '../isolation/json-spans.js'
-import type { RouteBehaviour, StepContext } from './context.js'
+import type { RouteBehaviour } from './context.js'
 
 /** One model-list input as the host reported it. */
 export interface ModelInput {
@@ -246,7 +246,8 @@ export interface ModelDeps {
 // no Content-Type: the plugin builds it as the host's bare web.Response(status=404) is, whatever the aiohttp version
 const HOST_MISSING: RespondDecision = { action: 'respond', status: 404, body_text: '' }
 
-interface ModelStep extends StepContext {
+/** A model list's filter: whose grants, and the folder the list is of. */
+interface ModelListState {
   user: string | null
   folder: string
 }
@@ -280,20 +281,18 @@ function keepInArray(payload: Buffer, keep: (element: unknown) => boolean): Buff
  * host error (404 for an unknown folder) is kept; a 200 that is not a list
  * becomes `[]` (nothing of a shape we cannot read leaves).
  */
-export function modelListBehaviour(deps: ModelDeps, kind: 'model-list' | 'embeddings'): RouteBehaviour {
+export function modelListBehaviour(deps: ModelDeps, kind: 'model-list' | 'embeddings'): RouteBehaviour<ModelListState> {
   return {
-    decide({ desc, principal, pass, owner, seesAll }) {
+    decide({ desc, principal, pass, steps }) {
       if (!deps.models.restricted(principal)) return pass
-      const ctx: ModelStep = { kind, owner, seesAll, user: principal.userId, folder: kind === 'embeddings' ? 'embeddings' : (desc.match_info.folder ?? '') }
-      return { ...pass, filter: { name: kind, ctx } }
+      return { ...pass, filter: steps.filter(kind, { user: principal.userId, folder: kind === 'embeddings' ? 'embeddings' : (desc.match_info.folder ?? '') }) }
     },
-    filter(ctx, msg, payload) {
+    filter(state, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
-      const step = ctx as ModelStep
-      const view = deps.models.viewFor(typeof step.user === 'string' ? step.user : null)
-      const folder = String(step.folder)
+      const view = deps.models.viewFor(state.user)
+      const folder = state.folder
       const keep =
-        ctx.kind === 'embeddings'
+        kind === 'embeddings'
           ? (v: unknown) => typeof v === 'string' && view.embeddingStems.has(deps.models.hostPath(v))
           : (v: unknown) => {
               const name = typeof v === 'string' ? v : isObject(v) && typeof v.name === 'string' ? v.name : null
@@ -329,15 +328,18 @@ export function modelFileBehaviour(deps: ModelDeps): RouteBehaviour {
   }
 }
 
-/** The decide-step fields the prompt's body step needs for the model check. */
-export function promptModelFields(deps: ModelDeps, principal: Principal): Record<string, unknown> {
-  return deps.models.restricted(principal) ? { models_user: principal.userId } : {}
+/** The model check a later step makes: against whose grants, or none (the principal sees every model). */
+export type ModelCheck = { user: string | null } | null
+
+/** The model check the prompt's body step makes for this principal. */
+export function promptModelCheck(deps: ModelDeps, principal: Principal): ModelCheck {
+  return deps.models.restricted(principal) ? { user: principal.userId } : null
 }
 
 /** The body step's model check: a refusal, or null. */
-export function promptModelRefusal(deps: ModelDeps, ctx: StepContext, graph: unknown): Decision | null {
-  if (!('models_user' in ctx)) return null
-  return deps.models.checkPrompt(typeof ctx.models_user === 'string' ? ctx.models_user : null, graph)
+export function promptModelRefusal(deps: ModelDeps, check: ModelCheck, graph: unknown): Decision | null {
+  if (check === null) return null
+  return deps.models.checkPrompt(check.user, graph)
 }
 
 /** For /object_info: is this input's list a model list, and which entries stay. */

@@ -24,7 +24,7 @@ import { applySplices, type Splice } from '../isolation/json-spans.js'
 import { fileKey, type Ownership } from '../isolation/ownership.js'
 import { mayRead, userFolder } from '../isolation/user-folders.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
-import { objectInfoModelKeep, objectInfoModelKey, type ModelDeps, type ModelView } from './models.js'
+import { objectInfoModelKeep, objectInfoModelKey, promptModelCheck, type ModelCheck, type ModelDeps, type ModelView } from './models.js'
 import { optionListsOf, type OptionList } from './option-lists.js'
 import type { HostLink } from '../decide/host-link.js'
 
@@ -40,7 +40,14 @@ async function layoutOf(text: string): Promise<Layout> {
 const LAYOUTS_KEPT = 4
 const EDITS_KEPT = 64
 
-export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour {
+/** The filter's state: whose uploads and files, and whose model grants (null: every model). */
+interface ObjectInfoState {
+  owner: string
+  seesAll: boolean
+  models: ModelCheck
+}
+
+export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour<ObjectInfoState> {
   // a promise per answer: requests that arrive while its scan runs wait for the same scan
   const layouts = new Map<string, Promise<Layout>>()
   const edits = new Map<string, Buffer | 'keep'>()
@@ -58,18 +65,17 @@ export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehav
     `${seesAll ? 'all' : `${owner} ${deps.ownership.filesVersion}`} ${objectInfoModelKey(deps, view)}`
   return {
     keepable: true,
-    decide({ pass, owner, seesAll, principal }) {
-      const models = deps.models.restricted(principal)
-      if (seesAll && !models) return pass
-      const ctx = { kind: 'object-info', owner, seesAll, ...(models ? { models_user: principal.userId } : {}) }
-      const memo = memoOf(owner, seesAll, models ? deps.models.viewFor(principal.userId) : null)
-      return { ...pass, filter: { name: 'object_info', ctx, memo } }
+    decide({ pass, owner, seesAll, principal, steps }) {
+      const models = promptModelCheck(deps, principal)
+      if (seesAll && models === null) return pass
+      const memo = memoOf(owner, seesAll, models === null ? null : deps.models.viewFor(models.user))
+      return { ...pass, filter: { ...steps.filter('object_info', { owner, seesAll, models }), memo } }
     },
-    async filter(ctx, msg, payload, host) {
+    async filter(state, msg, payload, host) {
       if (msg.status !== 200) return { action: 'keep' }
       const hash = createHash('sha1').update(payload).digest('hex')
-      const view: ModelView | null = 'models_user' in ctx ? deps.models.viewFor(typeof ctx.models_user === 'string' ? ctx.models_user : null) : null
-      const memo = memoOf(ctx.owner, ctx.seesAll, view)
+      const view: ModelView | null = state.models === null ? null : deps.models.viewFor(state.models.user)
+      const memo = memoOf(state.owner, state.seesAll, view)
       const editKey = `${hash} ${memo}`
       let edit = edits.get(editKey)
       if (edit === undefined) {
@@ -78,11 +84,11 @@ export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehav
           throw err
         }), LAYOUTS_KEPT)
         const layout = await scan
-        const own = ctx.seesAll ? new Map<string, string[]>() : await ownUploads(host, ctx.owner, layout.lists)
+        const own = state.seesAll ? new Map<string, string[]>() : await ownUploads(host, state.owner, layout.lists)
         const splices: Splice[] = []
         for (const list of layout.lists) {
           const mine = list.uploadKind === undefined ? undefined : own.get(list.uploadKind)?.filter((name) => !list.entries.some((e) => e.name === name))
-          const fileOk = ctx.seesAll ? null : (name: string) => optionVisible(name, ctx.owner, deps.ownership)
+          const fileOk = state.seesAll ? null : (name: string) => optionVisible(name, state.owner, deps.ownership)
           const modelOk = view === null ? null : objectInfoModelKeep(deps, view, list.cls, list.input, list.entries.map((e) => e.name))
           if (fileOk === null && modelOk === null) continue
           const kept = list.entries.filter((e) => (fileOk === null || fileOk(e.name)) && (modelOk === null || modelOk(e.name)))

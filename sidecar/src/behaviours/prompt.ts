@@ -18,10 +18,10 @@ import { randomUUID } from 'node:crypto'
 import { denyDecision } from '../decide/answers.js'
 import { promptFileRefusal, promptOwnEdits } from './prompt-files.js'
 import { applySplices, lastMember, objectMembers, rootStart, setMembers, type Splice } from '../isolation/json-spans.js'
-import type { BehaviourDeps, RouteBehaviour, StepContext } from './context.js'
+import type { BehaviourDeps, RouteBehaviour } from './context.js'
 import { passWithBody, replaced, textOf } from './context.js'
 import { userFolder, withoutOthersFolders } from '../isolation/user-folders.js'
-import { promptModelFields, promptModelRefusal, type ModelDeps } from './models.js'
+import { promptModelCheck, promptModelRefusal, type ModelCheck, type ModelDeps } from './models.js'
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
 
@@ -41,14 +41,23 @@ export function pythonTruthy(value: unknown): boolean {
 const nonEmptyString = (v: unknown): v is string => typeof v === 'string' && v !== ''
 const PROMPT_ID = /^[A-Za-z0-9_-]{1,128}$/
 
-export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour {
+/** The body step's state: who submits, and the model check their grants call for. */
+interface PromptState {
+  owner: string
+  seesAll: boolean
+  userId: string | null
+  username: string
+  models: ModelCheck
+}
+
+export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour<PromptState> {
   return {
-    decide({ pass, principal, owner, seesAll }) {
-      const ctx: StepContext = { kind: 'prompt', owner, seesAll, user_id: principal.userId, username: principal.username, ...promptModelFields(deps, principal) }
-      return { ...pass, need_body: { max_bytes: deps.config.max_json_body_bytes, ctx } }
+    decide({ pass, principal, owner, seesAll, steps }) {
+      const state: PromptState = { owner, seesAll, userId: principal.userId, username: principal.username, models: promptModelCheck(deps, principal) }
+      return { ...pass, need_body: { max_bytes: deps.config.max_json_body_bytes, ctx: steps.body(state) } }
     },
 
-    async body(ctx, payload, host) {
+    async body(state, payload, host, steps) {
       const text = textOf(payload)
       if (text === null) return denyDecision('VALIDATION_FAILED', 'The prompt body is not UTF-8')
       let parsed: unknown
@@ -60,20 +69,20 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       if (!isObject(parsed)) return denyDecision('VALIDATION_FAILED', 'The prompt body must be a JSON object')
       const extra = parsed.extra_data
       if (extra !== undefined && !isObject(extra)) return denyDecision('VALIDATION_FAILED', 'extra_data must be an object')
-      const modelRefusal = promptModelRefusal(deps, ctx, parsed.prompt)
+      const modelRefusal = promptModelRefusal(deps, state.models, parsed.prompt)
       if (modelRefusal) return modelRefusal
       let own: Splice[] = []
-      if (!ctx.seesAll) {
-        const edits = promptOwnEdits(text, parsed.prompt, ctx.owner, deps.models, deps.host.facts.writer_inputs)
+      if (!state.seesAll) {
+        const edits = promptOwnEdits(text, parsed.prompt, state.owner, deps.models, deps.host.facts.writer_inputs)
         if (!Array.isArray(edits)) return edits
         own = edits
-        const fileRefusal = await promptFileRefusal(parsed.prompt, host, deps.ownership, ctx.owner, deps.host.facts.writer_inputs)
+        const fileRefusal = await promptFileRefusal(parsed.prompt, host, deps.ownership, state.owner, deps.host.facts.writer_inputs)
         if (fileRefusal) return fileRefusal
       }
-      const owner = ctx.owner
+      const owner = state.owner
 
       // the queue position is everyone's: only those who see all may choose it
-      if (!ctx.seesAll && ('number' in parsed || pythonTruthy(parsed.front))) {
+      if (!state.seesAll && ('number' in parsed || pythonTruthy(parsed.front))) {
         return denyDecision('PERMISSION_DENIED', 'Only an administrator chooses a place in the queue (number, front)')
       }
 
@@ -106,10 +115,10 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
 
       const root = objectMembers(text, rootStart(text))
       const stamp: Array<[string, string]> = [
-        ['authsvc_user', JSON.stringify(ctx.username)],
-        ['authsvc_user_id', JSON.stringify(ctx.user_id ?? null)],
+        ['authsvc_user', JSON.stringify(state.username)],
+        ['authsvc_user_id', JSON.stringify(state.userId)],
         // the folder the plugin's run-time guard (host-plugin/run_guard.py) keeps this prompt to
-        ['authsvc_folder', JSON.stringify(ctx.seesAll ? null : userFolder(owner))],
+        ['authsvc_folder', JSON.stringify(state.seesAll ? null : userFolder(owner))],
       ]
       const top: Array<[string, string]> = []
       if (!('prompt_id' in parsed)) top.push(['prompt_id', JSON.stringify(promptId)])
@@ -129,23 +138,23 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
       await deps.ownership.recordPrompt({
         prompt_id: promptId,
         owner,
-        user_id: (ctx.user_id as string | null) ?? null,
-        username: String(ctx.username),
+        user_id: state.userId,
+        username: state.username,
         client_id: clientId,
         created_at_iso: new Date(deps.clock()).toISOString(),
       })
       const passed = passWithBody(applySplices(text, splices))
       // the host's validation errors list a combo's options (LoadImageSetFromFolderNode's folders,
       // every subfolder of input/): another owner's folder is named nowhere in the answer
-      if (ctx.seesAll) return passed
-      return { ...passed, answer: { ...passed.answer, filter: { name: 'prompt-answer', ctx: { kind: 'prompt', owner: ctx.owner, seesAll: false }, errors: true } } }
+      if (state.seesAll) return passed
+      return { ...passed, answer: { ...passed.answer, filter: { ...steps.filter('prompt-answer', state), errors: true } } }
     },
 
-    filter(ctx, msg, payload) {
+    filter(state, msg, payload) {
       if (msg.status === 200) return { action: 'keep' }
       const text = textOf(payload)
       if (text === null) return { action: 'keep' }
-      const scrubbed = withoutOthersFolders(text, ctx.owner)
+      const scrubbed = withoutOthersFolders(text, state.owner)
       return scrubbed === text ? { action: 'keep' } : replaced(scrubbed)
     },
   }

@@ -12,7 +12,7 @@ import { denyDecision } from '../decide/answers.js'
 import { applySplices, lastMember, objectMembers, rootStart } from '../isolation/json-spans.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
 import { textOf } from './context.js'
-import { scopedDeleteBody } from './scoped-delete.js'
+import { scopedDeleteBody, type ScopedDeleteState } from './scoped-delete.js'
 
 /**
  * `{"exec_info": {"queue_remaining": n}}` (GET /prompt, and the `status` the host sends on its
@@ -37,44 +37,50 @@ export function withQueueRemaining(text: string, remaining: number): string | nu
  * else is, and so whether someone else's prompt is there: issue 21). Anything else is 503 of
  * the plugin's kind: an answer that cannot be edited never reaches the caller unedited.
  */
-export function queueStatusBehaviour(deps: BehaviourDeps): RouteBehaviour {
+/** The filter of a caller's queue reads: whose prompts (and, for /queue, whether they see all). */
+interface QueueState {
+  owner: string
+  seesAll: boolean
+}
+
+export function queueStatusBehaviour(deps: BehaviourDeps): RouteBehaviour<{ owner: string }> {
   const memoOf = (owner: string): string => `${owner} ${deps.ownership.promptsVersion}`
   return {
     keepable: true,
-    decide({ pass, owner, seesAll }) {
+    decide({ pass, owner, seesAll, steps }) {
       if (seesAll) return pass
-      return { ...pass, filter: { name: 'queue-status', ctx: { kind: 'queue-status', owner, seesAll }, memo: memoOf(owner) } }
+      return { ...pass, filter: { ...steps.filter('queue-status', { owner }), memo: memoOf(owner) } }
     },
-    filter(ctx, msg, payload) {
+    filter(state, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
-      const edited = withQueueRemaining(textOf(payload) ?? '', deps.ownership.remainingOf(ctx.owner))
+      const edited = withQueueRemaining(textOf(payload) ?? '', deps.ownership.remainingOf(state.owner))
       if (edited === null) return denyDecision('AUTHSVC_UNAVAILABLE', 'The host answered in a shape the gate cannot scope')
-      return { answer: { action: 'replace', memo: memoOf(ctx.owner) }, payload: Buffer.from(edited, 'utf8') }
+      return { answer: { action: 'replace', memo: memoOf(state.owner) }, payload: Buffer.from(edited, 'utf8') }
     },
   }
 }
 
-export function queueReadBehaviour(deps: BehaviourDeps): RouteBehaviour {
+export function queueReadBehaviour(deps: BehaviourDeps): RouteBehaviour<QueueState> {
   // the edit depends on the host's answer and on whose prompts are whose: the plugin may reuse it
   // for a byte-identical answer while no prompt was recorded (protocol filter.memo); the decision
   // and the filter's answer name it the same way, or the plugin never reuses anything
   const memoOf = (owner: string, seesAll: boolean): string => `${owner} ${seesAll} ${deps.ownership.promptsVersion}`
   return {
     keepable: true,
-    decide({ pass, owner, seesAll }) {
-      return { ...pass, filter: { name: 'queue', ctx: { kind: 'queue-read', owner, seesAll }, memo: memoOf(owner, seesAll) } }
+    decide({ pass, owner, seesAll, steps }) {
+      return { ...pass, filter: { ...steps.filter('queue', { owner, seesAll }), memo: memoOf(owner, seesAll) } }
     },
     // a queue of large prompts too large for a frame: the caller's own items are the whole edit (a
     // non-admin keeps their own secrets), so the plugin's narrowed answer is the answer
-    narrow: (ctx) => (ctx.seesAll ? null : { keep: [...deps.ownership.promptIdsOf(ctx.owner)], final: true }),
-    async filter(ctx, msg, payload) {
+    narrow: (state) => (state.seesAll ? null : { keep: [...deps.ownership.promptIdsOf(state.owner)], final: true }),
+    async filter(state, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
-      const memo = memoOf(ctx.owner, ctx.seesAll)
-      return { answer: { action: 'replace', memo }, payload: await deps.filters.queue(payload, deps.ownership.promptIdsOf(ctx.owner), ctx.seesAll) }
+      const memo = memoOf(state.owner, state.seesAll)
+      return { answer: { action: 'replace', memo }, payload: await deps.filters.queue(payload, deps.ownership.promptIdsOf(state.owner), state.seesAll) }
     },
   }
 }
 
-export function queueWriteBehaviour(deps: BehaviourDeps): RouteBehaviour {
-  return scopedDeleteBody(deps, 'queue-write')
+export function queueWriteBehaviour(deps: BehaviourDeps): RouteBehaviour<ScopedDeleteState> {
+  return scopedDeleteBody(deps, 'queue')
 }

@@ -12,14 +12,20 @@ import { passWithBody, textOf } from './context.js'
 /** Bodies of these routes are a few ids; a larger one is refused with 413 by the plugin. */
 export const SMALL_BODY_BYTES = 1024 * 1024
 
-export function scopedDeleteBody(deps: BehaviourDeps, kind: string): RouteBehaviour {
+/** The body step's state: whose ids may go. */
+export interface ScopedDeleteState {
+  owner: string
+}
+
+/** `list`: which of the host's lists the route clears (`clear` is scoped to what is there). */
+export function scopedDeleteBody(deps: BehaviourDeps, list: 'queue' | 'history'): RouteBehaviour<ScopedDeleteState> {
   return {
-    decide({ pass, owner, seesAll }) {
+    decide({ pass, owner, seesAll, steps }) {
       // a delete changes what the host knows without a queue event (history): the plugin reports it after
       if (seesAll) return { ...pass, report_prompts: true }
-      return { ...pass, report_prompts: true, need_body: { max_bytes: SMALL_BODY_BYTES, ctx: { kind, owner, seesAll } } }
+      return { ...pass, report_prompts: true, need_body: { max_bytes: SMALL_BODY_BYTES, ctx: steps.body({ owner }) } }
     },
-    body(ctx, payload) {
+    body(state, payload) {
       const text = textOf(payload)
       let body: unknown
       try {
@@ -34,13 +40,13 @@ export function scopedDeleteBody(deps: BehaviourDeps, kind: string): RouteBehavi
       if (toDelete !== undefined && !(Array.isArray(toDelete) && toDelete.every((id) => typeof id === 'string'))) {
         return denyDecision('VALIDATION_FAILED', '"delete" must be a list of prompt ids')
       }
-      const own = deps.ownership.promptIdsOf(ctx.owner)
+      const own = deps.ownership.promptIdsOf(state.owner)
       const ids = (toDelete ?? []) as string[]
       const foreign = ids.filter((id) => !own.has(id))
       if (foreign.length > 0) return denyDecision('NOT_OWNER', `Not your prompt: ${foreign.slice(0, 5).join(', ')}`)
       // clear: the caller's own ids the host still holds there (queue: waiting, not running; history:
       // finished), not every id they ever had
-      const scoped = clear ? (ctx.kind === 'queue-write' ? deps.ownership.pendingIdsOf(ctx.owner) : deps.ownership.finishedIdsOf(ctx.owner)) : ids
+      const scoped = clear ? (list === 'queue' ? deps.ownership.pendingIdsOf(state.owner) : deps.ownership.finishedIdsOf(state.owner)) : ids
       return passWithBody(JSON.stringify({ delete: scoped }))
     },
   }

@@ -3,12 +3,12 @@ import { jsonDecision } from '../decide/answers.js'
 import type { RouteBehaviour } from './context.js'
 import { replaced } from './context.js'
 
-export function systemStatsBehaviour(): RouteBehaviour {
+export function systemStatsBehaviour(): RouteBehaviour<null> {
   return {
-    decide({ pass, principal, owner, seesAll }) {
-      return principal.isAdmin ? pass : { ...pass, filter: { name: 'system_stats', ctx: { kind: 'system-stats', owner, seesAll } } }
+    decide({ pass, principal, steps }) {
+      return principal.isAdmin ? pass : { ...pass, filter: steps.filter('system_stats', null) }
     },
-    filter(_ctx, msg, payload) {
+    filter(_state, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
       let stats: { system?: Record<string, unknown> }
       try {

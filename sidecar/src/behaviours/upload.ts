@@ -36,20 +36,26 @@ export function ownSubfolder(asked: string, own: string): string | null {
   return [own, ...parts].join('/')
 }
 
-export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehaviour {
+/** The form step's state (and the filter's after it): who uploads, and whether they choose the place. */
+interface UploadState {
+  owner: string
+  seesAll: boolean
+}
+
+export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehaviour<UploadState> {
   return {
-    decide({ pass, owner, seesAll }) {
-      return { ...pass, need_form: { ctx: { kind: mask ? 'upload-mask' : 'upload-image', owner, seesAll } } }
+    decide({ pass, owner, seesAll, steps }) {
+      return { ...pass, need_form: { ctx: steps.form({ owner, seesAll }) } }
     },
-    async form(ctx, msg, host) {
+    async form(state, msg, host, steps) {
       const type = msg.fields.type || 'input'
-      if (ctx.seesAll) {
+      if (state.seesAll) {
         const target = fileKey(type as FileType, msg.fields.subfolder ?? '', msg.files.image || 'x')
         if (target !== null && UPLOAD_TYPES.has(type)) deps.ownership.uploadStarting(folderOf(target), UPLOAD_WINDOW_MS)
-        return { action: 'pass', filter: { name: 'upload', ctx } }
+        return { action: 'pass', filter: steps.filter('upload', state) }
       }
       if (!UPLOAD_TYPES.has(type)) return denyDecision('VALIDATION_FAILED', 'type must be input, temp or output')
-      const own = userFolder(ctx.owner)
+      const own = userFolder(state.owner)
       const subfolder = ownSubfolder(msg.fields.subfolder ?? '', own)
       if (subfolder === null) return denyDecision('VALIDATION_FAILED', 'subfolder must be a relative folder that stays inside your own')
       const filename = msg.files.image
@@ -83,16 +89,16 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
         const original = results[1]
         // the host's own 400/403 for the reference: it reads nothing then; anything else must be a file they may read
         const hostRefuses = original?.status === 400 || original?.status === 403
-        if (!hostRefuses && !mayReadFile(original, roots, ctx.owner, deps.ownership)) {
+        if (!hostRefuses && !mayReadFile(original, roots, state.owner, deps.ownership)) {
           return denyDecision('NOT_OWNER', 'original_ref is not a file of yours')
         }
       }
-      return { action: 'pass', set_fields: { subfolder }, filter: { name: 'upload', ctx } }
+      return { action: 'pass', set_fields: { subfolder }, filter: steps.filter('upload', state) }
     },
-    async filter(ctx, msg, payload) {
+    async filter(state, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
       // a file in their own folder: theirs by its path; their LoadImage lists change (object-info.ts)
-      if (!ctx.seesAll) {
+      if (!state.seesAll) {
         deps.ownership.folderChanged()
         return { action: 'keep' }
       }
@@ -106,7 +112,7 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
         const key = fileKey(stored.type as FileType, typeof stored.subfolder === 'string' ? stored.subfolder : '', stored.name)
         if (key !== null) {
           deps.ownership.uploadDone(folderOf(key))
-          await deps.ownership.addFileOwner(key, ctx.owner, undefined, new Date(deps.clock()))
+          await deps.ownership.addFileOwner(key, state.owner, undefined, new Date(deps.clock()))
         }
       }
       return { action: 'keep' }

@@ -44,37 +44,45 @@ function entryName(value: unknown): string | undefined {
   return undefined
 }
 
-export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour {
+/** The list filter's state: the folder, and the shape the host's flags ask for. */
+interface UserdataListState {
+  rel: string
+  recurse: boolean
+  fullInfo: boolean
+  split: boolean
+}
+
+export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour<UserdataListState> {
   return {
-    decide({ desc, pass, principal, owner, seesAll, host }) {
+    decide({ desc, pass, principal, host, steps }) {
       const query = new URLSearchParams(desc.query)
       const dir = query.get('dir') ?? ''
       const rel = dir === '' ? null : userRelative(dir)
       if (rel === null || !inWorkflows(rel)) return pass
-      const ctx = { kind: 'userdata-list', owner, seesAll, rel, host_user: hostUserOf(principal), recurse: isTrue(query.get('recurse')), full_info: isTrue(query.get('full_info')), split: isTrue(query.get('split')) }
+      const state: UserdataListState = { rel, recurse: isTrue(query.get('recurse')), fullInfo: isTrue(query.get('full_info')), split: isTrue(query.get('split')) }
+      const filtered = (): Decision => ({ ...pass, filter: steps.filter('userdata', state) })
       // The caller has no such folder of their own (a new user): the host would answer 404, and
       // the plugin filters only 2xx answers, so the shared list is answered here.
       const ownDir = deps.workflows.file(hostUserOf(principal), rel)
-      const filtered: Decision = { ...pass, filter: { name: 'userdata', ctx } }
-      if (ownDir === null) return filtered
+      if (ownDir === null) return filtered()
       return onHost(host, ownDir).then(async (own) => {
-        if (own.exists) return filtered
+        if (own.exists) return filtered()
         const sharedDir = deps.workflows.file(SHARED_HOST_USER, rel)
-        const shared = sharedDir === null ? [] : (await onHost(host, sharedDir, { list: 'files', recurse: ctx.recurse })).listed ?? []
+        const shared = sharedDir === null ? [] : (await onHost(host, sharedDir, { list: 'files', recurse: state.recurse })).listed ?? []
         if (shared.length === 0) return pass // the host answers its own 404
-        return jsonDecision(200, shared.map((f) => shaped(f, ctx.full_info, ctx.split)))
+        return jsonDecision(200, shared.map((f) => shaped(f, state.fullInfo, state.split)))
       })
     },
-    async filter(ctx, msg, payload, host) {
+    async filter(state, msg, payload, host) {
       if (msg.status !== 200) return { action: 'keep' }
       const text = payload.toString('utf8')
       const start = rootStart(text)
       if (text[start] !== '[') return { action: 'keep' }
-      const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
-      const shared = sharedDir === null ? [] : (await onHost(host, sharedDir, { list: 'files', recurse: ctx.recurse === true })).listed ?? []
+      const sharedDir = deps.workflows.file(SHARED_HOST_USER, state.rel)
+      const shared = sharedDir === null ? [] : (await onHost(host, sharedDir, { list: 'files', recurse: state.recurse })).listed ?? []
       const { elements, close } = arrayElements(text, start)
       const own = new Set(elements.map((e) => entryName(JSON.parse(text.slice(e.start, e.end)) as unknown)))
-      const added = shared.filter((f) => !own.has(f.rel)).map((f) => JSON.stringify(shaped(f, ctx.full_info === true, ctx.split === true)))
+      const added = shared.filter((f) => !own.has(f.rel)).map((f) => JSON.stringify(shaped(f, state.fullInfo, state.split)))
       if (added.length === 0) return { action: 'keep' }
       return replaced(text.slice(0, close) + (elements.length > 0 ? ', ' : '') + added.join(', ') + text.slice(close))
     },
@@ -84,9 +92,9 @@ export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour {
 const sortV2 = (a: V2Entry, b: V2Entry): number =>
   Number(a.type !== 'directory') - Number(b.type !== 'directory') || (a.name.toLowerCase() < b.name.toLowerCase() ? -1 : a.name.toLowerCase() > b.name.toLowerCase() ? 1 : 0)
 
-export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour {
+export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour<{ rel: string }> {
   return {
-    decide({ desc, pass, principal, owner, seesAll, host }) {
+    decide({ desc, pass, principal, host, steps }) {
       const raw = new URLSearchParams(desc.query).get('path') ?? ''
       const rel = raw === '' ? null : userRelative(unquoteOnce(raw)) // the v2 route unquotes once more itself
       if (rel === null || !inWorkflows(rel)) return pass
@@ -95,20 +103,20 @@ export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour {
       const ownDir = deps.workflows.file(hostUserOf(principal), rel)
       const sharedRoot = deps.workflows.root(SHARED_HOST_USER)
       const sharedDir = deps.workflows.file(SHARED_HOST_USER, rel)
-      const filtered: Decision = { ...pass, filter: { name: 'userdata-v2', ctx: { kind: 'userdata-list-v2', owner, seesAll, rel, host_user: hostUserOf(principal) } } }
-      if (ownDir === null) return filtered
+      const filtered = (): Decision => ({ ...pass, filter: steps.filter('userdata-v2', { rel }) })
+      if (ownDir === null) return filtered()
       return onHost(host, ownDir).then(async (own) => {
-        if (own.exists) return filtered
+        if (own.exists) return filtered()
         if (sharedRoot === null || sharedDir === null) return pass // the host's own 404
         const shared = await onHost(host, sharedDir, { list: 'v2', base: resolve(sharedRoot) })
         if (!shared.exists) return pass // the host's own 404
         return jsonDecision(200, (shared.entries ?? []).sort(sortV2))
       })
     },
-    async filter(ctx, msg, payload, host) {
+    async filter(state, msg, payload, host) {
       if (msg.status !== 200) return { action: 'keep' }
       const sharedRoot = deps.workflows.root(SHARED_HOST_USER)
-      const sharedDir = deps.workflows.file(SHARED_HOST_USER, String(ctx.rel))
+      const sharedDir = deps.workflows.file(SHARED_HOST_USER, state.rel)
       if (sharedRoot === null || sharedDir === null) return { action: 'keep' }
       const found = await onHost(host, sharedDir, { list: 'v2', base: resolve(sharedRoot) })
       if (!found.exists) return { action: 'keep' }

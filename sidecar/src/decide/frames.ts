@@ -4,10 +4,21 @@
  * Frame: u32 BE total length N, u32 BE length J of the JSON part, J bytes of UTF-8
  * JSON, then N-4-J bytes of raw payload (bodies never travel as JSON strings, so
  * bytes and 64-bit integers arrive as sent). Nothing from the plugin is trusted
- * before `checkMessage` has accepted its shape: a malformed message is refused
+ * before `parseMessage` has accepted its shape: a malformed message is refused
  * for that request (503), never cast and used.
  */
-import { MAX_FRAME_BYTES } from './protocol.js'
+import {
+  MAX_FRAME_BYTES,
+  type BodyMessage,
+  type EventMessage,
+  type FilterMessage,
+  type FormMessage,
+  type HelloMessage,
+  type HostFacts,
+  type MatchedRoute,
+  type RequestDescription,
+  type ResolvedMessage,
+} from './protocol.js'
 
 export interface Frame {
   message: Record<string, unknown>
@@ -76,35 +87,105 @@ export class FrameDecoder {
 
 const isString = (v: unknown): v is string => typeof v === 'string'
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
-const isStringMap = (v: unknown): boolean => isRecord(v) && Object.values(v).every(isString)
+const isStringMap = (v: unknown): v is Record<string, string> => isRecord(v) && Object.values(v).every(isString)
+const isStringListMap = (v: unknown): v is Record<string, string[]> =>
+  isRecord(v) && Object.values(v).every((list) => Array.isArray(list) && list.every(isString))
 
-/** Why a message of the plugin cannot be used, or null when its shape is right. */
-export function checkMessage(msg: Record<string, unknown>): string | null {
-  switch (msg.type) {
+/** What the plugin may send: each message as its type says, checked (frames.ts `parseMessage`). */
+export type Incoming = HelloMessage | RequestDescription | BodyMessage | FormMessage | FilterMessage | EventMessage | ResolvedMessage
+
+/**
+ * The host facts of a hello: the fields this side types are kept only when of their type (a wrong
+ * one is left out, as if not sent); the others go on as sent, to what reads and checks them
+ * (behaviours/models.ts `setFacts`: model paths, model inputs, legacy folders).
+ */
+function hostFactsOf(raw: Record<string, unknown>): HostFacts {
+  const facts: HostFacts & Record<string, unknown> = {}
+  for (const [key, value] of Object.entries(raw)) {
+    switch (key) {
+      case 'output_dir':
+      case 'input_dir':
+      case 'temp_dir':
+      case 'user_dir':
+      case 'comfyui_version':
+        if (isString(value)) facts[key] = value
+        break
+      case 'model_folders':
+      case 'writer_inputs':
+        if (isStringListMap(value)) facts[key] = value
+        break
+      default:
+        facts[key] = value
+    }
+  }
+  return facts
+}
+
+function helloOf(msg: Record<string, unknown>, id: number): HelloMessage {
+  const running = Array.isArray(msg.running)
+    ? msg.running.flatMap((r: unknown) => (isRecord(r) && isString(r.prompt_id) && typeof r.t === 'number' ? [{ prompt_id: r.prompt_id, t: r.t }] : []))
+    : undefined
+  return {
+    type: 'hello',
+    id,
+    protocol: msg.protocol,
+    plugin_version: msg.plugin_version,
+    ...(isRecord(msg.host) ? { host: hostFactsOf(msg.host) } : {}),
+    ...(running !== undefined ? { running } : {}),
+    ...(Array.isArray(msg.sockets) ? { sockets: msg.sockets } : {}),
+    ...(msg.prompts !== undefined ? { prompts: msg.prompts } : {}),
+  }
+}
+
+function describedRoute(route: unknown): MatchedRoute | null | undefined {
+  if (route === null) return null
+  if (!isRecord(route) || !isString(route.pattern)) return undefined
+  return route.kind === 'route' || route.kind === 'static' ? { pattern: route.pattern, kind: route.kind } : undefined
+}
+
+/**
+ * The message of the plugin as its type, or why it cannot be used. Nothing of a message is used
+ * before this accepted it, and what it gives is built from the checked fields, never cast: the
+ * step's `ctx` goes on as sent (the behaviours take only their own step ids, behaviours/steps.ts).
+ */
+export function parseMessage(msg: Record<string, unknown>): { message: Incoming } | { refusal: string } {
+  const type = msg.type
+  if (type === 'event') {
+    return isString(msg.name) && typeof msg.t === 'number' && isRecord(msg.data)
+      ? { message: { type, name: msg.name, t: msg.t, data: msg.data } }
+      : { refusal: 'event: name, t and data are required' }
+  }
+  if (type === 'resolved') {
+    // the rest is checked where the answer is awaited (host-link.ts)
+    return typeof msg.rid === 'number' ? { message: { ...msg, type, rid: msg.rid } } : { refusal: 'resolved: rid must be a number' }
+  }
+  const id = msg.id
+  if (typeof id !== 'number') return { refusal: `${String(type)}: id must be a number` }
+  switch (type) {
     case 'hello':
-      return null // any hello is answered with our version; agreement is decided on its protocol
+      return { message: helloOf(msg, id) } // any hello is answered with our version; agreement is decided on its protocol
     case 'decide': {
-      if (!isString(msg.method) || !isString(msg.path) || !isString(msg.query)) return 'decide: method, path and query must be strings'
-      const route = msg.route
-      if (route !== null && !(isRecord(route) && isString(route.pattern) && (route.kind === 'route' || route.kind === 'static'))) {
-        return 'decide: route must be null or {pattern, kind}'
-      }
-      if (typeof msg.route_status !== 'number') return 'decide: route_status must be a number'
-      if (!isStringMap(msg.match_info) || !isStringMap(msg.headers)) return 'decide: match_info and headers must map strings to strings'
-      if (!isString(msg.peer) || !isString(msg.scheme)) return 'decide: peer and scheme must be strings'
-      return null
+      const { method, path, query, route_status, match_info, headers, peer, scheme } = msg
+      if (!isString(method) || !isString(path) || !isString(query)) return { refusal: 'decide: method, path and query must be strings' }
+      const route = describedRoute(msg.route)
+      if (route === undefined) return { refusal: 'decide: route must be null or {pattern, kind}' }
+      if (typeof route_status !== 'number') return { refusal: 'decide: route_status must be a number' }
+      if (!isStringMap(match_info) || !isStringMap(headers)) return { refusal: 'decide: match_info and headers must map strings to strings' }
+      if (!isString(peer) || !isString(scheme)) return { refusal: 'decide: peer and scheme must be strings' }
+      return { message: { type, id, method, path, query, route, route_status, match_info, headers, peer, scheme } }
     }
     case 'body':
-      return null
+      return { message: { type, id, ctx: msg.ctx } }
     case 'form':
-      return isStringMap(msg.fields) && isStringMap(msg.files) ? null : 'form: fields and files must map strings to strings'
-    case 'filter':
-      return isString(msg.name) && typeof msg.status === 'number' && isString(msg.content_type) ? null : 'filter: name, status and content_type are required'
-    case 'resolved':
-      return typeof msg.rid === 'number' ? null : 'resolved: rid must be a number'
-    case 'event':
-      return isString(msg.name) && typeof msg.t === 'number' && isRecord(msg.data) ? null : 'event: name, t and data are required'
+      return isStringMap(msg.fields) && isStringMap(msg.files)
+        ? { message: { type, id, ctx: msg.ctx, fields: msg.fields, files: msg.files } }
+        : { refusal: 'form: fields and files must map strings to strings' }
+    case 'filter': {
+      const { name, status, content_type: contentType } = msg
+      if (!isString(name) || typeof status !== 'number' || !isString(contentType)) return { refusal: 'filter: name, status and content_type are required' }
+      return { message: { type, id, name, ctx: msg.ctx, status, content_type: contentType, ...(msg.too_large === true ? { too_large: true } : {}) } }
+    }
     default:
-      return `unknown message type ${String(msg.type)}`
+      return { refusal: `unknown message type ${String(type)}` }
   }
 }

@@ -76,8 +76,9 @@ export interface EventMessage {
 export interface HelloMessage {
   type: 'hello'
   id: number
-  protocol: number
-  plugin_version: string
+  /** what the plugin named; the connection agrees only on exactly PROTOCOL_VERSION */
+  protocol: unknown
+  plugin_version: unknown
   host?: HostFacts
   /** the prompt running at (re)connect, with its start time */
   running?: Array<{ prompt_id: string; t: number }>
@@ -85,6 +86,13 @@ export interface HelloMessage {
   sockets?: unknown[]
   /** the host's prompts now: `host_prompts` with every id it knows in `added` */
   prompts?: unknown
+}
+
+/** The plugin's answer to a `resolve` (host-link.ts checks the rest where it is awaited). */
+export type ResolvedMessage = {
+  type: 'resolved'
+  rid: number
+  [key: string]: unknown
 }
 
 export interface HostFacts {

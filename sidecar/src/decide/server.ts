@@ -13,7 +13,7 @@ import { createServer, type Server, type Socket } from 'node:net'
 import type { FastifyBaseLogger } from 'fastify'
 import { errorBody } from '../errors.js'
 import { CpuRoom } from './cpu-room.js'
-import { checkMessage, encodeFrame, FrameDecoder, FrameError } from './frames.js'
+import { encodeFrame, FrameDecoder, FrameError, parseMessage, type Incoming } from './frames.js'
 import { ConnectionLink, type HostLink } from './host-link.js'
 import {
   MAX_FRAME_BYTES,
@@ -27,6 +27,7 @@ import {
   type FormMessage,
   type HelloMessage,
   type RequestDescription,
+  type ResolvedMessage,
   type WithPayload,
 } from './protocol.js'
 
@@ -66,25 +67,24 @@ export function removeStaleSocket(path: string): void {
   }
 }
 
-export function dispatch(handlers: DecisionHandlers, msg: Record<string, unknown>, payload: Buffer, host: HostLink): Answer | Promise<Answer> | undefined {
+/** Hands a checked message to its handler; `resolved` answers a question of ours and is settled by the caller. */
+export function dispatch(handlers: DecisionHandlers, msg: Exclude<Incoming, ResolvedMessage>, payload: Buffer, host: HostLink): Answer | Promise<Answer> | undefined {
   switch (msg.type) {
     case 'decide':
       // the plugin that asked, to resolve names on its host (not part of the message on the wire)
       Object.defineProperty(msg, 'host', { value: host, enumerable: false })
-      return handlers.decide(msg as unknown as RequestDescription)
+      return handlers.decide(msg)
     case 'body':
-      return handlers.body(msg as unknown as BodyMessage, payload, host)
+      return handlers.body(msg, payload, host)
     case 'form':
-      return handlers.form(msg as unknown as FormMessage, host)
+      return handlers.form(msg, host)
     case 'filter':
-      return handlers.filter(msg as unknown as FilterMessage, payload, host)
+      return handlers.filter(msg, payload, host)
     case 'hello':
-      return handlers.hello(msg as unknown as HelloMessage)
+      return handlers.hello(msg)
     case 'event':
-      handlers.event(msg as unknown as EventMessage)
+      handlers.event(msg)
       return undefined
-    default:
-      throw new Error(`unknown message type ${String(msg.type)}`)
   }
 }
 
@@ -173,14 +173,15 @@ function serveConnection(socket: Socket, handlers: DecisionHandlers, log: Fastif
       socket.destroy()
       return
     }
-    for (const { message: msg, payload } of frames) {
-      const id = msg.id
-      const refusal = checkMessage(msg)
-      if (refusal !== null) {
-        log.error({ type: String(msg.type), reason: refusal }, 'malformed message from the plugin; answering 503 for it')
-        if (msg.type !== 'event') answer(id, FAILED)
+    for (const { message: raw, payload } of frames) {
+      const id = raw.id
+      const parsed = parseMessage(raw)
+      if ('refusal' in parsed) {
+        log.error({ type: String(raw.type), reason: parsed.refusal }, 'malformed message from the plugin; answering 503 for it')
+        if (raw.type !== 'event') answer(id, FAILED)
         continue
       }
+      const msg = parsed.message
       if (msg.type === 'hello') {
         agreed = msg.protocol === PROTOCOL_VERSION
         if (agreed) agreedSockets.add(socket)

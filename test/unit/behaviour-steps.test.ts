@@ -1,0 +1,159 @@
+/**
+ * The later steps of route behaviours (body, form, filter) keep their state in the sidecar
+ * (behaviours/steps.ts): the plugin carries only `{step: id}`. A step that names no live state
+ * of its kind (unknown, forged, expired, evicted, already run, of another step or another
+ * filter, or after a restart of the sidecar) is refused as a malformed ctx always was: 400 for
+ * a body or form, 503 for a filter; the state map is bounded; a kept filtered read's ctx stays
+ * good for every reuse.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { StepStore, STEP_LIMITS } from '../../sidecar/src/behaviours/steps.js'
+import { addUser, assertDenied, assertPass, bearer, decide, fakeClock, openSidecar, sessionJwt, stepAnswer, type Sidecar } from './fixtures.js'
+
+describe('StepStore: random ids, one-shot and shared steps, expiry, a bound', () => {
+  it('a one-shot step is there until its message takes it; ids are random and opaque', () => {
+    const store = new StepStore<string>(fakeClock())
+    const a = store.open('a')
+    const b = store.open('b')
+    assert.notEqual(a.step, b.step)
+    assert.match(a.step, /^[0-9a-f-]{36}$/)
+    assert.deepEqual(Object.keys(a), ['step'], 'the token is the id and nothing else')
+    assert.equal(store.get(a.step), 'a')
+    store.done(a.step)
+    assert.equal(store.get(a.step), undefined, 'taken')
+    assert.equal(store.get(b.step), 'b')
+    assert.equal(store.get('not-an-id'), undefined)
+  })
+
+  it('a shared step: equal keys get the same id while it lives, its message leaves it, each hand-out renews it', () => {
+    const clock = fakeClock()
+    const store = new StepStore<string>(clock, { max: 10, ttlMs: 1000 })
+    let made = 0
+    const first = store.share('k', () => `v${++made}`)
+    clock.advance(600)
+    assert.deepEqual(store.share('k', () => `v${++made}`), first, 'the same id')
+    store.done(first.step)
+    assert.equal(store.get(first.step), 'v1', 'still there for the next reuse')
+    clock.advance(600)
+    assert.equal(store.get(first.step), 'v1', 'renewed by the second hand-out')
+    assert.notDeepEqual(store.share('other', () => 'o'), first)
+    clock.advance(1000)
+    assert.equal(store.get(first.step), undefined, 'expired')
+    const again = store.share('k', () => `v${++made}`)
+    assert.notEqual(again.step, first.step, 'a new id once the old one expired')
+    assert.equal(store.get(again.step), 'v2')
+  })
+
+  it('every step expires after the bound', () => {
+    const clock = fakeClock()
+    const store = new StepStore<string>(clock, { max: 10, ttlMs: 1000 })
+    const a = store.open('a')
+    clock.advance(999)
+    assert.equal(store.get(a.step), 'a')
+    clock.advance(1)
+    assert.equal(store.get(a.step), undefined)
+    assert.equal(store.size, 0, 'an expired step is dropped when looked at')
+  })
+
+  it('at most `max` are held: expired ones go first, then the oldest', () => {
+    const clock = fakeClock()
+    const store = new StepStore<number>(clock, { max: 3, ttlMs: 1000 })
+    const ids = [1, 2, 3].map((n) => store.open(n).step)
+    const fourth = store.open(4).step
+    assert.equal(store.size, 3)
+    assert.equal(store.get(ids[0]), undefined, 'the oldest went')
+    assert.deepEqual([store.get(ids[1]), store.get(ids[2]), store.get(fourth)], [2, 3, 4])
+    clock.advance(500)
+    const fifth = store.open(5).step
+    clock.advance(600) // 2, 3, 4 expired; 5 not
+    const many = [6, 7].map((n) => store.open(n).step)
+    assert.equal(store.size, 3)
+    assert.deepEqual([store.get(fifth), ...many.map((id) => store.get(id))], [5, 6, 7], 'the expired ones made room, not the live one')
+    for (let n = 0; n < 50; n++) store.open(n)
+    assert.equal(store.size, 3, 'never more')
+  })
+
+  it('the default bound holds thousands and expires after half an hour (a large upload on a slow link)', () => {
+    assert.ok(STEP_LIMITS.max >= 1000)
+    assert.ok(STEP_LIMITS.ttlMs >= 10 * 60_000)
+  })
+})
+
+describe('route behaviours: a step names only a live state of its own kind', () => {
+  let sc: Sidecar
+  let bobJwt: string
+  let bobId: string
+  before(async () => {
+    sc = await openSidecar()
+    const bob = await addUser(sc, 'bob', 'bob-password-1')
+    bobId = bob.user_id
+    bobJwt = await sessionJwt(sc, bob)
+  })
+  after(() => sc.close())
+
+  const body = (ctx: unknown, text = '{"delete": []}') => sc.handlers.body({ type: 'body', id: 1, ctx }, Buffer.from(text, 'utf8'))
+  const filter = (name: string, ctx: unknown, text: string) =>
+    sc.handlers.filter({ type: 'filter', id: 1, name, ctx, status: 200, content_type: 'application/json' }, Buffer.from(text, 'utf8'))
+  const queueWrite = async () => assertPass(await decide(sc, { method: 'POST', path: '/queue', pattern: '/queue', headers: bearer(bobJwt) })).need_body!.ctx
+  const queueRead = async () => assertPass(await decide(sc, { path: '/queue', pattern: '/queue', headers: bearer(bobJwt) })).filter!
+
+  it('the ctx a decision carries is an opaque step id: nothing of the state travels', async () => {
+    const ctx = await queueWrite()
+    assert.deepEqual(Object.keys(ctx as object), ['step'])
+    assert.doesNotMatch(JSON.stringify(ctx), new RegExp(bobId), 'not even the owner')
+  })
+
+  it('a body step runs once; the same ctx again is refused (400), as are forged and old-style ctx bags', async () => {
+    const ctx = await queueWrite()
+    assertPass(stepAnswer(await body(ctx)))
+    assertDenied(stepAnswer(await body(ctx)), 'VALIDATION_FAILED', 'replayed')
+    for (const forged of [{ step: 'f00dbabe-0000-4000-8000-000000000000' }, { step: 1 }, { kind: 'queue-write', owner: bobId, seesAll: true }, null, 'x']) {
+      assertDenied(stepAnswer(await body(forged)), 'VALIDATION_FAILED', JSON.stringify(forged))
+    }
+  })
+
+  it('a step of another kind is refused: a filter\'s id as a body, a body\'s id as a filter, a filter under another name', async () => {
+    const read = await queueRead()
+    assertDenied(stepAnswer(await body(read.ctx)), 'VALIDATION_FAILED')
+    const ctx = await queueWrite()
+    assert.throws(() => filter('queue', ctx, '{}'), /unknown filter/)
+    assert.throws(() => filter('history', read.ctx, '{}'), /unknown filter/, 'the filter was opened as queue')
+    assert.throws(() => filter('queue', { step: 'nope' }, '{}'), /unknown filter/)
+    assertPass(stepAnswer(await body(ctx)), 'the refusals did not use it up')
+  })
+
+  it('an expired step is refused: the decision was made more than the bound ago', async () => {
+    const ctx = await queueWrite()
+    sc.clock.advance(STEP_LIMITS.ttlMs)
+    assertDenied(stepAnswer(await body(ctx)), 'VALIDATION_FAILED')
+  })
+
+  it('a kept filtered read: every decision of the same state hands out the same ctx, and it filters every reuse', async () => {
+    const first = await queueRead()
+    const second = await queueRead()
+    assert.deepEqual(second.ctx, first.ctx, 'one state for a polled read')
+    const item = (id: string) => `[1, "${id}", {}, {}, []]`
+    for (let reuse = 0; reuse < 4; reuse++) {
+      const host = `{"queue_running": [${item(`someone-else-${reuse}`)}], "queue_pending": []}`
+      const out: { action: string; body_text?: string } = stepAnswer(await filter(first.name, first.ctx, host))
+      assert.equal(out.action, 'replace', `reuse ${reuse}`)
+      assert.equal(out.body_text, '{"queue_running": [], "queue_pending": []}', `reuse ${reuse}: nobody else's item`)
+    }
+    // the plugin reuses a kept decision for at most 5 s, then the host answers: well inside the bound
+    sc.clock.advance(60_000)
+    assert.equal(stepAnswer(await filter(first.name, first.ctx, '{"queue_running": [], "queue_pending": []}')).action, 'replace')
+  })
+
+  it('a restarted sidecar knows none of the old steps: a body is a 400, a filter a 503 (never a pass)', async () => {
+    const ctx = await queueWrite()
+    const read = await queueRead()
+    const other = await openSidecar()
+    try {
+      assertDenied(stepAnswer(await other.handlers.body({ type: 'body', id: 1, ctx }, Buffer.from('{"delete": []}'))), 'VALIDATION_FAILED')
+      assert.throws(() => other.handlers.filter({ type: 'filter', id: 1, name: read.name, ctx: read.ctx, status: 200, content_type: 'application/json' }, Buffer.from('{}')), /unknown filter/)
+    } finally {
+      await other.close()
+    }
+  })
+})
