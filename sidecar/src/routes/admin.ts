@@ -66,11 +66,6 @@ async function allOrFirstFailure(steps: Array<Promise<unknown>>): Promise<void> 
 }
 
 export function adminRoutes(services: Services) {
-  const findUser = (target: string): UserRecord => {
-    const user = services.users.byUsername(target) ?? services.users.byId(target)
-    if (!user) throw new AuthsvcError('NOT_FOUND', 'User not found')
-    return user
-  }
 
   return async function (app: FastifyInstance): Promise<void> {
     app.get('/api/settings/guest-jwt', { config: { auth: 'principal' } }, async () => ({
@@ -105,7 +100,7 @@ export function adminRoutes(services: Services) {
     app.get('/api/users', { config: { auth: 'admin' } }, async () => ({ users: services.users.list().map(publicUser) }))
 
     app.put('/api/users/:target_user', { config: { auth: 'admin' }, schema: { body: UserPatch } }, async (request) => {
-      const target = findUser((request.params as { target_user: string }).target_user).user_id
+      const target = services.users.find((request.params as { target_user: string }).target_user).user_id
       const body = request.body as { role?: string; sfw_check?: boolean; disabled?: boolean; password?: string; mfa_reset?: boolean }
       if (body.role !== undefined && !services.roles.has(body.role)) throw new AuthsvcError('VALIDATION_FAILED', 'Unknown role')
       if (body.password !== undefined) {
@@ -150,7 +145,7 @@ export function adminRoutes(services: Services) {
     })
 
     app.delete('/api/users/:target_user', { config: { auth: 'admin' } }, async (request) => {
-      const target = findUser((request.params as { target_user: string }).target_user).user_id
+      const target = services.users.find((request.params as { target_user: string }).target_user).user_id
       return services.users.serialised(async () => {
         const user = services.users.byId(target)
         if (!user) throw new AuthsvcError('NOT_FOUND', 'User not found')

@@ -7,7 +7,7 @@ import type { FastifyInstance } from 'fastify'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
 import { passwordProblem } from '../identity/passwords.js'
-import { ADMIN_ROLE } from '../identity/principal.js'
+import { ADMIN_ROLE, isAdministrator } from '../identity/principal.js'
 import { GUEST_ROLE, GUEST_SUBJECT } from '../identity/guest-sessions.js'
 import { usernameProblem } from '../identity/users.js'
 import { clearSessionCookie, safeRedirectPath, setSessionCookie } from '../http/session-cookie.js'
@@ -45,12 +45,10 @@ export function authRoutes(services: Services) {
     app.post('/register', { config: { auth: 'public' }, schema: { body: RegisterBody } }, (request, reply) => oneAtATime(async () => {
       const body = request.body as { username: string; password: string; role?: string }
       const first = services.users.count === 0
-      const principal = request.principal
-      const isAdmin = principal !== null && principal.isAdmin && principal.role === ADMIN_ROLE
       refuseIfThrottled(services, request, null)
       // not a failed login: no secret was guessed, and counting it against the address would let
       // anyone there lock its real users out of their password login (issue 21)
-      if (!first && !isAdmin) throw new AuthsvcError('REGISTRATION_CLOSED')
+      if (!first && !isAdministrator(request.principal)) throw new AuthsvcError('REGISTRATION_CLOSED')
       const problem = usernameProblem(body.username) ?? passwordProblem(body.password)
       if (problem) throw new AuthsvcError('VALIDATION_FAILED', problem)
       let role = first ? ADMIN_ROLE : 'user'

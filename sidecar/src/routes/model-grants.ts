@@ -31,11 +31,6 @@ const GrantBody = Type.Object(
 const publicGrant = (g: ModelGrantRecord) => ({ folder: g.folder, item_name: g.item_name, granted_by: g.granted_by, created_at_iso: g.created_at_iso })
 
 export function modelGrantRoutes(services: Services, cache: ModelCache) {
-  const findUser = (target: string): UserRecord => {
-    const user = services.users.byUsername(target) ?? services.users.byId(target)
-    if (!user) throw new AuthsvcError('NOT_FOUND', 'User not found')
-    return user
-  }
   const liveFolder = (name: string) => {
     const folder = modelFoldersOf(services.host.facts).find((f) => f.name === name)
     if (!folder) throw new AuthsvcError('NOT_FOUND', 'Unknown model folder')
@@ -72,10 +67,10 @@ export function modelGrantRoutes(services: Services, cache: ModelCache) {
       return { status: 'ok', folders_count: cache.folderNames().length, items_count: cache.itemsCount, refreshed_at_iso: new Date(cache.refreshedAt).toISOString() }
     })
 
-    app.get('/api/users/:username/shared-items', { config: { auth: 'admin' } }, async (request) => grantsOf(findUser((request.params as { username: string }).username)))
+    app.get('/api/users/:username/shared-items', { config: { auth: 'admin' } }, async (request) => grantsOf(services.users.find((request.params as { username: string }).username)))
 
     app.post('/api/users/:username/shared-items', { config: { auth: 'admin' }, schema: { body: GrantBody } }, async (request) => {
-      const user = findUser((request.params as { username: string }).username)
+      const user = services.users.find((request.params as { username: string }).username)
       const { folder, item_name } = request.body as { folder: string; item_name: string }
       if (!knownFolder(folder)) throw new AuthsvcError('VALIDATION_FAILED', `Unknown model folder: ${folder}`)
       if (!(await itemExists(folder, item_name))) throw new AuthsvcError('VALIDATION_FAILED', `Unknown item in ${folder}: ${item_name}`)
@@ -91,7 +86,7 @@ export function modelGrantRoutes(services: Services, cache: ModelCache) {
     })
 
     app.delete('/api/users/:username/shared-items', { config: { auth: 'admin' }, schema: { body: GrantBody } }, async (request) => {
-      const user = findUser((request.params as { username: string }).username)
+      const user = services.users.find((request.params as { username: string }).username)
       const { folder, item_name } = request.body as { folder: string; item_name: string }
       const revoked = await services.modelGrants.revoke(user.user_id, folder, item_name)
       if (!revoked) {

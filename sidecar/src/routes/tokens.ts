@@ -5,6 +5,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
+import { tokenHashPrefix } from '../identity/api-tokens.js'
 import { can } from '../identity/principal.js'
 import type { UserRecord } from '../identity/users.js'
 import { requireUser } from '../http/request-context.js'
@@ -105,9 +106,8 @@ export function tokenRoutes(services: Services) {
 
     app.delete('/api/tokens', { config: { auth: 'user' }, schema: { body: RevokeBody } }, async (request) => {
       const principal = requireUser(request)
-      const raw = (request.body as { token_hash_prefix: string }).token_hash_prefix.trim().replace(/\.{3}$/, '').toLowerCase()
-      if (!/^[0-9a-f]{8,64}$/.test(raw)) throw new AuthsvcError('VALIDATION_FAILED', 'token_hash_prefix must be at least 8 hex characters')
-      await services.tokens.revokeByPrefix(principal.userId, raw)
+      const prefix = tokenHashPrefix((request.body as { token_hash_prefix: string }).token_hash_prefix)
+      await services.tokens.revokeByPrefix(principal.userId, prefix)
       return { message: 'Token revoked.' }
     })
   }
