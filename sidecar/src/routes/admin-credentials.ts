@@ -5,6 +5,7 @@
  * first 12 hex characters of their SHA-256, as on the user's own page.
  */
 import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
 import { tokenHashPrefix } from '../identity/api-tokens.js'
@@ -31,7 +32,8 @@ export function adminCredentialRoutes(services: Services) {
       last_used_at_iso: t.last_used_at_iso,
     }))
 
-  return async function (app: FastifyInstance): Promise<void> {
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.get('/api/admin/last-seen', { config: { auth: 'admin' } }, async () => {
       const last_seen: Record<string, string | null> = {}
       for (const user of services.users.list()) {
@@ -70,7 +72,7 @@ export function adminCredentialRoutes(services: Services) {
 
     app.delete('/api/users/:target_user/tokens', { config: { auth: 'admin' }, schema: { body: TokenPrefix } }, async (request) => {
       const user = services.users.find((request.params as { target_user: string }).target_user)
-      const prefix = tokenHashPrefix((request.body as { token_hash_prefix: string }).token_hash_prefix)
+      const prefix = tokenHashPrefix(request.body.token_hash_prefix)
       await services.tokens.revokeByPrefix(user.user_id, prefix)
       request.log.info({ event: 'api_token_revoked', username: user.username, token_hash_prefix: prefix.slice(0, 8), by: request.principal?.username }, 'api token revoked by an admin')
       return { message: 'Token revoked.' }

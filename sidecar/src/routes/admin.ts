@@ -7,9 +7,10 @@
  * and a PUT with a stale `If-Match` is refused (412).
  */
 import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
-import { UserAdministration, type UserChanges } from '../identity/user-administration.js'
+import { UserAdministration } from '../identity/user-administration.js'
 import type { UserRecord } from '../identity/users.js'
 import { etagOf, ifMatchAdmits, staleVersion } from '../http/etag.js'
 import { ipListsProblems } from '../policy/ip-lists.js'
@@ -46,6 +47,9 @@ const IpLists = Type.Object(
   { additionalProperties: false },
 )
 
+/** a route's `:target_user`: a username or a user id */
+type TargetUser = { target_user: string }
+
 const publicUser = (u: UserRecord) => ({
   username: u.username,
   user_id: u.user_id,
@@ -59,12 +63,13 @@ const publicUser = (u: UserRecord) => ({
 export function adminRoutes(services: Services) {
   const administration = new UserAdministration(services)
 
-  return async function (app: FastifyInstance): Promise<void> {
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.get('/api/settings/guest-jwt', { config: { auth: 'principal' } }, async () => ({
       allow_guest_jwt: services.settings.get('allow_guest_jwt'),
     }))
     app.put('/api/settings/guest-jwt', { config: { auth: 'admin' }, schema: { body: Type.Object({ allow_guest_jwt: Type.Boolean() }, { additionalProperties: false }) } }, async (request) => {
-      const { allow_guest_jwt } = request.body as { allow_guest_jwt: boolean }
+      const { allow_guest_jwt } = request.body
       // turning guest login off narrows (at once, retried); turning it on widens (once stored)
       await services.settings.set('allow_guest_jwt', allow_guest_jwt, allow_guest_jwt ? 'widens' : 'narrows')
       request.log.info({ event: 'settings_changed', setting: 'allow_guest_jwt', value: allow_guest_jwt }, 'setting changed')
@@ -77,7 +82,7 @@ export function adminRoutes(services: Services) {
       return { groups }
     })
     app.put('/api/groups', { config: { auth: 'admin' }, schema: { body: Type.Object({ groups: Type.Record(Type.String(), Type.Unknown()) }, { additionalProperties: false }) } }, async (request, reply) => {
-      const result = validateGroups((request.body as { groups: unknown }).groups)
+      const result = validateGroups(request.body.groups)
       if ('problems' in result) throw new AuthsvcError('VALIDATION_FAILED', result.problems.join('; '))
       // compare and replace with no await in between: nothing can change the groups between the two
       const current = etagOf(services.roles.snapshot())
@@ -92,14 +97,13 @@ export function adminRoutes(services: Services) {
     app.get('/api/users', { config: { auth: 'admin' } }, async () => ({ users: services.users.list().map(publicUser) }))
 
     app.put('/api/users/:target_user', { config: { auth: 'admin' }, schema: { body: UserPatch } }, async (request) => {
-      const changes = request.body as UserChanges
-      const { user, roleChanged } = await administration.patch((request.params as { target_user: string }).target_user, changes)
+      const { user, roleChanged } = await administration.patch((request.params as TargetUser).target_user, request.body)
       if (roleChanged) request.log.info({ event: 'user_role_changed', username: user.username, role: user.role }, 'role changed')
       return { status: 'ok', user: publicUser(user) }
     })
 
     app.delete('/api/users/:target_user', { config: { auth: 'admin' } }, async (request) => {
-      const user = await administration.delete((request.params as { target_user: string }).target_user)
+      const user = await administration.delete((request.params as TargetUser).target_user)
       request.log.info({ event: 'user_deleted', username: user.username }, 'user deleted')
       return { status: 'ok', message: `User ${user.username} deleted` }
     })
@@ -110,7 +114,7 @@ export function adminRoutes(services: Services) {
       return lists
     })
     app.put('/api/ip-lists', { config: { auth: 'admin' }, schema: { body: IpLists } }, async (request, reply) => {
-      const lists = request.body as IpListsSetting
+      const lists: IpListsSetting = request.body
       const problems = ipListsProblems(lists)
       if (problems.length > 0) throw new AuthsvcError('VALIDATION_FAILED', problems.join('; '))
       const ifMatch = request.headers['if-match']

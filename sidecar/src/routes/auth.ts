@@ -4,6 +4,7 @@
  * dummy verify, disabled users a real one, and all answer the same 401.
  */
 import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
 import { passwordProblem } from '../identity/passwords.js'
@@ -41,9 +42,10 @@ export function authRoutes(services: Services) {
     registering = run.catch(() => {})
     return run
   }
-  return async function (app: FastifyInstance): Promise<void> {
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.post('/register', { config: { auth: 'public' }, schema: { body: RegisterBody } }, (request, reply) => oneAtATime(async () => {
-      const body = request.body as { username: string; password: string; role?: string }
+      const body = request.body
       const first = services.users.count === 0
       refuseIfThrottled(services, request, null)
       // not a failed login: no secret was guessed, and counting it against the address would let
@@ -64,7 +66,7 @@ export function authRoutes(services: Services) {
     }))
 
     app.post('/login', { config: { auth: 'public' }, schema: { body: LoginBody } }, async (request, reply) => {
-      const body = request.body as { username?: string; password?: string; remember_me?: unknown; guest_login?: unknown; next?: string }
+      const body = request.body
       if (request.headers['sec-fetch-site'] === 'cross-site') throw new AuthsvcError('CSRF_REJECTED')
       const rememberMe = truthy(body.remember_me)
       const redirectUrl = safeRedirectPath(body.next ?? request.queryParams.get('next'))
