@@ -22,7 +22,10 @@ const PasswordChange = Type.Object(
   { additionalProperties: false },
 )
 
-export function accountRoutes(services: Services) {
+/** What the account routes use (checkPassword's included). */
+export type AccountRouteServices = Pick<Services, 'users' | 'sessions' | 'passwords' | 'throttle'>
+
+export function accountRoutes(services: AccountRouteServices) {
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.post('/api/me/password', { config: { auth: 'user' }, schema: { body: PasswordChange } }, async (request) => {

@@ -14,7 +14,7 @@ import type { Services } from '../services.js'
 
 const TokenPrefix = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 }) }, { additionalProperties: false })
 
-export function adminCredentialRoutes(services: Services) {
+export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessions' | 'tokens'>) {
   const sessionsOf = (user: UserRecord) =>
     services.sessions.activeForUser(user.user_id).map((s) => ({
       jti: s.jti,

@@ -10,7 +10,7 @@ import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
-import { UserAdministration } from '../identity/user-administration.js'
+import { UserAdministration, type UserAdministrationDeps } from '../identity/user-administration.js'
 import type { UserRecord } from '../identity/users.js'
 import { etagOf, ifMatchAdmits, staleVersion } from '../http/etag.js'
 import { ipListsProblems } from '../policy/ip-lists.js'
@@ -60,7 +60,10 @@ const publicUser = (u: UserRecord) => ({
   created_at_iso: u.created_at_iso,
 })
 
-export function adminRoutes(services: Services) {
+/** What the admin routes use (UserAdministration's included). */
+export type AdminRouteServices = UserAdministrationDeps & Pick<Services, 'roles' | 'settings' | 'ipGate'>
+
+export function adminRoutes(services: AdminRouteServices) {
   const administration = new UserAdministration(services)
 
   return async function (fastify: FastifyInstance): Promise<void> {

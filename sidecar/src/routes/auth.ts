@@ -33,7 +33,10 @@ const LoginBody = Type.Object({
   next: Type.Optional(Type.String({ maxLength: 2048 })),
 })
 
-export function authRoutes(services: Services) {
+/** What register, login and logout use (the password and MFA steps included). */
+export type AuthRouteServices = Pick<Services, 'users' | 'sessions' | 'passwords' | 'roles' | 'settings' | 'clock' | 'throttle' | 'mfa'>
+
+export function authRoutes(services: AuthRouteServices) {
   // Registrations run one at a time: "is this the first user?" and the create must not interleave,
   // or two racing anonymous registrations would both become admin.
   let registering: Promise<unknown> = Promise.resolve()

@@ -7,7 +7,7 @@ import { PERMISSION_KEYS, can } from '../identity/principal.js'
 import { requireUser } from '../http/request-context.js'
 import type { Services } from '../services.js'
 
-export function meRoutes(services: Services) {
+export function meRoutes(services: Pick<Services, 'sessions'>) {
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.get('/api/me', { config: { auth: 'principal' } }, async (request) => {

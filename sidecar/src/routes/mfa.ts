@@ -26,7 +26,10 @@ const Body = Type.Object({
 
 type MfaBody = Static<typeof Body>
 
-export function mfaRoutes(services: Services) {
+/** What the MFA routes use (the second-factor step included). */
+export type MfaRouteServices = Pick<Services, 'users' | 'sessions' | 'mfa' | 'throttle' | 'resetMfa' | 'recoveryMode'>
+
+export function mfaRoutes(services: MfaRouteServices) {
   /** The user a setup-family call acts for, and the temp token it used (if any). */
   const setupCaller = async (request: FastifyRequest, body: MfaBody): Promise<{ user: UserRecord; tempId?: string; temp?: { rememberMe: boolean; redirectUrl: string } }> => {
     if (body.mfa_temp_token !== undefined) {

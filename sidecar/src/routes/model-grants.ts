@@ -31,7 +31,7 @@ const GrantBody = Type.Object(
 
 const publicGrant = (g: ModelGrantRecord) => ({ folder: g.folder, item_name: g.item_name, granted_by: g.granted_by, created_at_iso: g.created_at_iso })
 
-export function modelGrantRoutes(services: Services, cache: ModelCache) {
+export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock'>, cache: ModelCache) {
   const liveFolder = (name: string) => {
     const folder = modelFoldersOf(services.host.facts).find((f) => f.name === name)
     if (!folder) throw new AuthsvcError('NOT_FOUND', 'Unknown model folder')

@@ -88,7 +88,7 @@ export function sendLogoutConfirmation(request: FastifyRequest, reply: FastifyRe
   return send(reply, render(request, { title: 'Log out', fragment: '', frame: 'narrow' }, main))
 }
 
-export function pageRoutes(services: Services) {
+export function pageRoutes(services: Pick<Services, 'users' | 'settings'>) {
   const spec = (title: string, fragment: string, script: string | undefined, frame: PageSpec['frame'], signInPage = false): PageSpec => ({
     title, fragment: read(fragment), script, frame, signInPage,
   })

@@ -28,8 +28,11 @@ const RevokeBody = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 
 
 export const DEFAULT_TOKEN_HOURS = 720
 
+/** What token creation, listing and revocation use (the password and MFA steps included). */
+export type TokenRouteServices = Pick<Services, 'users' | 'tokens' | 'mfa' | 'resolver' | 'config' | 'throttle' | 'passwords' | 'roles'>
+
 /** POST /authsvc/generate_token and its legacy alias POST /generate_token. */
-export function generateTokenHandler(services: Services) {
+export function generateTokenHandler(services: TokenRouteServices) {
   return async function (request: FastifyRequest<{ Body: Static<typeof GenerateBody> }>, _reply: FastifyReply) {
     const body = request.body
     let user: UserRecord | undefined
@@ -79,7 +82,7 @@ export function generateTokenHandler(services: Services) {
 
 export const generateTokenSchema = { body: GenerateBody }
 
-export function tokenRoutes(services: Services) {
+export function tokenRoutes(services: TokenRouteServices) {
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.post('/generate_token', { config: { auth: 'public' }, schema: generateTokenSchema }, generateTokenHandler(services))

@@ -40,7 +40,7 @@ function cpeError(reply: FastifyReply, status: number, message: string): Fastify
   return reply.code(status).send({ status: 'error', message })
 }
 
-export function workflowRoutes(services: Services) {
+export function workflowRoutes(services: Pick<Services, 'workflows' | 'clock'>) {
   // read at request time: the store is opened after the routes are registered (a standby's app)
   const store = () => services.workflows
   const dirOf = (hostUser: string): string | null => store().file(hostUser, WORKFLOWS_DIR)
@@ -110,7 +110,7 @@ export function workflowRoutes(services: Services) {
 }
 
 /** Admin: publish one of the admin's own workflows to the shared set (under /authsvc and /api/authsvc). */
-export function workflowAdminRoutes(services: Services) {
+export function workflowAdminRoutes(services: Pick<Services, 'workflows'>) {
   // read at request time: the store is opened after the routes are registered (a standby's app)
   const store = () => services.workflows
   return async function (fastify: FastifyInstance): Promise<void> {
