@@ -9,29 +9,20 @@
  */
 import type { FastifyBaseLogger } from 'fastify'
 import type { Config } from '../config/schema.js'
-import { AuthsvcError, type ErrorCode } from '../errors.js'
-import { queryCredentialKeys, type Channel } from '../identity/credentials.js'
+import { AuthsvcError } from '../errors.js'
+import { queryCredentialKeys } from '../identity/credentials.js'
 import { hostUserName, hostUserOf } from '../identity/host-user.js'
-import { ADMIN_ROLE, can, type Principal } from '../identity/principal.js'
+import type { Principal } from '../identity/principal.js'
+import { addressRefusal, checkAccess, type IpGate, type PrincipalResolver, type Resolution } from '../access/pipeline.js'
 import { hostRoutePolicy, type HostRoutePolicy } from '../policy/host-routes.js'
 import { isDecodablePath, isServicePath } from '../policy/service-paths.js'
 import { httpsUpgradeDecision } from '../http/force-https.js'
 import { denyDecision, errorDecision, loginRedirectDecision } from './answers.js'
-import { clientFacts, isSameOrigin, type ClientFacts, type NetworkPolicy } from './client-facts.js'
+import { clientFacts, type ClientFacts, type NetworkPolicy } from './client-facts.js'
 import type { Decision, PassDecision, RequestDescription } from './protocol.js'
 
-/** `channel` is how the principal's credential arrived (absent for anonymous principals). */
-export type Resolution = { principal: Principal | null; channel?: Channel } | { error: ErrorCode }
-
-/** Resolves the presented credential (or its absence) to a principal. */
-export interface PrincipalResolver {
-  resolve(headers: Record<string, string | undefined>, query: URLSearchParams, facts: ClientFacts): Resolution | Promise<Resolution>
-}
-
-export interface IpGate {
-  /** null when admitted; the error code otherwise */
-  refuse(ip: string): ErrorCode | null
-}
+// the access pipeline's types, where the decider's callers have always found them
+export type { IpGate, PrincipalResolver, Resolution } from '../access/pipeline.js'
 
 export interface OwnedRoutes {
   has(method: string, path: string): boolean
@@ -63,7 +54,6 @@ export interface DecideDeps {
   decisionCache?: { ms: number; epoch: { readonly value: number } }
 }
 
-const UNSAFE = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
 const OPTIONS_ANSWER: Decision = {
   action: 'respond',
   status: 204,
@@ -73,11 +63,10 @@ const OPTIONS_ANSWER: Decision = {
 
 export function createDecider(deps: DecideDeps): (desc: RequestDescription) => Decision | Promise<Decision> {
   return function decide(desc: RequestDescription): Decision | Promise<Decision> {
+    // the access pipeline (access/pipeline.ts): address, HTTPS, then (below) principal, CSRF, level
     const facts = clientFacts(desc.peer, desc.scheme, desc.headers, deps.net)
-    for (const ip of facts.addresses) {
-      const ipRefusal = deps.ipGate.refuse(ip)
-      if (ipRefusal) return denyDecision(ipRefusal)
-    }
+    const ipRefusal = addressRefusal(facts, deps.ipGate)
+    if (ipRefusal) return denyDecision(ipRefusal)
     const upgrade = httpsUpgradeDecision(deps.config, desc, facts)
     if (upgrade) return upgrade
     // Preflights carry no credential; answered here, with no CORS grant (same-origin only).
@@ -124,29 +113,29 @@ function decideHost(
   epoch: number,
 ): Decision | Promise<Decision> {
   const dropQuery = queryCredentialKeys(query)
-  if ('error' in resolution || resolution.principal === null) {
-    if (policy.page && facts.isNavigation && (desc.method === 'GET' || desc.method === 'HEAD')) {
-      for (const key of dropQuery) query.delete(key)
-      return loginRedirectDecision(desc.path, query.toString())
-    }
-    return denyDecision('error' in resolution ? resolution.error : 'AUTH_REQUIRED')
+  const verdict = checkAccess({
+    method: desc.method,
+    headers: desc.headers,
+    facts,
+    resolution,
+    requirement: policy.require,
+    loginPage: policy.page && (desc.method === 'GET' || desc.method === 'HEAD'),
+  })
+  if (!verdict.allow) {
+    if (!verdict.login) return denyDecision(verdict.code)
+    for (const key of dropQuery) query.delete(key)
+    return loginRedirectDecision(desc.path, query.toString())
   }
-  const principal = resolution.principal
-  // a cookie rides along on cross-site requests: unsafe methods and WebSocket upgrades (which a
-  // cross-site page can open and then read) must come from our own origin
-  const crossSiteRisk = UNSAFE.has(desc.method) || desc.headers.upgrade?.toLowerCase() === 'websocket'
-  if (resolution.channel === 'cookie' && crossSiteRisk && !isSameOrigin(desc.headers, facts.isHttps)) {
-    return denyDecision('CSRF_REJECTED')
-  }
-  const refusal = requirementRefusal(policy, principal)
-  if (refusal) return denyDecision(refusal)
+  const { principal, channel } = verdict
+  // no host route is public (policy/host-routes.ts): only a principal passes
+  if (principal === null) return denyDecision('AUTH_REQUIRED')
   const pass: PassDecision = { action: 'pass' }
   // every principal acts in a userdata space of its own on the host, never in the shared set of
   // `default` (identity/host-user.ts, docs/decisions.md)
   const hostUser = hostUserOf(principal)
   pass.set_headers = { 'comfy-user': hostUser }
   pass.host_user = { id: hostUser, name: hostUserName(principal) }
-  if (resolution.channel === 'bearer') {
+  if (channel === 'bearer') {
     pass.strip_headers = [...(pass.strip_headers ?? []), 'authorization']
   }
   if (dropQuery.length > 0) pass.drop_query = dropQuery
@@ -176,16 +165,4 @@ function decideHost(
 function behaviourFailure(err: unknown): Decision {
   if (err instanceof AuthsvcError) return errorDecision(err)
   throw err
-}
-
-export function requirementRefusal(policy: HostRoutePolicy, principal: Principal): ErrorCode | null {
-  const require = policy.require
-  switch (require.kind) {
-    case 'principal':
-      return null
-    case 'admin':
-      return principal.isAdmin && principal.role === ADMIN_ROLE ? null : 'ADMIN_REQUIRED'
-    case 'permission':
-      return can(principal, require.key) ? null : 'PERMISSION_DENIED'
-  }
 }

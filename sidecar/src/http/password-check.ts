@@ -9,8 +9,11 @@ import type { SecondFactor } from '../identity/mfa.js'
 import type { UserRecord } from '../identity/users.js'
 import type { Services } from '../services.js'
 
+/** What `checkPassword` uses. */
+export type PasswordCheckServices = Pick<Services, 'throttle' | 'users' | 'passwords'>
+
 /** Throws 429 with Retry-After while `key` (a username, `mfa:<user id>`, or null for the IP alone) is throttled. */
-export function refuseIfThrottled(services: Services, request: FastifyRequest, key: string | null): void {
+export function refuseIfThrottled(services: Pick<Services, 'throttle'>, request: FastifyRequest, key: string | null): void {
   const verdict = services.throttle.check(request.facts.ip, key)
   if (!verdict.allowed) throw tooMany(request, verdict.retryAfterSeconds)
 }
@@ -25,7 +28,7 @@ function tooMany(request: FastifyRequest, retryAfterSeconds: number): AuthsvcErr
  * locked, or while enough concurrent attempts are already in flight; the
  * outcome is recorded before the reservation is released.
  */
-export async function throttledAttempt(services: Services, request: FastifyRequest, key: string, attempt: () => Promise<boolean>): Promise<boolean> {
+export async function throttledAttempt(services: Pick<Services, 'throttle'>, request: FastifyRequest, key: string, attempt: () => Promise<boolean>): Promise<boolean> {
   const ip = request.facts.ip
   const slot = services.throttle.begin(ip, key)
   if (!slot.allowed) throw tooMany(request, slot.retryAfterSeconds)
@@ -43,7 +46,7 @@ export async function throttledAttempt(services: Services, request: FastifyReque
 const passwordKey = (username: string) => `password:${username}`
 export const mfaKey = (userId: string) => `mfa:${userId}`
 
-export async function checkPassword(services: Services, request: FastifyRequest, username: string, password: string): Promise<UserRecord> {
+export async function checkPassword(services: PasswordCheckServices, request: FastifyRequest, username: string, password: string): Promise<UserRecord> {
   let user: UserRecord | undefined
   const ok = await throttledAttempt(services, request, passwordKey(username), async () => {
     user = services.users.byUsername(username)
@@ -62,7 +65,7 @@ export type MfaStep =
   | { message: 'MFA setup required'; mfa_setup_required: true; mfa_temp_token: string }
 
 /** null when the password alone is enough; otherwise the answer that asks for the second factor. */
-export function mfaStep(services: Services, user: UserRecord, rememberMe: boolean, redirectUrl: string): MfaStep | null {
+export function mfaStep(services: Pick<Services, 'mfa' | 'roles'>, user: UserRecord, rememberMe: boolean, redirectUrl: string): MfaStep | null {
   if (user.mfa_enabled) {
     return { message: 'MFA verification required', mfa_required: true, mfa_temp_token: services.mfa.issueTempToken(user.user_id, 'login', rememberMe, redirectUrl) }
   }
@@ -76,7 +79,7 @@ export function mfaStep(services: Services, user: UserRecord, rememberMe: boolea
  * A TOTP code or backup code of `user`, throttled per user (`mfa:<user id>`);
  * a wrong one also counts against the temp token that carried it.
  */
-export async function checkSecondFactor(services: Services, request: FastifyRequest, user: UserRecord, factor: SecondFactor, tempId?: string): Promise<void> {
+export async function checkSecondFactor(services: Pick<Services, 'throttle' | 'mfa'>, request: FastifyRequest, user: UserRecord, factor: SecondFactor, tempId?: string): Promise<void> {
   refuseIfThrottled(services, request, mfaKey(user.user_id))
   if (!factor.code && !factor.backup_code) throw new AuthsvcError('MFA_REQUIRED', 'A code or a backup code is required')
   const ok = await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.verify(user.user_id, factor))

@@ -8,10 +8,11 @@
  * navigations are redirected here too, before any identity work.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { clientFacts, isSameOrigin, type ClientFacts } from '../decide/client-facts.js'
+import { checkAccess, type Requirement, type Resolution } from '../access/pipeline.js'
+import { clientFacts, type ClientFacts } from '../decide/client-facts.js'
 import { AuthsvcError, type ErrorCode } from '../errors.js'
 import type { Channel } from '../identity/credentials.js'
-import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
+import type { Principal } from '../identity/principal.js'
 import { HSTS_VALUE, httpsUpgrade } from './force-https.js'
 import type { Services } from '../services.js'
 
@@ -32,7 +33,13 @@ declare module 'fastify' {
   }
 }
 
-const UNSAFE = new Set(['POST', 'PUT', 'PATCH', 'DELETE'])
+/** An owned route's auth level as a requirement of the access pipeline. */
+const REQUIREMENTS: Record<AuthLevel, Requirement> = {
+  public: { kind: 'public' },
+  principal: { kind: 'principal' },
+  user: { kind: 'user' },
+  admin: { kind: 'admin' },
+}
 
 function headerMap(request: FastifyRequest): Record<string, string | undefined> {
   const out: Record<string, string | undefined> = {}
@@ -40,12 +47,13 @@ function headerMap(request: FastifyRequest): Record<string, string | undefined> 
   return out
 }
 
-export function registerRequestContext(app: FastifyInstance, services: Services): void {
-  app.decorateRequest('facts', null as unknown as ClientFacts)
+export function registerRequestContext(app: FastifyInstance, services: Pick<Services, 'config' | 'net' | 'resolver'>): void {
+  // facts and queryParams have no value before onRequest sets them (which runs before any handler)
+  app.decorateRequest('facts')
   app.decorateRequest('principal', null)
   app.decorateRequest('channel', undefined)
   app.decorateRequest('credentialError', undefined)
-  app.decorateRequest('queryParams', null as unknown as URLSearchParams)
+  app.decorateRequest('queryParams')
 
   app.addHook('onRoute', (route) => {
     if (route.config?.auth === undefined && !route.url.startsWith('*')) {
@@ -72,7 +80,7 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
       request.principal = resolution.principal
       request.channel = resolution.channel
     }
-    return enforceAuthLevel(request, reply, headers)
+    return enforceAuthLevel(request, reply, headers, resolution)
   })
 
   // force_https: the browser learns to use https only from this host's answers over https
@@ -82,24 +90,21 @@ export function registerRequestContext(app: FastifyInstance, services: Services)
   })
 }
 
-async function enforceAuthLevel(request: FastifyRequest, reply: FastifyReply, headers: Record<string, string | undefined>): Promise<FastifyReply | undefined> {
+/** The access pipeline's CSRF and level steps (access/pipeline.ts) for the route's declared level. */
+async function enforceAuthLevel(request: FastifyRequest, reply: FastifyReply, headers: Record<string, string | undefined>, resolution: Resolution): Promise<FastifyReply | undefined> {
   const level = request.routeOptions.config.auth
   if (level === undefined) throw new AuthsvcError('NOT_FOUND')
-  const principal = request.principal
-  // cookie-authenticated writes must be same-origin, on public routes too (an admin's cookie registers users)
-  if (principal !== null && request.channel === 'cookie' && UNSAFE.has(request.method) && !isSameOrigin(headers, request.facts.isHttps)) {
-    throw new AuthsvcError('CSRF_REJECTED')
-  }
-  if (level === 'public') return undefined
-  if (principal === null) {
-    if (request.routeOptions.config.page && request.facts.isNavigation && request.method === 'GET') {
-      return redirectToLogin(request, reply)
-    }
-    throw new AuthsvcError(request.credentialError ?? 'AUTH_REQUIRED')
-  }
-  if (level === 'user' && (principal.userId === null || principal.authType === 'anonymous')) throw new AuthsvcError('AUTH_REQUIRED')
-  if (level === 'admin' && !(principal.isAdmin && principal.role === ADMIN_ROLE)) throw new AuthsvcError('ADMIN_REQUIRED')
-  return undefined
+  const verdict = checkAccess({
+    method: request.method,
+    headers,
+    facts: request.facts,
+    resolution,
+    requirement: REQUIREMENTS[level],
+    loginPage: request.routeOptions.config.page === true && request.method === 'GET',
+  })
+  if (verdict.allow) return undefined
+  if (verdict.login) return redirectToLogin(request, reply)
+  throw new AuthsvcError(verdict.code)
 }
 
 export function redirectToLogin(request: FastifyRequest, reply: FastifyReply): FastifyReply {

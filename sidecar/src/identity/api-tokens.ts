@@ -28,6 +28,16 @@ const LAST_USED_PERSIST_MS = 60_000
 
 export const hashToken = (token: string): string => createHash('sha256').update(token).digest('hex')
 
+/**
+ * A token named by the first characters of its hash, as the pages show it (`3f9a0c1d2e4b...`):
+ * surrounding spaces and a trailing `...` ignored, any case; at least 8 hex characters.
+ */
+export function tokenHashPrefix(raw: string): string {
+  const prefix = raw.trim().replace(/\.{3}$/, '').toLowerCase()
+  if (!/^[0-9a-f]{8,64}$/.test(prefix)) throw new AuthsvcError('VALIDATION_FAILED', 'token_hash_prefix must be at least 8 hex characters')
+  return prefix
+}
+
 export type TokenCheck = { record: ApiTokenRecord } | { error: ErrorCode }
 
 export class ApiTokenService {

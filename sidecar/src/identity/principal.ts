@@ -36,3 +36,11 @@ export interface Principal {
 export function can(principal: Principal, key: PermissionKey): boolean {
   return principal.isAdmin || principal.permissions[key] === true
 }
+
+/**
+ * The administrator: the `admin` role (SPEC §4), on a principal the resolver built as one. The only
+ * test of "is admin" for admin routes, admin pages and registration by an admin.
+ */
+export function isAdministrator(principal: Principal | null): boolean {
+  return principal !== null && principal.isAdmin && principal.role === ADMIN_ROLE
+}

@@ -9,7 +9,7 @@
  */
 import type { Config } from '../config/schema.js'
 import type { ClientFacts } from '../decide/client-facts.js'
-import type { PrincipalResolver, Resolution } from '../decide/decide.js'
+import type { PrincipalResolver, Resolution } from '../access/pipeline.js'
 import type { RoleStore } from '../policy/roles.js'
 import type { SettingsRepository } from '../store/settings.js'
 import type { ApiTokenService } from './api-tokens.js'

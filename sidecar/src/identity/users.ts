@@ -47,6 +47,13 @@ export class UserRepository {
     return id === undefined ? undefined : this.users.get(id)
   }
 
+  /** The user an admin route names (`{target_user}`): by username, else by id; 404 when neither. */
+  find(target: string): UserRecord {
+    const user = this.byUsername(target) ?? this.byId(target)
+    if (!user) throw new AuthsvcError('NOT_FOUND', 'User not found')
+    return user
+  }
+
   list(): UserRecord[] {
     return [...this.users.values()].sort((a, b) => a.created_at_iso.localeCompare(b.created_at_iso))
   }

@@ -6,6 +6,7 @@
  * and revoking them is the user's choice (docs/decisions.md).
  */
 import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
 import { passwordProblem } from '../identity/passwords.js'
@@ -21,14 +22,18 @@ const PasswordChange = Type.Object(
   { additionalProperties: false },
 )
 
-export function accountRoutes(services: Services) {
-  return async function (app: FastifyInstance): Promise<void> {
+/** What the account routes use (checkPassword's included). */
+export type AccountRouteServices = Pick<Services, 'users' | 'sessions' | 'passwords' | 'throttle'>
+
+export function accountRoutes(services: AccountRouteServices) {
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.post('/api/me/password', { config: { auth: 'user' }, schema: { body: PasswordChange } }, async (request) => {
       const principal = requireUser(request)
       if (principal.authType !== 'session') throw new AuthsvcError('PERMISSION_DENIED', 'The password is changed from a signed-in session')
       const user = services.users.byId(principal.userId)
       if (!user) throw new AuthsvcError('AUTH_REQUIRED')
-      const body = request.body as { current_password: string; new_password: string }
+      const body = request.body
       // the same failure answer and throttle as a login with this username
       await checkPassword(services, request, user.username, body.current_password)
       const problem = passwordProblem(body.new_password)

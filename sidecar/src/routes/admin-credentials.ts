@@ -5,19 +5,16 @@
  * first 12 hex characters of their SHA-256, as on the user's own page.
  */
 import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
+import { tokenHashPrefix } from '../identity/api-tokens.js'
 import type { UserRecord } from '../identity/users.js'
 import type { Services } from '../services.js'
 
 const TokenPrefix = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 }) }, { additionalProperties: false })
 
-export function adminCredentialRoutes(services: Services) {
-  const findUser = (target: string): UserRecord => {
-    const user = services.users.byUsername(target) ?? services.users.byId(target)
-    if (!user) throw new AuthsvcError('NOT_FOUND', 'User not found')
-    return user
-  }
+export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessions' | 'tokens'>) {
   const sessionsOf = (user: UserRecord) =>
     services.sessions.activeForUser(user.user_id).map((s) => ({
       jti: s.jti,
@@ -35,7 +32,8 @@ export function adminCredentialRoutes(services: Services) {
       last_used_at_iso: t.last_used_at_iso,
     }))
 
-  return async function (app: FastifyInstance): Promise<void> {
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.get('/api/admin/last-seen', { config: { auth: 'admin' } }, async () => {
       const last_seen: Record<string, string | null> = {}
       for (const user of services.users.list()) {
@@ -46,13 +44,13 @@ export function adminCredentialRoutes(services: Services) {
     })
 
     app.get('/api/users/:target_user/sessions', { config: { auth: 'admin' } }, async (request) => {
-      const user = findUser((request.params as { target_user: string }).target_user)
+      const user = services.users.find((request.params as { target_user: string }).target_user)
       return { username: user.username, sessions: sessionsOf(user) }
     })
 
     app.delete('/api/users/:target_user/sessions/:jti', { config: { auth: 'admin' } }, async (request) => {
       const { target_user, jti } = request.params as { target_user: string; jti: string }
-      const user = findUser(target_user)
+      const user = services.users.find(target_user)
       const record = services.sessions.get(jti)
       if (!record || record.user_id !== user.user_id || record.revoked) throw new AuthsvcError('NOT_FOUND', 'Session not found')
       await services.sessions.revoke(jti)
@@ -61,23 +59,22 @@ export function adminCredentialRoutes(services: Services) {
     })
 
     app.delete('/api/users/:target_user/sessions', { config: { auth: 'admin' } }, async (request) => {
-      const user = findUser((request.params as { target_user: string }).target_user)
+      const user = services.users.find((request.params as { target_user: string }).target_user)
       const revoked = await services.sessions.revokeAllForUser(user.user_id)
       request.log.info({ event: 'session_revoked', username: user.username, sessions: revoked, by: request.principal?.username }, 'sessions revoked by an admin')
       return { status: 'ok', revoked }
     })
 
     app.get('/api/users/:target_user/tokens', { config: { auth: 'admin' } }, async (request) => {
-      const user = findUser((request.params as { target_user: string }).target_user)
+      const user = services.users.find((request.params as { target_user: string }).target_user)
       return { username: user.username, tokens: tokensOf(user) }
     })
 
     app.delete('/api/users/:target_user/tokens', { config: { auth: 'admin' }, schema: { body: TokenPrefix } }, async (request) => {
-      const user = findUser((request.params as { target_user: string }).target_user)
-      const raw = (request.body as { token_hash_prefix: string }).token_hash_prefix.trim().replace(/\.{3}$/, '').toLowerCase()
-      if (!/^[0-9a-f]{8,64}$/.test(raw)) throw new AuthsvcError('VALIDATION_FAILED', 'token_hash_prefix must be at least 8 hex characters')
-      await services.tokens.revokeByPrefix(user.user_id, raw)
-      request.log.info({ event: 'api_token_revoked', username: user.username, token_hash_prefix: raw.slice(0, 8), by: request.principal?.username }, 'api token revoked by an admin')
+      const user = services.users.find((request.params as { target_user: string }).target_user)
+      const prefix = tokenHashPrefix(request.body.token_hash_prefix)
+      await services.tokens.revokeByPrefix(user.user_id, prefix)
+      request.log.info({ event: 'api_token_revoked', username: user.username, token_hash_prefix: prefix.slice(0, 8), by: request.principal?.username }, 'api token revoked by an admin')
       return { message: 'Token revoked.' }
     })
   }

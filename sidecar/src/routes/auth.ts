@@ -4,10 +4,11 @@
  * dummy verify, disabled users a real one, and all answer the same 401.
  */
 import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
 import { passwordProblem } from '../identity/passwords.js'
-import { ADMIN_ROLE } from '../identity/principal.js'
+import { ADMIN_ROLE, isAdministrator } from '../identity/principal.js'
 import { GUEST_ROLE, GUEST_SUBJECT } from '../identity/guest-sessions.js'
 import { usernameProblem } from '../identity/users.js'
 import { clearSessionCookie, safeRedirectPath, setSessionCookie } from '../http/session-cookie.js'
@@ -32,7 +33,10 @@ const LoginBody = Type.Object({
   next: Type.Optional(Type.String({ maxLength: 2048 })),
 })
 
-export function authRoutes(services: Services) {
+/** What register, login and logout use (the password and MFA steps included). */
+export type AuthRouteServices = Pick<Services, 'users' | 'sessions' | 'passwords' | 'roles' | 'settings' | 'clock' | 'throttle' | 'mfa'>
+
+export function authRoutes(services: AuthRouteServices) {
   // Registrations run one at a time: "is this the first user?" and the create must not interleave,
   // or two racing anonymous registrations would both become admin.
   let registering: Promise<unknown> = Promise.resolve()
@@ -41,16 +45,15 @@ export function authRoutes(services: Services) {
     registering = run.catch(() => {})
     return run
   }
-  return async function (app: FastifyInstance): Promise<void> {
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.post('/register', { config: { auth: 'public' }, schema: { body: RegisterBody } }, (request, reply) => oneAtATime(async () => {
-      const body = request.body as { username: string; password: string; role?: string }
+      const body = request.body
       const first = services.users.count === 0
-      const principal = request.principal
-      const isAdmin = principal !== null && principal.isAdmin && principal.role === ADMIN_ROLE
       refuseIfThrottled(services, request, null)
       // not a failed login: no secret was guessed, and counting it against the address would let
       // anyone there lock its real users out of their password login (issue 21)
-      if (!first && !isAdmin) throw new AuthsvcError('REGISTRATION_CLOSED')
+      if (!first && !isAdministrator(request.principal)) throw new AuthsvcError('REGISTRATION_CLOSED')
       const problem = usernameProblem(body.username) ?? passwordProblem(body.password)
       if (problem) throw new AuthsvcError('VALIDATION_FAILED', problem)
       let role = first ? ADMIN_ROLE : 'user'
@@ -66,7 +69,7 @@ export function authRoutes(services: Services) {
     }))
 
     app.post('/login', { config: { auth: 'public' }, schema: { body: LoginBody } }, async (request, reply) => {
-      const body = request.body as { username?: string; password?: string; remember_me?: unknown; guest_login?: unknown; next?: string }
+      const body = request.body
       if (request.headers['sec-fetch-site'] === 'cross-site') throw new AuthsvcError('CSRF_REJECTED')
       const rememberMe = truthy(body.remember_me)
       const redirectUrl = safeRedirectPath(body.next ?? request.queryParams.get('next'))

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify'
 import { SERVICE_VERSION, type Services } from '../services.js'
 
-export function healthRoutes(services: Services) {
+export function healthRoutes(services: Pick<Services, 'users'>) {
   return async function (app: FastifyInstance): Promise<void> {
     app.get('/health', { config: { auth: 'public' } }, async () => ({
       status: 'ok',

@@ -1,13 +1,15 @@
 /** The caller's own view: who am I, my sessions, my current token (SPEC §5.2). */
 import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
 import { PERMISSION_KEYS, can } from '../identity/principal.js'
 import { requireUser } from '../http/request-context.js'
 import type { Services } from '../services.js'
 
-export function meRoutes(services: Services) {
-  return async function (app: FastifyInstance): Promise<void> {
+export function meRoutes(services: Pick<Services, 'sessions'>) {
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.get('/api/me', { config: { auth: 'principal' } }, async (request) => {
       const p = request.principal!
       return {
@@ -38,7 +40,7 @@ export function meRoutes(services: Services) {
 
     app.post('/me/sessions/revoke', { config: { auth: 'user' }, schema: { body: Type.Object({ jti: Type.String({ maxLength: 64 }) }) } }, async (request) => {
       const p = requireUser(request)
-      const { jti } = request.body as { jti: string }
+      const { jti } = request.body
       const record = services.sessions.get(jti)
       if (!record || record.user_id !== p.userId || record.revoked) throw new AuthsvcError('NOT_FOUND', 'Session not found')
       await services.sessions.revoke(jti)

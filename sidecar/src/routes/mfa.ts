@@ -9,8 +9,9 @@
  * - recovery: no credential, only with RECOVERY_MODE and from a local client.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import QRCode from 'qrcode'
-import Type from 'typebox'
+import Type, { type Static } from 'typebox'
 import { AuthsvcError } from '../errors.js'
 import type { UserRecord } from '../identity/users.js'
 import { setSessionCookie } from '../http/session-cookie.js'
@@ -23,12 +24,14 @@ const Body = Type.Object({
   backup_code: Type.Optional(Type.String({ maxLength: 32 })),
 })
 
-type MfaBody = { mfa_temp_token?: string; code?: string; backup_code?: string }
+type MfaBody = Static<typeof Body>
 
-export function mfaRoutes(services: Services) {
+/** What the MFA routes use (the second-factor step included). */
+export type MfaRouteServices = Pick<Services, 'users' | 'sessions' | 'mfa' | 'throttle' | 'resetMfa' | 'recoveryMode'>
+
+export function mfaRoutes(services: MfaRouteServices) {
   /** The user a setup-family call acts for, and the temp token it used (if any). */
-  const setupCaller = async (request: FastifyRequest): Promise<{ user: UserRecord; tempId?: string; temp?: { rememberMe: boolean; redirectUrl: string } }> => {
-    const body = (request.body ?? {}) as MfaBody
+  const setupCaller = async (request: FastifyRequest, body: MfaBody): Promise<{ user: UserRecord; tempId?: string; temp?: { rememberMe: boolean; redirectUrl: string } }> => {
     if (body.mfa_temp_token !== undefined) {
       const temp = services.mfa.tempToken(body.mfa_temp_token, 'setup')
       const user = temp ? services.users.byId(temp.userId) : undefined
@@ -49,10 +52,13 @@ export function mfaRoutes(services: Services) {
     return token
   }
 
-  return async function (app: FastifyInstance): Promise<void> {
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.post('/api/mfa/setup', { config: { auth: 'public' }, schema: { body: Type.Optional(Body) } }, async (request) => {
-      const { user } = await setupCaller(request)
-      if (user.mfa_enabled) await checkSecondFactor(services, request, user, (request.body ?? {}) as MfaBody)
+      // the body is optional here: a session alone may begin the setup
+      const body = request.body ?? {}
+      const { user } = await setupCaller(request, body)
+      if (user.mfa_enabled) await checkSecondFactor(services, request, user, body)
       const { secret, uri, backupCodes } = await services.mfa.beginSetup(user.user_id, user.username)
       const qr_svg = await QRCode.toString(uri, { type: 'svg', errorCorrectionLevel: 'M', margin: 1 })
       return {
@@ -65,8 +71,8 @@ export function mfaRoutes(services: Services) {
     })
 
     app.post('/api/mfa/verify-setup', { config: { auth: 'public' }, schema: { body: Body } }, async (request, reply) => {
-      const { user, tempId, temp } = await setupCaller(request)
-      const code = (request.body as MfaBody).code
+      const { user, tempId, temp } = await setupCaller(request, request.body)
+      const code = request.body.code
       if (!(await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.finishSetup(user.user_id, code)))) {
         if (tempId) services.mfa.failTempToken(tempId)
         throw new AuthsvcError('MFA_INVALID_CODE')
@@ -82,7 +88,7 @@ export function mfaRoutes(services: Services) {
     })
 
     app.post('/api/mfa/verify', { config: { auth: 'public' }, schema: { body: Body } }, async (request, reply) => {
-      const body = request.body as MfaBody
+      const body = request.body
       const temp = services.mfa.tempToken(body.mfa_temp_token, 'login')
       const user = temp ? services.users.byId(temp.userId) : undefined
       if (!temp || !user || user.disabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
@@ -99,7 +105,7 @@ export function mfaRoutes(services: Services) {
       const user = services.users.byId(p.userId!)
       if (!user) throw new AuthsvcError('AUTH_REQUIRED')
       if (!user.mfa_enabled) throw new AuthsvcError('CONFLICT', 'MFA is not enabled')
-      await checkSecondFactor(services, request, user, request.body as MfaBody)
+      await checkSecondFactor(services, request, user, request.body)
       await services.resetMfa(user.user_id)
       await services.sessions.revokeAllForUser(user.user_id, p.credentialId)
       request.log.info({ event: 'mfa_disabled', username: user.username }, 'mfa disabled')

@@ -13,6 +13,7 @@
  *   no-op otherwise. Both answer the user's grants as they are afterwards.
  */
 import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AuthsvcError } from '../errors.js'
 import { listFolderNow, modelFoldersOf, type ModelCache } from '../isolation/model-cache.js'
@@ -30,12 +31,7 @@ const GrantBody = Type.Object(
 
 const publicGrant = (g: ModelGrantRecord) => ({ folder: g.folder, item_name: g.item_name, granted_by: g.granted_by, created_at_iso: g.created_at_iso })
 
-export function modelGrantRoutes(services: Services, cache: ModelCache) {
-  const findUser = (target: string): UserRecord => {
-    const user = services.users.byUsername(target) ?? services.users.byId(target)
-    if (!user) throw new AuthsvcError('NOT_FOUND', 'User not found')
-    return user
-  }
+export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock'>, cache: ModelCache) {
   const liveFolder = (name: string) => {
     const folder = modelFoldersOf(services.host.facts).find((f) => f.name === name)
     if (!folder) throw new AuthsvcError('NOT_FOUND', 'Unknown model folder')
@@ -50,7 +46,8 @@ export function modelGrantRoutes(services: Services, cache: ModelCache) {
   const knownFolder = (folder: string): boolean => cache.folder(folder) !== undefined || modelFoldersOf(services.host.facts).some((f) => f.name === folder)
   const grantsOf = (user: UserRecord) => ({ username: user.username, items: services.modelGrants.list(user.user_id).map(publicGrant) })
 
-  return async function (app: FastifyInstance): Promise<void> {
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.get('/api/available-model-folders', { config: { auth: 'admin' } }, async () => ({
       folders: modelFoldersOf(services.host.facts).map((f) => f.name),
     }))
@@ -72,11 +69,11 @@ export function modelGrantRoutes(services: Services, cache: ModelCache) {
       return { status: 'ok', folders_count: cache.folderNames().length, items_count: cache.itemsCount, refreshed_at_iso: new Date(cache.refreshedAt).toISOString() }
     })
 
-    app.get('/api/users/:username/shared-items', { config: { auth: 'admin' } }, async (request) => grantsOf(findUser((request.params as { username: string }).username)))
+    app.get('/api/users/:username/shared-items', { config: { auth: 'admin' } }, async (request) => grantsOf(services.users.find((request.params as { username: string }).username)))
 
     app.post('/api/users/:username/shared-items', { config: { auth: 'admin' }, schema: { body: GrantBody } }, async (request) => {
-      const user = findUser((request.params as { username: string }).username)
-      const { folder, item_name } = request.body as { folder: string; item_name: string }
+      const user = services.users.find((request.params as { username: string }).username)
+      const { folder, item_name } = request.body
       if (!knownFolder(folder)) throw new AuthsvcError('VALIDATION_FAILED', `Unknown model folder: ${folder}`)
       if (!(await itemExists(folder, item_name))) throw new AuthsvcError('VALIDATION_FAILED', `Unknown item in ${folder}: ${item_name}`)
       const record = await services.modelGrants.grant({
@@ -91,8 +88,8 @@ export function modelGrantRoutes(services: Services, cache: ModelCache) {
     })
 
     app.delete('/api/users/:username/shared-items', { config: { auth: 'admin' }, schema: { body: GrantBody } }, async (request) => {
-      const user = findUser((request.params as { username: string }).username)
-      const { folder, item_name } = request.body as { folder: string; item_name: string }
+      const user = services.users.find((request.params as { username: string }).username)
+      const { folder, item_name } = request.body
       const revoked = await services.modelGrants.revoke(user.user_id, folder, item_name)
       if (!revoked) {
         if (!knownFolder(folder)) throw new AuthsvcError('VALIDATION_FAILED', `Unknown model folder: ${folder}`)

@@ -8,7 +8,7 @@
  */
 import { readFileSync } from 'node:fs'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
+import { isAdministrator, type Principal } from '../identity/principal.js'
 import { redirectToLogin } from '../http/request-context.js'
 import { safeRedirectPath } from '../http/session-cookie.js'
 import type { Services } from '../services.js'
@@ -43,7 +43,6 @@ const PAGE_HEADERS = {
 }
 
 const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`)
-const isAdmin = (p: Principal | null) => p !== null && p.isAdmin && p.role === ADMIN_ROLE
 
 interface PageSpec {
   title: string
@@ -62,7 +61,7 @@ function nav(principal: Principal | null, spec: PageSpec): string {
   const links = [
     `<span class="who" id="nav-user">${escapeHtml(principal.username)} · ${escapeHtml(principal.role)}</span>`,
     principal.userId !== null ? '<a href="/authsvc/account" id="nav-account">Account</a>' : '',
-    isAdmin(principal) ? '<a href="/authsvc/admin" id="nav-admin">Admin</a>' : '',
+    isAdministrator(principal) ? '<a href="/authsvc/admin" id="nav-admin">Admin</a>' : '',
     '<form method="post" action="/logout"><button type="submit" class="link" id="nav-logout">Log out</button></form>',
   ]
   return `<nav aria-label="Account">${links.join('')}</nav>`
@@ -89,7 +88,7 @@ export function sendLogoutConfirmation(request: FastifyRequest, reply: FastifyRe
   return send(reply, render(request, { title: 'Log out', fragment: '', frame: 'narrow' }, main))
 }
 
-export function pageRoutes(services: Services) {
+export function pageRoutes(services: Pick<Services, 'users' | 'settings'>) {
   const spec = (title: string, fragment: string, script: string | undefined, frame: PageSpec['frame'], signInPage = false): PageSpec => ({
     title, fragment: read(fragment), script, frame, signInPage,
   })
@@ -118,7 +117,7 @@ export function pageRoutes(services: Services) {
     // Public only while no user exists; then for admins (who add users here).
     app.get('/register', { config: { auth: 'public' } }, async (request, reply) => {
       const p = request.principal
-      if (services.users.count > 0 && !isAdmin(p)) {
+      if (services.users.count > 0 && !isAdministrator(p)) {
         if (p === null) return redirectToLogin(request, reply)
         return refusal(request, reply, 'Forbidden', 'Only an administrator can create accounts.')
       }
@@ -140,7 +139,7 @@ export function pageRoutes(services: Services) {
         return send(reply, render(request, pages.account))
       })
       app.get(`${prefix}/admin`, { config: { auth: 'principal', page: true } }, async (request, reply) => {
-        if (!isAdmin(request.principal)) return refusal(request, reply, 'Administrators only', 'The admin panel is for the <code>admin</code> role.')
+        if (!isAdministrator(request.principal)) return refusal(request, reply, 'Administrators only', 'The admin panel is for the <code>admin</code> role.')
         return send(reply, render(request, pages.admin))
       })
     }

@@ -3,8 +3,10 @@
  * prefix. The raw token appears once, in the creation answer.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
-import Type from 'typebox'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import Type, { type Static } from 'typebox'
 import { AuthsvcError } from '../errors.js'
+import { tokenHashPrefix } from '../identity/api-tokens.js'
 import { can } from '../identity/principal.js'
 import type { UserRecord } from '../identity/users.js'
 import { requireUser } from '../http/request-context.js'
@@ -22,24 +24,17 @@ const GenerateBody = Type.Object({
   backup_code: Type.Optional(Type.String({ maxLength: 32 })),
 })
 
-type GenerateBody = {
-  username?: string
-  password?: string
-  label?: string
-  expire_hours?: number | string
-  mfa_temp_token?: string
-  code?: string
-  backup_code?: string
-}
-
 const RevokeBody = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 }) })
 
 export const DEFAULT_TOKEN_HOURS = 720
 
+/** What token creation, listing and revocation use (the password and MFA steps included). */
+export type TokenRouteServices = Pick<Services, 'users' | 'tokens' | 'mfa' | 'resolver' | 'config' | 'throttle' | 'passwords' | 'roles'>
+
 /** POST /authsvc/generate_token and its legacy alias POST /generate_token. */
-export function generateTokenHandler(services: Services) {
-  return async function (request: FastifyRequest, _reply: FastifyReply) {
-    const body = request.body as GenerateBody
+export function generateTokenHandler(services: TokenRouteServices) {
+  return async function (request: FastifyRequest<{ Body: Static<typeof GenerateBody> }>, _reply: FastifyReply) {
+    const body = request.body
     let user: UserRecord | undefined
     if (body.mfa_temp_token !== undefined) {
       const temp = services.mfa.tempToken(body.mfa_temp_token, 'login')
@@ -87,8 +82,9 @@ export function generateTokenHandler(services: Services) {
 
 export const generateTokenSchema = { body: GenerateBody }
 
-export function tokenRoutes(services: Services) {
-  return async function (app: FastifyInstance): Promise<void> {
+export function tokenRoutes(services: TokenRouteServices) {
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.post('/generate_token', { config: { auth: 'public' }, schema: generateTokenSchema }, generateTokenHandler(services))
 
     app.get('/api/tokens', { config: { auth: 'user' } }, async (request) => {
@@ -105,9 +101,8 @@ export function tokenRoutes(services: Services) {
 
     app.delete('/api/tokens', { config: { auth: 'user' }, schema: { body: RevokeBody } }, async (request) => {
       const principal = requireUser(request)
-      const raw = (request.body as { token_hash_prefix: string }).token_hash_prefix.trim().replace(/\.{3}$/, '').toLowerCase()
-      if (!/^[0-9a-f]{8,64}$/.test(raw)) throw new AuthsvcError('VALIDATION_FAILED', 'token_hash_prefix must be at least 8 hex characters')
-      await services.tokens.revokeByPrefix(principal.userId, raw)
+      const prefix = tokenHashPrefix(request.body.token_hash_prefix)
+      await services.tokens.revokeByPrefix(principal.userId, prefix)
       return { message: 'Token revoked.' }
     })
   }

@@ -10,6 +10,7 @@
  * space.
  */
 import type { FastifyInstance, FastifyReply } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { readFileSync } from 'node:fs'
 import { hostUserOf } from '../behaviours/context.js'
@@ -39,12 +40,13 @@ function cpeError(reply: FastifyReply, status: number, message: string): Fastify
   return reply.code(status).send({ status: 'error', message })
 }
 
-export function workflowRoutes(services: Services) {
+export function workflowRoutes(services: Pick<Services, 'workflows' | 'clock'>) {
   // read at request time: the store is opened after the routes are registered (a standby's app)
   const store = () => services.workflows
   const dirOf = (hostUser: string): string | null => store().file(hostUser, WORKFLOWS_DIR)
 
-  return async function (app: FastifyInstance): Promise<void> {
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     for (const prefix of ['/api/cpe', '/cpe']) {
       app.get(`${prefix}/workflow/list`, { config: { auth: 'principal' } }, async (request) => {
         const p = need(request.principal, 'can_access_api')
@@ -58,7 +60,7 @@ export function workflowRoutes(services: Services) {
 
       app.get(`${prefix}/workflow/get`, { config: { auth: 'principal' }, schema: { querystring: Type.Object({ filename: Type.String({ maxLength: 300 }) }) } }, async (request, reply) => {
         const p = request.principal!
-        const name = workflowName((request.query as { filename: string }).filename)
+        const name = workflowName(request.query.filename)
         if (name === null) return cpeError(reply, 400, 'Invalid workflow name')
         for (const hostUser of [hostUserOf(p), SHARED_HOST_USER]) {
           const path = store().file(hostUser, `${WORKFLOWS_DIR}/${name}`)
@@ -79,7 +81,7 @@ export function workflowRoutes(services: Services) {
         schema: { body: Type.Object({ workflow: Type.Union([Type.Object({}, { additionalProperties: true }), Type.String()]), name: Type.Optional(Type.String({ maxLength: 255 })) }) },
       }, async (request, reply) => {
         const p = need(request.principal, 'can_modify_workflows')
-        const body = request.body as { workflow: object | string; name?: string }
+        const body = request.body
         let text: string
         if (typeof body.workflow === 'string') {
           try {
@@ -108,15 +110,16 @@ export function workflowRoutes(services: Services) {
 }
 
 /** Admin: publish one of the admin's own workflows to the shared set (under /authsvc and /api/authsvc). */
-export function workflowAdminRoutes(services: Services) {
+export function workflowAdminRoutes(services: Pick<Services, 'workflows'>) {
   // read at request time: the store is opened after the routes are registered (a standby's app)
   const store = () => services.workflows
-  return async function (app: FastifyInstance): Promise<void> {
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.post('/api/workflows/publish', {
       config: { auth: 'admin' },
       schema: { body: Type.Object({ filename: Type.String({ maxLength: 255 }) }, { additionalProperties: false }) },
     }, async (request) => {
-      const name = workflowName((request.body as { filename: string }).filename)
+      const name = workflowName(request.body.filename)
       if (name === null) throw new AuthsvcError('VALIDATION_FAILED', 'Invalid workflow name')
       const own = store().file(hostUserOf(request.principal!), `${WORKFLOWS_DIR}/${name}`)
       if (!store().isFile(own)) throw new AuthsvcError('NOT_FOUND', 'No workflow of yours by that name')
