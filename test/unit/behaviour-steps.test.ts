@@ -2,8 +2,8 @@
  * The later steps of route behaviours (body, form, filter) keep their state in the sidecar
  * (behaviours/steps.ts): the plugin carries only `{step: id}`. A step that names no live state
  * of its kind (unknown, forged, expired, evicted, already run, of another step or another
- * filter, or after a restart of the sidecar) is refused as a malformed ctx always was: 400 for
- * a body or form, 503 for a filter; the state map is bounded; a kept filtered read's ctx stays
+ * filter, or after a restart of the sidecar) is refused as an outage (503): only the plugin
+ * sends a ctx, so it is never the client's doing; the state map is bounded; a kept filtered read's ctx stays
  * good for every reuse.
  */
 import { describe, it, before, after } from 'node:test'
@@ -104,18 +104,18 @@ describe('route behaviours: a step names only a live state of its own kind', () 
     assert.doesNotMatch(JSON.stringify(ctx), new RegExp(bobId), 'not even the owner')
   })
 
-  it('a body step runs once; the same ctx again is refused (400), as are forged and old-style ctx bags', async () => {
+  it('a body step runs once; the same ctx again is refused (503), as are forged and old-style ctx bags', async () => {
     const ctx = await queueWrite()
     assertPass(stepAnswer(await body(ctx)))
-    assertDenied(stepAnswer(await body(ctx)), 'VALIDATION_FAILED', 'replayed')
+    assertDenied(stepAnswer(await body(ctx)), 'AUTHSVC_UNAVAILABLE', 'replayed')
     for (const forged of [{ step: 'f00dbabe-0000-4000-8000-000000000000' }, { step: 1 }, { kind: 'queue-write', owner: bobId, seesAll: true }, null, 'x']) {
-      assertDenied(stepAnswer(await body(forged)), 'VALIDATION_FAILED', JSON.stringify(forged))
+      assertDenied(stepAnswer(await body(forged)), 'AUTHSVC_UNAVAILABLE', JSON.stringify(forged))
     }
   })
 
   it('a step of another kind is refused: a filter\'s id as a body, a body\'s id as a filter, a filter under another name', async () => {
     const read = await queueRead()
-    assertDenied(stepAnswer(await body(read.ctx)), 'VALIDATION_FAILED')
+    assertDenied(stepAnswer(await body(read.ctx)), 'AUTHSVC_UNAVAILABLE')
     const ctx = await queueWrite()
     assert.throws(() => filter('queue', ctx, '{}'), /unknown filter/)
     assert.throws(() => filter('history', read.ctx, '{}'), /unknown filter/, 'the filter was opened as queue')
@@ -126,7 +126,7 @@ describe('route behaviours: a step names only a live state of its own kind', () 
   it('an expired step is refused: the decision was made more than the bound ago', async () => {
     const ctx = await queueWrite()
     sc.clock.advance(STEP_LIMITS.ttlMs)
-    assertDenied(stepAnswer(await body(ctx)), 'VALIDATION_FAILED')
+    assertDenied(stepAnswer(await body(ctx)), 'AUTHSVC_UNAVAILABLE')
   })
 
   it('a kept filtered read: every decision of the same state hands out the same ctx, and it filters every reuse', async () => {
@@ -145,12 +145,12 @@ describe('route behaviours: a step names only a live state of its own kind', () 
     assert.equal(stepAnswer(await filter(first.name, first.ctx, '{"queue_running": [], "queue_pending": []}')).action, 'replace')
   })
 
-  it('a restarted sidecar knows none of the old steps: a body is a 400, a filter a 503 (never a pass)', async () => {
+  it('a restarted sidecar knows none of the old steps: a body and a filter are a 503 (never a pass)', async () => {
     const ctx = await queueWrite()
     const read = await queueRead()
     const other = await openSidecar()
     try {
-      assertDenied(stepAnswer(await other.handlers.body({ type: 'body', id: 1, ctx }, Buffer.from('{"delete": []}'))), 'VALIDATION_FAILED')
+      assertDenied(stepAnswer(await other.handlers.body({ type: 'body', id: 1, ctx }, Buffer.from('{"delete": []}'))), 'AUTHSVC_UNAVAILABLE')
       assert.throws(() => other.handlers.filter({ type: 'filter', id: 1, name: read.name, ctx: read.ctx, status: 200, content_type: 'application/json' }, Buffer.from('{}')), /unknown filter/)
     } finally {
       await other.close()

@@ -8,7 +8,7 @@
  */
 import type { Config } from '../config/schema.js'
 import type { HostLink } from '../decide/host-link.js'
-import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
+import type { Principal } from '../identity/principal.js'
 import type { Clock } from '../identity/clock.js'
 import type { Ownership } from '../isolation/ownership.js'
 import type { ClientIdBindings } from '../isolation/client-ids.js'
@@ -44,8 +44,6 @@ export const ownerKey = (p: Principal): string => p.userId ?? (p.credentialId ? 
 
 export { hostUserOf } from '../identity/host-user.js'
 
-/** The administrator role (not merely a role with every permission). */
-export const isAdminRole = (p: Principal): boolean => p.isAdmin && p.role === ADMIN_ROLE
 
 /** What every decide step gets. */
 export interface DecideInput<S = never> {

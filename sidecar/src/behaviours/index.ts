@@ -7,7 +7,7 @@
  * a filter.
  */
 import { AuthsvcError } from '../errors.js'
-import { ADMIN_ROLE, type Principal } from '../identity/principal.js'
+import { isAdministrator, type Principal } from '../identity/principal.js'
 import type { HostRouteBehaviour, HostRoutePolicy } from '../policy/host-routes.js'
 import type { BehaviourHandlers } from '../decide/decide.js'
 import { denyDecision } from '../decide/answers.js'
@@ -88,6 +88,13 @@ function bind<S>(name: string, behaviour: RouteBehaviour<S>, store: StepStore<Pe
   return { decide: (input) => behaviour.decide({ ...input, steps }), keepable: behaviour.keepable === true }
 }
 
+/**
+ * A body or form step the sidecar does not know: only the plugin sends a ctx, so this is never
+ * the client's doing; the step ended with a sidecar restart (or was evicted, or the plugin is
+ * wrong). Refused as the outage it is (503, retry), never passed.
+ */
+const stepGone = (): Decision => denyDecision('AUTHSVC_UNAVAILABLE', 'This request\'s decision step is no longer known (the sidecar restarted); retry')
+
 export class RouteBehaviours implements BehaviourHandlers {
   private readonly byName: Record<HostRouteBehaviour, BoundBehaviour>
   /** the later steps waiting for their messages */
@@ -127,7 +134,7 @@ export class RouteBehaviours implements BehaviourHandlers {
 
   /** Whether this principal sees and acts on everyone's things. */
   seesAll(principal: Principal): boolean {
-    return (principal.isAdmin && principal.role === ADMIN_ROLE) || !this.deps.config.seperate_users
+    return isAdministrator(principal) || !this.deps.config.seperate_users
   }
 
   apply(policy: HostRoutePolicy, desc: RequestDescription, principal: Principal, pass: PassDecision): Decision | Promise<Decision> {
@@ -150,14 +157,14 @@ export class RouteBehaviours implements BehaviourHandlers {
 
   body(ctx: unknown, payload: Buffer, host: HostLink = NO_HOST): BodyAnswer | Promise<BodyAnswer> {
     const found = this.pending(ctx)
-    if (found?.step.kind !== 'body') return denyDecision('VALIDATION_FAILED', 'Unexpected body')
+    if (found?.step.kind !== 'body') return stepGone()
     this.steps.done(found.id)
     return found.step.run(payload, host)
   }
 
   form(ctx: unknown, msg: FormMessage, host: HostLink = NO_HOST): Decision | Promise<Decision> {
     const found = this.pending(ctx)
-    if (found?.step.kind !== 'form') return denyDecision('VALIDATION_FAILED', 'Unexpected form')
+    if (found?.step.kind !== 'form') return stepGone()
     this.steps.done(found.id)
     return found.step.run(msg, host)
   }

@@ -12,7 +12,8 @@ import { can } from '../identity/principal.js'
 import type { Decision } from '../decide/protocol.js'
 import { decodedRelative, inWorkflows, onHost, SHARED_HOST_USER, unquoteOnce, userRelative } from '../isolation/workflow-store.js'
 import type { BehaviourDeps, RouteBehaviour } from './context.js'
-import { hostUserOf, isAdminRole } from './context.js'
+import { hostUserOf } from './context.js'
+import { isAdministrator } from '../identity/principal.js'
 
 /**
  * Whether a userdata file name lands in `workflows/` the way ComfyUI resolves it,
@@ -39,7 +40,7 @@ export function userdataWriteBehaviour(deps: BehaviourDeps): RouteBehaviour {
       const own = deps.workflows.file(hostUserOf(principal), rel)
       const shared = deps.workflows.file(SHARED_HOST_USER, rel)
       if (shared === null) return pass // the host has not named its user folder (nor is there an own path)
-      const adminDelete = desc.method === 'DELETE' && isAdminRole(principal)
+      const adminDelete = desc.method === 'DELETE' && isAdministrator(principal)
       // what is there is the host's to look at (and an admin's delete of a shared one the host's to
       // do), while the decision waits: a decision never touches the disk here (workflow-store.ts)
       return (async (): Promise<Decision> => {
