@@ -8,10 +8,10 @@ import { mkdirSync, chmodSync, mkdtempSync, writeFileSync, rmSync } from 'node:f
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { buildApp, prepareApp } from './app.js'
-import { systemClock } from './identity/clock.js'
-import { ConfigError, dataDirFromEnv, loadConfig } from './config/load.js'
-import { listenDecisionSocket, removeStaleSocket } from './decide/server.js'
-import { createLogger } from './log.js'
+import { systemClock } from './kernel/clock.js'
+import { ConfigError, dataDirFromEnv, loadConfig } from './kernel/config/load.js'
+import { listenDecisionSocket, removeStaleSocket } from './kernel/server.js'
+import { createLogger } from './kernel/log.js'
 import { openServices } from './services.js'
 
 /**

@@ -31,7 +31,7 @@ describe('headers and query the host must never see', () => {
       if (r.pattern.includes('internal') || r.pattern.endsWith('/free')) continue
       // another user's history entry is answered {} without asking the host (isolation-queue-history.test.ts)
       if (r.pattern.endsWith('/history/{prompt_id}')) continue
-      // who has an account is answered by the gate itself (behaviours/userdata-read.ts)
+      // who has an account is answered by the gate itself (workflows/behaviours/userdata-read.ts)
       if (r.pattern.endsWith('/users')) continue
       const d = await decide(w.sc, { method: r.method, path: r.path, pattern: r.pattern, match_info: r.match_info, headers: { ...bearer(w.aliceToken), 'comfy-user': 'admin' } })
       const pass = assertPass(d, `${r.method} ${r.path}`)
