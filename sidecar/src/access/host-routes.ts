@@ -45,14 +45,22 @@ export interface HostRoutePolicy {
   require: Requirement
   /** browser navigations without a principal are redirected to /login */
   page: boolean
-  behaviour?: HostRouteBehaviour
+  /** the behaviour's name: one of this table's (HostRouteBehaviour) or a feature's own */
+  behaviour?: string
 }
 
-const principal: Requirement = { kind: 'principal' }
-const admin: Requirement = { kind: 'admin' }
-const perm = (key: PermissionKey): Requirement => ({ kind: 'permission', key })
+export const principal: Requirement = { kind: 'principal' }
+export const admin: Requirement = { kind: 'admin' }
+export const perm = (key: PermissionKey): Requirement => ({ kind: 'permission', key })
 
-type Entry = Omit<HostRoutePolicy, 'key' | 'page'> & { page?: boolean }
+/** A row of the table: what a host route requires, and its behaviour. A feature adds rows of its own (kernel/feature.ts). */
+export interface HostRouteEntry {
+  require: Requirement
+  page?: boolean
+  behaviour?: string
+}
+
+type Entry = HostRouteEntry & { behaviour?: HostRouteBehaviour }
 
 const TABLE: Record<string, Entry> = {
   'GET /': { require: principal, page: true },
@@ -113,21 +121,56 @@ export function foldApiTwin(pattern: string): string {
   return pattern.startsWith('/api/') ? pattern.slice(4) : pattern
 }
 
-export function hostRoutePolicy(
-  method: string,
-  route: MatchedRoute | null,
-  adminPatterns: ReadonlySet<string> = new Set(),
-): HostRoutePolicy {
-  if (route === null) return UNMATCHED
-  if (route.kind === 'static') return STATIC
-  const pattern = foldApiTwin(route.pattern)
-  if (pattern === '/internal' || pattern.startsWith('/internal/')) return INTERNAL
-  const folded = method === 'HEAD' ? 'GET' : method
-  const key = `${folded} ${pattern}`
-  const entry = TABLE[key]
-  if (entry) return { key, ...entry, page: entry.page ?? false }
-  if (adminPatterns.has(pattern)) return { key, require: admin, page: false }
-  return { key, require: perm('can_access_api'), page: false }
+/** The table the decision reads: this file's rows and the ones features add. */
+export interface HostRouteTable {
+  policy(method: string, route: MatchedRoute | null, adminPatterns?: ReadonlySet<string>): HostRoutePolicy
+  /** every `METHOD pattern` row */
+  readonly keys: readonly string[]
+  /** every behaviour a row names */
+  readonly behaviours: ReadonlySet<string>
 }
 
-export const HOST_ROUTE_KEYS: readonly string[] = Object.keys(TABLE)
+/** A row's key as the table keys it: `METHOD /pattern`, with an `/api` twin folded (features spell theirs plainly). */
+const ROW_KEY = /^(GET|POST|PUT|PATCH|DELETE) \/\S*$/
+
+/**
+ * This table with a feature's rows added. A row for a key this table (or another feature) already
+ * has is refused: a feature adds routes, it never changes what another route requires.
+ */
+export function hostRouteTable(added: ReadonlyArray<Record<string, HostRouteEntry>> = []): HostRouteTable {
+  const rows = new Map<string, HostRouteEntry>(Object.entries(TABLE))
+  for (const more of added) {
+    for (const [key, entry] of Object.entries(more)) {
+      if (!ROW_KEY.test(key) || key.split(' ')[1] !== foldApiTwin(key.split(' ')[1])) throw new Error(`host route row ${JSON.stringify(key)}: not a METHOD /pattern key`)
+      if (rows.has(key)) throw new Error(`host route row ${key} is already in the table`)
+      rows.set(key, entry)
+    }
+  }
+  const behaviours = new Set<string>()
+  for (const entry of rows.values()) if (entry.behaviour !== undefined) behaviours.add(entry.behaviour)
+  return {
+    keys: [...rows.keys()],
+    behaviours,
+    policy(method, route, adminPatterns = new Set()) {
+      if (route === null) return UNMATCHED
+      if (route.kind === 'static') return STATIC
+      const pattern = foldApiTwin(route.pattern)
+      if (pattern === '/internal' || pattern.startsWith('/internal/')) return INTERNAL
+      const folded = method === 'HEAD' ? 'GET' : method
+      const key = `${folded} ${pattern}`
+      const entry = rows.get(key)
+      if (entry) return { key, ...entry, page: entry.page ?? false }
+      if (adminPatterns.has(pattern)) return { key, require: admin, page: false }
+      return { key, require: perm('can_access_api'), page: false }
+    },
+  }
+}
+
+/** The table without any feature's rows. */
+export const HOST_ROUTES: HostRouteTable = hostRouteTable()
+
+export function hostRoutePolicy(method: string, route: MatchedRoute | null, adminPatterns: ReadonlySet<string> = new Set()): HostRoutePolicy {
+  return HOST_ROUTES.policy(method, route, adminPatterns)
+}
+
+export const HOST_ROUTE_KEYS: readonly string[] = HOST_ROUTES.keys

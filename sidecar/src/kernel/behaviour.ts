@@ -6,38 +6,18 @@
  * Every step can only narrow what the permission check allowed: refuse, hide,
  * or rewrite towards the caller's own things.
  */
-import type { Config } from './config/schema.js'
 import type { HostLink } from './host-link.js'
 import type { Principal } from '../identity/principal.js'
-import type { Clock } from './clock.js'
-import type { Ownership } from '../isolation/ownership.js'
-import type { ClientIdBindings } from '../isolation/client-ids.js'
-import type { LiveSockets } from '../isolation/live-sockets.js'
-import type { WorkflowStore } from '../workflows/workflow-store.js'
-import type { FilterPool } from '../isolation/filter-pool.js'
 import type {
   Decision,
   FilterAnswer,
   FilterMessage,
   FormMessage,
-  HostFacts,
   PassDecision,
   RequestDescription,
   WithPayload,
 } from './protocol.js'
 import type { StepToken } from './steps.js'
-
-export interface BehaviourDeps {
-  config: Config
-  clock: Clock
-  ownership: Ownership
-  clientIds: ClientIdBindings
-  liveSockets: LiveSockets
-  host: { facts: HostFacts }
-  workflows: WorkflowStore
-  /** where large host answers are edited (off the event loop) */
-  filters: FilterPool
-}
 
 /** The owner key of a principal: a user by id; a guest session by its session; an anonymous role by the role. */
 export const ownerKey = (p: Principal): string => p.userId ?? (p.credentialId ? `session:${p.credentialId}` : `role:${p.role}`)

@@ -1,33 +1,25 @@
 /**
- * The route behaviours, by the name their policy row gives (access/host-routes.ts),
- * and the dispatch of the later steps (body, form, filter) to the state their
- * decision opened (steps.ts): the ctx the plugin sends back is only the step's id.
- * A step that is unknown, expired, or opened for another kind of step (or another
- * filter) is refused as a malformed ctx always was: 400 for a body or form, 503 for
- * a filter.
+ * The route behaviours the features bring (kernel/feature.ts), by the name their policy row
+ * gives (access/host-routes.ts), and the dispatch of the later steps (body, form, filter) to the
+ * state their decision opened (steps.ts): the ctx the plugin sends back is only the step's id.
+ * A step that is unknown, expired, or opened for another kind of step (or another filter) is
+ * refused as an outage (503): only the plugin sends a ctx.
+ *
+ * Composition is checked at start: a name given twice, or a row naming a behaviour no feature
+ * brings, is a programming error that stops the sidecar (a row without its behaviour would pass
+ * with the permission check alone).
  */
 import { AuthsvcError } from './errors.js'
 import { isAdministrator, type Principal } from '../identity/principal.js'
-import type { HostRouteBehaviour, HostRoutePolicy } from '../access/host-routes.js'
+import type { HostRoutePolicy } from '../access/host-routes.js'
 import type { BehaviourHandlers } from '../access/decide.js'
 import { denyDecision } from './answers.js'
 import type { Decision, FilterMessage, FormMessage, PassDecision, RequestDescription } from './protocol.js'
-import type { BehaviourDeps, BodyAnswer, DecideInput, FilterResult, RouteBehaviour, Steps } from './behaviour.js'
+import type { BodyAnswer, DecideInput, FilterResult, RouteBehaviour, Steps } from './behaviour.js'
 import { ownerKey } from './behaviour.js'
 import { NO_HOST, type HostLink } from './host-link.js'
 import { stepIdOf, StepStore, type StepLimits } from './steps.js'
-import { historyEntryBehaviour, historyListBehaviour, historyWriteBehaviour } from '../isolation/behaviours/history.js'
-import { interruptBehaviour } from '../isolation/behaviours/interrupt.js'
-import { modelFileBehaviour, modelListBehaviour, type ModelDeps } from '../models/behaviours.js'
-import { objectInfoBehaviour } from '../isolation/behaviours/object-info.js'
-import { promptBehaviour } from '../isolation/behaviours/prompt.js'
-import { queueReadBehaviour, queueStatusBehaviour, queueWriteBehaviour } from '../isolation/behaviours/queue.js'
-import { systemStatsBehaviour } from '../isolation/behaviours/system-stats.js'
-import { uploadBehaviour } from '../isolation/behaviours/upload.js'
-import { userdataWriteBehaviour } from '../workflows/behaviours/userdata-write.js'
-import { userdataListBehaviour, userdataListV2Behaviour, userdataReadBehaviour, usersBehaviour } from '../workflows/behaviours/userdata-read.js'
-import { viewBehaviour } from '../isolation/behaviours/view.js'
-import { websocketBehaviour } from '../isolation/behaviours/websocket.js'
+import type { Clock } from './clock.js'
 
 /**
  * A body the sidecar checks is a body the host must read the same way: the host decodes JSON
@@ -41,7 +33,7 @@ function readsAsChecked(decision: Decision): Decision {
 }
 
 /** A step waiting for its message, its behaviour and typed state closed over by what runs it. */
-type PendingStep =
+export type PendingStep =
   | { kind: 'body'; run: (payload: Buffer, host: HostLink) => BodyAnswer | Promise<BodyAnswer> }
   | { kind: 'form'; run: (msg: FormMessage, host: HostLink) => Decision | Promise<Decision> }
   | {
@@ -52,7 +44,7 @@ type PendingStep =
     }
 
 /** A behaviour of the table with its steps bound to the store; its state type stays inside. */
-interface BoundBehaviour {
+export interface BoundBehaviour {
   decide(input: Omit<DecideInput, 'steps'>): Decision | Promise<Decision>
   keepable: boolean
 }
@@ -88,6 +80,16 @@ function bind<S>(name: string, behaviour: RouteBehaviour<S>, store: StepStore<Pe
   return { decide: (input) => behaviour.decide({ ...input, steps }), keepable: behaviour.keepable === true }
 }
 
+/** A behaviour under its row's name, its state type kept inside: what a feature lists. */
+export interface BehaviourEntry {
+  readonly name: string
+  bind(store: StepStore<PendingStep>): BoundBehaviour
+}
+
+export function behaviourEntry<S>(name: string, behaviour: RouteBehaviour<S>): BehaviourEntry {
+  return { name, bind: (store) => bind(name, behaviour, store) }
+}
+
 /**
  * A body or form step the sidecar does not know: only the plugin sends a ctx, so this is never
  * the client's doing; the step ended with a sidecar restart (or was evicted, or the plugin is
@@ -96,56 +98,43 @@ function bind<S>(name: string, behaviour: RouteBehaviour<S>, store: StepStore<Pe
 const stepGone = (): Decision => denyDecision('AUTHSVC_UNAVAILABLE', 'This request\'s decision step is no longer known (the sidecar restarted); retry')
 
 export class RouteBehaviours implements BehaviourHandlers {
-  private readonly byName: Record<HostRouteBehaviour, BoundBehaviour>
+  private readonly byName = new Map<string, BoundBehaviour>()
   /** the later steps waiting for their messages */
   readonly steps: StepStore<PendingStep>
 
+  /**
+   * `named`: the behaviour every row of the table names (HostRouteTable.behaviours); each must be
+   * among `entries`, and no name twice.
+   */
   constructor(
-    private readonly deps: BehaviourDeps & ModelDeps,
+    private readonly options: { clock: Clock; seperateUsers: boolean },
+    entries: readonly BehaviourEntry[],
+    named: ReadonlySet<string>,
     limits?: StepLimits,
   ) {
-    const store = new StepStore<PendingStep>(deps.clock, limits)
-    this.steps = store
-    this.byName = {
-      prompt: bind('prompt', promptBehaviour(deps), store),
-      'queue-status': bind('queue-status', queueStatusBehaviour(deps), store),
-      'queue-read': bind('queue-read', queueReadBehaviour(deps), store),
-      'queue-write': bind('queue-write', queueWriteBehaviour(deps), store),
-      'history-list': bind('history-list', historyListBehaviour(deps), store),
-      'history-entry': bind('history-entry', historyEntryBehaviour(deps), store),
-      'history-write': bind('history-write', historyWriteBehaviour(deps), store),
-      interrupt: bind('interrupt', interruptBehaviour(deps), store),
-      view: bind('view', viewBehaviour(deps), store),
-      'upload-image': bind('upload-image', uploadBehaviour(deps, false), store),
-      'upload-mask': bind('upload-mask', uploadBehaviour(deps, true), store),
-      'object-info': bind('object-info', objectInfoBehaviour(deps), store),
-      'userdata-write': bind('userdata-write', userdataWriteBehaviour(deps), store),
-      'userdata-list': bind('userdata-list', userdataListBehaviour(deps), store),
-      'userdata-list-v2': bind('userdata-list-v2', userdataListV2Behaviour(deps), store),
-      'userdata-read': bind('userdata-read', userdataReadBehaviour(deps), store),
-      users: bind('users', usersBehaviour(), store),
-      'system-stats': bind('system-stats', systemStatsBehaviour(), store),
-      websocket: bind('websocket', websocketBehaviour(deps), store),
-      'model-list': bind('model-list', modelListBehaviour(deps, 'model-list'), store),
-      embeddings: bind('embeddings', modelListBehaviour(deps, 'embeddings'), store),
-      'model-file': bind('model-file', modelFileBehaviour(deps), store),
+    this.steps = new StepStore<PendingStep>(options.clock, limits)
+    for (const entry of entries) {
+      if (this.byName.has(entry.name)) throw new Error(`behaviour ${entry.name} is brought by two features`)
+      this.byName.set(entry.name, entry.bind(this.steps))
     }
+    const missing = [...named].filter((name) => !this.byName.has(name))
+    if (missing.length > 0) throw new Error(`host route rows name behaviours no feature brings: ${missing.join(', ')}`)
   }
 
   /** Whether this principal sees and acts on everyone's things. */
   seesAll(principal: Principal): boolean {
-    return isAdministrator(principal) || !this.deps.config.seperate_users
+    return isAdministrator(principal) || !this.options.seperateUsers
   }
 
   apply(policy: HostRoutePolicy, desc: RequestDescription, principal: Principal, pass: PassDecision): Decision | Promise<Decision> {
-    const behaviour = policy.behaviour === undefined ? undefined : this.byName[policy.behaviour]
+    const behaviour = policy.behaviour === undefined ? undefined : this.byName.get(policy.behaviour)
     if (behaviour === undefined) return pass
     const decided = behaviour.decide({ desc, principal, pass, owner: ownerKey(principal), seesAll: this.seesAll(principal), host: desc.host ?? NO_HOST })
     return decided instanceof Promise ? decided.then(readsAsChecked) : readsAsChecked(decided)
   }
 
   keepable(policy: HostRoutePolicy): boolean {
-    return policy.behaviour !== undefined && this.byName[policy.behaviour]?.keepable === true
+    return policy.behaviour !== undefined && this.byName.get(policy.behaviour)?.keepable === true
   }
 
   /** The live step a ctx names, and its id. */

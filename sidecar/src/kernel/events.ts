@@ -45,7 +45,7 @@ export class Events {
   }
 
   emit<K extends EventKind>(kind: K, fields: EventMap[K]): void {
-    const record = { ...fields, kind, at: this.clock() } as EventRecord<K>
+    const record = { ...(fields as object), kind, at: this.clock() } as EventRecord<K>
     for (const listener of [...(this.byKind.get(kind) ?? []), ...this.any]) {
       try {
         const done = listener(record as EventRecord)

@@ -99,7 +99,7 @@ export type Incoming = HelloMessage | RequestDescription | BodyMessage | FormMes
  * one is left out, as if not sent); the others go on as sent, to what reads and checks them
  * (models/behaviours.ts `setFacts`: model paths, model inputs, legacy folders).
  */
-function hostFactsOf(raw: Record<string, unknown>): HostFacts {
+export function hostFactsOf(raw: Record<string, unknown>): HostFacts {
   const facts: HostFacts & Record<string, unknown> = {}
   for (const [key, value] of Object.entries(raw)) {
     switch (key) {

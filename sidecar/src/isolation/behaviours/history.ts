@@ -7,7 +7,8 @@
  * is edited off the event loop (isolation/filter-pool.ts).
  */
 import { denyDecision, jsonDecision } from '../../kernel/answers.js'
-import type { BehaviourDeps, RouteBehaviour } from '../../kernel/behaviour.js'
+import type { RouteBehaviour } from '../../kernel/behaviour.js'
+import type { BehaviourDeps } from './deps.js'
 import { scopedDeleteBody, type ScopedDeleteState } from './scoped-delete.js'
 
 function intParam(query: URLSearchParams, key: string): number | null | 'bad' {

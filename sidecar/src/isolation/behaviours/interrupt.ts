@@ -6,7 +6,8 @@
  * NOT_OWNER and the host is never asked.
  */
 import { denyDecision } from '../../kernel/answers.js'
-import type { BehaviourDeps, RouteBehaviour } from '../../kernel/behaviour.js'
+import type { RouteBehaviour } from '../../kernel/behaviour.js'
+import type { BehaviourDeps } from './deps.js'
 import { passWithBody, textOf } from '../../kernel/behaviour.js'
 import { SMALL_BODY_BYTES } from './scoped-delete.js'
 

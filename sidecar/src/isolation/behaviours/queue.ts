@@ -10,7 +10,8 @@
  */
 import { denyDecision } from '../../kernel/answers.js'
 import { applySplices, lastMember, objectMembers, rootStart } from '../json-spans.js'
-import type { BehaviourDeps, RouteBehaviour } from '../../kernel/behaviour.js'
+import type { RouteBehaviour } from '../../kernel/behaviour.js'
+import type { BehaviourDeps } from './deps.js'
 import { textOf } from '../../kernel/behaviour.js'
 import { scopedDeleteBody, type ScopedDeleteState } from './scoped-delete.js'
 

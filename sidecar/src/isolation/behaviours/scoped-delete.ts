@@ -6,7 +6,8 @@
  * finished in the history), so nobody else's item can go.
  */
 import { denyDecision } from '../../kernel/answers.js'
-import type { BehaviourDeps, RouteBehaviour } from '../../kernel/behaviour.js'
+import type { RouteBehaviour } from '../../kernel/behaviour.js'
+import type { BehaviourDeps } from './deps.js'
 import { passWithBody, textOf } from '../../kernel/behaviour.js'
 
 /** Bodies of these routes are a few ids; a larger one is refused with 413 by the plugin. */

@@ -18,7 +18,8 @@
 import { denyDecision } from '../../kernel/answers.js'
 import { fileKey, folderOf, normalSegments, type FileType } from '../ownership.js'
 import { mayReadFile, placeOf, userFolder } from '../user-folders.js'
-import type { BehaviourDeps, RouteBehaviour } from '../../kernel/behaviour.js'
+import type { RouteBehaviour } from '../../kernel/behaviour.js'
+import type { BehaviourDeps } from './deps.js'
 
 const UPLOAD_TYPES: ReadonlySet<string> = new Set(['input', 'temp', 'output'])
 /** how long the watcher leaves new files of an upload's folder to the upload (the host writes within it) */

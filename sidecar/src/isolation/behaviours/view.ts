@@ -10,7 +10,8 @@
  */
 import { denyDecision } from '../../kernel/answers.js'
 import { mayReadFile } from '../user-folders.js'
-import type { BehaviourDeps, RouteBehaviour } from '../../kernel/behaviour.js'
+import type { RouteBehaviour } from '../../kernel/behaviour.js'
+import type { BehaviourDeps } from './deps.js'
 
 export function viewBehaviour(deps: BehaviourDeps): RouteBehaviour {
   return {

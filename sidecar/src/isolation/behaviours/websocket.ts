@@ -9,7 +9,8 @@
 import { randomUUID } from 'node:crypto'
 import { denyDecision } from '../../kernel/answers.js'
 import type { SocketEntry } from '../live-sockets.js'
-import type { BehaviourDeps, RouteBehaviour } from '../../kernel/behaviour.js'
+import type { RouteBehaviour } from '../../kernel/behaviour.js'
+import type { BehaviourDeps } from './deps.js'
 
 export function websocketBehaviour(deps: BehaviourDeps): RouteBehaviour {
   return {

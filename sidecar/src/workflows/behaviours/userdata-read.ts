@@ -23,7 +23,8 @@ import { denyDecision, jsonDecision } from '../../kernel/answers.js'
 import { inWorkflows, onHost, SHARED_HOST_USER, unquoteOnce, userRelative, type ListedFile, type V2Entry } from '../workflow-store.js'
 import { arrayElements, rootStart } from '../../isolation/json-spans.js'
 import type { Decision } from '../../kernel/protocol.js'
-import type { BehaviourDeps, RouteBehaviour } from '../../kernel/behaviour.js'
+import type { RouteBehaviour } from '../../kernel/behaviour.js'
+import type { WorkflowStore } from '../workflow-store.js'
 import { hostUserOf, replaced } from '../../kernel/behaviour.js'
 
 const JSON_TYPE: [string, string] = ['Content-Type', 'application/json; charset=utf-8']
@@ -52,7 +53,7 @@ interface UserdataListState {
   split: boolean
 }
 
-export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour<UserdataListState> {
+export function userdataListBehaviour(deps: { workflows: WorkflowStore }): RouteBehaviour<UserdataListState> {
   return {
     decide({ desc, pass, principal, host, steps }) {
       const query = new URLSearchParams(desc.query)
@@ -92,7 +93,7 @@ export function userdataListBehaviour(deps: BehaviourDeps): RouteBehaviour<Userd
 const sortV2 = (a: V2Entry, b: V2Entry): number =>
   Number(a.type !== 'directory') - Number(b.type !== 'directory') || (a.name.toLowerCase() < b.name.toLowerCase() ? -1 : a.name.toLowerCase() > b.name.toLowerCase() ? 1 : 0)
 
-export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour<{ rel: string }> {
+export function userdataListV2Behaviour(deps: { workflows: WorkflowStore }): RouteBehaviour<{ rel: string }> {
   return {
     decide({ desc, pass, principal, host, steps }) {
       const raw = new URLSearchParams(desc.query).get('path') ?? ''
@@ -130,7 +131,7 @@ export function userdataListV2Behaviour(deps: BehaviourDeps): RouteBehaviour<{ r
   }
 }
 
-export function userdataReadBehaviour(deps: BehaviourDeps): RouteBehaviour {
+export function userdataReadBehaviour(deps: { workflows: WorkflowStore }): RouteBehaviour {
   return {
     decide({ desc, pass, principal, host }) {
       const rel = userRelative(desc.match_info.file ?? '')

@@ -11,7 +11,8 @@ import { denyDecision } from '../../kernel/answers.js'
 import { can } from '../../identity/principal.js'
 import type { Decision } from '../../kernel/protocol.js'
 import { decodedRelative, inWorkflows, onHost, SHARED_HOST_USER, unquoteOnce, userRelative } from '../workflow-store.js'
-import type { BehaviourDeps, RouteBehaviour } from '../../kernel/behaviour.js'
+import type { RouteBehaviour } from '../../kernel/behaviour.js'
+import type { WorkflowStore } from '../workflow-store.js'
 import { hostUserOf } from '../../kernel/behaviour.js'
 import { isAdministrator } from '../../identity/principal.js'
 
@@ -26,7 +27,7 @@ export function isWorkflowsPath(file: string): boolean {
   return rel !== null && inWorkflows(rel)
 }
 
-export function userdataWriteBehaviour(deps: BehaviourDeps): RouteBehaviour {
+export function userdataWriteBehaviour(deps: { workflows: WorkflowStore }): RouteBehaviour {
   return {
     decide({ desc, pass, principal, host }) {
       const file = desc.match_info.file
