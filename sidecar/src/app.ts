@@ -198,14 +198,15 @@ function bindDecisions(
   services.accessEpoch.onBump((epoch) => push({ type: 'forget', epoch }))
   const kernel = { push: (message: PushMessage) => push(message) }
   const bound: BoundFeature[] = composed.map((feature) => feature.bind?.(kernel) ?? {})
-  const jobs = new Jobs(logger)
-  for (const each of bound) for (const job of each.jobs ?? []) jobs.add(job)
-  void jobs.start()
   const behaviours = new RouteBehaviours(
     { clock: services.clock, seperateUsers: services.config.seperate_users },
     bound.flatMap((each) => each.behaviours ?? []),
     routes.behaviours,
   )
+  // once the composition held (the behaviours above refuse a broken one)
+  const jobs = new Jobs(logger)
+  for (const each of bound) for (const job of each.jobs ?? []) jobs.add(job)
+  void jobs.start()
   const decide = createDecider({
     config: services.config,
     net: services.net,
