@@ -4,6 +4,7 @@
  * memory and the store do not grow forever (they can never validate again).
  */
 import type { Feature } from '../kernel/feature.js'
+import './events.js'
 import type { Services } from '../services.js'
 import { accountRoutes, type AccountRouteServices } from './routes/account.js'
 import { adminCredentialRoutes } from './routes/admin-credentials.js'

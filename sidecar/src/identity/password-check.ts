@@ -10,16 +10,16 @@ import type { UserRecord } from './users.js'
 import type { Services } from '../services.js'
 
 /** What `checkPassword` uses. */
-export type PasswordCheckServices = Pick<Services, 'throttle' | 'users' | 'passwords'>
+export type PasswordCheckServices = Pick<Services, 'throttle' | 'users' | 'passwords' | 'events'>
 
 /** Throws 429 with Retry-After while `key` (a username, `mfa:<user id>`, or null for the IP alone) is throttled. */
-export function refuseIfThrottled(services: Pick<Services, 'throttle'>, request: FastifyRequest, key: string | null): void {
+export function refuseIfThrottled(services: Pick<Services, 'throttle' | 'events'>, request: FastifyRequest, key: string | null): void {
   const verdict = services.throttle.check(request.facts.ip, key)
-  if (!verdict.allowed) throw tooMany(request, verdict.retryAfterSeconds)
+  if (!verdict.allowed) throw tooMany(services, request, verdict.retryAfterSeconds)
 }
 
-function tooMany(request: FastifyRequest, retryAfterSeconds: number): AuthsvcError {
-  request.log.warn({ event: 'login_locked', ip: request.facts.ip }, 'throttled')
+function tooMany(services: Pick<Services, 'events'>, request: FastifyRequest, retryAfterSeconds: number): AuthsvcError {
+  services.events.emit('login_locked', { ip: request.facts.ip })
   return new AuthsvcError('TOO_MANY_ATTEMPTS', undefined, { 'Retry-After': String(retryAfterSeconds) })
 }
 
@@ -28,10 +28,10 @@ function tooMany(request: FastifyRequest, retryAfterSeconds: number): AuthsvcErr
  * locked, or while enough concurrent attempts are already in flight; the
  * outcome is recorded before the reservation is released.
  */
-export async function throttledAttempt(services: Pick<Services, 'throttle'>, request: FastifyRequest, key: string, attempt: () => Promise<boolean>): Promise<boolean> {
+export async function throttledAttempt(services: Pick<Services, 'throttle' | 'events'>, request: FastifyRequest, key: string, attempt: () => Promise<boolean>): Promise<boolean> {
   const ip = request.facts.ip
   const slot = services.throttle.begin(ip, key)
-  if (!slot.allowed) throw tooMany(request, slot.retryAfterSeconds)
+  if (!slot.allowed) throw tooMany(services, request, slot.retryAfterSeconds)
   try {
     const ok = await attempt()
     if (ok) await services.throttle.recordSuccess(ip, key)
@@ -54,7 +54,7 @@ export async function checkPassword(services: PasswordCheckServices, request: Fa
     return valid && user !== undefined && !user.disabled
   })
   if (!ok || !user) {
-    request.log.info({ event: 'login_failure', ip: request.facts.ip }, 'password check failed')
+    services.events.emit('login_failure', { ip: request.facts.ip })
     throw new AuthsvcError('INVALID_CREDENTIALS')
   }
   return user
@@ -79,7 +79,7 @@ export function mfaStep(services: Pick<Services, 'mfa' | 'roles'>, user: UserRec
  * A TOTP code or backup code of `user`, throttled per user (`mfa:<user id>`);
  * a wrong one also counts against the temp token that carried it.
  */
-export async function checkSecondFactor(services: Pick<Services, 'throttle' | 'mfa'>, request: FastifyRequest, user: UserRecord, factor: SecondFactor, tempId?: string): Promise<void> {
+export async function checkSecondFactor(services: Pick<Services, 'throttle' | 'mfa' | 'events'>, request: FastifyRequest, user: UserRecord, factor: SecondFactor, tempId?: string): Promise<void> {
   refuseIfThrottled(services, request, mfaKey(user.user_id))
   if (!factor.code && !factor.backup_code) throw new AuthsvcError('MFA_REQUIRED', 'A code or a backup code is required')
   const ok = await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.verify(user.user_id, factor))

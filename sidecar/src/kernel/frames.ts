@@ -157,7 +157,7 @@ export function parseMessage(msg: Record<string, unknown>): { message: Incoming 
   }
   if (type === 'resolved') {
     // the rest is checked where the answer is awaited (host-link.ts)
-    return typeof msg.rid === 'number' ? { message: { ...msg, type, rid: msg.rid } } : { refusal: 'resolved: rid must be a number' }
+    return typeof msg.rid === 'number' ? { message: { type, rid: msg.rid, results: msg.results, roots: msg.roots, error: msg.error } } : { refusal: 'resolved: rid must be a number' }
   }
   const id = msg.id
   if (typeof id !== 'number') return { refusal: `${String(type)}: id must be a number` }

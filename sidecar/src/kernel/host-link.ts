@@ -10,6 +10,7 @@
  */
 import type { Socket } from 'node:net'
 import { encodeFrame } from './frames.js'
+import type { ResolvedMessage } from './protocol.js'
 import type { FileType } from '../isolation/ownership.js'
 import type { ListedFile, V2Entry } from '../workflows/workflow-store.js'
 
@@ -84,7 +85,7 @@ export class ConnectionLink implements HostLink {
   }
 
   /** A `resolved` message of the plugin. */
-  settle(msg: Record<string, unknown>): void {
+  settle(msg: ResolvedMessage): void {
     const rid = typeof msg.rid === 'number' ? msg.rid : -1
     const entry = this.pending.get(rid)
     if (entry === undefined) return

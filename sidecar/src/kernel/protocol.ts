@@ -89,10 +89,15 @@ export interface HelloMessage {
 }
 
 /** The plugin's answer to a `resolve` (host-link.ts checks the rest where it is awaited). */
-export type ResolvedMessage = {
+export interface ResolvedMessage {
   type: 'resolved'
   rid: number
-  [key: string]: unknown
+  /** one answer per item asked, in order */
+  results?: unknown
+  /** the host's folders the answers are relative to */
+  roots?: unknown
+  /** why the plugin could not resolve */
+  error?: unknown
 }
 
 export interface HostFacts {

@@ -7,6 +7,7 @@
 import type { FastifyBaseLogger } from 'fastify'
 import { behaviourEntry } from '../kernel/behaviours.js'
 import type { Feature } from '../kernel/feature.js'
+import './events.js'
 import type { Clock } from '../kernel/clock.js'
 import type { HostFacts } from '../kernel/protocol.js'
 import type { Services } from '../services.js'
@@ -19,7 +20,7 @@ export interface ModelsFeature extends Feature {
   access(): ModelAccess
 }
 
-export function modelsFeature(services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock' | 'accessEpoch'>, log: FastifyBaseLogger, clock: Clock): ModelsFeature {
+export function modelsFeature(services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock' | 'accessEpoch' | 'events'>, log: FastifyBaseLogger, clock: Clock): ModelsFeature {
   // the host's model folders, watched; read by the decision path and the grant routes
   const cache = new ModelCache(log, clock)
   let access: ModelAccess | undefined

@@ -31,7 +31,7 @@ const GrantBody = Type.Object(
 
 const publicGrant = (g: ModelGrantRecord) => ({ folder: g.folder, item_name: g.item_name, granted_by: g.granted_by, created_at_iso: g.created_at_iso })
 
-export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock'>, cache: ModelCache) {
+export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock' | 'events'>, cache: ModelCache) {
   const liveFolder = (name: string) => {
     const folder = modelFoldersOf(services.host.facts).find((f) => f.name === name)
     if (!folder) throw new AuthsvcError('NOT_FOUND', 'Unknown model folder')
@@ -65,7 +65,7 @@ export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants
     })
     app.post('/api/model-cache/refresh', { config: { auth: 'admin' } }, async (request) => {
       await cache.refresh()
-      request.log.info({ event: 'model_cache_refreshed', folders: cache.folderNames().length, items: cache.itemsCount }, 'model cache rebuilt')
+      services.events.emit('model_cache_refreshed', { actor: request.principal?.username, folders: cache.folderNames().length, items: cache.itemsCount })
       return { status: 'ok', folders_count: cache.folderNames().length, items_count: cache.itemsCount, refreshed_at_iso: new Date(cache.refreshedAt).toISOString() }
     })
 
@@ -83,7 +83,7 @@ export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants
         granted_by: request.principal?.username ?? '',
         created_at_iso: new Date(services.clock()).toISOString(),
       })
-      request.log.info({ event: 'model_granted', username: user.username, folder, item_name, by: record.granted_by }, 'model granted')
+      services.events.emit('model_granted', { actor: request.principal?.username, subject: user.username, folder, item_name })
       return grantsOf(user)
     })
 
@@ -95,7 +95,7 @@ export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants
         if (!knownFolder(folder)) throw new AuthsvcError('VALIDATION_FAILED', `Unknown model folder: ${folder}`)
         if (!(await itemExists(folder, item_name))) throw new AuthsvcError('VALIDATION_FAILED', `Unknown item in ${folder}: ${item_name}`)
       } else {
-        request.log.info({ event: 'model_revoked', username: user.username, folder, item_name, by: request.principal?.username }, 'model grant revoked')
+        services.events.emit('model_revoked', { actor: request.principal?.username, subject: user.username, folder, item_name })
       }
       return grantsOf(user)
     })

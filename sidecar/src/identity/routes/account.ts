@@ -23,7 +23,7 @@ const PasswordChange = Type.Object(
 )
 
 /** What the account routes use (checkPassword's included). */
-export type AccountRouteServices = Pick<Services, 'users' | 'sessions' | 'passwords' | 'throttle'>
+export type AccountRouteServices = Pick<Services, 'users' | 'sessions' | 'passwords' | 'throttle' | 'events'>
 
 export function accountRoutes(services: AccountRouteServices) {
   return async function (fastify: FastifyInstance): Promise<void> {
@@ -41,7 +41,7 @@ export function accountRoutes(services: AccountRouteServices) {
       if (body.new_password === body.current_password) throw new AuthsvcError('VALIDATION_FAILED', 'new_password: the new password is the current one')
       await services.users.update(user.user_id, { password_hash: await services.passwords.hash(body.new_password) })
       const revoked = await services.sessions.revokeAllForUser(user.user_id, principal.credentialId)
-      request.log.info({ event: 'password_changed', username: user.username, sessions_revoked: revoked }, 'password changed')
+      services.events.emit('password_changed', { subject: user.username, sessions_revoked: revoked })
       return { message: 'Password changed', sessions_revoked: revoked }
     })
   }

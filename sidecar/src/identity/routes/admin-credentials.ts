@@ -14,7 +14,7 @@ import type { Services } from '../../services.js'
 
 const TokenPrefix = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 }) }, { additionalProperties: false })
 
-export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessions' | 'tokens'>) {
+export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessions' | 'tokens' | 'events'>) {
   const sessionsOf = (user: UserRecord) =>
     services.sessions.activeForUser(user.user_id).map((s) => ({
       jti: s.jti,
@@ -54,14 +54,14 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
       const record = services.sessions.get(jti)
       if (!record || record.user_id !== user.user_id || record.revoked) throw new AuthsvcError('NOT_FOUND', 'Session not found')
       await services.sessions.revoke(jti)
-      request.log.info({ event: 'session_revoked', username: user.username, by: request.principal?.username }, 'session revoked by an admin')
+      services.events.emit('session_revoked', { actor: request.principal?.username, subject: user.username, sessions: 1 })
       return { status: 'ok' }
     })
 
     app.delete('/api/users/:target_user/sessions', { config: { auth: 'admin' } }, async (request) => {
       const user = services.users.find((request.params as { target_user: string }).target_user)
       const revoked = await services.sessions.revokeAllForUser(user.user_id)
-      request.log.info({ event: 'session_revoked', username: user.username, sessions: revoked, by: request.principal?.username }, 'sessions revoked by an admin')
+      services.events.emit('session_revoked', { actor: request.principal?.username, subject: user.username, sessions: revoked })
       return { status: 'ok', revoked }
     })
 
@@ -74,7 +74,7 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
       const user = services.users.find((request.params as { target_user: string }).target_user)
       const prefix = tokenHashPrefix(request.body.token_hash_prefix)
       await services.tokens.revokeByPrefix(user.user_id, prefix)
-      request.log.info({ event: 'api_token_revoked', username: user.username, token_hash_prefix: prefix.slice(0, 8), by: request.principal?.username }, 'api token revoked by an admin')
+      services.events.emit('api_token_revoked', { actor: request.principal?.username, subject: user.username, token_hash_prefix: prefix.slice(0, 8) })
       return { message: 'Token revoked.' }
     })
   }

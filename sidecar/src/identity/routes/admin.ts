@@ -61,7 +61,7 @@ const publicUser = (u: UserRecord) => ({
 })
 
 /** What the admin routes use (UserAdministration's included). */
-export type AdminRouteServices = UserAdministrationDeps & Pick<Services, 'roles' | 'settings' | 'ipGate'>
+export type AdminRouteServices = UserAdministrationDeps & Pick<Services, 'roles' | 'settings' | 'ipGate' | 'events'>
 
 export function adminRoutes(services: AdminRouteServices) {
   const administration = new UserAdministration(services)
@@ -75,7 +75,7 @@ export function adminRoutes(services: AdminRouteServices) {
       const { allow_guest_jwt } = request.body
       // turning guest login off narrows (at once, retried); turning it on widens (once stored)
       await services.settings.set('allow_guest_jwt', allow_guest_jwt, allow_guest_jwt ? 'widens' : 'narrows')
-      request.log.info({ event: 'settings_changed', setting: 'allow_guest_jwt', value: allow_guest_jwt }, 'setting changed')
+      services.events.emit('settings_changed', { actor: request.principal?.username, setting: 'allow_guest_jwt', value: allow_guest_jwt })
       return { allow_guest_jwt }
     })
 
@@ -91,7 +91,7 @@ export function adminRoutes(services: AdminRouteServices) {
       const current = etagOf(services.roles.snapshot())
       if (!ifMatchAdmits(request.headers['if-match'], current)) throw staleVersion(current)
       services.roles.replace(result.groups as GroupMap)
-      request.log.info({ event: 'settings_changed', setting: 'groups' }, 'groups replaced')
+      services.events.emit('settings_changed', { actor: request.principal?.username, setting: 'groups' })
       const groups = services.roles.snapshot()
       reply.header('ETag', etagOf(groups))
       return { groups }
@@ -101,13 +101,13 @@ export function adminRoutes(services: AdminRouteServices) {
 
     app.put('/api/users/:target_user', { config: { auth: 'admin' }, schema: { body: UserPatch } }, async (request) => {
       const { user, roleChanged } = await administration.patch((request.params as TargetUser).target_user, request.body)
-      if (roleChanged) request.log.info({ event: 'user_role_changed', username: user.username, role: user.role }, 'role changed')
+      if (roleChanged) services.events.emit('user_role_changed', { actor: request.principal?.username, subject: user.username, role: user.role })
       return { status: 'ok', user: publicUser(user) }
     })
 
     app.delete('/api/users/:target_user', { config: { auth: 'admin' } }, async (request) => {
       const user = await administration.delete((request.params as TargetUser).target_user)
-      request.log.info({ event: 'user_deleted', username: user.username }, 'user deleted')
+      services.events.emit('user_deleted', { actor: request.principal?.username, subject: user.username })
       return { status: 'ok', message: `User ${user.username} deleted` }
     })
 
@@ -124,7 +124,7 @@ export function adminRoutes(services: AdminRouteServices) {
       const stored = await services.settings.compareAndSet('ip_lists', (current) => ifMatchAdmits(ifMatch, etagOf(current)), lists)
       if (!stored) throw staleVersion(etagOf(services.settings.get('ip_lists')))
       services.ipGate.update(lists)
-      request.log.info({ event: 'settings_changed', setting: 'ip_lists' }, 'ip lists replaced')
+      services.events.emit('settings_changed', { actor: request.principal?.username, setting: 'ip_lists' })
       reply.header('ETag', etagOf(lists))
       return lists
     })

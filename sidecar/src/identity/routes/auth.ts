@@ -34,7 +34,7 @@ const LoginBody = Type.Object({
 })
 
 /** What register, login and logout use (the password and MFA steps included). */
-export type AuthRouteServices = Pick<Services, 'users' | 'sessions' | 'passwords' | 'roles' | 'settings' | 'clock' | 'throttle' | 'mfa'>
+export type AuthRouteServices = Pick<Services, 'users' | 'sessions' | 'passwords' | 'roles' | 'settings' | 'clock' | 'throttle' | 'mfa' | 'events'>
 
 export function authRoutes(services: AuthRouteServices) {
   // Registrations run one at a time: "is this the first user?" and the create must not interleave,
@@ -64,7 +64,7 @@ export function authRoutes(services: AuthRouteServices) {
       if (services.users.byUsername(body.username)) throw new AuthsvcError('CONFLICT', 'Username already exists')
       const hash = await services.passwords.hash(body.password)
       const user = await services.users.create({ username: body.username, role, password_hash: hash }, new Date(services.clock()))
-      request.log.info({ event: 'user_created', username: user.username, role }, 'user registered')
+      services.events.emit('user_created', { subject: user.username, role, actor: request.principal?.username, ip: request.facts.ip })
       return reply.code(201).send({ message: 'User registered', username: user.username, role: user.role })
     }))
 
@@ -97,7 +97,7 @@ export function authRoutes(services: AuthRouteServices) {
       const { token } = issued
       const remembered = rememberMe && subject.user_id !== GUEST_SUBJECT
       setSessionCookie(request, reply, token, remembered, services.sessions.lifetimeSeconds)
-      request.log.info({ event: 'user_login', username: subject.username }, 'login')
+      services.events.emit('user_login', { subject: subject.username, ip: request.facts.ip, mfa: false })
       if (request.facts.isNavigation) return reply.code(302).header('Location', redirectUrl).send()
       return { message: 'Login successful', jwt_token: token, redirect_url: redirectUrl, remember_me: remembered }
     })
@@ -107,7 +107,7 @@ export function authRoutes(services: AuthRouteServices) {
       // the cookie goes even when the store fails (503): the revocation already holds in memory
       clearSessionCookie(request, reply)
       if (principal?.authType === 'session' && principal.credentialId) await services.sessions.revoke(principal.credentialId)
-      if (principal) request.log.info({ event: 'user_logout', username: principal.username }, 'logout')
+      if (principal?.username) services.events.emit('user_logout', { subject: principal.username, ip: request.facts.ip })
       if (request.facts.isNavigation) return reply.code(302).header('Location', '/login').send()
       return { message: 'Logged out' }
     }

@@ -27,7 +27,7 @@ const Body = Type.Object({
 type MfaBody = Static<typeof Body>
 
 /** What the MFA routes use (the second-factor step included). */
-export type MfaRouteServices = Pick<Services, 'users' | 'sessions' | 'mfa' | 'throttle' | 'resetMfa' | 'recoveryMode'>
+export type MfaRouteServices = Pick<Services, 'users' | 'sessions' | 'mfa' | 'throttle' | 'resetMfa' | 'recoveryMode' | 'events'>
 
 export function mfaRoutes(services: MfaRouteServices) {
   /** The user a setup-family call acts for, and the temp token it used (if any). */
@@ -78,7 +78,7 @@ export function mfaRoutes(services: MfaRouteServices) {
         throw new AuthsvcError('MFA_INVALID_CODE')
       }
       await services.users.update(user.user_id, { mfa_enabled: true })
-      request.log.info({ event: 'mfa_enabled', username: user.username }, 'mfa enabled')
+      services.events.emit('mfa_enabled', { subject: user.username })
       if (tempId && temp) {
         services.mfa.consumeTempToken(tempId)
         const jwt_token = await issueSession(request, reply, user, temp.rememberMe)
@@ -95,7 +95,7 @@ export function mfaRoutes(services: MfaRouteServices) {
       await checkSecondFactor(services, request, user, body, temp.id)
       services.mfa.consumeTempToken(temp.id)
       const jwt_token = await issueSession(request, reply, user, temp.rememberMe)
-      request.log.info({ event: 'user_login', username: user.username }, 'login (mfa)')
+      services.events.emit('user_login', { subject: user.username, ip: request.facts.ip, mfa: true })
       return { message: 'Login successful', jwt_token, redirect_url: temp.redirectUrl }
     })
 
@@ -108,7 +108,7 @@ export function mfaRoutes(services: MfaRouteServices) {
       await checkSecondFactor(services, request, user, request.body)
       await services.resetMfa(user.user_id)
       await services.sessions.revokeAllForUser(user.user_id, p.credentialId)
-      request.log.info({ event: 'mfa_disabled', username: user.username }, 'mfa disabled')
+      services.events.emit('mfa_disabled', { subject: user.username })
       return { message: 'MFA disabled' }
     })
 
@@ -117,7 +117,7 @@ export function mfaRoutes(services: MfaRouteServices) {
       if (!enabled || !request.facts.isLocal) throw new AuthsvcError('RECOVERY_DISABLED', enabled ? 'Recovery is only allowed from a local client' : undefined)
       const enrolled = services.users.list().filter((u) => u.mfa_enabled)
       for (const user of enrolled) await services.resetMfa(user.user_id)
-      request.log.warn({ event: 'mfa_disabled', users: enrolled.length, ip: request.facts.ip }, 'recovery: MFA reset for every user')
+      services.events.emit('mfa_reset_all', { users: enrolled.length, ip: request.facts.ip })
       return { message: `MFA reset for ${enrolled.length} user(s).` }
     })
   }

@@ -29,7 +29,7 @@ const RevokeBody = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 
 export const DEFAULT_TOKEN_HOURS = 720
 
 /** What token creation, listing and revocation use (the password and MFA steps included). */
-export type TokenRouteServices = Pick<Services, 'users' | 'tokens' | 'mfa' | 'resolver' | 'config' | 'throttle' | 'passwords' | 'roles'>
+export type TokenRouteServices = Pick<Services, 'users' | 'tokens' | 'mfa' | 'resolver' | 'config' | 'throttle' | 'passwords' | 'roles' | 'events'>
 
 /** POST /authsvc/generate_token and its legacy alias POST /generate_token. */
 export function generateTokenHandler(services: TokenRouteServices) {
@@ -68,7 +68,7 @@ export function generateTokenHandler(services: TokenRouteServices) {
     if (!(hours > 0)) throw new AuthsvcError('VALIDATION_FAILED', 'expire_hours must be positive')
     if (hours > maxHours) throw new AuthsvcError('VALIDATION_FAILED', `expire_hours must be at most ${maxHours}`)
     const { token, record } = await services.tokens.issue(user.user_id, body.label ?? '', hours)
-    request.log.info({ event: 'api_token_created', username: user.username, token_hash_prefix: record.hash.slice(0, 8) }, 'api token created')
+    services.events.emit('api_token_created', { subject: user.username, token_hash_prefix: record.hash.slice(0, 8) })
     return {
       message: 'API token created.',
       token,
