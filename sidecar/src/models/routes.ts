@@ -76,7 +76,7 @@ export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants
       const { folder, item_name } = request.body
       if (!knownFolder(folder)) throw new AuthsvcError('VALIDATION_FAILED', `Unknown model folder: ${folder}`)
       if (!(await itemExists(folder, item_name))) throw new AuthsvcError('VALIDATION_FAILED', `Unknown item in ${folder}: ${item_name}`)
-      const record = await services.modelGrants.grant({
+      await services.modelGrants.grant({
         user_id: user.user_id,
         folder,
         item_name,
