@@ -1,6 +1,8 @@
 /**
- * The decision socket: length-prefixed JSON frames (u32 BE + UTF-8 JSON),
- * many requests in flight per connection, answers matched by `id`.
+ * The decision socket: frames of protocol v3 (u32 BE total length, u32 BE length of the JSON
+ * part, the UTF-8 JSON, then a raw payload: frames.ts, shared/protocol.json), many requests in
+ * flight per connection, answers matched by `id`, pushed messages (`forget`, `close_ws`,
+ * `queue_counts`) between them, and the plugin's `resolved` answers to the host link's questions.
  *
  * Guarantees: a malformed frame closes that connection (the plugin then fails
  * closed and reconnects); an exception while deciding answers a 503 for that
