@@ -123,9 +123,9 @@ describe('prompt body stamping (handlers.body)', () => {
     })
   }
 
-  it('a body message without a prompt ctx → 400, never a pass', async () => {
+  it('a body message without a step the sidecar opened → 503 (only the plugin sends a ctx), never a pass', async () => {
     for (const ctx of [null, {}, { kind: 'other' }, 'prompt']) {
-      assertDenied(await bodyStep(w.sc, ctx, '{"prompt":{}}'), 'VALIDATION_FAILED', JSON.stringify(ctx))
+      assertDenied(await bodyStep(w.sc, ctx, '{"prompt":{}}'), 'AUTHSVC_UNAVAILABLE', JSON.stringify(ctx))
     }
   })
 
