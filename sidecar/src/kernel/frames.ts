@@ -157,7 +157,12 @@ export function parseMessage(msg: Record<string, unknown>): { message: Incoming 
   }
   if (type === 'resolved') {
     // the rest is checked where the answer is awaited (host-link.ts)
-    return typeof msg.rid === 'number' ? { message: { type, rid: msg.rid, results: msg.results, roots: msg.roots, error: msg.error } } : { refusal: 'resolved: rid must be a number' }
+    if (typeof msg.rid !== 'number') return { refusal: 'resolved: rid must be a number' }
+    const message: ResolvedMessage = { type, rid: msg.rid }
+    if ('results' in msg) message.results = msg.results
+    if ('roots' in msg) message.roots = msg.roots
+    if ('error' in msg) message.error = msg.error
+    return { message }
   }
   const id = msg.id
   if (typeof id !== 'number') return { refusal: `${String(type)}: id must be a number` }
