@@ -1,7 +1,7 @@
 """CPU room: whether waiting for the sidecar's answer by polling uses a core nobody else needs.
 
 Guarantees:
-- the rule (``room_is_free``) is the sidecar's too (``sidecar/src/decide/cpu-room.ts``): both are
+- the rule (``room_is_free``) is the sidecar's too (``sidecar/src/kernel/cpu-room.ts``): both are
   checked against ``shared/vectors/cpu-room.json`` (``test/plugin/test_cpu_room.py``,
   ``test/unit/cpu-room.test.ts``), and so are the readings of ``/proc`` and the cgroup files it
   is given, so the two sides cannot drift apart;

@@ -1,7 +1,7 @@
 """Run-time guard: a running prompt touches nothing in another owner's folder, whatever name it computes.
 
 The sidecar judges every literal name a prompt gives a node before the host sees the prompt
-(``behaviours/prompt-files.ts``). Two things cannot be judged then: a name computed while the
+(``isolation/behaviours/prompt-files.ts``). Two things cannot be judged then: a name computed while the
 prompt runs (a text node's output linked into another package's node that opens paths), and a
 file that appears after the prompt was queued. They are judged here, when the file is touched.
 

@@ -1,6 +1,8 @@
 /**
- * buildApp(services): the Fastify instance for owned routes, and the
- * decision handlers, with no I/O of their own (main.ts listens).
+ * The composition: the kernel (Fastify for owned routes, the access pipeline, the decision
+ * handlers, jobs) and the list of features (`features()`); adding a feature is its folder and
+ * one line in that list (kernel/feature.ts). No I/O of its own beyond the page files the pages
+ * feature reads at import (main.ts listens).
  *
  * In two steps, so a standby sidecar can do the first before it may touch the data dir:
  * prepareApp() registers every route (what a start spends most of its time on) against
@@ -15,39 +17,55 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify'
 import fastifyCookie from '@fastify/cookie'
 import fastifyFormbody from '@fastify/formbody'
 import FindMyWay from 'find-my-way'
-import { RouteBehaviours } from './behaviours/index.js'
-import { credentialState } from './isolation/credential-state.js'
-import { HostFileWatcher } from './isolation/file-watcher.js'
-import { applyHostEvent, hostPromptsReport } from './isolation/host-events.js'
-import { LiveSockets } from './isolation/live-sockets.js'
-import { FilterPool } from './isolation/filter-pool.js'
-import { ModelCache, modelFoldersOf } from './isolation/model-cache.js'
-import { ModelAccess } from './behaviours/models.js'
-import { modelGrantRoutes } from './routes/model-grants.js'
-import { createDecider, type OwnedRoutes } from './decide/decide.js'
-import { PROTOCOL_VERSION, type PushMessage, type HelloMessage } from './decide/protocol.js'
-import type { DecisionHandlers } from './decide/server.js'
-import { AuthsvcError } from './errors.js'
-import { AccessLog, accessLogLevel } from './http/access-log.js'
-import { registerErrorHandling } from './http/errors.js'
-import { registerRequestContext } from './http/request-context.js'
-import { sharedSchemaCompilers } from './http/schema-compilers.js'
-import { adminRoutes } from './routes/admin.js'
-import { adminCredentialRoutes } from './routes/admin-credentials.js'
-import { accountRoutes } from './routes/account.js'
-import { authRoutes } from './routes/auth.js'
-import { healthRoutes } from './routes/health.js'
-import { meRoutes } from './routes/me.js'
-import { mfaRoutes } from './routes/mfa.js'
-import { assetRoutes, pageRoutes } from './routes/pages.js'
-import { generateTokenHandler, generateTokenSchema, tokenRoutes } from './routes/tokens.js'
-import { workflowAdminRoutes, workflowRoutes } from './routes/workflows.js'
+import { createDecider, type OwnedRoutes } from './access/decide.js'
+import { hostRouteTable } from './access/host-routes.js'
+import { registerRequestContext } from './access/request-context.js'
+import { identityFeature } from './identity/feature.js'
+import { isolationFeature, type IsolationFeature } from './isolation/feature.js'
+import type { LiveSockets } from './isolation/live-sockets.js'
+import type { HostFileWatcher } from './isolation/file-watcher.js'
+import { RouteBehaviours } from './kernel/behaviours.js'
+import type { Clock } from './kernel/clock.js'
+import { AuthsvcError } from './kernel/errors.js'
+import type { BoundFeature, Feature } from './kernel/feature.js'
+import { hostFactsOf } from './kernel/frames.js'
+import { AccessLog, accessLogLevel } from './kernel/http/access-log.js'
+import { registerErrorHandling } from './kernel/http/errors.js'
+import { healthRoutes } from './kernel/http/health.js'
+import { sharedSchemaCompilers } from './kernel/http/schema-compilers.js'
+import { Jobs } from './kernel/jobs.js'
+import { PROTOCOL_VERSION, type PushMessage, type HelloMessage } from './kernel/protocol.js'
+import type { DecisionHandlers } from './kernel/server.js'
+import { modelsFeature } from './models/feature.js'
+import { pagesFeature } from './pages/feature.js'
 import { SERVICE_VERSION, type Services } from './services.js'
-import type { Clock } from './identity/clock.js'
+import { workflowsFeature } from './workflows/feature.js'
+
+/**
+ * The sidecar's features, in the order they are registered and bound. Each gets only what it
+ * uses (its factory's parameter type says what); `services` throw if used before the store is open.
+ */
+export function features(services: Services, log: FastifyBaseLogger, clock: Clock): Feature[] {
+  const models = modelsFeature(services, log, clock)
+  return [
+    identityFeature(services),
+    models,
+    isolationFeature(services, log, () => models.access()),
+    workflowsFeature(services),
+    pagesFeature(services),
+  ]
+}
+
+/** What composes the sidecar (tests add a feature: `(s, l, c) => [...features(s, l, c), theirs]`). */
+export type Composition = (services: Services, log: FastifyBaseLogger, clock: Clock) => Feature[]
+
+const isIsolation = (feature: Feature): feature is IsolationFeature => feature.name === 'isolation' && 'liveSockets' in feature
 
 export const OWNED_BODY_LIMIT = 1024 * 1024
 
 export interface BuiltApp {
+  /** the features as composed */
+  features: readonly Feature[]
   app: FastifyInstance
   owned: OwnedRoutes
   handlers: (httpSocket: string) => DecisionHandlers
@@ -58,7 +76,7 @@ export interface BuiltApp {
   liveSockets: LiveSockets
   /** the watcher of the host's output, input and temp folders (started by the hello) */
   hostFiles: HostFileWatcher
-  /** stops the host-folder watcher and the WebSocket checks */
+  /** stops every feature's jobs (watchers, the WebSocket checks, the filter workers...) */
   stop(): Promise<void>
 }
 
@@ -87,11 +105,11 @@ export interface PreparedApp {
   bind(services: Services): BuiltApp
 }
 
-export function buildApp(services: Services, logger: FastifyBaseLogger): BuiltApp {
-  return prepareApp(logger, services.clock).bind(services)
+export function buildApp(services: Services, logger: FastifyBaseLogger, compose: Composition = features): BuiltApp {
+  return prepareApp(logger, services.clock, compose).bind(services)
 }
 
-export function prepareApp(logger: FastifyBaseLogger, clock: Clock): PreparedApp {
+export function prepareApp(logger: FastifyBaseLogger, clock: Clock, compose: Composition = features): PreparedApp {
   const late = lateServices()
   const services = late.services
   const app = Fastify({
@@ -122,10 +140,8 @@ export function prepareApp(logger: FastifyBaseLogger, clock: Clock): PreparedApp
   })
   // An answer to a request that changed something decisions read leaves only after the `forget`
   // it caused has left for the plugin: a forget held in our write buffer (the plugin busy reading
-  // a large answer) must not be overtaken by the change's own answer (decide/access-epoch.ts).
+  // a large answer) must not be overtaken by the change's own answer (kernel/access-epoch.ts).
   let flushed: () => Promise<void> = async () => {}
-  // the host's model folders, watched; read by the decision path and the model admin routes
-  const modelCache = new ModelCache(logger, clock)
   const epochAtStart = new WeakMap<object, number>()
   app.addHook('onRequest', async (request) => {
     epochAtStart.set(request, services.accessEpoch.value)
@@ -141,25 +157,19 @@ export function prepareApp(logger: FastifyBaseLogger, clock: Clock): PreparedApp
   void app.register(fastifyCookie)
   void app.register(fastifyFormbody, { bodyLimit: OWNED_BODY_LIMIT })
 
-  void app.register(authRoutes(services))
-  void app.register(workflowRoutes(services))
-  void app.register(pageRoutes(services))
-  void app.register(async (legacy) => {
-    legacy.post('/generate_token', { config: { auth: 'public' }, schema: generateTokenSchema }, generateTokenHandler(services))
-  })
+  const composed = compose(services, logger, clock)
+  const names = new Set<string>()
+  for (const feature of composed) {
+    if (names.has(feature.name)) throw new Error(`feature ${feature.name} is composed twice`)
+    names.add(feature.name)
+  }
+  const routes = hostRouteTable(composed.flatMap((f) => (f.hostRoutes ? [f.hostRoutes] : [])))
+  for (const feature of composed) if (feature.rootRoutes) void app.register(feature.rootRoutes)
   for (const prefix of ['/authsvc', '/api/authsvc']) {
     void app.register(
       async (family) => {
-        await family.register(tokenRoutes(services))
-        await family.register(meRoutes(services))
-        await family.register(adminRoutes(services))
-        await family.register(workflowAdminRoutes(services))
-        await family.register(adminCredentialRoutes(services))
-        await family.register(modelGrantRoutes(services, modelCache))
-        await family.register(accountRoutes(services))
         await family.register(healthRoutes(services))
-        await family.register(mfaRoutes(services))
-        await family.register(assetRoutes)
+        for (const feature of composed) if (feature.routes) await family.register(feature.routes)
       },
       { prefix },
     )
@@ -174,47 +184,29 @@ export function prepareApp(logger: FastifyBaseLogger, clock: Clock): PreparedApp
     },
   }
 
-  return { app, owned, bind: (opened) => bindDecisions(app, owned, modelCache, logger, opened, late.bind, (fn) => (flushed = fn)) }
+  return { app, owned, bind: (opened) => bindDecisions(app, owned, composed, routes, logger, opened, late.bind, (fn) => (flushed = fn)) }
 }
 
 function bindDecisions(
-  app: FastifyInstance, owned: OwnedRoutes, modelCache: ModelCache, logger: FastifyBaseLogger, services: Services,
-  bindLate: (services: Services) => void, setFlushed: (fn: () => Promise<void>) => void,
+  app: FastifyInstance, owned: OwnedRoutes, composed: Feature[], routes: ReturnType<typeof hostRouteTable>, logger: FastifyBaseLogger,
+  services: Services, bindLate: (services: Services) => void, setFlushed: (fn: () => Promise<void>) => void,
 ): BuiltApp {
   bindLate(services)
 
   let push: (message: PushMessage) => void = () => {}
   // every change a decision reads reaches the plugin before that change's own answer leaves
   services.accessEpoch.onBump((epoch) => push({ type: 'forget', epoch }))
-  const liveSockets = new LiveSockets(
-    credentialState({ sessions: services.sessions, tokens: services.tokens, users: services.users, clock: services.clock }),
-    (tags, code, reason) => {
-      logger.info({ sockets: tags.length, code, reason }, 'closing WebSockets whose access ended')
-      push({ type: 'close_ws', tags, code, reason })
-    },
+  const kernel = { push: (message: PushMessage) => push(message) }
+  const bound: BoundFeature[] = composed.map((feature) => feature.bind?.(kernel) ?? {})
+  const behaviours = new RouteBehaviours(
+    { clock: services.clock, seperateUsers: services.config.seperate_users },
+    bound.flatMap((each) => each.behaviours ?? []),
+    routes.behaviours,
   )
-  const watcher = new HostFileWatcher(services.ownership, logger)
-  const filters = new FilterPool()
-  // the model lists a filter's memo names: their change ends the decisions the plugin keeps
-  modelCache.onChange = () => services.accessEpoch.bump()
-  const models = new ModelAccess(modelCache, services.modelGrants)
-  /** Host facts of a hello or a `host_facts` event (sent once every custom node has loaded). */
-  const takeModelFacts = (facts: Record<string, unknown>): void => {
-    models.setFacts(facts)
-    services.accessEpoch.bump()
-    modelCache.setFolders(modelFoldersOf(facts)).catch((err: unknown) => logger.error({ err }, 'cannot watch the model folders'))
-  }
-  const behaviours = new RouteBehaviours({
-    config: services.config,
-    clock: services.clock,
-    ownership: services.ownership,
-    clientIds: services.clientIds,
-    liveSockets,
-    host: services.host,
-    models,
-    workflows: services.workflows,
-    filters,
-  })
+  // once the composition held (the behaviours above refuse a broken one)
+  const jobs = new Jobs(logger)
+  for (const each of bound) for (const job of each.jobs ?? []) jobs.add(job)
+  void jobs.start()
   const decide = createDecider({
     config: services.config,
     net: services.net,
@@ -223,16 +215,15 @@ function bindDecisions(
     ipGate: services.ipGate,
     behaviours,
     adminPatterns: new Set(services.config.admin_route_patterns),
+    routes,
     log: logger,
     decisionCache: { ms: decisionCacheMs(), epoch: services.accessEpoch },
   })
 
-  /** Every owner's prompts queued or running, for the plugin's edit of WebSocket `status` frames (absent: 0). */
-  const queueChanged = (seq: number): void => push({ type: 'queue_counts', seq, counts: services.ownership.remainingByOwner() })
-
-  const takeHostFacts = (facts: Record<string, unknown>): void => {
-    services.host.facts = { ...services.host.facts, ...(facts as HelloMessage['host']) }
-    takeModelFacts(services.host.facts as Record<string, unknown>)
+  /** Host facts of a hello, or of a `host_facts` event (sent once every custom node has loaded, merged). */
+  const takeHostFacts = (facts: HelloMessage['host'] & object, merge: boolean): void => {
+    services.host.facts = merge ? { ...services.host.facts, ...facts } : facts
+    for (const each of bound) each.hostFacts?.(services.host.facts)
   }
 
   const handlers = (httpSocket: string): DecisionHandlers => ({
@@ -240,22 +231,8 @@ function bindDecisions(
       if (msg.protocol !== PROTOCOL_VERSION) {
         logger.error({ plugin_protocol: msg.protocol, sidecar_protocol: PROTOCOL_VERSION }, 'protocol version mismatch with the plugin; every request on its connection is refused')
       } else {
-        if (msg.host) {
-          services.host.facts = msg.host
-          takeModelFacts(msg.host as Record<string, unknown>)
-          const { output_dir: output, input_dir: input, temp_dir: temp } = msg.host
-          watcher.watch({ output, input, temp }).catch((err: unknown) => logger.error({ err }, 'cannot watch the host folders'))
-        }
-        if (Array.isArray(msg.sockets)) liveSockets.adopt(msg.sockets)
-        const prompts = msg.prompts === undefined ? null : hostPromptsReport(msg.prompts, true)
-        if (prompts !== null) {
-          services.ownership.hostPrompts(prompts)
-          // after the hello's own answer has gone: the plugin reads pushes only once it agreed
-          setImmediate(() => queueChanged(prompts.seq))
-        }
-        for (const run of Array.isArray(msg.running) ? msg.running : []) {
-          if (typeof run?.prompt_id === 'string' && typeof run.t === 'number') services.ownership.runStarted(run.prompt_id, run.t * 1000)
-        }
+        if (msg.host) takeHostFacts(msg.host, false)
+        for (const each of bound) each.hello?.(msg)
       }
       return { type: 'hello', protocol: PROTOCOL_VERSION, sidecar_version: SERVICE_VERSION, http_socket: httpSocket, epoch: services.accessEpoch.value }
     },
@@ -263,25 +240,31 @@ function bindDecisions(
     body: (msg, payload, host) => behaviours.body(msg.ctx, payload, host),
     form: (msg, host) => behaviours.form(msg.ctx, msg, host),
     filter: (msg, payload, host) => behaviours.filter(msg, payload, host),
-    event: (msg) => msg.name === 'host_facts' ? takeHostFacts(msg.data) : applyHostEvent(msg, { ownership: services.ownership, watcher, liveSockets, log: logger, now: services.clock, queueChanged }),
+    event(msg) {
+      if (msg.name === 'host_facts') takeHostFacts(hostFactsOf(msg.data), true)
+      else for (const each of bound) each.hostEvent?.(msg)
+    },
   })
 
+  const isolation = composed.find(isIsolation)
   return {
     app,
     owned,
+    features: composed,
     handlers,
-    liveSockets,
-    hostFiles: watcher,
+    get liveSockets(): LiveSockets {
+      if (isolation === undefined) throw new Error('no isolation feature is composed')
+      return isolation.liveSockets()
+    },
+    get hostFiles(): HostFileWatcher {
+      if (isolation === undefined) throw new Error('no isolation feature is composed')
+      return isolation.hostFiles()
+    },
     setPush(fn) {
       push = fn
     },
     setFlushed,
-    async stop() {
-      liveSockets.stop()
-      await watcher.close()
-      await filters.close()
-      await modelCache.close()
-    },
+    stop: () => jobs.stop(),
   }
 }
 

@@ -9,11 +9,11 @@ import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { dataDirFromEnv, loadConfig } from './config/load.js'
+import { dataDirFromEnv, loadConfig } from './kernel/config/load.js'
 import { passwordProblem } from './identity/passwords.js'
 import { ADMIN_ROLE } from './identity/principal.js'
 import { usernameProblem } from './identity/users.js'
-import { createLogger } from './log.js'
+import { createLogger } from './kernel/log.js'
 import { openServices, type Services } from './services.js'
 
 const USAGE = `usage: authsvc user <command>

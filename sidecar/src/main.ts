@@ -8,10 +8,10 @@ import { mkdirSync, chmodSync, mkdtempSync, writeFileSync, rmSync } from 'node:f
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { buildApp, prepareApp } from './app.js'
-import { systemClock } from './identity/clock.js'
-import { ConfigError, dataDirFromEnv, loadConfig } from './config/load.js'
-import { listenDecisionSocket, removeStaleSocket } from './decide/server.js'
-import { createLogger } from './log.js'
+import { systemClock } from './kernel/clock.js'
+import { ConfigError, dataDirFromEnv, loadConfig } from './kernel/config/load.js'
+import { listenDecisionSocket, removeStaleSocket } from './kernel/server.js'
+import { createLogger } from './kernel/log.js'
 import { openServices } from './services.js'
 
 /**
@@ -130,20 +130,14 @@ async function main(): Promise<void> {
     decisionSocket, httpSocket, dataDir, users: services.users.count, standby,
     start_ms: Math.round(performance.now() - since.at), start_cpu_ms: Math.round((cpu.user + cpu.system) / 1000),
   }, 'authsvc sidecar ready')
-  // expired sessions can never validate again; drop them so memory and the store do not grow forever
-  const pruning = setInterval(() => {
-    services.sessions.prune().catch((err: unknown) => log.error({ err }, 'session prune failed'))
-  }, 3600_000)
-  pruning.unref()
 
   let stopping = false
   const stop = async (reason: string) => {
     if (stopping) return
     stopping = true
     log.info({ reason }, 'stopping')
-    clearInterval(pruning)
     decisionServer.server.close()
-    await built.stop().catch((err: unknown) => log.error({ err }, 'stopping the host watchers failed'))
+    await built.stop() // every feature's jobs: watchers, checks, workers, the session prune
     await app.close().catch(() => {})
     await services.close().catch((err: unknown) => log.error({ err }, 'store close failed'))
     rmSync(pidFile, { force: true })

@@ -5,11 +5,11 @@
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { FastifyBaseLogger } from 'fastify'
-import type { Config } from './config/schema.js'
-import type { NetworkPolicy } from './decide/client-facts.js'
-import type { HostFacts } from './decide/protocol.js'
+import type { Config } from './kernel/config/schema.js'
+import type { NetworkPolicy } from './access/client-facts.js'
+import type { HostFacts } from './kernel/protocol.js'
 import { ApiTokenService, type ApiTokenRecord } from './identity/api-tokens.js'
-import { systemClock, type Clock } from './identity/clock.js'
+import { systemClock, type Clock } from './kernel/clock.js'
 import { PasswordHasher } from './identity/passwords.js'
 import { IdentityResolver } from './identity/resolver.js'
 import { deriveKeys, loadMasterSecret } from './identity/secrets.js'
@@ -18,17 +18,18 @@ import { MfaService, type MfaRecord } from './identity/mfa.js'
 import { Throttle } from './identity/throttle.js'
 import { FieldCipher } from './store/field-crypto.js'
 import { sealedStore } from './store/sealed-kv.js'
-import { parseBoolean } from './config/load.js'
+import { parseBoolean } from './kernel/config/load.js'
 import { UserRepository, type UserRecord } from './identity/users.js'
-import { IpSet } from './policy/ip.js'
-import { IpListGate } from './policy/ip-lists.js'
-import { RoleStore } from './policy/roles.js'
-import { AccessEpoch } from './decide/access-epoch.js'
+import { IpSet } from './access/ip.js'
+import { IpListGate } from './access/ip-lists.js'
+import { RoleStore } from './access/roles.js'
+import { AccessEpoch } from './kernel/access-epoch.js'
+import { Events } from './kernel/events.js'
 import { Collection } from './store/collection.js'
-import { ModelGrants, type ModelGrantRecord } from './isolation/model-grants.js'
+import { ModelGrants, type ModelGrantRecord } from './models/model-grants.js'
 import { Ownership, type FileRecord, type PromptRecord } from './isolation/ownership.js'
 import { ClientIdBindings, type ClientIdRecord } from './isolation/client-ids.js'
-import { WorkflowStore } from './isolation/workflow-store.js'
+import { WorkflowStore } from './workflows/workflow-store.js'
 import { openSqliteStore, sqlitePath, type KeyValueStore } from './store/kv.js'
 import { SettingsRepository } from './store/settings.js'
 
@@ -64,6 +65,8 @@ export interface Services {
   modelGrants: ModelGrants
   /** own and shared workflows in the host's user folder */
   workflows: WorkflowStore
+  /** the event stream: every security-relevant thing that happens, once (kernel/events.ts) */
+  events: Events
   /** turns a user's MFA off (admin mfa_reset, recovery, operator command) */
   resetMfa(userId: string): Promise<void>
   flush(): Promise<void>
@@ -94,6 +97,9 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const kv = options.wrapStore ? options.wrapStore(sealedKv) : sealedKv
   const storeLog = { log }
   const accessEpoch = new AccessEpoch()
+  const events = new Events(clock, log)
+  // one structured line per event (the audit log and the notifier of issue 24 listen here too)
+  events.onAny((record) => log.info({ ...record, event: record.kind }, record.kind))
   // the kinds decisions read: a change of any of them drops the decisions the plugin keeps
   const accessLog = { log, onChange: () => accessEpoch.bump() }
   const [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords] = await Promise.all([
@@ -146,7 +152,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     await Promise.all([...all.map((c) => c.flush()), throttle.flush()])
   }
   return {
-    config, accessEpoch, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
+    config, accessEpoch, events, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
     passwords,
     resolver,
     mfa,

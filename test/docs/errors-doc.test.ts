@@ -3,7 +3,7 @@ import { it } from 'node:test'
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { ERRORS } from '../../sidecar/src/errors.js'
+import { ERRORS } from '../../sidecar/src/kernel/errors.js'
 import { ROOT } from '../helpers/stack.js'
 
 it('docs/errors.md documents exactly the catalogue', () => {

@@ -25,10 +25,10 @@ const PLUGIN_TROUBLE = /custom_nodes\/authsvc\/.*", line \d+|setup failed|Cannot
 
 /** A release as upstream would publish it: a source change the running sidecar shows, and a lockfile change. */
 function commitUpdate(upstream: string, tag: string): void {
-  const errors = join(upstream, 'sidecar/src/errors.ts')
+  const errors = join(upstream, 'sidecar/src/kernel/errors.ts')
   const source = readFileSync(errors, 'utf8')
   const next = source.replace(/message: 'Authentication required[^']*'/, `message: '${MESSAGE} (${tag})'`)
-  assert.notEqual(next, source, 'errors.ts still holds the AUTH_REQUIRED message this test edits')
+  assert.notEqual(next, source, 'kernel/errors.ts still holds the AUTH_REQUIRED message this test edits')
   writeFileSync(errors, next)
   for (const file of ['package.json', 'package-lock.json']) {
     const path = join(upstream, file)

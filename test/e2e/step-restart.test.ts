@@ -1,5 +1,5 @@
 /**
- * A later step's state lives in the sidecar (behaviours/steps.ts); the plugin carries only its
+ * A later step's state lives in the sidecar (kernel/steps.ts); the plugin carries only its
  * id. Through the real plugin: a body step whose sidecar was replaced while the client was still
  * sending the body reaches a sidecar that never opened that step, and is refused as the outage
  * it is (503 AUTHSVC_UNAVAILABLE, the same whether the new sidecar or the ended connection

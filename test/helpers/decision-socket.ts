@@ -4,7 +4,7 @@
  * `id`, unasked messages (no id) are collected in `pushed`. For tests and the bench.
  */
 import { connect, type Socket } from 'node:net'
-import { encodeFrame, FrameDecoder } from '../../sidecar/src/decide/frames.js'
+import { encodeFrame, FrameDecoder } from '../../sidecar/src/kernel/frames.js'
 
 export type Frame = Record<string, unknown>
 

@@ -1,5 +1,5 @@
 /**
- * A host link (decide/host-link.ts) for tests that drive the sidecar's decider directly: the
+ * A host link (kernel/host-link.ts) for tests that drive the sidecar's decider directly: the
  * plugin's own resolver (host-plugin/host_paths.py) in a Python process, over the stand-in's
  * `folder_paths` rooted at a temp dir (input/, output/, temp/ under `base`). The plugin's code,
  * not an imitation of it; the e2e suites check the same resolver inside the stand-in and the
@@ -8,7 +8,7 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import { join } from 'node:path'
-import type { HostLink, ResolveItem, Resolved } from '../../sidecar/src/decide/host-link.js'
+import type { HostLink, ResolveItem, Resolved } from '../../sidecar/src/kernel/host-link.js'
 import { ROOT } from './stack.js'
 
 const SCRIPT = `

@@ -11,7 +11,7 @@ import { join } from 'node:path'
 import { describe, it } from 'node:test'
 import { decodeJwt } from 'jose'
 import { GUEST_LIMITS } from '../../sidecar/src/identity/guest-sessions.js'
-import { createLogger } from '../../sidecar/src/log.js'
+import { createLogger } from '../../sidecar/src/kernel/log.js'
 import { openSqliteStore, type KeyValueStore } from '../../sidecar/src/store/kv.js'
 import { PASSWORD, bearer, openHarness, registerAndLogin, type Harness } from './harness.js'
 

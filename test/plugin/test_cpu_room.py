@@ -1,6 +1,6 @@
 """Shared vectors of the CPU-room rule (shared/vectors/cpu-room.json), plugin side: the rule and
 the readings of /proc and the cgroup files in host-plugin/cpu_room.py give what each row says.
-The sidecar's copy (sidecar/src/decide/cpu-room.ts) is checked against the same rows by
+The sidecar's copy (sidecar/src/kernel/cpu-room.ts) is checked against the same rows by
 test/unit/cpu-room.test.ts, so the two cannot drift apart."""
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import { Writable } from 'node:stream'
 import { join } from 'node:path'
 import { rmSync } from 'node:fs'
 import { buildApp, prepareApp } from '../../sidecar/src/app.js'
-import { createLogger } from '../../sidecar/src/log.js'
+import { createLogger } from '../../sidecar/src/kernel/log.js'
 import { openServices } from '../../sidecar/src/services.js'
 import { SECRET, tempDir, testConfig } from './fixtures.js'
 

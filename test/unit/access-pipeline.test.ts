@@ -6,7 +6,7 @@
 import { describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { addressRefusal, checkAccess, csrfRefusal, levelRefusal, type AccessRequest, type Requirement, type Resolution } from '../../sidecar/src/access/pipeline.js'
-import type { ClientFacts } from '../../sidecar/src/decide/client-facts.js'
+import type { ClientFacts } from '../../sidecar/src/access/client-facts.js'
 import { isAdministrator, PERMISSION_KEYS, type Permissions, type Principal } from '../../sidecar/src/identity/principal.js'
 import { tokenHashPrefix } from '../../sidecar/src/identity/api-tokens.js'
 

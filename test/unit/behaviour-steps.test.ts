@@ -1,6 +1,6 @@
 /**
  * The later steps of route behaviours (body, form, filter) keep their state in the sidecar
- * (behaviours/steps.ts): the plugin carries only `{step: id}`. A step that names no live state
+ * (kernel/steps.ts): the plugin carries only `{step: id}`. A step that names no live state
  * of its kind (unknown, forged, expired, evicted, already run, of another step or another
  * filter, or after a restart of the sidecar) is refused as an outage (503): only the plugin
  * sends a ctx, so it is never the client's doing; the state map is bounded; a kept filtered read's ctx stays
@@ -8,7 +8,7 @@
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { StepStore, STEP_LIMITS } from '../../sidecar/src/behaviours/steps.js'
+import { StepStore, STEP_LIMITS } from '../../sidecar/src/kernel/steps.js'
 import { addUser, assertDenied, assertPass, bearer, decide, fakeClock, openSidecar, sessionJwt, stepAnswer, type Sidecar } from './fixtures.js'
 
 describe('StepStore: random ids, one-shot and shared steps, expiry, a bound', () => {

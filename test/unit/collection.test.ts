@@ -7,7 +7,7 @@ import { describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { Collection } from '../../sidecar/src/store/collection.js'
 import type { KeyValueStore } from '../../sidecar/src/store/kv.js'
-import { AuthsvcError } from '../../sidecar/src/errors.js'
+import { AuthsvcError } from '../../sidecar/src/kernel/errors.js'
 
 interface PendingWrite {
   key: string

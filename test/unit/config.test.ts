@@ -8,8 +8,8 @@ import assert from 'node:assert/strict'
 import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { ConfigError, UNBUILT_KEYS, loadConfig, parseBoolean, validateConfig } from '../../sidecar/src/config/load.js'
-import { ConfigSchema } from '../../sidecar/src/config/schema.js'
+import { ConfigError, UNBUILT_KEYS, loadConfig, parseBoolean, validateConfig } from '../../sidecar/src/kernel/config/load.js'
+import { ConfigSchema } from '../../sidecar/src/kernel/config/schema.js'
 import { tempDir } from './fixtures.js'
 
 const dirs: string[] = []

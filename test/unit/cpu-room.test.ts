@@ -1,6 +1,6 @@
 /**
  * Shared vectors of the CPU-room rule (shared/vectors/cpu-room.json), sidecar side: the rule and
- * the readings of /proc and the cgroup files in sidecar/src/decide/cpu-room.ts give what each row
+ * the readings of /proc and the cgroup files in sidecar/src/kernel/cpu-room.ts give what each row
  * says. The plugin's copy (host-plugin/cpu_room.py) is checked against the same rows by
  * test/plugin/test_cpu_room.py, so the two cannot drift apart.
  */
@@ -9,7 +9,7 @@ import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { ROOT } from '../helpers/stack.js'
-import { allowedCpus, cgroupQuota, cpuPressure, idleTicks, roomIsFree, type CpuSample, type Read } from '../../sidecar/src/decide/cpu-room.js'
+import { allowedCpus, cgroupQuota, cpuPressure, idleTicks, roomIsFree, type CpuSample, type Read } from '../../sidecar/src/kernel/cpu-room.js'
 
 interface Vectors {
   clock_ticks_per_second: number

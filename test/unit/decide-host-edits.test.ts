@@ -31,7 +31,7 @@ describe('headers and query the host must never see', () => {
       if (r.pattern.includes('internal') || r.pattern.endsWith('/free')) continue
       // another user's history entry is answered {} without asking the host (isolation-queue-history.test.ts)
       if (r.pattern.endsWith('/history/{prompt_id}')) continue
-      // who has an account is answered by the gate itself (behaviours/userdata-read.ts)
+      // who has an account is answered by the gate itself (workflows/behaviours/userdata-read.ts)
       if (r.pattern.endsWith('/users')) continue
       const d = await decide(w.sc, { method: r.method, path: r.path, pattern: r.pattern, match_info: r.match_info, headers: { ...bearer(w.aliceToken), 'comfy-user': 'admin' } })
       const pass = assertPass(d, `${r.method} ${r.path}`)
@@ -123,9 +123,9 @@ describe('prompt body stamping (handlers.body)', () => {
     })
   }
 
-  it('a body message without a prompt ctx → 400, never a pass', async () => {
+  it('a body message without a step the sidecar opened → 503 (only the plugin sends a ctx), never a pass', async () => {
     for (const ctx of [null, {}, { kind: 'other' }, 'prompt']) {
-      assertDenied(await bodyStep(w.sc, ctx, '{"prompt":{}}'), 'VALIDATION_FAILED', JSON.stringify(ctx))
+      assertDenied(await bodyStep(w.sc, ctx, '{"prompt":{}}'), 'AUTHSVC_UNAVAILABLE', JSON.stringify(ctx))
     }
   })
 

@@ -1,17 +1,17 @@
 /**
  * The decision path does no I/O (DESIGN §2, issue 25 item 4): the real decider and every route
  * behaviour's steps (decide, body, form, filter), driven for every row of the host route table
- * (policy/host-routes.ts) and for representative requests of each behaviour (own and shared
+ * (access/host-routes.ts) and for representative requests of each behaviour (own and shared
  * workflows, /view, uploads, prompts, the filtered lists), call no function of `node:fs` nor
  * `node:fs/promises`. What a decision needs from the disk is in memory (ownership, the model
- * cache, the roles) or asked of the host (decide/host-link.ts; the plugin's own resolver here).
+ * cache, the roles) or asked of the host (kernel/host-link.ts; the plugin's own resolver here).
  *
  * How: every function of both modules is replaced (node:test `mock.method` on the module objects,
  * then `syncBuiltinESMExports()`, so `import { readFileSync } from 'node:fs'` sees it too) by one
  * that records and throws when it is called from a decision (an AsyncLocalStorage set around each
  * step follows the step into its awaits, timers and callbacks); calls from anything else (the
  * store, the folder watchers a hello started) go to the real function. The decision server's CPU
- * check (decide/cpu-room.ts, which reads /proc) is checked the same way: it samples after the
+ * check (kernel/cpu-room.ts, which reads /proc) is checked the same way: it samples after the
  * answers of a read have been handed on, never inside the turn that decides.
  */
 import { describe, it, before, after, mock } from 'node:test'
@@ -21,9 +21,9 @@ import fs, { mkdirSync, writeFileSync } from 'node:fs'
 import fsp from 'node:fs/promises'
 import { syncBuiltinESMExports } from 'node:module'
 import { join } from 'node:path'
-import { HOST_ROUTE_KEYS, hostRoutePolicy, type HostRouteBehaviour } from '../../sidecar/src/policy/host-routes.js'
-import { PROTOCOL_VERSION, type Decision } from '../../sidecar/src/decide/protocol.js'
-import { CpuRoom } from '../../sidecar/src/decide/cpu-room.js'
+import { HOST_ROUTE_KEYS, hostRoutePolicy, type HostRouteBehaviour } from '../../sidecar/src/access/host-routes.js'
+import { PROTOCOL_VERSION, type Decision } from '../../sidecar/src/kernel/protocol.js'
+import { CpuRoom } from '../../sidecar/src/kernel/cpu-room.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { addUser, apiToken, bearer, call, decide, openSidecar, sessionJwt, stepAnswer, type DescOptions, type Sidecar } from './fixtures.js'
 

@@ -7,7 +7,7 @@
  * the real decider.
  */
 import assert from 'node:assert/strict'
-import type { Decision } from '../../sidecar/src/decide/protocol.js'
+import type { Decision } from '../../sidecar/src/kernel/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import {
   addUser, answer, apiToken, assertPass, openSidecar, sessionJwt, stepAnswer, type DescOptions, type Sidecar, type Stepped,

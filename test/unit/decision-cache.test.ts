@@ -8,10 +8,10 @@ import assert from 'node:assert/strict'
 import { mkdirSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
-import type { Decision } from '../../sidecar/src/decide/protocol.js'
+import type { Decision } from '../../sidecar/src/kernel/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { bearer, addUser, apiToken, assertDenied, assertPass, call, decide, describeRequest, openSidecar, sessionJwt, type Sidecar } from './fixtures.js'
-import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
+import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
 
 const cacheOf = (d: Decision) => (d.action === 'pass' ? d.cache : undefined)
 

@@ -4,7 +4,7 @@
  */
 import { describe, it } from 'node:test'
 import assert from 'node:assert/strict'
-import { AuthsvcError, ERRORS, errorBody, type ErrorCode } from '../../sidecar/src/errors.js'
+import { AuthsvcError, ERRORS, errorBody, type ErrorCode } from '../../sidecar/src/kernel/errors.js'
 
 const SNAPSHOT: Array<[string, number]> = [
   ['AUTH_REQUIRED', 401],

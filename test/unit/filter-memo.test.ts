@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict'
 import { after, before, describe, it } from 'node:test'
-import type { Decision, FilterAnswer } from '../../sidecar/src/decide/protocol.js'
+import type { Decision, FilterAnswer } from '../../sidecar/src/kernel/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { bearer, addUser, apiToken, assertPass, decide, openSidecar, type DescOptions, type Sidecar } from './fixtures.js'
 

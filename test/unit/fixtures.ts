@@ -9,14 +9,14 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { FastifyInstance, LightMyRequestResponse, RouteOptions } from 'fastify'
-import { buildApp, type BuiltApp } from '../../sidecar/src/app.js'
-import { validateConfig } from '../../sidecar/src/config/load.js'
-import type { Config } from '../../sidecar/src/config/schema.js'
-import type { DecisionHandlers } from '../../sidecar/src/decide/server.js'
-import type { Decision, RequestDescription } from '../../sidecar/src/decide/protocol.js'
-import { ERRORS } from '../../sidecar/src/errors.js'
+import { buildApp, type BuiltApp, type Composition } from '../../sidecar/src/app.js'
+import { validateConfig } from '../../sidecar/src/kernel/config/load.js'
+import type { Config } from '../../sidecar/src/kernel/config/schema.js'
+import type { DecisionHandlers } from '../../sidecar/src/kernel/server.js'
+import type { Decision, RequestDescription } from '../../sidecar/src/kernel/protocol.js'
+import { ERRORS } from '../../sidecar/src/kernel/errors.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
-import { createLogger } from '../../sidecar/src/log.js'
+import { createLogger } from '../../sidecar/src/kernel/log.js'
 import { openServices, type Services } from '../../sidecar/src/services.js'
 import { pythonHost, type PythonHost } from '../helpers/host-resolver.js'
 
@@ -74,6 +74,8 @@ export interface SidecarOptions {
   onRoute?: (route: RouteOptions) => void
   /** make `<dir>/host` (input/, output/, temp/) at once (names always resolve there, test/helpers/host-resolver.ts) */
   host?: boolean
+  /** the features to compose (default: the sidecar's, app.ts `features`) */
+  compose?: Composition
 }
 
 export async function openSidecar(options: SidecarOptions = {}): Promise<Sidecar> {
@@ -81,7 +83,7 @@ export async function openSidecar(options: SidecarOptions = {}): Promise<Sidecar
   const clock = options.clock ?? fakeClock()
   const config = testConfig(options.config)
   const services = await openServices({ config, dataDir: dir, env: { AUTHSVC_SECRET: options.secret ?? SECRET }, log, clock, watchGroups: false })
-  const built = buildApp(services, log)
+  const built = buildApp(services, log, options.compose)
   if (options.onRoute) built.app.addHook('onRoute', options.onRoute)
   await built.app.ready()
   // names resolve with the plugin's own resolver over <dir>/host, started the first time one is asked

@@ -10,7 +10,7 @@ import argon2 from 'argon2'
 import { readdirSync, readFileSync } from 'node:fs'
 import { HashProcess } from '../../sidecar/src/identity/hash-process.js'
 import { PasswordHasher } from '../../sidecar/src/identity/passwords.js'
-import { AuthsvcError } from '../../sidecar/src/errors.js'
+import { AuthsvcError } from '../../sidecar/src/kernel/errors.js'
 import { childrenOf } from '../helpers/processes.js'
 
 const OPTIONS = { memoryCost: 1024, timeCost: 1, parallelism: 1 }

@@ -7,7 +7,7 @@
 import { describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { COMFYUI_ROUTES } from './fixtures.js'
-import { HOST_ROUTE_KEYS, foldApiTwin, hostRoutePolicy, type HostRoutePolicy, type Requirement } from '../../sidecar/src/policy/host-routes.js'
+import { HOST_ROUTE_KEYS, foldApiTwin, hostRoutePolicy, type HostRoutePolicy, type Requirement } from '../../sidecar/src/access/host-routes.js'
 
 const P: Requirement = { kind: 'principal' }
 const ADMIN: Requirement = { kind: 'admin' }

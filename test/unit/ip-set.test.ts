@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict'
 import { describe, it } from 'node:test'
-import { IpSet } from '../../sidecar/src/policy/ip.js'
+import { IpSet } from '../../sidecar/src/access/ip.js'
 
 const LIST = ['10.0.0.0/8', '192.168.1.7', 'fd00::/8', '::1']
 

@@ -10,7 +10,7 @@
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
+import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
 import { CLOSE_ACCESS_CHANGED, CLOSE_CREDENTIAL_ENDED } from '../../sidecar/src/isolation/credential-state.js'
 import { bearer, apiToken, assertDenied, assertPass, decide, openSidecar } from './fixtures.js'
 import { event, world, type World } from './isolation-world.js'

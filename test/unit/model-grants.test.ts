@@ -12,11 +12,11 @@ import assert from 'node:assert/strict'
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
-import { optionListsOf } from '../../sidecar/src/behaviours/option-lists.js'
+import { optionListsOf } from '../../sidecar/src/isolation/behaviours/option-lists.js'
 import {
   bearer, addUser, answer, assertDenied, assertPass, call, decide, openSidecar, sessionJwt, stepAnswer, tempDir, type DescOptions, type Sidecar, type Stepped,
 } from './fixtures.js'
-import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
+import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
 
 const MODELS: Record<string, string[]> = {
   checkpoints: ['granted.safetensors', 'secret.safetensors', 'sub/deep.safetensors', 'notes.txt'],

@@ -11,7 +11,7 @@ import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import sqlite3 from 'sqlite3'
-import { ERRORS } from '../../sidecar/src/errors.js'
+import { ERRORS } from '../../sidecar/src/kernel/errors.js'
 import { HOST, addUser, apiToken, assertError, bootstrapAdmin, call, errorCode, openSidecar, type Sidecar } from './fixtures.js'
 
 // ------------------------------------------------------------ robustness

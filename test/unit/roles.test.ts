@@ -13,7 +13,7 @@ import { once, type EventEmitter } from 'node:events'
 import pino from 'pino'
 import type { FastifyBaseLogger } from 'fastify'
 import { PERMISSION_KEYS } from '../../sidecar/src/identity/principal.js'
-import { DEFAULT_GROUPS, RoleStore, validateGroups, type GroupMap } from '../../sidecar/src/policy/roles.js'
+import { DEFAULT_GROUPS, RoleStore, validateGroups, type GroupMap } from '../../sidecar/src/access/roles.js'
 import { tempDir } from './fixtures.js'
 
 interface Capture {

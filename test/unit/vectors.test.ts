@@ -8,13 +8,13 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import type { RequestDescription } from '../../sidecar/src/decide/protocol.js'
+import type { RequestDescription } from '../../sidecar/src/kernel/protocol.js'
 import { ROOT } from '../helpers/stack.js'
 import { openHarness, type Harness } from '../integration/harness.js'
 import { buildApp } from '../../sidecar/src/app.js'
-import { createLogger } from '../../sidecar/src/log.js'
-import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
-import { encodeFrame, FrameDecoder, parseMessage } from '../../sidecar/src/decide/frames.js'
+import { createLogger } from '../../sidecar/src/kernel/log.js'
+import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
+import { encodeFrame, FrameDecoder, parseMessage } from '../../sidecar/src/kernel/frames.js'
 
 interface Vector {
   name: string

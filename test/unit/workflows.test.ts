@@ -9,12 +9,12 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import type { Decision } from '../../sidecar/src/decide/protocol.js'
+import type { Decision } from '../../sidecar/src/kernel/protocol.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
-import { isWorkflowsPath } from '../../sidecar/src/behaviours/userdata-write.js'
-import { workflowName } from '../../sidecar/src/routes/workflows.js'
+import { isWorkflowsPath } from '../../sidecar/src/workflows/behaviours/userdata-write.js'
+import { workflowName } from '../../sidecar/src/workflows/routes.js'
 import { bearer, addUser, apiToken, assertDenied, assertPass, call, decide, openSidecar, type DescOptions, type Sidecar } from './fixtures.js'
-import { PROTOCOL_VERSION } from '../../sidecar/src/decide/protocol.js'
+import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
 
 
 async function filtered(sc: Sidecar, o: DescOptions, status: number, hostAnswer: string): Promise<{ status: number; body: string } | 'unchanged'> {

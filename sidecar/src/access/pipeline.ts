@@ -1,13 +1,13 @@
 /**
- * The access pipeline, one for host routes (decide/decide.ts, decided for the plugin) and owned
- * routes (http/request-context.ts): address → HTTPS → principal → CSRF → level.
+ * The access pipeline, one for host routes (access/decide.ts, decided for the plugin) and owned
+ * routes (access/request-context.ts): address → HTTPS → principal → CSRF → level.
  *
  * Each step is a pure function here; the two callers run them in this order and only turn the
  * verdicts into their own answer forms (a decision for the plugin, a Fastify reply). So which
  * check wins first, and with which code, is written once:
  * 1. address: the IP lists refuse any of the client's addresses → `IP_DENIED` (host routes; an owned
  *    route is reached only through a decision that already passed this step);
- * 2. HTTPS: force_https redirects plain-HTTP browser navigations (http/force-https.ts);
+ * 2. HTTPS: force_https redirects plain-HTTP browser navigations (access/force-https.ts);
  * 3. principal: the one identity resolution (identity/resolver.ts) gives a `Resolution`;
  * 4. without a principal: a public requirement passes, a page navigation goes to the login page,
  *    anything else is refused with the credential's error (or `AUTH_REQUIRED`); no CSRF check,
@@ -16,11 +16,11 @@
  *    (on public requirements too: an admin's cookie registers users);
  * 6. level: the requirement → `AUTH_REQUIRED` / `ADMIN_REQUIRED` / `PERMISSION_DENIED`.
  */
-import type { ErrorCode } from '../errors.js'
+import type { ErrorCode } from '../kernel/errors.js'
 import type { Channel } from '../identity/credentials.js'
 import { can, isAdministrator, type Principal } from '../identity/principal.js'
-import type { Requirement as HostRequirement } from '../policy/host-routes.js'
-import { isSameOrigin, type ClientFacts } from '../decide/client-facts.js'
+import type { Requirement as HostRequirement } from './host-routes.js'
+import { isSameOrigin, type ClientFacts } from './client-facts.js'
 
 /** `channel` is how the principal's credential arrived (absent for anonymous principals). */
 export type Resolution = { principal: Principal | null; channel?: Channel } | { error: ErrorCode }
@@ -36,7 +36,7 @@ export interface IpGate {
 }
 
 /**
- * What a request needs: a host route's requirement (policy/host-routes.ts), or an owned route's
+ * What a request needs: a host route's requirement (access/host-routes.ts), or an owned route's
  * auth level (`public`: nothing; `user`: a principal with an account of its own).
  */
 export type Requirement = HostRequirement | { kind: 'public' } | { kind: 'user' }

@@ -8,9 +8,9 @@
  * "mistyped" (TOKEN_INVALID); tombstones past their expiry are dropped at start.
  */
 import { createHash, randomBytes } from 'node:crypto'
-import { AuthsvcError, type ErrorCode } from '../errors.js'
+import { AuthsvcError, type ErrorCode } from '../kernel/errors.js'
 import type { Collection } from '../store/collection.js'
-import { iso, type Clock } from './clock.js'
+import { iso, type Clock } from '../kernel/clock.js'
 
 export interface ApiTokenRecord {
   hash: string

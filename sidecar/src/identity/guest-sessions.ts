@@ -17,7 +17,7 @@
  * user sessions.
  */
 import { addressKey } from './throttle.js'
-import type { Clock } from './clock.js'
+import type { Clock } from '../kernel/clock.js'
 
 export const GUEST_SUBJECT = 'guest'
 export const GUEST_ROLE = 'guest'

@@ -9,7 +9,7 @@
  */
 import { fork, type ChildProcess } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { AuthsvcError } from '../errors.js'
+import { AuthsvcError } from '../kernel/errors.js'
 import type { HashAnswer, HashRequest } from './hash-worker.js'
 
 /** Run from the TypeScript sources (tests, under tsx) or from the build. */

@@ -16,7 +16,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import type { Collection } from '../store/collection.js'
 import type { FieldCipher } from '../store/field-crypto.js'
 import { consumeBackupCode, generateBackupCodes, hashBackupCode } from './backup-codes.js'
-import type { Clock } from './clock.js'
+import type { Clock } from '../kernel/clock.js'
 import { generateTotpSecret, provisioningUri, verifyTotp } from './totp.js'
 
 export interface MfaRecord {

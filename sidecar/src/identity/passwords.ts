@@ -10,8 +10,8 @@
  */
 import { readFileSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
-import type { Config } from '../config/schema.js'
-import { AuthsvcError } from '../errors.js'
+import type { Config } from '../kernel/config/schema.js'
+import { AuthsvcError } from '../kernel/errors.js'
 import { HashProcess, type HashOptions } from './hash-process.js'
 
 const COMMON = new Set(

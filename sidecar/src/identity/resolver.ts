@@ -7,10 +7,10 @@
  * the very next request. A present but invalid credential is refused, never
  * downgraded to anonymous.
  */
-import type { Config } from '../config/schema.js'
-import type { ClientFacts } from '../decide/client-facts.js'
+import type { Config } from '../kernel/config/schema.js'
+import type { ClientFacts } from '../access/client-facts.js'
 import type { PrincipalResolver, Resolution } from '../access/pipeline.js'
-import type { RoleStore } from '../policy/roles.js'
+import type { RoleStore } from '../access/roles.js'
 import type { SettingsRepository } from '../store/settings.js'
 import type { ApiTokenService } from './api-tokens.js'
 import { presentedCredential, type Channel } from './credentials.js'

@@ -8,10 +8,10 @@
  */
 import { randomUUID } from 'node:crypto'
 import { SignJWT, jwtVerify, errors as joseErrors } from 'jose'
-import type { ErrorCode } from '../errors.js'
+import type { ErrorCode } from '../kernel/errors.js'
 import type { Collection } from '../store/collection.js'
-import { AuthsvcError } from '../errors.js'
-import { iso, type Clock } from './clock.js'
+import { AuthsvcError } from '../kernel/errors.js'
+import { iso, type Clock } from '../kernel/clock.js'
 import { GUEST_LIMITS, GUEST_ROLE, GUEST_SUBJECT, GuestLoginRate, guestEvictions, type GuestLimits } from './guest-sessions.js'
 import { addressKey } from './throttle.js'
 

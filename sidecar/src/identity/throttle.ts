@@ -24,10 +24,10 @@
  */
 import { createHash } from 'node:crypto'
 import { isIP } from 'node:net'
-import { normalizeIp } from '../policy/ip.js'
+import { normalizeIp } from '../access/ip.js'
 import { Collection, type CollectionOptions } from '../store/collection.js'
 import type { KeyValueStore } from '../store/kv.js'
-import type { Clock } from './clock.js'
+import type { Clock } from '../kernel/clock.js'
 
 export interface ThrottleLimits {
   addressMaxFailures: number

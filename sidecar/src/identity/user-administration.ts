@@ -9,9 +9,9 @@
  * even when another fails; a deletion takes the user's sessions, tokens, MFA and model grants
  * with it.
  */
-import { AuthsvcError } from '../errors.js'
-import type { ModelGrants } from '../isolation/model-grants.js'
-import type { RoleStore } from '../policy/roles.js'
+import { AuthsvcError } from '../kernel/errors.js'
+import type { ModelGrants } from '../models/model-grants.js'
+import type { RoleStore } from '../access/roles.js'
 import type { ApiTokenService } from './api-tokens.js'
 import type { MfaService } from './mfa.js'
 import { passwordProblem, type PasswordHasher } from './passwords.js'

@@ -4,7 +4,7 @@
  * password's argon2id PHC string, never the password.
  */
 import { randomUUID } from 'node:crypto'
-import { AuthsvcError } from '../errors.js'
+import { AuthsvcError } from '../kernel/errors.js'
 import type { Collection } from '../store/collection.js'
 
 export interface UserRecord {

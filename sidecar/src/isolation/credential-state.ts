@@ -3,7 +3,7 @@
  * the same records the identity resolver reads, without the token itself.
  */
 import type { ApiTokenService } from '../identity/api-tokens.js'
-import type { Clock } from '../identity/clock.js'
+import type { Clock } from '../kernel/clock.js'
 import type { SessionService } from '../identity/sessions.js'
 import type { UserRepository } from '../identity/users.js'
 import type { CredentialState, SocketEntry } from './live-sockets.js'

@@ -5,7 +5,7 @@
  * `queue_remaining` counts), and WebSockets that closed.
  */
 import type { FastifyBaseLogger } from 'fastify'
-import type { EventMessage } from '../decide/protocol.js'
+import type { EventMessage } from '../kernel/protocol.js'
 import type { HostFileWatcher } from './file-watcher.js'
 import type { LiveSockets } from './live-sockets.js'
 import { fileKey, type FileType, type HostPromptsReport, type Ownership } from './ownership.js'

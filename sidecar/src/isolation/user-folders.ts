@@ -12,12 +12,12 @@
  * the administrators' only, and a file the ownership table gives owners (uploads and outputs
  * from before the upgrade, previews the host names itself) is its owners'.
  *
- * Decisions are made on real paths the host resolved (decide/host-link.ts): `placeOf` finds
+ * Decisions are made on real paths the host resolved (kernel/host-link.ts): `placeOf` finds
  * the folder a real path is in, `mayRead` says whether an owner may read what is there.
  */
 import { createHash } from 'node:crypto'
 import { sep } from 'node:path'
-import type { Place } from '../decide/host-link.js'
+import type { Place } from '../kernel/host-link.js'
 import type { FileType, Ownership } from './ownership.js'
 
 const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'
@@ -26,7 +26,7 @@ const USER_ID = new RegExp(`^${UUID}$`)
 /** the names per-user folders have; nothing else at the top of a folder is one */
 export const USER_FOLDER = new RegExp(`^(${FOLDER})$`, 'i')
 
-/** The folder of an owner key (behaviours/context.ts ownerKey). */
+/** The folder of an owner key (kernel/behaviour.ts ownerKey). */
 export function userFolder(owner: string): string {
   if (USER_ID.test(owner)) return `u_${owner}`
   return `o_${createHash('sha256').update(owner).digest('hex').slice(0, 16)}`

@@ -5,7 +5,7 @@
  *
  * The kinds are declared by the features that emit them, by augmenting `EventMap`:
  *
- *     declare module '../kernel/events.js' {
+ *     declare module './events.js' {
  *       interface EventMap { user_login: { username: string } }
  *     }
  *
@@ -17,7 +17,7 @@
  *   redaction is the second line, not the first).
  */
 import type { FastifyBaseLogger } from 'fastify'
-import type { Clock } from '../identity/clock.js'
+import type { Clock } from './clock.js'
 
 /** Each event kind → its own fields. Features add their kinds by declaration merging. */
 // eslint-disable-next-line @typescript-eslint/no-empty-interface

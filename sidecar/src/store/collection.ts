@@ -21,7 +21,7 @@
  * carrying the store's error as its cause; the caller answers with it.
  */
 import type { FastifyBaseLogger } from 'fastify'
-import { AuthsvcError } from '../errors.js'
+import { AuthsvcError } from '../kernel/errors.js'
 import type { KeyValueStore } from './kv.js'
 
 /** What a key should hold in the store; `undefined` means deleted. */
@@ -35,7 +35,7 @@ export interface CollectionOptions {
   /** first delay before a failed narrowing write is tried again (doubles up to `retryMaxMs`) */
   retryBaseMs?: number
   retryMaxMs?: number
-  /** called the moment memory shows a change (not for `touch`): decisions read memory (decide/access-epoch.ts) */
+  /** called the moment memory shows a change (not for `touch`): decisions read memory (kernel/access-epoch.ts) */
   onChange?: () => void
 }
 

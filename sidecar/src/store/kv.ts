@@ -9,7 +9,7 @@ import { chmodSync, existsSync } from 'node:fs'
 import { join } from 'node:path'
 import Keyv from 'keyv'
 import KeyvSqlite from '@keyv/sqlite'
-import type { Config } from '../config/schema.js'
+import type { Config } from '../kernel/config/schema.js'
 
 export interface KeyValueStore {
   get<T>(key: string): Promise<T | undefined>

@@ -1,0 +1,176 @@
+/**
+ * The policy table for host routes (SPEC §6), keyed on the route the host
+ * matched: `METHOD pattern`, with HEAD folded into GET and the `/api` twin
+ * folded into its plain route. Nothing here looks at the raw path.
+ *
+ * Deny by default: a matched route that is not listed needs `can_access_api`
+ * (other custom nodes); an unmatched request (the host's 404/405) needs a
+ * principal. No host route is public.
+ */
+import type { PermissionKey } from '../identity/principal.js'
+import type { MatchedRoute } from '../kernel/protocol.js'
+
+export type Requirement =
+  | { kind: 'principal' }
+  | { kind: 'permission'; key: PermissionKey }
+  | { kind: 'admin' }
+
+/** What the decision does beyond the requirement: a route behaviour of sidecar/src/behaviours/. */
+export type HostRouteBehaviour =
+  | 'prompt'
+  | 'queue-status'
+  | 'queue-read'
+  | 'queue-write'
+  | 'history-list'
+  | 'history-entry'
+  | 'history-write'
+  | 'interrupt'
+  | 'view'
+  | 'upload-image'
+  | 'upload-mask'
+  | 'object-info'
+  | 'userdata-write'
+  | 'userdata-list'
+  | 'userdata-list-v2'
+  | 'userdata-read'
+  | 'users'
+  | 'system-stats'
+  | 'websocket'
+  | 'model-list'
+  | 'embeddings'
+  | 'model-file'
+
+export interface HostRoutePolicy {
+  key: string
+  require: Requirement
+  /** browser navigations without a principal are redirected to /login */
+  page: boolean
+  /** the behaviour's name: one of this table's (HostRouteBehaviour) or a feature's own */
+  behaviour?: string
+}
+
+export const principal: Requirement = { kind: 'principal' }
+export const admin: Requirement = { kind: 'admin' }
+export const perm = (key: PermissionKey): Requirement => ({ kind: 'permission', key })
+
+/** A row of the table: what a host route requires, and its behaviour. A feature adds rows of its own (kernel/feature.ts). */
+export interface HostRouteEntry {
+  require: Requirement
+  page?: boolean
+  behaviour?: string
+}
+
+type Entry = HostRouteEntry & { behaviour?: HostRouteBehaviour }
+
+const TABLE: Record<string, Entry> = {
+  'GET /': { require: principal, page: true },
+  'GET /ws': { require: principal, behaviour: 'websocket' },
+  'GET /embeddings': { require: perm('can_access_api'), behaviour: 'embeddings' },
+  'GET /models': { require: perm('can_access_api') },
+  'GET /models/{folder}': { require: perm('can_access_api'), behaviour: 'model-list' },
+  'GET /extensions': { require: principal, page: true },
+  'GET /i18n': { require: principal, page: true },
+  'GET /features': { require: principal, page: true },
+  'GET /workflow_templates': { require: principal, page: true },
+  'POST /upload/image': { require: perm('can_upload'), behaviour: 'upload-image' },
+  'POST /upload/mask': { require: perm('can_upload'), behaviour: 'upload-mask' },
+  'GET /view': { require: principal, behaviour: 'view' },
+  'GET /view_metadata/{folder_name}': { require: perm('can_access_api'), behaviour: 'model-file' },
+  'GET /system_stats': { require: perm('can_access_api'), behaviour: 'system-stats' },
+  'GET /prompt': { require: perm('can_access_api'), behaviour: 'queue-status' },
+  'POST /prompt': { require: perm('can_run'), behaviour: 'prompt' },
+  'PUT /prompt': { require: perm('can_run'), behaviour: 'prompt' },
+  'GET /object_info': { require: perm('can_access_api'), behaviour: 'object-info' },
+  'GET /object_info/{node_class}': { require: perm('can_access_api'), behaviour: 'object-info' },
+  'GET /history': { require: perm('can_access_api'), behaviour: 'history-list' },
+  'GET /history/{prompt_id}': { require: perm('can_access_api'), behaviour: 'history-entry' },
+  'GET /queue': { require: perm('can_access_api'), behaviour: 'queue-read' },
+  'POST /queue': { require: perm('can_run'), behaviour: 'queue-write' },
+  'POST /history': { require: perm('can_run'), behaviour: 'history-write' },
+  'POST /interrupt': { require: perm('can_run'), behaviour: 'interrupt' },
+  'POST /free': { require: admin },
+  'GET /settings': { require: principal },
+  'GET /settings/{id}': { require: principal },
+  'POST /settings': { require: principal },
+  'POST /settings/{id}': { require: principal },
+  'GET /users': { require: principal, behaviour: 'users' },
+  'POST /users': { require: principal, behaviour: 'users' },
+  'GET /userdata': { require: perm('can_access_api'), behaviour: 'userdata-list' },
+  'GET /v2/userdata': { require: perm('can_access_api'), behaviour: 'userdata-list-v2' },
+  'GET /userdata/{file}': { require: perm('can_access_api'), behaviour: 'userdata-read' },
+  'POST /userdata/{file}': { require: principal, behaviour: 'userdata-write' },
+  'DELETE /userdata/{file}': { require: principal, behaviour: 'userdata-write' },
+  'POST /userdata/{file}/move/{dest}': { require: principal, behaviour: 'userdata-write' },
+  'GET /experiment/models': { require: perm('can_access_api') },
+  'GET /experiment/models/{folder}': { require: perm('can_access_api'), behaviour: 'model-list' },
+  'GET /experiment/models/preview/{folder}/{path_index}/{filename}': { require: perm('can_access_api'), behaviour: 'model-file' },
+  // SPEC §6.1, when a custom node serves the per-user workflow family (the sidecar does not own it yet)
+  'GET /cpe/workflow/list': { require: perm('can_access_api') },
+  'GET /cpe/workflow/get': { require: principal },
+  'POST /cpe/workflow/save': { require: perm('can_modify_workflows') },
+  'GET /cpe/health': { require: principal },
+}
+
+const UNMATCHED: HostRoutePolicy = { key: 'unmatched', require: principal, page: true }
+const STATIC: HostRoutePolicy = { key: 'static', require: principal, page: true }
+const INTERNAL: HostRoutePolicy = { key: 'internal', require: admin, page: false }
+
+/** `/api/x` → `/x`; `/api` → `/`. Only ever applied to a matched route pattern. */
+export function foldApiTwin(pattern: string): string {
+  if (pattern === '/api' || pattern === '/api/') return '/'
+  return pattern.startsWith('/api/') ? pattern.slice(4) : pattern
+}
+
+/** The table the decision reads: this file's rows and the ones features add. */
+export interface HostRouteTable {
+  policy(method: string, route: MatchedRoute | null, adminPatterns?: ReadonlySet<string>): HostRoutePolicy
+  /** every `METHOD pattern` row */
+  readonly keys: readonly string[]
+  /** every behaviour a row names */
+  readonly behaviours: ReadonlySet<string>
+}
+
+/** A row's key as the table keys it: `METHOD /pattern`, with an `/api` twin folded (features spell theirs plainly). */
+const ROW_KEY = /^(GET|POST|PUT|PATCH|DELETE) \/\S*$/
+
+/**
+ * This table with a feature's rows added. A row for a key this table (or another feature) already
+ * has is refused: a feature adds routes, it never changes what another route requires.
+ */
+export function hostRouteTable(added: ReadonlyArray<Record<string, HostRouteEntry>> = []): HostRouteTable {
+  const rows = new Map<string, HostRouteEntry>(Object.entries(TABLE))
+  for (const more of added) {
+    for (const [key, entry] of Object.entries(more)) {
+      if (!ROW_KEY.test(key) || key.split(' ')[1] !== foldApiTwin(key.split(' ')[1])) throw new Error(`host route row ${JSON.stringify(key)}: not a METHOD /pattern key`)
+      if (rows.has(key)) throw new Error(`host route row ${key} is already in the table`)
+      rows.set(key, entry)
+    }
+  }
+  const behaviours = new Set<string>()
+  for (const entry of rows.values()) if (entry.behaviour !== undefined) behaviours.add(entry.behaviour)
+  return {
+    keys: [...rows.keys()],
+    behaviours,
+    policy(method, route, adminPatterns = new Set()) {
+      if (route === null) return UNMATCHED
+      if (route.kind === 'static') return STATIC
+      const pattern = foldApiTwin(route.pattern)
+      if (pattern === '/internal' || pattern.startsWith('/internal/')) return INTERNAL
+      const folded = method === 'HEAD' ? 'GET' : method
+      const key = `${folded} ${pattern}`
+      const entry = rows.get(key)
+      if (entry) return { key, ...entry, page: entry.page ?? false }
+      if (adminPatterns.has(pattern)) return { key, require: admin, page: false }
+      return { key, require: perm('can_access_api'), page: false }
+    },
+  }
+}
+
+/** The table without any feature's rows. */
+export const HOST_ROUTES: HostRouteTable = hostRouteTable()
+
+export function hostRoutePolicy(method: string, route: MatchedRoute | null, adminPatterns: ReadonlySet<string> = new Set()): HostRoutePolicy {
+  return HOST_ROUTES.policy(method, route, adminPatterns)
+}
+
+export const HOST_ROUTE_KEYS: readonly string[] = HOST_ROUTES.keys

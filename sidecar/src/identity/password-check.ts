@@ -1,0 +1,90 @@
+/**
+ * The password step shared by /login and /generate_token: throttled per IP
+ * and per username (SPEC §7), one argon2 verify whether the user exists or
+ * not, one answer for every failure; then what the second factor requires.
+ */
+import type { FastifyRequest } from 'fastify'
+import { AuthsvcError } from '../kernel/errors.js'
+import type { SecondFactor } from './mfa.js'
+import type { UserRecord } from './users.js'
+import type { Services } from '../services.js'
+
+/** What `checkPassword` uses. */
+export type PasswordCheckServices = Pick<Services, 'throttle' | 'users' | 'passwords' | 'events'>
+
+/** Throws 429 with Retry-After while `key` (a username, `mfa:<user id>`, or null for the IP alone) is throttled. */
+export function refuseIfThrottled(services: Pick<Services, 'throttle' | 'events'>, request: FastifyRequest, key: string | null): void {
+  const verdict = services.throttle.check(request.facts.ip, key)
+  if (!verdict.allowed) throw tooMany(services, request, verdict.retryAfterSeconds)
+}
+
+function tooMany(services: Pick<Services, 'events'>, request: FastifyRequest, retryAfterSeconds: number): AuthsvcError {
+  services.events.emit('login_locked', { ip: request.facts.ip })
+  return new AuthsvcError('TOO_MANY_ATTEMPTS', undefined, { 'Retry-After': String(retryAfterSeconds) })
+}
+
+/**
+ * Runs one throttled attempt: refused while `key` or the client address is
+ * locked, or while enough concurrent attempts are already in flight; the
+ * outcome is recorded before the reservation is released.
+ */
+export async function throttledAttempt(services: Pick<Services, 'throttle' | 'events'>, request: FastifyRequest, key: string, attempt: () => Promise<boolean>): Promise<boolean> {
+  const ip = request.facts.ip
+  const slot = services.throttle.begin(ip, key)
+  if (!slot.allowed) throw tooMany(services, request, slot.retryAfterSeconds)
+  try {
+    const ok = await attempt()
+    if (ok) await services.throttle.recordSuccess(ip, key)
+    else await services.throttle.recordFailure(ip, key)
+    return ok
+  } finally {
+    slot.release()
+  }
+}
+
+/** Password attempts and MFA code attempts never share a throttle key, whatever a username looks like. */
+const passwordKey = (username: string) => `password:${username}`
+export const mfaKey = (userId: string) => `mfa:${userId}`
+
+export async function checkPassword(services: PasswordCheckServices, request: FastifyRequest, username: string, password: string): Promise<UserRecord> {
+  let user: UserRecord | undefined
+  const ok = await throttledAttempt(services, request, passwordKey(username), async () => {
+    user = services.users.byUsername(username)
+    const valid = user ? await services.passwords.verify(user.password_hash, password) : await services.passwords.verifyDummy(password)
+    return valid && user !== undefined && !user.disabled
+  })
+  if (!ok || !user) {
+    services.events.emit('login_failure', { ip: request.facts.ip })
+    throw new AuthsvcError('INVALID_CREDENTIALS')
+  }
+  return user
+}
+
+export type MfaStep =
+  | { message: 'MFA verification required'; mfa_required: true; mfa_temp_token: string }
+  | { message: 'MFA setup required'; mfa_setup_required: true; mfa_temp_token: string }
+
+/** null when the password alone is enough; otherwise the answer that asks for the second factor. */
+export function mfaStep(services: Pick<Services, 'mfa' | 'roles'>, user: UserRecord, rememberMe: boolean, redirectUrl: string): MfaStep | null {
+  if (user.mfa_enabled) {
+    return { message: 'MFA verification required', mfa_required: true, mfa_temp_token: services.mfa.issueTempToken(user.user_id, 'login', rememberMe, redirectUrl) }
+  }
+  if (services.roles.mfaRequired(user.role)) {
+    return { message: 'MFA setup required', mfa_setup_required: true, mfa_temp_token: services.mfa.issueTempToken(user.user_id, 'setup', rememberMe, redirectUrl) }
+  }
+  return null
+}
+
+/**
+ * A TOTP code or backup code of `user`, throttled per user (`mfa:<user id>`);
+ * a wrong one also counts against the temp token that carried it.
+ */
+export async function checkSecondFactor(services: Pick<Services, 'throttle' | 'mfa' | 'events'>, request: FastifyRequest, user: UserRecord, factor: SecondFactor, tempId?: string): Promise<void> {
+  refuseIfThrottled(services, request, mfaKey(user.user_id))
+  if (!factor.code && !factor.backup_code) throw new AuthsvcError('MFA_REQUIRED', 'A code or a backup code is required')
+  const ok = await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.verify(user.user_id, factor))
+  if (!ok) {
+    if (tempId) services.mfa.failTempToken(tempId)
+    throw new AuthsvcError('MFA_INVALID_CODE')
+  }
+}

@@ -1,0 +1,81 @@
+/**
+ * Admin view of another user's credentials (the admin panel): list and revoke
+ * a user's sessions and API tokens, and when each user was last seen. Raw
+ * tokens never exist here: sessions are named by `jti`, API tokens by the
+ * first 12 hex characters of their SHA-256, as on the user's own page.
+ */
+import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import Type from 'typebox'
+import { AuthsvcError } from '../../kernel/errors.js'
+import { tokenHashPrefix } from '../api-tokens.js'
+import type { UserRecord } from '../users.js'
+import type { Services } from '../../services.js'
+
+const TokenPrefix = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 }) }, { additionalProperties: false })
+
+export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessions' | 'tokens' | 'events'>) {
+  const sessionsOf = (user: UserRecord) =>
+    services.sessions.activeForUser(user.user_id).map((s) => ({
+      jti: s.jti,
+      created_at_iso: s.created_at_iso,
+      last_used_at_iso: services.sessions.lastUsedIso(s),
+      exp_at_iso: s.exp_at_iso,
+      remember_me: s.remember_me,
+    }))
+  const tokensOf = (user: UserRecord) =>
+    services.tokens.activeForUser(user.user_id).map((t) => ({
+      token_hash_prefix: t.hash.slice(0, 12),
+      label: t.label,
+      created_at_iso: t.created_at_iso,
+      expires_iso: t.expires_at_iso,
+      last_used_at_iso: t.last_used_at_iso,
+    }))
+
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
+    app.get('/api/admin/last-seen', { config: { auth: 'admin' } }, async () => {
+      const last_seen: Record<string, string | null> = {}
+      for (const user of services.users.list()) {
+        const times = [...sessionsOf(user).map((s) => s.last_used_at_iso), ...tokensOf(user).map((t) => t.last_used_at_iso)].filter((t): t is string => typeof t === 'string')
+        last_seen[user.username] = times.length ? times.reduce((a, b) => (a > b ? a : b)) : null
+      }
+      return { last_seen }
+    })
+
+    app.get('/api/users/:target_user/sessions', { config: { auth: 'admin' } }, async (request) => {
+      const user = services.users.find((request.params as { target_user: string }).target_user)
+      return { username: user.username, sessions: sessionsOf(user) }
+    })
+
+    app.delete('/api/users/:target_user/sessions/:jti', { config: { auth: 'admin' } }, async (request) => {
+      const { target_user, jti } = request.params as { target_user: string; jti: string }
+      const user = services.users.find(target_user)
+      const record = services.sessions.get(jti)
+      if (!record || record.user_id !== user.user_id || record.revoked) throw new AuthsvcError('NOT_FOUND', 'Session not found')
+      await services.sessions.revoke(jti)
+      services.events.emit('session_revoked', { actor: request.principal?.username, subject: user.username, sessions: 1 })
+      return { status: 'ok' }
+    })
+
+    app.delete('/api/users/:target_user/sessions', { config: { auth: 'admin' } }, async (request) => {
+      const user = services.users.find((request.params as { target_user: string }).target_user)
+      const revoked = await services.sessions.revokeAllForUser(user.user_id)
+      services.events.emit('session_revoked', { actor: request.principal?.username, subject: user.username, sessions: revoked })
+      return { status: 'ok', revoked }
+    })
+
+    app.get('/api/users/:target_user/tokens', { config: { auth: 'admin' } }, async (request) => {
+      const user = services.users.find((request.params as { target_user: string }).target_user)
+      return { username: user.username, tokens: tokensOf(user) }
+    })
+
+    app.delete('/api/users/:target_user/tokens', { config: { auth: 'admin' }, schema: { body: TokenPrefix } }, async (request) => {
+      const user = services.users.find((request.params as { target_user: string }).target_user)
+      const prefix = tokenHashPrefix(request.body.token_hash_prefix)
+      await services.tokens.revokeByPrefix(user.user_id, prefix)
+      services.events.emit('api_token_revoked', { actor: request.principal?.username, subject: user.username, token_hash_prefix: prefix.slice(0, 8) })
+      return { message: 'Token revoked.' }
+    })
+  }
+}

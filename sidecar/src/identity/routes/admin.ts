@@ -1,0 +1,132 @@
+/**
+ * The admin API for roles, users, IP lists and guest login (SPEC §5.4).
+ * Invariants: user changes and deletions are the identity domain's
+ * (identity/user-administration.ts: the last enabled admin remains, sessions
+ * and tokens revoked with them); every write is validated whole before
+ * anything is stored; the whole-map settings (groups, IP lists) carry an ETag
+ * and a PUT with a stale `If-Match` is refused (412).
+ */
+import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import Type from 'typebox'
+import { AuthsvcError } from '../../kernel/errors.js'
+import { UserAdministration, type UserAdministrationDeps } from '../user-administration.js'
+import type { UserRecord } from '../users.js'
+import { etagOf, ifMatchAdmits, staleVersion } from '../../kernel/http/etag.js'
+import { ipListsProblems } from '../../access/ip-lists.js'
+import { validateGroups, type GroupMap } from '../../access/roles.js'
+import type { IpListsSetting } from '../../store/settings.js'
+import type { Services } from '../../services.js'
+
+const UserPatch = Type.Object(
+  {
+    role: Type.Optional(Type.String({ maxLength: 64 })),
+    sfw_check: Type.Optional(Type.Boolean()),
+    disabled: Type.Optional(Type.Boolean()),
+    password: Type.Optional(Type.String({ maxLength: 4096 })),
+    mfa_reset: Type.Optional(Type.Boolean()),
+  },
+  { additionalProperties: false },
+)
+
+const IpLists = Type.Object(
+  {
+    whitelist: Type.Array(Type.String({ maxLength: 64 }), { maxItems: 1000 }),
+    blacklist: Type.Array(
+      Type.Object(
+        {
+          ip: Type.String({ maxLength: 64 }),
+          permanent: Type.Optional(Type.Boolean()),
+          expires_at_iso: Type.Optional(Type.String({ maxLength: 40 })),
+        },
+        { additionalProperties: false },
+      ),
+      { maxItems: 10000 },
+    ),
+  },
+  { additionalProperties: false },
+)
+
+/** a route's `:target_user`: a username or a user id */
+type TargetUser = { target_user: string }
+
+const publicUser = (u: UserRecord) => ({
+  username: u.username,
+  user_id: u.user_id,
+  role: u.role,
+  mfa_enabled: u.mfa_enabled,
+  sfw_check: u.sfw_check,
+  disabled: u.disabled,
+  created_at_iso: u.created_at_iso,
+})
+
+/** What the admin routes use (UserAdministration's included). */
+export type AdminRouteServices = UserAdministrationDeps & Pick<Services, 'roles' | 'settings' | 'ipGate' | 'events'>
+
+export function adminRoutes(services: AdminRouteServices) {
+  const administration = new UserAdministration(services)
+
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
+    app.get('/api/settings/guest-jwt', { config: { auth: 'principal' } }, async () => ({
+      allow_guest_jwt: services.settings.get('allow_guest_jwt'),
+    }))
+    app.put('/api/settings/guest-jwt', { config: { auth: 'admin' }, schema: { body: Type.Object({ allow_guest_jwt: Type.Boolean() }, { additionalProperties: false }) } }, async (request) => {
+      const { allow_guest_jwt } = request.body
+      // turning guest login off narrows (at once, retried); turning it on widens (once stored)
+      await services.settings.set('allow_guest_jwt', allow_guest_jwt, allow_guest_jwt ? 'widens' : 'narrows')
+      services.events.emit('settings_changed', { actor: request.principal?.username, setting: 'allow_guest_jwt', value: allow_guest_jwt })
+      return { allow_guest_jwt }
+    })
+
+    app.get('/api/groups', { config: { auth: 'admin' } }, async (_request, reply) => {
+      const groups = services.roles.snapshot()
+      reply.header('ETag', etagOf(groups))
+      return { groups }
+    })
+    app.put('/api/groups', { config: { auth: 'admin' }, schema: { body: Type.Object({ groups: Type.Record(Type.String(), Type.Unknown()) }, { additionalProperties: false }) } }, async (request, reply) => {
+      const result = validateGroups(request.body.groups)
+      if ('problems' in result) throw new AuthsvcError('VALIDATION_FAILED', result.problems.join('; '))
+      // compare and replace with no await in between: nothing can change the groups between the two
+      const current = etagOf(services.roles.snapshot())
+      if (!ifMatchAdmits(request.headers['if-match'], current)) throw staleVersion(current)
+      services.roles.replace(result.groups as GroupMap)
+      services.events.emit('settings_changed', { actor: request.principal?.username, setting: 'groups' })
+      const groups = services.roles.snapshot()
+      reply.header('ETag', etagOf(groups))
+      return { groups }
+    })
+
+    app.get('/api/users', { config: { auth: 'admin' } }, async () => ({ users: services.users.list().map(publicUser) }))
+
+    app.put('/api/users/:target_user', { config: { auth: 'admin' }, schema: { body: UserPatch } }, async (request) => {
+      const { user, roleChanged } = await administration.patch((request.params as TargetUser).target_user, request.body)
+      if (roleChanged) services.events.emit('user_role_changed', { actor: request.principal?.username, subject: user.username, role: user.role })
+      return { status: 'ok', user: publicUser(user) }
+    })
+
+    app.delete('/api/users/:target_user', { config: { auth: 'admin' } }, async (request) => {
+      const user = await administration.delete((request.params as TargetUser).target_user)
+      services.events.emit('user_deleted', { actor: request.principal?.username, subject: user.username })
+      return { status: 'ok', message: `User ${user.username} deleted` }
+    })
+
+    app.get('/api/ip-lists', { config: { auth: 'admin' } }, async (_request, reply) => {
+      const lists = services.settings.get('ip_lists')
+      reply.header('ETag', etagOf(lists))
+      return lists
+    })
+    app.put('/api/ip-lists', { config: { auth: 'admin' }, schema: { body: IpLists } }, async (request, reply) => {
+      const lists: IpListsSetting = request.body
+      const problems = ipListsProblems(lists)
+      if (problems.length > 0) throw new AuthsvcError('VALIDATION_FAILED', problems.join('; '))
+      const ifMatch = request.headers['if-match']
+      const stored = await services.settings.compareAndSet('ip_lists', (current) => ifMatchAdmits(ifMatch, etagOf(current)), lists)
+      if (!stored) throw staleVersion(etagOf(services.settings.get('ip_lists')))
+      services.ipGate.update(lists)
+      services.events.emit('settings_changed', { actor: request.principal?.username, setting: 'ip_lists' })
+      reply.header('ETag', etagOf(lists))
+      return lists
+    })
+  }
+}

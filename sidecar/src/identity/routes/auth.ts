@@ -1,0 +1,129 @@
+/**
+ * Accounts in and out: register, login, logout (SPEC §5.2).
+ * Login failures never say whether the user exists: unknown users cost one
+ * dummy verify, disabled users a real one, and all answer the same 401.
+ */
+import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import Type from 'typebox'
+import { AuthsvcError } from '../../kernel/errors.js'
+import { passwordProblem } from '../passwords.js'
+import { ADMIN_ROLE, isAdministrator } from '../principal.js'
+import { GUEST_ROLE, GUEST_SUBJECT } from '../guest-sessions.js'
+import { usernameProblem } from '../users.js'
+import { clearSessionCookie, safeRedirectPath, setSessionCookie } from '../session-cookie.js'
+import { checkPassword, mfaStep, refuseIfThrottled } from '../password-check.js'
+import { sendLogoutConfirmation } from '../../pages/routes.js'
+import type { Services } from '../../services.js'
+
+const Flag = Type.Union([Type.Boolean(), Type.String({ maxLength: 8 })])
+const truthy = (v: unknown): boolean => v === true || v === 'true' || v === 'on' || v === '1'
+
+const RegisterBody = Type.Object({
+  username: Type.String({ maxLength: 256 }),
+  password: Type.String({ maxLength: 4096 }),
+  role: Type.Optional(Type.String({ maxLength: 64 })),
+})
+
+const LoginBody = Type.Object({
+  username: Type.Optional(Type.String({ maxLength: 256 })),
+  password: Type.Optional(Type.String({ maxLength: 4096 })),
+  remember_me: Type.Optional(Flag),
+  guest_login: Type.Optional(Flag),
+  next: Type.Optional(Type.String({ maxLength: 2048 })),
+})
+
+/** What register, login and logout use (the password and MFA steps included). */
+export type AuthRouteServices = Pick<Services, 'users' | 'sessions' | 'passwords' | 'roles' | 'settings' | 'clock' | 'throttle' | 'mfa' | 'events'>
+
+export function authRoutes(services: AuthRouteServices) {
+  // Registrations run one at a time: "is this the first user?" and the create must not interleave,
+  // or two racing anonymous registrations would both become admin.
+  let registering: Promise<unknown> = Promise.resolve()
+  const oneAtATime = <T>(task: () => Promise<T>): Promise<T> => {
+    const run = registering.then(task, task)
+    registering = run.catch(() => {})
+    return run
+  }
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
+    app.post('/register', { config: { auth: 'public' }, schema: { body: RegisterBody } }, (request, reply) => oneAtATime(async () => {
+      const body = request.body
+      const first = services.users.count === 0
+      refuseIfThrottled(services, request, null)
+      // not a failed login: no secret was guessed, and counting it against the address would let
+      // anyone there lock its real users out of their password login (issue 21)
+      if (!first && !isAdministrator(request.principal)) throw new AuthsvcError('REGISTRATION_CLOSED')
+      const problem = usernameProblem(body.username) ?? passwordProblem(body.password)
+      if (problem) throw new AuthsvcError('VALIDATION_FAILED', problem)
+      let role = first ? ADMIN_ROLE : 'user'
+      if (body.role !== undefined && !first) {
+        if (!services.roles.has(body.role)) throw new AuthsvcError('VALIDATION_FAILED', 'Unknown role')
+        role = body.role
+      }
+      if (services.users.byUsername(body.username)) throw new AuthsvcError('CONFLICT', 'Username already exists')
+      const hash = await services.passwords.hash(body.password)
+      const user = await services.users.create({ username: body.username, role, password_hash: hash }, new Date(services.clock()))
+      services.events.emit('user_created', { subject: user.username, role, actor: request.principal?.username, ip: request.facts.ip })
+      return reply.code(201).send({ message: 'User registered', username: user.username, role: user.role })
+    }))
+
+    app.post('/login', { config: { auth: 'public' }, schema: { body: LoginBody } }, async (request, reply) => {
+      const body = request.body
+      if (request.headers['sec-fetch-site'] === 'cross-site') throw new AuthsvcError('CSRF_REJECTED')
+      const rememberMe = truthy(body.remember_me)
+      const redirectUrl = safeRedirectPath(body.next ?? request.queryParams.get('next'))
+      let subject: { user_id: string; username: string }
+      let issued: { token: string }
+      if (truthy(body.guest_login)) {
+        if (!services.settings.get('allow_guest_jwt')) throw new AuthsvcError('GUEST_DISABLED')
+        subject = { user_id: GUEST_SUBJECT, username: GUEST_ROLE }
+        // throttled per address, bounded in number, short-lived; never remembered
+        issued = await services.sessions.issueGuest(request.facts.ip)
+      } else {
+        if (typeof body.username !== 'string' || typeof body.password !== 'string') {
+          throw new AuthsvcError('VALIDATION_FAILED', 'username and password are required')
+        }
+        const user = await checkPassword(services, request, body.username, body.password)
+        const step = mfaStep(services, user, rememberMe, redirectUrl)
+        if (step) {
+          // no cookie, no JWT: the temp token is good only for the MFA routes
+          if (request.facts.isNavigation) return reply.code(302).header('Location', `/mfa#${'mfa_required' in step ? 'verify' : 'setup'}:${step.mfa_temp_token}`).send()
+          return step
+        }
+        subject = user
+        issued = await services.sessions.issue(subject, rememberMe)
+      }
+      const { token } = issued
+      const remembered = rememberMe && subject.user_id !== GUEST_SUBJECT
+      setSessionCookie(request, reply, token, remembered, services.sessions.lifetimeSeconds)
+      services.events.emit('user_login', { subject: subject.username, ip: request.facts.ip, mfa: false })
+      if (request.facts.isNavigation) return reply.code(302).header('Location', redirectUrl).send()
+      return { message: 'Login successful', jwt_token: token, redirect_url: redirectUrl, remember_me: remembered }
+    })
+
+    const logout = async (request: import('fastify').FastifyRequest, reply: import('fastify').FastifyReply) => {
+      const principal = request.principal
+      // the cookie goes even when the store fails (503): the revocation already holds in memory
+      clearSessionCookie(request, reply)
+      if (principal?.authType === 'session' && principal.credentialId) await services.sessions.revoke(principal.credentialId)
+      if (principal?.username) services.events.emit('user_logout', { subject: principal.username, ip: request.facts.ip })
+      if (request.facts.isNavigation) return reply.code(302).header('Location', '/login').send()
+      return { message: 'Logged out' }
+    }
+    // A cookie rides along on a cross-site GET (SameSite=Lax lets top-level navigations through),
+    // so a GET ends a cookie session only when the browser says the navigation started here: typed,
+    // bookmarked (`none`) or from one of our pages (`same-origin`). A sibling site is not us either.
+    // Without the header (an old browser) the page offers the POST button instead; a HEAD never
+    // logs out. POST keeps the same-origin rule of every cookie write (request-context.ts).
+    app.get('/logout', { config: { auth: 'public' } }, async (request, reply) => {
+      if (request.channel !== 'cookie') return logout(request, reply)
+      const site = request.headers['sec-fetch-site']
+      if (site === 'cross-site' || site === 'same-site') throw new AuthsvcError('CSRF_REJECTED', 'A page of another site cannot log you out')
+      if ((site === 'same-origin' || site === 'none') && request.method === 'GET') return logout(request, reply)
+      if (!request.facts.isNavigation) throw new AuthsvcError('CSRF_REJECTED', 'Log out with POST /logout')
+      return sendLogoutConfirmation(request, reply)
+    })
+    app.post('/logout', { config: { auth: 'public' } }, logout)
+  }
+}

@@ -1,0 +1,124 @@
+/**
+ * MFA routes (SPEC §5.3). Who may do what:
+ * - setup / verify-setup: a session, or a setup-purpose temp token (issued
+ *   only when the role requires MFA and the user has none); a user who
+ *   already has MFA must also give a current code: the password alone never
+ *   re-enrols;
+ * - verify: a login-purpose temp token plus a code or backup code;
+ * - disable: a session plus a current code or backup code;
+ * - recovery: no credential, only with RECOVERY_MODE and from a local client.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import QRCode from 'qrcode'
+import Type, { type Static } from 'typebox'
+import { AuthsvcError } from '../../kernel/errors.js'
+import type { UserRecord } from '../users.js'
+import { setSessionCookie } from '../session-cookie.js'
+import { checkSecondFactor, mfaKey, throttledAttempt } from '../password-check.js'
+import type { Services } from '../../services.js'
+
+const Body = Type.Object({
+  mfa_temp_token: Type.Optional(Type.String({ maxLength: 512 })),
+  code: Type.Optional(Type.String({ maxLength: 16 })),
+  backup_code: Type.Optional(Type.String({ maxLength: 32 })),
+})
+
+type MfaBody = Static<typeof Body>
+
+/** What the MFA routes use (the second-factor step included). */
+export type MfaRouteServices = Pick<Services, 'users' | 'sessions' | 'mfa' | 'throttle' | 'resetMfa' | 'recoveryMode' | 'events'>
+
+export function mfaRoutes(services: MfaRouteServices) {
+  /** The user a setup-family call acts for, and the temp token it used (if any). */
+  const setupCaller = async (request: FastifyRequest, body: MfaBody): Promise<{ user: UserRecord; tempId?: string; temp?: { rememberMe: boolean; redirectUrl: string } }> => {
+    if (body.mfa_temp_token !== undefined) {
+      const temp = services.mfa.tempToken(body.mfa_temp_token, 'setup')
+      const user = temp ? services.users.byId(temp.userId) : undefined
+      // a setup token exists only for a user without MFA: once enrolled, it is spent
+      if (!temp || !user || user.disabled || user.mfa_enabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
+      return { user, tempId: temp.id, temp }
+    }
+    const p = request.principal
+    if (p === null || p.authType !== 'session' || p.userId === null) throw new AuthsvcError(request.credentialError ?? 'AUTH_REQUIRED')
+    const user = services.users.byId(p.userId)
+    if (!user) throw new AuthsvcError('AUTH_REQUIRED')
+    return { user }
+  }
+
+  const issueSession = async (request: FastifyRequest, reply: FastifyReply, user: UserRecord, rememberMe: boolean) => {
+    const { token } = await services.sessions.issue(user, rememberMe)
+    setSessionCookie(request, reply, token, rememberMe, services.sessions.lifetimeSeconds)
+    return token
+  }
+
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
+    app.post('/api/mfa/setup', { config: { auth: 'public' }, schema: { body: Type.Optional(Body) } }, async (request) => {
+      // the body is optional here: a session alone may begin the setup
+      const body = request.body ?? {}
+      const { user } = await setupCaller(request, body)
+      if (user.mfa_enabled) await checkSecondFactor(services, request, user, body)
+      const { secret, uri, backupCodes } = await services.mfa.beginSetup(user.user_id, user.username)
+      const qr_svg = await QRCode.toString(uri, { type: 'svg', errorCorrectionLevel: 'M', margin: 1 })
+      return {
+        provisioning_uri: uri,
+        secret,
+        qr_svg,
+        backup_codes: backupCodes,
+        message: 'Scan the QR code, then confirm with a code from the app (verify-setup). Keep the backup codes safe: each works once.',
+      }
+    })
+
+    app.post('/api/mfa/verify-setup', { config: { auth: 'public' }, schema: { body: Body } }, async (request, reply) => {
+      const { user, tempId, temp } = await setupCaller(request, request.body)
+      const code = request.body.code
+      if (!(await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.finishSetup(user.user_id, code)))) {
+        if (tempId) services.mfa.failTempToken(tempId)
+        throw new AuthsvcError('MFA_INVALID_CODE')
+      }
+      await services.users.update(user.user_id, { mfa_enabled: true })
+      services.events.emit('mfa_enabled', { subject: user.username })
+      if (tempId && temp) {
+        services.mfa.consumeTempToken(tempId)
+        const jwt_token = await issueSession(request, reply, user, temp.rememberMe)
+        return { message: 'MFA enabled', jwt_token, redirect_url: temp.redirectUrl }
+      }
+      return { message: 'MFA enabled' }
+    })
+
+    app.post('/api/mfa/verify', { config: { auth: 'public' }, schema: { body: Body } }, async (request, reply) => {
+      const body = request.body
+      const temp = services.mfa.tempToken(body.mfa_temp_token, 'login')
+      const user = temp ? services.users.byId(temp.userId) : undefined
+      if (!temp || !user || user.disabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
+      await checkSecondFactor(services, request, user, body, temp.id)
+      services.mfa.consumeTempToken(temp.id)
+      const jwt_token = await issueSession(request, reply, user, temp.rememberMe)
+      services.events.emit('user_login', { subject: user.username, ip: request.facts.ip, mfa: true })
+      return { message: 'Login successful', jwt_token, redirect_url: temp.redirectUrl }
+    })
+
+    app.post('/api/mfa/disable', { config: { auth: 'user' }, schema: { body: Body } }, async (request) => {
+      const p = request.principal!
+      if (p.authType !== 'session') throw new AuthsvcError('PERMISSION_DENIED', 'MFA is disabled from a signed-in session')
+      const user = services.users.byId(p.userId!)
+      if (!user) throw new AuthsvcError('AUTH_REQUIRED')
+      if (!user.mfa_enabled) throw new AuthsvcError('CONFLICT', 'MFA is not enabled')
+      await checkSecondFactor(services, request, user, request.body)
+      await services.resetMfa(user.user_id)
+      await services.sessions.revokeAllForUser(user.user_id, p.credentialId)
+      services.events.emit('mfa_disabled', { subject: user.username })
+      return { message: 'MFA disabled' }
+    })
+
+    app.post('/recovery/reset-mfa', { config: { auth: 'public' } }, async (request) => {
+      const enabled = services.recoveryMode
+      if (!enabled || !request.facts.isLocal) throw new AuthsvcError('RECOVERY_DISABLED', enabled ? 'Recovery is only allowed from a local client' : undefined)
+      const enrolled = services.users.list().filter((u) => u.mfa_enabled)
+      for (const user of enrolled) await services.resetMfa(user.user_id)
+      services.events.emit('mfa_reset_all', { users: enrolled.length, ip: request.facts.ip })
+      return { message: `MFA reset for ${enrolled.length} user(s).` }
+    })
+  }
+}

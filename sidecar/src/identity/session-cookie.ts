@@ -1,0 +1,41 @@
+/** The `jwt_token` cookie (SPEC §3): HttpOnly, SameSite=Lax, Path=/, Secure over HTTPS; Max-Age only with remember_me. */
+import type { FastifyReply, FastifyRequest } from 'fastify'
+import { SESSION_COOKIE } from './credentials.js'
+
+export function setSessionCookie(request: FastifyRequest, reply: FastifyReply, token: string, rememberMe: boolean, maxAgeSeconds: number): void {
+  reply.setCookie(SESSION_COOKIE, token, {
+    httpOnly: true,
+    sameSite: 'lax',
+    path: '/',
+    secure: request.facts.isHttps,
+    ...(rememberMe ? { maxAge: maxAgeSeconds } : {}),
+  })
+}
+
+export function clearSessionCookie(request: FastifyRequest, reply: FastifyReply): void {
+  reply.clearCookie(SESSION_COOKIE, { path: '/', httpOnly: true, sameSite: 'lax', secure: request.facts.isHttps })
+}
+
+/** A path of this origin as written: one leading `/`, no `//` or `/\` start (scheme-relative), no control character or backslash. */
+function isPlainPath(path: string): boolean {
+  return path.startsWith('/') && !path.startsWith('//') && !path.startsWith('/\\') && !/[\u0000-\u001f\u007f\\]/.test(path)
+}
+
+/**
+ * `next` is followed only to same-origin paths: `/x`, never `//host`, `/\host`, a scheme or a
+ * control character a browser drops (`/\t/host`). Checked before and after the URL parser
+ * normalises it: dot segments can make a scheme-relative path of a plain one (`/.//host`).
+ * The pages use this same rule (the server writes the target into /loading; its script only
+ * reads it back).
+ */
+export function safeRedirectPath(next: unknown): string {
+  if (typeof next !== 'string' || next.length === 0 || next.length > 2048 || !isPlainPath(next)) return '/'
+  try {
+    const url = new URL(next, 'http://authsvc.invalid')
+    if (url.origin !== 'http://authsvc.invalid') return '/'
+    const path = url.pathname + url.search + url.hash
+    return isPlainPath(path) ? path : '/'
+  } catch {
+    return '/'
+  }
+}

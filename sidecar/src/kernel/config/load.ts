@@ -1,0 +1,162 @@
+/**
+ * Loads the configuration: schema defaults, then `config.json` from the data
+ * dir, then environment overrides. Throws ConfigError listing every problem
+ * at once; never starts with a partially valid configuration.
+ */
+import { readFileSync } from 'node:fs'
+import { dirname, join, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { Value } from 'typebox/value'
+import { ConfigSchema, type Config } from './schema.js'
+import { parseCidr } from '../../access/ip.js'
+
+const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', '..')
+
+/** The data dir: `AUTHSVC_DATA_DIR` when set and not empty, else `<package>/users` (SPEC §10). */
+export function dataDirFromEnv(env: NodeJS.ProcessEnv): string {
+  return resolve(env.AUTHSVC_DATA_DIR || join(PACKAGE_ROOT, 'users'))
+}
+
+export class ConfigError extends Error {
+  readonly problems: string[]
+  constructor(problems: string[]) {
+    super(`invalid configuration:\n  - ${problems.join('\n  - ')}`)
+    this.problems = problems
+  }
+}
+
+const ENV_BOOLEANS: Record<string, keyof Config> = {
+  REQUIRE_AUTH_FOR_REMOTE_API: 'require_auth_for_remote_api',
+  SEPERATE_USERS: 'seperate_users',
+  FORCE_HTTPS: 'force_https',
+}
+
+export function parseBoolean(raw: string): boolean | undefined {
+  const v = raw.trim().toLowerCase()
+  if (['1', 'true', 'yes', 'on'].includes(v)) return true
+  if (['0', 'false', 'no', 'off'].includes(v)) return false
+  return undefined
+}
+
+/**
+ * Keys of the schema (SPEC §10) whose feature this build does not have yet.
+ * Setting one is refused at start, never accepted and silently ignored (a
+ * test fails when any other schema key is read by nothing).
+ */
+export const UNBUILT_KEYS: Readonly<Record<string, string>> = Object.freeze({
+  ntfy: 'notifications (ntfy) are not built yet',
+  model_download: 'model downloads are not built yet',
+  nsfw: 'the NSFW policy is not built yet',
+  'store.postgres_url': 'the postgres backend is not built yet',
+  'store.redis_url': 'the redis backend is not built yet',
+})
+
+function unbuiltProblems(raw: Record<string, unknown>): string[] {
+  const problems: string[] = []
+  for (const [path, why] of Object.entries(UNBUILT_KEYS)) {
+    const [section, key] = path.split('.')
+    const holder = key === undefined ? raw : raw[section]
+    if (typeof holder !== 'object' || holder === null) continue
+    if (Object.hasOwn(holder, key ?? section)) problems.push(`/${path.replace('.', '/')}: ${why}; remove it from the configuration`)
+  }
+  return problems
+}
+
+/** Validates a raw config object (already merged with env); returns the config with defaults. */
+export function validateConfig(raw: unknown, problems: string[] = []): Config {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    throw new ConfigError([...problems, 'config must be a JSON object'])
+  }
+  problems.push(...unbuiltProblems(raw as Record<string, unknown>))
+  const withDefaults = Value.Default(ConfigSchema, structuredClone(raw)) as Config
+  problems.push(...schemaProblems(withDefaults))
+  for (const key of ['local_network_cidrs', 'trusted_proxies'] as const) {
+    const list: unknown = withDefaults[key]
+    if (!Array.isArray(list)) continue
+    list.forEach((cidr, i) => {
+      if (typeof cidr === 'string' && !parseCidr(cidr)) problems.push(`/${key}/${i}: not an IP address or CIDR: ${JSON.stringify(cidr)}`)
+    })
+  }
+  if (problems.length > 0) throw new ConfigError(problems)
+  return withDefaults
+}
+
+interface SchemaError {
+  keyword: string
+  schemaPath: string
+  instancePath: string
+  params: Record<string, unknown>
+  message: string
+}
+
+/**
+ * One line per problem. A value that matches no branch of a union is one
+ * line naming the key, the value given and what is allowed (an enum: its
+ * values), never one "must be equal to constant" per branch.
+ */
+function schemaProblems(value: unknown): string[] {
+  const errors = [...Value.Errors(ConfigSchema, value)] as SchemaError[]
+  const unions = errors.filter((e) => e.keyword === 'anyOf')
+  const branchOf = (e: SchemaError) => unions.find((u) => u.instancePath === e.instancePath && e.schemaPath.startsWith(`${u.schemaPath}/anyOf/`))
+  const problems: string[] = []
+  for (const error of errors) {
+    if (error.keyword === 'boolean' && error.message === 'schema is false') continue // reported by additionalProperties
+    if (branchOf(error) !== undefined) continue // folded into its union's line
+    const where = error.instancePath || '(root)'
+    if (error.keyword === 'anyOf') {
+      const branches = errors.filter((e) => branchOf(e) === error)
+      const given = JSON.stringify(valueAt(value, error.instancePath))
+      const allowed = branches.filter((b) => b.keyword === 'const').map((b) => JSON.stringify(b.params.allowedValue))
+      if (allowed.length > 0) {
+        // an enum of literals: its values are what is allowed, whatever the type given
+        problems.push(`${where}: got ${given}, must be one of ${[...new Set(allowed)].join(', ')}`)
+      } else {
+        const kinds = [...new Set(branches.map((b) => b.message.replace(/^must be /, '')))]
+        problems.push(`${where}: got ${given}, must be ${kinds.join(' or ') || 'something else'}`)
+      }
+      continue
+    }
+    const extra = error.keyword === 'additionalProperties' ? ` (${JSON.stringify(error.params)})` : ''
+    problems.push(`${where}: ${error.message}${extra}`)
+  }
+  return problems
+}
+
+/** The value at a JSON pointer (`/store/backend`). */
+function valueAt(root: unknown, pointer: string): unknown {
+  let node = root
+  for (const raw of pointer.split('/').slice(1)) {
+    const key = raw.replace(/~1/g, '/').replace(/~0/g, '~')
+    node = typeof node === 'object' && node !== null ? (node as Record<string, unknown>)[key] : undefined
+  }
+  return node
+}
+
+export function loadConfig(dataDir: string, env: NodeJS.ProcessEnv): Config {
+  const problems: string[] = []
+  let raw: Record<string, unknown> = {}
+  const path = join(dataDir, 'config.json')
+  let text: string | undefined
+  try {
+    text = readFileSync(path, 'utf8')
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') problems.push(`${path}: ${(err as Error).message}`)
+  }
+  if (text !== undefined) {
+    try {
+      const parsed: unknown = JSON.parse(text)
+      if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) raw = parsed as Record<string, unknown>
+      else problems.push(`${path}: must hold a JSON object`)
+    } catch (err) {
+      problems.push(`${path}: not valid JSON (${(err as Error).message})`)
+    }
+  }
+  for (const [name, key] of Object.entries(ENV_BOOLEANS)) {
+    const value = env[name]
+    if (value === undefined || value === '') continue
+    const parsed = parseBoolean(value)
+    if (parsed === undefined) problems.push(`env ${name}: expected true or false, got ${JSON.stringify(value)}`)
+    else raw[key] = parsed
+  }
+  return validateConfig(raw, problems)
+}

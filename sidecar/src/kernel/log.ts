@@ -1,0 +1,50 @@
+/**
+ * The structured logger (pino, as Fastify uses it). Guarantee: no secret is
+ * logged: request URLs lose their query credentials, headers are never
+ * serialized, and known secret-bearing fields are redacted wherever they appear.
+ */
+import pino, { type Logger } from 'pino'
+import { QUERY_TOKEN_KEYS } from '../identity/credentials.js'
+
+const QUERY_SECRET = new RegExp(`([?&](?:${QUERY_TOKEN_KEYS.join('|')})=)[^&#]*`, 'gi')
+
+export function redactUrl(url: string): string {
+  return url.replace(QUERY_SECRET, '$1[REDACTED]')
+}
+
+export const REDACT_PATHS = [
+  'password', '*.password', 'token', '*.token', 'jwt_token', '*.jwt_token', 'api_token', '*.api_token',
+  'authorization', '*.authorization', 'cookie', '*.cookie', 'secret', '*.secret', 'code', '*.code',
+  'backup_code', '*.backup_code', 'mfa_temp_token', '*.mfa_temp_token',
+]
+
+/** Fastify's own start-up line, which a healthy start must not print (issue 27): demoted to debug. */
+const FASTIFY_LISTENING = /^Server listening at /
+
+export function createLogger(options: { level?: string; destination?: pino.DestinationStream } = {}): Logger {
+  return pino(
+    {
+      level: options.level ?? process.env.AUTHSVC_LOG_LEVEL ?? 'info',
+      base: { svc: 'authsvc-sidecar' },
+      redact: { paths: REDACT_PATHS, censor: '[REDACTED]' },
+      hooks: {
+        logMethod(args, method, level) {
+          if (level === 30 && typeof args[0] === 'string' && FASTIFY_LISTENING.test(args[0])) {
+            this.debug(...(args as [string]))
+            return
+          }
+          method.apply(this, args)
+        },
+      },
+      serializers: {
+        req: (req: { method?: string; url?: string; headers?: Record<string, string> }) => ({
+          method: req.method,
+          url: redactUrl(req.url ?? ''),
+          peer: req.headers?.['x-authsvc-peer'],
+        }),
+        res: (res: { statusCode?: number }) => ({ statusCode: res.statusCode }),
+      },
+    },
+    options.destination,
+  )
+}

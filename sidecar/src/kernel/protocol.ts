@@ -1,0 +1,193 @@
+/**
+ * The decision protocol, sidecar side (shared/protocol.json is the source of
+ * the version, the size limit and the header list; both sides read it).
+ */
+import { readFileSync } from 'node:fs'
+import type { HostLink } from './host-link.js'
+
+const spec = JSON.parse(readFileSync(new URL('../../../shared/protocol.json', import.meta.url), 'utf8')) as {
+  version: number
+  max_frame_bytes: number
+  request_headers: string[]
+}
+
+export const PROTOCOL_VERSION: number = spec.version
+export const MAX_FRAME_BYTES: number = spec.max_frame_bytes
+export const REQUEST_HEADERS: readonly string[] = spec.request_headers
+
+export interface MatchedRoute {
+  pattern: string
+  kind: 'route' | 'static'
+}
+
+export interface RequestDescription {
+  type: 'decide'
+  id: number
+  method: string
+  path: string
+  query: string
+  route: MatchedRoute | null
+  route_status: number
+  match_info: Record<string, string>
+  headers: Record<string, string>
+  peer: string
+  scheme: string
+  /** set by the decision server, never sent: the plugin that asked, to resolve names on its host */
+  readonly host?: HostLink
+}
+
+/** After `need_body`: the raw request body travels as the frame's payload. */
+export interface BodyMessage {
+  type: 'body'
+  id: number
+  ctx: unknown
+}
+
+/** After `need_form`: the text fields and file names of a multipart form (never file contents). */
+export interface FormMessage {
+  type: 'form'
+  id: number
+  ctx: unknown
+  fields: Record<string, string>
+  files: Record<string, string>
+}
+
+/** After the host answered a `pass` with `filter`: its body is the frame's payload. */
+export interface FilterMessage {
+  type: 'filter'
+  id: number
+  name: string
+  ctx: unknown
+  status: number
+  content_type: string
+  /** the host's answer is too large for a frame: no payload; the answer is `narrow` or a refusal */
+  too_large?: true
+}
+
+/** A host fact as it happened; never answered. */
+export interface EventMessage {
+  type: 'event'
+  name: string
+  /** unix seconds, taken by the host when it happened */
+  t: number
+  data: Record<string, unknown>
+}
+
+export interface HelloMessage {
+  type: 'hello'
+  id: number
+  /** what the plugin named; the connection agrees only on exactly PROTOCOL_VERSION */
+  protocol: unknown
+  plugin_version: unknown
+  host?: HostFacts
+  /** the prompt running at (re)connect, with its start time */
+  running?: Array<{ prompt_id: string; t: number }>
+  /** the plugin's open WebSockets (the ws_entry of their decisions), handed back after a restart */
+  sockets?: unknown[]
+  /** the host's prompts now: `host_prompts` with every id it knows in `added` */
+  prompts?: unknown
+}
+
+/** The plugin's answer to a `resolve` (host-link.ts checks the rest where it is awaited). */
+export interface ResolvedMessage {
+  type: 'resolved'
+  rid: number
+  /** one answer per item asked, in order */
+  results?: unknown
+  /** the host's folders the answers are relative to */
+  roots?: unknown
+  /** why the plugin could not resolve */
+  error?: unknown
+}
+
+export interface HostFacts {
+  model_folders?: Record<string, string[]>
+  output_dir?: string
+  input_dir?: string
+  temp_dir?: string
+  user_dir?: string
+  comfyui_version?: string
+  /** class → text inputs by which an output node names where it writes (`filename_prefix`, SaveLoRANode's `prefix`) */
+  writer_inputs?: Record<string, string[]>
+}
+
+export interface PassDecision {
+  action: 'pass'
+  set_headers?: Record<string, string>
+  strip_headers?: string[]
+  drop_query?: string[]
+  need_body?: { max_bytes: number; ctx: unknown }
+  need_form?: { ctx: unknown }
+  /** the form step's edit of text fields (the handler reads the edited values) */
+  set_fields?: Record<string, string>
+  /** the body step's edit: the new body is the answer's payload */
+  body_replaced?: true
+  /** `memo`: the filter's result depends on nothing but the host's answer and this text (the plugin may reuse it) */
+  /** `errors`: the host's error answers (status >= 300) are filtered too, not only its 2xx */
+  filter?: { name: string; ctx: unknown; memo?: string; errors?: true }
+  /** a WebSocket the sidecar may close later (close_ws) */
+  ws_tag?: string
+  /** what the sidecar needs to re-check that socket; the plugin hands it back in its next hello */
+  ws_entry?: object
+  /**
+   * this WebSocket's `status` frames count only this owner's prompts in `queue_remaining` (the
+   * plugin edits them with the newest `queue_counts`); absent: the host's own number
+   */
+  ws_queue_owner?: string
+  /** after the handler ran, the plugin reports the host's prompts again (`host_prompts`): a delete changes them without a queue event */
+  report_prompts?: true
+  /** the user named in comfy-user, for hosts that must know their users (ComfyUI --multi-user) */
+  host_user?: { id: string; name: string }
+  /** the plugin may answer the same description with this decision for `ms`, while no `forget` newer than `epoch` came */
+  cache?: { ms: number; epoch: number }
+}
+
+export interface RespondDecision {
+  action: 'respond'
+  status: number
+  headers?: Array<[string, string]>
+  body_text?: string
+}
+
+export type Decision = PassDecision | RespondDecision | { action: 'proxy' }
+/** `replace` carries the new body as the frame's payload */
+export type FilterAnswer =
+  | { action: 'keep'; memo?: string }
+  | { action: 'replace'; memo?: string }
+  | RespondDecision
+  /** to a `too_large` filter: send again with only these prompts of the host's /queue or /history answer */
+  | { action: 'narrow'; keep_prompt_ids: string[]; final?: true }
+
+/** An answer and the raw bytes that travel after its JSON (a replacement body). */
+export interface WithPayload<T> {
+  answer: T
+  payload: Buffer
+}
+
+/** Unasked, sidecar → plugin: what a decision reads changed; drop every kept decision older than `epoch`. */
+export interface ForgetMessage {
+  type: 'forget'
+  epoch: number
+}
+
+/**
+ * Unasked, sidecar → plugin, after each host_prompts report (`seq`, the report's): how many
+ * prompts each owner has queued or running (owners without any are absent, 0). The plugin
+ * writes these into the `status` frames of WebSockets that carry a ws_queue_owner.
+ */
+export interface QueueCountsMessage {
+  type: 'queue_counts'
+  seq: number
+  counts: Record<string, number>
+}
+
+/** Anything the sidecar sends unasked. */
+export type PushMessage = CloseSocketsMessage | ForgetMessage | QueueCountsMessage
+
+/** Unasked, sidecar → plugin: close these WebSockets. */
+export interface CloseSocketsMessage {
+  type: 'close_ws'
+  tags: string[]
+  code: number
+  reason: string
+}

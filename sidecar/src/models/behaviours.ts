@@ -1,0 +1,368 @@
+/**
+ * Model visibility for principals without `can_view_all_comfyui_items` (SPEC §6
+ * model rows): they see and use only the items granted to their user.
+ *
+ * - Lists: `/models/{folder}`, `/experiment/models/{folder}` and `/embeddings`
+ *   keep only granted items (filters of the host's answer); `/view_metadata/{folder}`
+ *   and `/experiment/models/preview/...` of an item not granted answer what the
+ *   host answers for a missing one (404, empty body), decided before the host runs.
+ * - Names are compared as the host resolves them (`host path`): `a/../b` is `b`,
+ *   `\` is a separator on Windows hosts, case is folded on case-insensitive ones
+ *   (host facts `model_paths`), so no spelling reaches a file the grant does not name.
+ * - The prompt check (`checkPrompt`): every input the host reports as a model
+ *   list (host facts `model_inputs`: class → input → folders, read by the plugin
+ *   from the host's own node definitions) must name a granted item or one of the
+ *   list's non-file options; a link into such an input is refused (its value is
+ *   only known when the graph runs). Any other text input whose whole value is
+ *   an item of a model folder counts as a reference to it, and `embedding:name`
+ *   in a text names an embedding: both must be granted too.
+ *
+ * Principals who see every model get no filter step at all (they pay nothing).
+ * The check only ever refuses; it never changes what the host runs.
+ */
+import { posix } from 'node:path'
+import { denyDecision } from '../kernel/answers.js'
+import type { Decision, HostFacts, RespondDecision } from '../kernel/protocol.js'
+import { can, type Principal } from '../identity/principal.js'
+import type { ModelCache } from './model-cache.js'
+import type { ModelGrants } from './model-grants.js'
+import { arrayElements, keepElements, rootStart } from '../isolation/json-spans.js'
+import type { RouteBehaviour } from '../kernel/behaviour.js'
+
+/** One model-list input as the host reported it. */
+export interface ModelInput {
+  folders: string[]
+  /** the list's options that are not files (e.g. VAELoader's `pixel_space`) */
+  extras: string[]
+}
+
+interface PathRules {
+  backslashIsSeparator: boolean
+  caseInsensitive: boolean
+}
+
+/** What a principal may see: by folder, the granted items in host-path form. */
+export interface ModelView {
+  /** same for every user with the same grants and host path rules (cache keys) */
+  key: string
+  allows(folder: string, name: string): boolean
+  /** granted embeddings by name without extension, in host-path form */
+  embeddingStems: ReadonlySet<string>
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
+/**
+ * An input as the host validates and uses it: ComfyUI unwraps `{"__value__": x}` first, so a
+ * wrapped name is the name (issue 21). Unwrapped to the end: a check of more than the host
+ * reads can only refuse more, never let a name through.
+ */
+export function hostInputValue(value: unknown): unknown {
+  let v = value
+  while (isObject(v) && '__value__' in v) v = v.__value__
+  return v
+}
+
+const isStringArray = (v: unknown): v is string[] => Array.isArray(v) && v.every((s) => typeof s === 'string')
+const isLink = (v: unknown): boolean => Array.isArray(v) && v.length === 2 && (typeof v[0] === 'string' || typeof v[0] === 'number') && typeof v[1] === 'number'
+
+// ComfyUI's tokenizer takes `embedding:<name>` words; a `:1.2` after the name is a weight
+const EMBEDDING = /embedding:([^\s,:()[\]{}<>|]+)/g
+const EMBEDDING_EXTENSIONS = ['.safetensors', '.pt', '.bin']
+
+export class ModelAccess {
+  private rules: PathRules = { backslashIsSeparator: false, caseInsensitive: false }
+  private inputs = new Map<string, Map<string, ModelInput>>()
+  private legacy = new Map<string, string>()
+  /** grows when the host facts change (cache keys) */
+  factsVersion = 0
+  private readonly views = new Map<string, ModelView>()
+  /** every cached item by its host path → [folder, item]; rebuilt when the cache or the facts change */
+  private index: { key: string; byPath: Map<string, Array<[string, string]>> } = { key: '', byPath: new Map() }
+
+  constructor(
+    readonly cache: ModelCache,
+    readonly grants: ModelGrants,
+  ) {}
+
+  /** Takes the model facts of a hello or a `host_facts` event; anything malformed is left out. */
+  setFacts(facts: HostFacts | Record<string, unknown>): void {
+    const f = facts as Record<string, unknown>
+    const paths = isObject(f.model_paths) ? f.model_paths : {}
+    this.rules = { backslashIsSeparator: paths.sep === '\\', caseInsensitive: paths.case_insensitive === true }
+    const inputs = new Map<string, Map<string, ModelInput>>()
+    if (isObject(f.model_inputs)) {
+      for (const [cls, byInput] of Object.entries(f.model_inputs)) {
+        if (!isObject(byInput)) continue
+        const m = new Map<string, ModelInput>()
+        for (const [input, spec] of Object.entries(byInput)) {
+          if (!isObject(spec) || !isStringArray(spec.folders) || spec.folders.length === 0) continue
+          m.set(input, { folders: spec.folders, extras: isStringArray(spec.extras) ? spec.extras : [] })
+        }
+        if (m.size > 0) inputs.set(cls, m)
+      }
+    }
+    this.inputs = inputs
+    this.legacy = new Map(isObject(f.legacy_folders) ? Object.entries(f.legacy_folders).filter((e): e is [string, string] => typeof e[1] === 'string') : [])
+    this.views.clear()
+    this.factsVersion++
+  }
+
+  /** The model folder a request names (the host maps legacy names such as `unet`). */
+  folderOf(name: string): string {
+    return this.legacy.get(name) ?? name
+  }
+
+  /** The model-list inputs of a node class as the host reported them. */
+  inputsOf(cls: string): ReadonlyMap<string, ModelInput> | undefined {
+    return this.inputs.get(cls)
+  }
+
+  /** True when the principal's model access is limited to grants. */
+  restricted(principal: Principal): boolean {
+    return !can(principal, 'can_view_all_comfyui_items')
+  }
+
+  /** A name as the host resolves it inside a folder (os.path.relpath(os.path.join('/', name), '/')). */
+  hostPath(name: string): string {
+    let n = this.rules.backslashIsSeparator ? name.replaceAll('\\', '/') : name
+    n = posix.normalize(`/${n}`).slice(1)
+    if (n.endsWith('/')) n = n.slice(0, -1)
+    return this.rules.caseInsensitive ? n.toLowerCase() : n
+  }
+
+  viewFor(userId: string | null): ModelView {
+    const grants = this.grants.forUser(userId)
+    const key = `${grants.signature}:${this.factsVersion}`
+    let view = this.views.get(key)
+    if (view) return view
+    const byFolder = new Map<string, Set<string>>()
+    const stems = new Set<string>()
+    for (const [folder, items] of grants.byFolder) {
+      const set = new Set([...items].map((i) => this.hostPath(i)))
+      byFolder.set(folder, set)
+      if (folder === 'embeddings') for (const i of set) stems.add(i.slice(0, i.length - posix.extname(i).length))
+    }
+    view = {
+      key,
+      allows: (folder, name) => byFolder.get(this.folderOf(folder))?.has(this.hostPath(name)) === true,
+      embeddingStems: stems,
+    }
+    if (this.views.size >= 256) this.views.delete(this.views.keys().next().value as string)
+    this.views.set(key, view)
+    return view
+  }
+
+  /**
+   * Whether a node of the graph only loads models: every input names a model of a folder its
+   * class lists (no link, no other value). Its cached result depends on shared files alone, so
+   * it may stay shared between users in the host's execution cache (prompt-files.ts).
+   */
+  onlyLoadsModels(classType: unknown, inputs: Record<string, unknown>): boolean {
+    const modelInputs = typeof classType === 'string' ? this.inputs.get(classType) : undefined
+    const names = Object.keys(inputs)
+    if (modelInputs === undefined || names.length === 0) return false
+    return names.every((name) => modelInputs.has(name) && typeof hostInputValue(inputs[name]) === 'string')
+  }
+
+  /**
+   * The refusal for a prompt graph, or null when every model it references is
+   * granted. Graph shapes the host would refuse anyway are left to the host.
+   */
+  checkPrompt(userId: string | null, graph: unknown): Decision | null {
+    if (!isObject(graph)) return null
+    const view = this.viewFor(userId)
+    const refused = new Set<string>()
+    for (const [nodeId, node] of Object.entries(graph)) {
+      if (!isObject(node) || !isObject(node.inputs)) continue
+      const modelInputs = typeof node.class_type === 'string' ? this.inputs.get(node.class_type) : undefined
+      for (const [name, given] of Object.entries(node.inputs)) {
+        const value = hostInputValue(given)
+        const spec = modelInputs?.get(name)
+        if (spec) {
+          if (isLink(value)) {
+            for (const folder of spec.folders) refused.add(`${folder}/<linked from node ${nodeId}.${name}>`)
+          } else if (typeof value === 'string') {
+            if (spec.folders.some((f) => view.allows(f, value)) || spec.extras.includes(value)) continue
+            refused.add(`${spec.folders[0]}/${value}`)
+          }
+          continue
+        }
+        if (typeof value !== 'string') continue
+        // a text that is a model's name, wherever it is (covers loaders whose lists the host did not report)
+        for (const folder of this.foldersNaming(value)) if (!view.allows(folder, value)) refused.add(`${folder}/${value}`)
+        for (const item of this.embeddingsNamed(value)) if (!view.allows('embeddings', item)) refused.add(`embeddings/${item}`)
+      }
+    }
+    if (refused.size === 0) return null
+    return denyDecision('MODEL_NOT_ALLOWED', `Model not allowed: ${[...refused].sort().join(', ')}`)
+  }
+
+  /** The cached items by host path, built once per cache and facts version (a prompt costs lookups, not scans). */
+  private itemsByPath(): Map<string, Array<[string, string]>> {
+    const key = `${this.cache.version}:${this.factsVersion}`
+    if (this.index.key !== key) {
+      const byPath = new Map<string, Array<[string, string]>>()
+      for (const folder of this.cache.folderNames()) {
+        for (const item of this.cache.list(folder) ?? []) {
+          const p = this.hostPath(item)
+          const found = byPath.get(p)
+          if (found) found.push([folder, item])
+          else byPath.set(p, [[folder, item]])
+        }
+      }
+      this.index = { key, byPath }
+    }
+    return this.index.byPath
+  }
+
+  /** Folders with an item the host would resolve `value` to. */
+  private foldersNaming(value: string): string[] {
+    if (value === '' || value.length > 4096) return []
+    return [...new Set((this.itemsByPath().get(this.hostPath(value)) ?? []).map(([folder]) => folder))]
+  }
+
+  /** Embedding items that an `embedding:name` in this text would load (the name as given, or with an extension the host tries). */
+  private embeddingsNamed(text: string): string[] {
+    if (!text.includes('embedding:')) return []
+    const byPath = this.itemsByPath()
+    const out: string[] = []
+    for (const m of text.matchAll(EMBEDDING)) {
+      const want = this.hostPath(m[1])
+      for (const candidate of [want, ...EMBEDDING_EXTENSIONS.map((e) => want + e)]) {
+        for (const [folder, item] of byPath.get(candidate) ?? []) if (folder === 'embeddings') out.push(item)
+      }
+    }
+    return out
+  }
+}
+
+// ------------------------------------------------------------------ route behaviours
+
+/** What a behaviour of this file needs. */
+export interface ModelDeps {
+  models: ModelAccess
+}
+
+// no Content-Type: the plugin builds it as the host's bare web.Response(status=404) is, whatever the aiohttp version
+const HOST_MISSING: RespondDecision = { action: 'respond', status: 404, body_text: '' }
+
+/** A model list's filter: whose grants, and the folder the list is of. */
+interface ModelListState {
+  user: string | null
+  folder: string
+}
+
+/** The host's JSON array, keeping the elements `keep` accepts (their raw text as the host wrote it). */
+function keepInArray(payload: Buffer, keep: (element: unknown) => boolean): Buffer | 'keep' | 'not-a-list' {
+  const text = payload.toString('utf8')
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(text)
+  } catch {
+    return 'not-a-list'
+  }
+  if (!Array.isArray(parsed)) return 'not-a-list'
+  const start = rootStart(text)
+  const { elements } = arrayElements(text, start)
+  const values = parsed as unknown[]
+  let index = 0
+  let dropped = 0
+  const out = keepElements(text, elements, (e) => {
+    if (keep(values[index++])) return text.slice(e.start, e.end)
+    dropped++
+    return null
+  })
+  return dropped === 0 ? 'keep' : Buffer.from(out, 'utf8')
+}
+
+/**
+ * GET /models/{folder} (names), /experiment/models/{folder} (objects with
+ * `name`) and /embeddings (names without extension): only granted items. A
+ * host error (404 for an unknown folder) is kept; a 200 that is not a list
+ * becomes `[]` (nothing of a shape we cannot read leaves).
+ */
+export function modelListBehaviour(deps: ModelDeps, kind: 'model-list' | 'embeddings'): RouteBehaviour<ModelListState> {
+  return {
+    decide({ desc, principal, pass, steps }) {
+      if (!deps.models.restricted(principal)) return pass
+      return { ...pass, filter: steps.filter(kind, { user: principal.userId, folder: kind === 'embeddings' ? 'embeddings' : (desc.match_info.folder ?? '') }) }
+    },
+    filter(state, msg, payload) {
+      if (msg.status !== 200) return { action: 'keep' }
+      const view = deps.models.viewFor(state.user)
+      const folder = state.folder
+      const keep =
+        kind === 'embeddings'
+          ? (v: unknown) => typeof v === 'string' && view.embeddingStems.has(deps.models.hostPath(v))
+          : (v: unknown) => {
+              const name = typeof v === 'string' ? v : isObject(v) && typeof v.name === 'string' ? v.name : null
+              return name !== null && view.allows(folder, name)
+            }
+      const out = keepInArray(payload, keep)
+      // an answer of another shape carries no item names we know how to read: nothing of it leaves
+      if (out === 'not-a-list') return { answer: { action: 'replace' }, payload: Buffer.from('[]', 'utf8') }
+      return out === 'keep' ? { action: 'keep' } : { answer: { action: 'replace' }, payload: out }
+    },
+  }
+}
+
+/**
+ * GET /view_metadata/{folder_name}?filename= and
+ * /experiment/models/preview/{folder}/{path_index}/{filename}: an item not
+ * granted answers as a missing one does on the host (404, empty body).
+ */
+export function modelFileBehaviour(deps: ModelDeps): RouteBehaviour {
+  return {
+    decide({ desc, principal, pass }) {
+      if (!deps.models.restricted(principal)) return pass
+      const folder = desc.match_info.folder_name ?? desc.match_info.folder
+      const filename = desc.match_info.filename ?? new URLSearchParams(desc.query).get('filename')
+      // without a name the host answers 404 itself; with one, it must be granted
+      if (folder === undefined || filename === null || filename === undefined) return HOST_MISSING
+      // the preview's folder path index: the host fails with a 500 on a bad one; a limited caller gets the missing answer
+      const index = desc.match_info.path_index
+      const paths = deps.models.cache.folder(deps.models.folderOf(folder))?.paths.length ?? 0
+      if (index !== undefined && !(/^\d{1,4}$/.test(index) && Number(index) < paths)) return HOST_MISSING
+      return deps.models.viewFor(principal.userId).allows(folder, filename) ? pass : HOST_MISSING
+    },
+  }
+}
+
+/** The model check a later step makes: against whose grants, or none (the principal sees every model). */
+export type ModelCheck = { user: string | null } | null
+
+/** The model check the prompt's body step makes for this principal. */
+export function promptModelCheck(deps: ModelDeps, principal: Principal): ModelCheck {
+  return deps.models.restricted(principal) ? { user: principal.userId } : null
+}
+
+/** The body step's model check: a refusal, or null. */
+export function promptModelRefusal(deps: ModelDeps, check: ModelCheck, graph: unknown): Decision | null {
+  if (check === null) return null
+  return deps.models.checkPrompt(check.user, graph)
+}
+
+/** For /object_info: is this input's list a model list, and which entries stay. */
+export function objectInfoModelKeep(
+  deps: ModelDeps,
+  view: ModelView,
+  cls: string,
+  input: string,
+  options: string[],
+): ((name: string) => boolean) | null {
+  const spec = deps.models.inputsOf(cls)?.get(input)
+  if (spec) return (name) => spec.extras.includes(name) || spec.folders.some((f) => view.allows(f, name))
+  // not reported by the host (a node that read its list before the facts were taken): a list
+  // holding every item of a non-empty folder is that folder's list
+  const cache = deps.models.cache
+  const seen = new Map<string, number>()
+  for (const option of new Set(options)) for (const f of cache.foldersHolding(option)) seen.set(f, (seen.get(f) ?? 0) + 1)
+  const folders = [...seen].filter(([f, n]) => n === cache.size(f)).map(([f]) => f)
+  if (folders.length === 0) return null
+  return (name) => !folders.some((f) => cache.has(f, name)) || folders.some((f) => view.allows(f, name))
+}
+
+/** The object_info filter's cache key part for models (empty when the principal sees every model). */
+export function objectInfoModelKey(deps: ModelDeps, view: ModelView | null): string {
+  return view === null ? '' : `${view.key}:${deps.models.cache.version}`
+}

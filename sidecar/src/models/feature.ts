@@ -1,0 +1,56 @@
+/**
+ * Models: the host's model folders (watched), the grants that let a user without
+ * `can_view_all_comfyui_items` see and use an item, the host routes that list and serve models,
+ * and the admin's grant routes. The other features read the lists through `access()` (prompts
+ * and `/object_info` check a model input against them).
+ */
+import type { FastifyBaseLogger } from 'fastify'
+import { behaviourEntry } from '../kernel/behaviours.js'
+import type { Feature } from '../kernel/feature.js'
+import './events.js'
+import type { Clock } from '../kernel/clock.js'
+import type { HostFacts } from '../kernel/protocol.js'
+import type { Services } from '../services.js'
+import { ModelAccess, modelFileBehaviour, modelListBehaviour } from './behaviours.js'
+import { ModelCache, modelFoldersOf } from './model-cache.js'
+import { modelGrantRoutes } from './routes.js'
+
+export interface ModelsFeature extends Feature {
+  /** the model lists and grants as decisions read them; from bind on */
+  access(): ModelAccess
+}
+
+export function modelsFeature(services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock' | 'accessEpoch' | 'events'>, log: FastifyBaseLogger, clock: Clock): ModelsFeature {
+  // the host's model folders, watched; read by the decision path and the grant routes
+  const cache = new ModelCache(log, clock)
+  let access: ModelAccess | undefined
+  return {
+    name: 'models',
+    routes: async (family) => {
+      await family.register(modelGrantRoutes(services, cache))
+    },
+    access() {
+      if (access === undefined) throw new Error('the model lists are read before the store was opened')
+      return access
+    },
+    bind() {
+      // the model lists a filter's memo names: their change ends the decisions the plugin keeps
+      cache.onChange = () => services.accessEpoch.bump()
+      const bound = new ModelAccess(cache, services.modelGrants)
+      access = bound
+      return {
+        behaviours: [
+          behaviourEntry('model-list', modelListBehaviour({ models: bound }, 'model-list')),
+          behaviourEntry('embeddings', modelListBehaviour({ models: bound }, 'embeddings')),
+          behaviourEntry('model-file', modelFileBehaviour({ models: bound })),
+        ],
+        hostFacts(facts: HostFacts) {
+          bound.setFacts(facts)
+          services.accessEpoch.bump()
+          cache.setFolders(modelFoldersOf(facts)).catch((err: unknown) => log.error({ err }, 'cannot watch the model folders'))
+        },
+        jobs: [{ name: 'model-folders', stop: () => cache.close() }],
+      }
+    },
+  }
+}

@@ -1,0 +1,103 @@
+/**
+ * The admin API for model folders, the model cache and per-user model grants
+ * (SPEC §5.4; admin only).
+ *
+ * - `available-*` lists are live: the folders the host reports now and a fresh
+ *   walk of a folder's paths; `model-cache/*` lists are the watched cache that
+ *   the decision path reads.
+ * - A grant names an item of a known folder (400 VALIDATION_FAILED otherwise;
+ *   the cache is checked first, then the disk, so a file copied a moment ago can
+ *   be granted before the watcher reports it); granting twice keeps the first
+ *   grant. A revocation of a grant that exists always works (even when its file
+ *   is gone); of one that does not, it is 400 for an unknown folder or item and a
+ *   no-op otherwise. Both answer the user's grants as they are afterwards.
+ */
+import type { FastifyInstance } from 'fastify'
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
+import Type from 'typebox'
+import { AuthsvcError } from '../kernel/errors.js'
+import { listFolderNow, modelFoldersOf, type ModelCache } from './model-cache.js'
+import type { ModelGrantRecord } from './model-grants.js'
+import type { UserRecord } from '../identity/users.js'
+import type { Services } from '../services.js'
+
+const GrantBody = Type.Object(
+  {
+    folder: Type.String({ minLength: 1, maxLength: 255 }),
+    item_name: Type.String({ minLength: 1, maxLength: 4096 }),
+  },
+  { additionalProperties: false },
+)
+
+const publicGrant = (g: ModelGrantRecord) => ({ folder: g.folder, item_name: g.item_name, granted_by: g.granted_by, created_at_iso: g.created_at_iso })
+
+export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock' | 'events'>, cache: ModelCache) {
+  const liveFolder = (name: string) => {
+    const folder = modelFoldersOf(services.host.facts).find((f) => f.name === name)
+    if (!folder) throw new AuthsvcError('NOT_FOUND', 'Unknown model folder')
+    return folder
+  }
+  /** Whether the item is in the folder: the cache, else the disk (the watcher may not have reported it yet). */
+  const itemExists = async (folder: string, item: string): Promise<boolean> => {
+    if (cache.has(folder, item)) return true
+    const live = modelFoldersOf(services.host.facts).find((f) => f.name === folder)
+    return live !== undefined && (await listFolderNow(live)).includes(item)
+  }
+  const knownFolder = (folder: string): boolean => cache.folder(folder) !== undefined || modelFoldersOf(services.host.facts).some((f) => f.name === folder)
+  const grantsOf = (user: UserRecord) => ({ username: user.username, items: services.modelGrants.list(user.user_id).map(publicGrant) })
+
+  return async function (fastify: FastifyInstance): Promise<void> {
+    const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
+    app.get('/api/available-model-folders', { config: { auth: 'admin' } }, async () => ({
+      folders: modelFoldersOf(services.host.facts).map((f) => f.name),
+    }))
+    app.get('/api/available-models/:folder', { config: { auth: 'admin' } }, async (request) => {
+      const folder = liveFolder((request.params as { folder: string }).folder)
+      return { folder: folder.name, items: await listFolderNow(folder) }
+    })
+
+    app.get('/api/model-cache/folders', { config: { auth: 'admin' } }, async () => ({ folders: cache.folderNames() }))
+    app.get('/api/model-cache/folders/:folder/items', { config: { auth: 'admin' } }, async (request) => {
+      const folder = (request.params as { folder: string }).folder
+      const items = cache.list(folder)
+      if (items === undefined) throw new AuthsvcError('NOT_FOUND', 'Unknown model folder')
+      return { folder, items }
+    })
+    app.post('/api/model-cache/refresh', { config: { auth: 'admin' } }, async (request) => {
+      await cache.refresh()
+      services.events.emit('model_cache_refreshed', { actor: request.principal?.username, folders: cache.folderNames().length, items: cache.itemsCount })
+      return { status: 'ok', folders_count: cache.folderNames().length, items_count: cache.itemsCount, refreshed_at_iso: new Date(cache.refreshedAt).toISOString() }
+    })
+
+    app.get('/api/users/:username/shared-items', { config: { auth: 'admin' } }, async (request) => grantsOf(services.users.find((request.params as { username: string }).username)))
+
+    app.post('/api/users/:username/shared-items', { config: { auth: 'admin' }, schema: { body: GrantBody } }, async (request) => {
+      const user = services.users.find((request.params as { username: string }).username)
+      const { folder, item_name } = request.body
+      if (!knownFolder(folder)) throw new AuthsvcError('VALIDATION_FAILED', `Unknown model folder: ${folder}`)
+      if (!(await itemExists(folder, item_name))) throw new AuthsvcError('VALIDATION_FAILED', `Unknown item in ${folder}: ${item_name}`)
+      await services.modelGrants.grant({
+        user_id: user.user_id,
+        folder,
+        item_name,
+        granted_by: request.principal?.username ?? '',
+        created_at_iso: new Date(services.clock()).toISOString(),
+      })
+      services.events.emit('model_granted', { actor: request.principal?.username, subject: user.username, folder, item_name })
+      return grantsOf(user)
+    })
+
+    app.delete('/api/users/:username/shared-items', { config: { auth: 'admin' }, schema: { body: GrantBody } }, async (request) => {
+      const user = services.users.find((request.params as { username: string }).username)
+      const { folder, item_name } = request.body
+      const revoked = await services.modelGrants.revoke(user.user_id, folder, item_name)
+      if (!revoked) {
+        if (!knownFolder(folder)) throw new AuthsvcError('VALIDATION_FAILED', `Unknown model folder: ${folder}`)
+        if (!(await itemExists(folder, item_name))) throw new AuthsvcError('VALIDATION_FAILED', `Unknown item in ${folder}: ${item_name}`)
+      } else {
+        services.events.emit('model_revoked', { actor: request.principal?.username, subject: user.username, folder, item_name })
+      }
+      return grantsOf(user)
+    })
+  }
+}
