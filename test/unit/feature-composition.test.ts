@@ -52,6 +52,16 @@ describe('a feature added by one folder and one line', async () => {
     }
   })
 
+  it('an operator\'s admin-only pattern outranks a feature\'s row', async () => {
+    const strict = await openSidecar({ config: { admin_route_patterns: ['/echo_host'] }, compose: (s, l, c) => [...features(s, l, c), echoFeature(s)] })
+    try {
+      const carol = await addUser(strict, 'carol', 'correct-horse-battery')
+      assertDenied(await decide(strict, { path: '/echo_host', headers: bearer(await sessionJwt(strict, carol)) }), 'ADMIN_REQUIRED')
+    } finally {
+      await strict.close()
+    }
+  })
+
   it('without the line, neither route exists: the owned route is a 404 and the host route needs can_access_api only', async () => {
     const plain = await openSidecar()
     try {

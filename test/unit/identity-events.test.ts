@@ -19,7 +19,7 @@ describe('identity events through the real app', async () => {
   await addUser(sc, 'root', PASSWORD, 'admin')
   await addUser(sc, 'alice', PASSWORD)
 
-  it('a failed and a good sign-in, a token, its revocation, a role change, a deletion: one record each, in order, no secret', async () => {
+  it('a failed and a good sign-in, a token, its revocation, a role change, a reset and disable, a deletion: one record each, in order, no secret', async () => {
     const peer = '10.1.2.3'
     assert.equal((await login(sc, 'alice', 'wrong-password-here', { peer })).statusCode, 401)
     const good = await login(sc, 'alice', PASSWORD, { peer })
@@ -33,6 +33,7 @@ describe('identity events through the real app', async () => {
     const prefix = listed[0].token_hash_prefix.replace(/\.+$/, '')
     assert.equal((await call(sc, { method: 'DELETE', url: '/authsvc/api/users/alice/tokens', bearer: rootJwt, body: { token_hash_prefix: prefix } })).statusCode, 200)
     assert.equal((await call(sc, { method: 'PUT', url: '/authsvc/api/users/alice', bearer: rootJwt, body: { role: 'guest' } })).statusCode, 200)
+    assert.equal((await call(sc, { method: 'PUT', url: '/authsvc/api/users/alice', bearer: rootJwt, body: { password: 'a-brand-new-passphrase', disabled: true } })).statusCode, 200)
     assert.equal((await call(sc, { method: 'DELETE', url: '/authsvc/api/users/alice', bearer: rootJwt })).statusCode, 200)
     const seen = since()
     assert.deepEqual(seen, [
@@ -42,9 +43,10 @@ describe('identity events through the real app', async () => {
       { kind: 'user_login', subject: 'root', ip: peer, mfa: false },
       { kind: 'api_token_revoked', actor: 'root', subject: 'alice', token_hash_prefix: prefix.slice(0, 8) },
       { kind: 'user_role_changed', actor: 'root', subject: 'alice', role: 'guest' },
+      { kind: 'user_updated', actor: 'root', subject: 'alice', changes: ['password', 'disabled'] },
       { kind: 'user_deleted', actor: 'root', subject: 'alice' },
     ])
     const text = JSON.stringify(seen)
-    for (const secret of [PASSWORD, 'wrong-password-here', jwt, rootJwt, token]) assert.ok(!text.includes(secret), 'no secret in any record')
+    for (const secret of [PASSWORD, 'wrong-password-here', 'a-brand-new-passphrase', jwt, rootJwt, token]) assert.ok(!text.includes(secret), 'no secret in any record')
   })
 })

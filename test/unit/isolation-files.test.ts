@@ -261,7 +261,7 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     assert.deepEqual(error.extra_info.input_config, [['u_hidden', 'u_hidden', 'u_hidden', B, `${B}/mine`, 'old']])
     assert.equal(error.details, `folder: 'zzz' not in ['u_hidden', 'u_hidden', 'u_hidden', '${B}', '${B}/mine', 'u_hidden', 'old']`)
     // the step ran: the plugin sends one filter per answer, and the same ctx again is refused (503)
-    await assert.rejects(async () => w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 400, content_type: 'application/json' }, Buffer.from(hostAnswer)), /unknown filter/)
+    assertDenied(stepAnswer(await w.sc.handlers.filter({ type: 'filter', id: 1, name: spec.name, ctx: spec.ctx, status: 400, content_type: 'application/json' }, Buffer.from(hostAnswer))), 'AUTHSVC_UNAVAILABLE')
     const again = assertPass(await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(w.bobJwt) }))
     const next = await w.sc.handlers.body({ type: 'body', id: 1, ctx: again.need_body!.ctx }, Buffer.from(graph('zzz', 'LoadImageSetFromFolderNode', 'folder'))) as { answer: { filter?: { name: string; ctx: unknown } } }
     const ok = stepAnswer(await w.sc.handlers.filter({ type: 'filter', id: 1, name: next.answer.filter!.name, ctx: next.answer.filter!.ctx, status: 200, content_type: 'application/json' }, Buffer.from(`{"prompt_id": "x", "number": 1, "node_errors": {}}`)))

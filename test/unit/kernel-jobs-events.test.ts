@@ -41,6 +41,19 @@ describe('kernel jobs', () => {
     assert.throws(() => jobs.add({ name: 'late' }), /while the jobs stop/)
   })
 
+  it('a stop while the jobs are still starting: the ones not started yet never start (none is left running)', async () => {
+    const { log } = capture()
+    const jobs = new Jobs(log)
+    const seen: string[] = []
+    jobs.add({ name: 'slow', start: async () => { await new Promise((resolve) => setImmediate(resolve)); seen.push('start slow') }, stop: () => void seen.push('stop slow') })
+    jobs.add({ name: 'later', start: () => void seen.push('start later'), stop: () => void seen.push('stop later') })
+    const starting = jobs.start()
+    const stopping = jobs.stop()
+    await Promise.all([starting, stopping])
+    assert.deepEqual(seen.filter((s) => s.endsWith('later')), [], 'the later job never started, so nothing of it runs')
+    assert.ok(seen.includes('stop slow'), 'the started one was stopped')
+  })
+
   it('every: runs each period, skips a period while a run is still going, and stop waits for it', async () => {
     mock.timers.enable({ apis: ['setInterval'] })
     const { log } = capture()

@@ -14,7 +14,7 @@ import { queryCredentialKeys } from '../identity/credentials.js'
 import { hostUserName, hostUserOf } from '../identity/host-user.js'
 import type { Principal } from '../identity/principal.js'
 import { addressRefusal, checkAccess, type IpGate, type PrincipalResolver, type Resolution } from './pipeline.js'
-import { HOST_ROUTES, type HostRoutePolicy, type HostRouteTable } from './host-routes.js'
+import type { HostRoutePolicy, HostRouteTable } from './host-routes.js'
 import { isDecodablePath, isServicePath } from './service-paths.js'
 import { httpsUpgradeDecision } from './force-https.js'
 import { denyDecision, errorDecision, loginRedirectDecision } from '../kernel/answers.js'
@@ -45,8 +45,8 @@ export interface DecideDeps {
   ipGate: IpGate
   behaviours: BehaviourHandlers
   adminPatterns: ReadonlySet<string>
-  /** the host-route table with the features' rows (absent: the table alone) */
-  routes?: HostRouteTable
+  /** the host-route table with the features' rows (app.ts; tests may pass HOST_ROUTES) */
+  routes: HostRouteTable
   log: FastifyBaseLogger
   /**
    * How long the plugin may reuse a GET/HEAD pass (of a route with no behaviour, or of a keepable
@@ -83,7 +83,7 @@ export function createDecider(deps: DecideDeps): (desc: RequestDescription) => D
       return servicePathDecision(deps.owned, desc.method, desc.path, who)
     }
     if (deps.owned.has(desc.method, desc.path)) return { action: 'proxy' }
-    const policy = (deps.routes ?? HOST_ROUTES).policy(desc.method, desc.route, deps.adminPatterns)
+    const policy = deps.routes.policy(desc.method, desc.route, deps.adminPatterns)
     const epoch = deps.decisionCache?.epoch.value ?? 0
     const resolution = deps.resolver.resolve(desc.headers, query, facts)
     if (resolution instanceof Promise) return resolution.then((r) => decideHost(deps, desc, policy, query, facts, r, epoch))

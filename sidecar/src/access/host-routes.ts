@@ -15,7 +15,7 @@ export type Requirement =
   | { kind: 'permission'; key: PermissionKey }
   | { kind: 'admin' }
 
-/** What the decision does beyond the requirement: a route behaviour of sidecar/src/behaviours/. */
+/** What the decision does beyond the requirement: a route behaviour a feature brings (its `behaviours/`, listed in its feature.ts). */
 export type HostRouteBehaviour =
   | 'prompt'
   | 'queue-status'
@@ -139,11 +139,13 @@ const ROW_KEY = /^(GET|POST|PUT|PATCH|DELETE) \/\S*$/
  */
 export function hostRouteTable(added: ReadonlyArray<Record<string, HostRouteEntry>> = []): HostRouteTable {
   const rows = new Map<string, HostRouteEntry>(Object.entries(TABLE))
+  const featureKeys = new Set<string>()
   for (const more of added) {
     for (const [key, entry] of Object.entries(more)) {
       if (!ROW_KEY.test(key) || key.split(' ')[1] !== foldApiTwin(key.split(' ')[1])) throw new Error(`host route row ${JSON.stringify(key)}: not a METHOD /pattern key`)
       if (rows.has(key)) throw new Error(`host route row ${key} is already in the table`)
       rows.set(key, entry)
+      featureKeys.add(key)
     }
   }
   const behaviours = new Set<string>()
@@ -158,6 +160,8 @@ export function hostRouteTable(added: ReadonlyArray<Record<string, HostRouteEntr
       if (pattern === '/internal' || pattern.startsWith('/internal/')) return INTERNAL
       const folded = method === 'HEAD' ? 'GET' : method
       const key = `${folded} ${pattern}`
+      // an operator's admin-only pattern outranks a feature's row (never this table's own rows)
+      if (featureKeys.has(key) && adminPatterns.has(pattern)) return { key, require: admin, page: false }
       const entry = rows.get(key)
       if (entry) return { key, ...entry, page: entry.page ?? false }
       if (adminPatterns.has(pattern)) return { key, require: admin, page: false }

@@ -22,9 +22,6 @@ import type { StepToken } from './steps.js'
 /** The owner key of a principal: a user by id; a guest session by its session; an anonymous role by the role. */
 export const ownerKey = (p: Principal): string => p.userId ?? (p.credentialId ? `session:${p.credentialId}` : `role:${p.role}`)
 
-export { hostUserOf } from '../identity/host-user.js'
-
-
 /** What every decide step gets. */
 export interface DecideInput<S = never> {
   desc: RequestDescription

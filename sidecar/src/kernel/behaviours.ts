@@ -9,7 +9,6 @@
  * brings, is a programming error that stops the sidecar (a row without its behaviour would pass
  * with the permission check alone).
  */
-import { AuthsvcError } from './errors.js'
 import { isAdministrator, type Principal } from '../identity/principal.js'
 import type { HostRoutePolicy } from '../access/host-routes.js'
 import type { BehaviourHandlers } from '../access/decide.js'
@@ -51,33 +50,39 @@ export interface BoundBehaviour {
 
 function bind<S>(name: string, behaviour: RouteBehaviour<S>, store: StepStore<PendingStep>): BoundBehaviour {
   const missing = (step: string): Error => new Error(`behaviour ${name} opened a ${step} step it does not have`)
-  const steps: Steps<S> = {
-    body(state) {
-      const body = behaviour.body
-      if (body === undefined) throw missing('body')
-      return store.open({ kind: 'body', run: (payload, host) => body(state, payload, host, steps) })
-    },
-    form(state) {
-      const form = behaviour.form
-      if (form === undefined) throw missing('form')
-      return store.open({ kind: 'form', run: (msg, host) => form(state, msg, host, steps) })
-    },
-    filter(filterName, state) {
-      const filter = behaviour.filter
-      if (filter === undefined) throw missing('filter')
-      const narrow = behaviour.narrow
-      const make = (): PendingStep => ({
-        kind: 'filter',
-        name: filterName,
-        run: (msg, payload, host) => filter(state, msg, payload, host),
-        narrow: () => (narrow === undefined ? null : narrow(state)),
-      })
-      // a keepable read's filter: the plugin sends the same ctx for every reuse of the kept decision
-      const ctx = behaviour.keepable === true ? store.share(`${name} ${filterName} ${JSON.stringify(state)}`, make) : store.open(make())
-      return { name: filterName, ctx }
-    },
+  /** the steps a decision for `owner` opens (and the later steps they open) count against that owner */
+  const stepsOf = (owner: string): Steps<S> => {
+    const steps: Steps<S> = {
+      body(state) {
+        const body = behaviour.body
+        if (body === undefined) throw missing('body')
+        return store.open({ kind: 'body', run: (payload, host) => body(state, payload, host, steps) }, owner)
+      },
+      form(state) {
+        const form = behaviour.form
+        if (form === undefined) throw missing('form')
+        return store.open({ kind: 'form', run: (msg, host) => form(state, msg, host, steps) }, owner)
+      },
+      filter(filterName, state) {
+        const filter = behaviour.filter
+        if (filter === undefined) throw missing('filter')
+        const narrow = behaviour.narrow
+        const make = (): PendingStep => ({
+          kind: 'filter',
+          name: filterName,
+          run: (msg, payload, host) => filter(state, msg, payload, host),
+          narrow: () => (narrow === undefined ? null : narrow(state)),
+        })
+        // a keepable read's filter: the plugin sends the same ctx for every reuse of the kept decision
+        const ctx = behaviour.keepable === true
+          ? store.share(`${owner} ${name} ${filterName} ${JSON.stringify(state)}`, make, owner)
+          : store.open(make(), owner)
+        return { name: filterName, ctx }
+      },
+    }
+    return steps
   }
-  return { decide: (input) => behaviour.decide({ ...input, steps }), keepable: behaviour.keepable === true }
+  return { decide: (input) => behaviour.decide({ ...input, steps: stepsOf(input.owner) }), keepable: behaviour.keepable === true }
 }
 
 /** A behaviour under its row's name, its state type kept inside: what a feature lists. */
@@ -91,11 +96,11 @@ export function behaviourEntry<S>(name: string, behaviour: RouteBehaviour<S>): B
 }
 
 /**
- * A body or form step the sidecar does not know: only the plugin sends a ctx, so this is never
- * the client's doing; the step ended with a sidecar restart (or was evicted, or the plugin is
+ * A step the sidecar does not know: only the plugin sends a ctx, so this is never the client's
+ * doing; the step ended with a sidecar restart, expired or was pushed out (or the plugin is
  * wrong). Refused as the outage it is (503, retry), never passed.
  */
-const stepGone = (): Decision => denyDecision('AUTHSVC_UNAVAILABLE', 'This request\'s decision step is no longer known (the sidecar restarted); retry')
+const stepGone = () => denyDecision('AUTHSVC_UNAVAILABLE', 'This request\'s decision step is no longer known (a sidecar restart, or it waited too long); retry')
 
 export class RouteBehaviours implements BehaviourHandlers {
   private readonly byName = new Map<string, BoundBehaviour>()
@@ -160,7 +165,7 @@ export class RouteBehaviours implements BehaviourHandlers {
 
   filter(msg: FilterMessage, payload: Buffer, host: HostLink = NO_HOST): FilterResult | Promise<FilterResult> {
     const found = this.pending(msg.ctx)
-    if (found?.step.kind !== 'filter' || found.step.name !== msg.name) throw new AuthsvcError('INTERNAL_ERROR', `unknown filter ${msg.name}`)
+    if (found?.step.kind !== 'filter' || found.step.name !== msg.name) return stepGone()
     if (msg.too_large === true) {
       // the plugin sends the narrowed answer to the same step again (unless final)
       const narrowed = found.step.narrow()

@@ -53,6 +53,8 @@ export class Jobs {
   }
 
   private async begin(job: Job): Promise<void> {
+    // a stop that came while the jobs were starting: this one never starts (nothing to stop later)
+    if (this.state !== 'started') return
     this.started.push(job)
     try {
       await job.start?.()

@@ -11,8 +11,10 @@
  *   not taken by its message; equal states of one behaviour share one id while it lives, and
  *   each decision that hands it out again renews it, so a polled read holds one entry;
  * - every entry expires `ttlMs` after it was opened (or last handed out), and at most `max`
- *   are held: opening one more first drops the expired ones, then the oldest. An unknown,
- *   expired or dropped id is refused by its step exactly as a malformed ctx is, and so is one
+ *   are held: opening one more first drops the expired ones, then the oldest;
+ * - one owner holds at most `perOwner` entries: opening one more drops that owner's own oldest,
+ *   so nobody can push other users' waiting steps out (a flood of bodiless POST /prompt);
+ * - an unknown, expired or dropped id is refused by its step as an outage (503), and so is one
  *   after a restart of the sidecar (the plugin drops its kept decisions on a new connection).
  */
 import { randomUUID } from 'node:crypto'
@@ -32,13 +34,16 @@ export interface StepLimits {
    * read's filter for as long as the plugin reuses the decision (at most 5 s) plus the handler
    */
   ttlMs: number
+  /** entries one owner holds at most; that owner's oldest goes first (default 256) */
+  perOwner?: number
 }
 
-export const STEP_LIMITS: StepLimits = { max: 10_000, ttlMs: 30 * 60_000 }
+export const STEP_LIMITS: StepLimits = { max: 10_000, ttlMs: 30 * 60_000, perOwner: 256 }
 
 interface Held<T> {
   value: T
   expires: number
+  owner: string
   /** set for a shared entry: its key in `shared` */
   key?: string
 }
@@ -53,6 +58,8 @@ export class StepStore<T> {
   /** in the order they expire (every entry lives ttlMs from its last opening) */
   private readonly held = new Map<string, Held<T>>()
   private readonly shared = new Map<string, string>()
+  /** each owner's ids, oldest first */
+  private readonly byOwner = new Map<string, Set<string>>()
 
   constructor(
     private readonly clock: Clock,
@@ -63,10 +70,10 @@ export class StepStore<T> {
     return this.held.size
   }
 
-  /** A one-shot step: its message takes it (`done`). */
-  open(value: T): StepToken {
+  /** A one-shot step of `owner`: its message takes it (`done`). */
+  open(value: T, owner: string): StepToken {
     const id = randomUUID()
-    this.hold(id, { value, expires: this.clock() + this.limits.ttlMs })
+    this.hold(id, { value, expires: this.clock() + this.limits.ttlMs, owner })
     return { step: id }
   }
 
@@ -74,7 +81,7 @@ export class StepStore<T> {
    * A shared step: every decision with the same `key` (the behaviour and its whole state) gets the
    * same id while it lives, renewed by each; `done` leaves it.
    */
-  share(key: string, make: () => T): StepToken {
+  share(key: string, make: () => T, owner: string): StepToken {
     const now = this.clock()
     const known = this.shared.get(key)
     const entry = known === undefined ? undefined : this.held.get(known)
@@ -82,10 +89,13 @@ export class StepStore<T> {
       this.held.delete(known) // to the end: the order stays the order of expiry
       entry.expires = now + this.limits.ttlMs
       this.held.set(known, entry)
+      const mine = this.byOwner.get(entry.owner)
+      mine?.delete(known)
+      mine?.add(known)
       return { step: known }
     }
     const id = randomUUID()
-    this.hold(id, { value: make(), expires: now + this.limits.ttlMs, key })
+    this.hold(id, { value: make(), expires: now + this.limits.ttlMs, key, owner })
     this.shared.set(key, id)
     return { step: id }
   }
@@ -114,11 +124,23 @@ export class StepStore<T> {
       if (old.expires > now && this.held.size < this.limits.max) break
       this.drop(oldId, old)
     }
+    const mine = this.byOwner.get(entry.owner) ?? new Set<string>()
+    for (const oldId of mine) {
+      if (mine.size < (this.limits.perOwner ?? STEP_LIMITS.perOwner ?? 256)) break
+      const old = this.held.get(oldId)
+      if (old === undefined) mine.delete(oldId)
+      else this.drop(oldId, old)
+    }
     this.held.set(id, entry)
+    mine.add(id)
+    this.byOwner.set(entry.owner, mine)
   }
 
   private drop(id: string, entry: Held<T>): void {
     this.held.delete(id)
     if (entry.key !== undefined && this.shared.get(entry.key) === id) this.shared.delete(entry.key)
+    const mine = this.byOwner.get(entry.owner)
+    mine?.delete(id)
+    if (mine?.size === 0) this.byOwner.delete(entry.owner)
   }
 }

@@ -101,7 +101,16 @@ export function adminRoutes(services: AdminRouteServices) {
 
     app.put('/api/users/:target_user', { config: { auth: 'admin' }, schema: { body: UserPatch } }, async (request) => {
       const { user, roleChanged } = await administration.patch((request.params as TargetUser).target_user, request.body)
-      if (roleChanged) services.events.emit('user_role_changed', { actor: request.principal?.username, subject: user.username, role: user.role })
+      const actor = request.principal?.username
+      if (roleChanged) services.events.emit('user_role_changed', { actor, subject: user.username, role: user.role })
+      const body = request.body
+      const changes = [
+        ...(body.password !== undefined ? ['password' as const] : []),
+        ...(body.disabled === true ? ['disabled' as const] : body.disabled === false ? ['enabled' as const] : []),
+        ...(body.mfa_reset === true ? ['mfa_reset' as const] : []),
+        ...(body.sfw_check !== undefined ? ['sfw_check' as const] : []),
+      ]
+      if (changes.length > 0) services.events.emit('user_updated', { actor, subject: user.username, changes })
       return { status: 'ok', user: publicUser(user) }
     })
 

@@ -7,7 +7,7 @@ import { PERMISSION_KEYS, can } from '../principal.js'
 import { requireUser } from '../../access/request-context.js'
 import type { Services } from '../../services.js'
 
-export function meRoutes(services: Pick<Services, 'sessions'>) {
+export function meRoutes(services: Pick<Services, 'sessions' | 'events'>) {
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.get('/api/me', { config: { auth: 'principal' } }, async (request) => {
@@ -44,6 +44,7 @@ export function meRoutes(services: Pick<Services, 'sessions'>) {
       const record = services.sessions.get(jti)
       if (!record || record.user_id !== p.userId || record.revoked) throw new AuthsvcError('NOT_FOUND', 'Session not found')
       await services.sessions.revoke(jti)
+      services.events.emit('session_revoked', { actor: p.username, subject: p.username, sessions: 1 })
       return { status: 'ok' }
     })
 

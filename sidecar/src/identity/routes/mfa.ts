@@ -82,6 +82,7 @@ export function mfaRoutes(services: MfaRouteServices) {
       if (tempId && temp) {
         services.mfa.consumeTempToken(tempId)
         const jwt_token = await issueSession(request, reply, user, temp.rememberMe)
+        services.events.emit('user_login', { subject: user.username, ip: request.facts.ip, mfa: true })
         return { message: 'MFA enabled', jwt_token, redirect_url: temp.redirectUrl }
       }
       return { message: 'MFA enabled' }

@@ -103,6 +103,7 @@ export function tokenRoutes(services: TokenRouteServices) {
       const principal = requireUser(request)
       const prefix = tokenHashPrefix(request.body.token_hash_prefix)
       await services.tokens.revokeByPrefix(principal.userId, prefix)
+      services.events.emit('api_token_revoked', { actor: principal.username, subject: principal.username, token_hash_prefix: prefix.slice(0, 8) })
       return { message: 'Token revoked.' }
     })
   }

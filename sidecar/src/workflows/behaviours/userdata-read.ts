@@ -25,7 +25,8 @@ import { arrayElements, rootStart } from '../../isolation/json-spans.js'
 import type { Decision } from '../../kernel/protocol.js'
 import type { RouteBehaviour } from '../../kernel/behaviour.js'
 import type { WorkflowStore } from '../workflow-store.js'
-import { hostUserOf, replaced } from '../../kernel/behaviour.js'
+import { replaced } from '../../kernel/behaviour.js'
+import { hostUserOf } from '../../identity/host-user.js'
 
 const JSON_TYPE: [string, string] = ['Content-Type', 'application/json; charset=utf-8']
 const isTrue = (v: string | null): boolean => (v ?? '').toLowerCase() === 'true'

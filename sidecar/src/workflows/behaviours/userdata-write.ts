@@ -13,7 +13,7 @@ import type { Decision } from '../../kernel/protocol.js'
 import { decodedRelative, inWorkflows, onHost, SHARED_HOST_USER, unquoteOnce, userRelative } from '../workflow-store.js'
 import type { RouteBehaviour } from '../../kernel/behaviour.js'
 import type { WorkflowStore } from '../workflow-store.js'
-import { hostUserOf } from '../../kernel/behaviour.js'
+import { hostUserOf } from '../../identity/host-user.js'
 import { isAdministrator } from '../../identity/principal.js'
 
 /**
