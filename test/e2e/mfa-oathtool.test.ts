@@ -175,7 +175,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       }
       // Logout is public and clears the cookie whatever it is sent; what matters is that it
       // does not act for alice with the temp token (it would log her logout).
-      const logoutLines = () => stack.output().split('\n').filter((l) => l.includes('"event":"user_logout"') && l.includes('"username":"alice"')).length
+      const logoutLines = () => stack.output().split('\n').filter((l) => l.includes('"event":"user_logout"') && l.includes('"subject":"alice"')).length
       const logoutsBefore = logoutLines()
       for (const method of ['GET', 'POST']) {
         for (const channel of channels(temp)) {
@@ -240,7 +240,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       // a real logout is logged (what the temp-token test above looks for, and does not find)
       const logout = await fetch(`${stack.url}/logout`, { method: 'POST', headers: { Accept: 'application/json', ...bearer(session.jwt_token) } })
       assert.equal(logout.status, 200)
-      const logged = () => stack.output().split('\n').some((l) => l.includes('"event":"user_logout"') && l.includes('"username":"alice"'))
+      const logged = () => stack.output().split('\n').some((l) => l.includes('"event":"user_logout"') && l.includes('"subject":"alice"'))
       assert.ok(await poll(async () => logged(), 5_000), 'user_logout of alice in the log')
       assert.equal((await fetch(`${stack.url}/queue`, { headers: { Accept: 'application/json', ...bearer(session.jwt_token) } })).status, 401, 'the session is revoked')
     })
