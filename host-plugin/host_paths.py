@@ -226,9 +226,30 @@ def _rel(path: str, base: str) -> str:
     return os.path.relpath(path, base).replace(os.sep, "/")
 
 
-def _userdata(item: dict[str, Any]) -> dict[str, Any]:
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` is ``folder`` or under it, lexically (as the sidecar joined it)."""
+    path, folder = os.path.abspath(path), os.path.abspath(folder)
+    try:
+        return os.path.commonpath([path, folder]) == folder
+    except ValueError:  # another drive (Windows)
+        return False
+
+
+def _userdata(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
+    """Only inside the host's user folder, and a removal only of a shared workflow
+    (``<user>/default/workflows/...``): the sidecar never asks for more, and a mistake in its
+    joins (or a rogue peer on the decision socket) must not read or delete anything else."""
     path = item.get("path")
-    if not isinstance(path, str) or not os.path.isabs(path):
+    getter = getattr(fp, "get_user_directory", None)
+    user_dir = getter() if callable(getter) else None
+    if not isinstance(path, str) or not os.path.isabs(path) or not isinstance(user_dir, str) or not _inside(path, user_dir):
+        return {"status": 400}
+    base = item.get("base")
+    if base is not None and (not isinstance(base, str) or not _inside(base, user_dir)):
+        return {"status": 400}
+    if item.get("remove") is True and (
+        not _inside(path, os.path.join(user_dir, "default", "workflows")) or os.path.abspath(path) == os.path.abspath(os.path.join(user_dir, "default", "workflows"))
+    ):
         return {"status": 400}
     out: dict[str, Any] = {"path": path, "file": os.path.isfile(path), "dir": os.path.isdir(path), "exists": os.path.exists(path)}
     listing = item.get("list")
@@ -314,7 +335,7 @@ def resolve(items: Any, budget_s: float = BUDGET_S) -> dict[str, Any]:
             elif op == "list":
                 results.append(_list(fp, item))
             elif op == "userdata":
-                results.append(_userdata(item))
+                results.append(_userdata(fp, item))
             else:
                 results.append({"status": 400})
         except (TypeError, ValueError, OSError):

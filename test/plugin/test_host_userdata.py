@@ -17,8 +17,8 @@ class UserdataItem(unittest.TestCase):
     def setUp(self) -> None:
         self.host_paths = plugin_module("host_paths")
         self.saved = self.host_paths._folder_paths
-        self.host_paths._folder_paths = lambda: types.SimpleNamespace(get_directory_by_type=lambda kind: None)
         self.base = tempfile.mkdtemp(prefix="host-userdata-")
+        self.host_paths._folder_paths = lambda: types.SimpleNamespace(get_directory_by_type=lambda kind: None, get_user_directory=lambda: self.base)
         self.shared = os.path.join(self.base, "default", "workflows")
         os.makedirs(os.path.join(self.shared, "team"))
         os.makedirs(os.path.join(self.shared, ".hid"))
@@ -67,6 +67,34 @@ class UserdataItem(unittest.TestCase):
         self.assertEqual(self.ask(path=doomed, remove=True)["removed"], True)
         self.assertFalse(os.path.exists(doomed))
         self.assertNotIn("removed", self.ask(path=doomed, remove=True))
+
+    def test_nothing_outside_the_user_folder_and_removal_only_of_a_shared_workflow(self) -> None:
+        outside = tempfile.mkdtemp(prefix="host-userdata-outside-")
+        self.addCleanup(shutil.rmtree, outside, True)
+        secret = os.path.join(outside, "secret.json")
+        with open(secret, "w") as f:
+            f.write("{}")
+        own = os.path.join(self.base, "u1", "workflows")
+        os.makedirs(own)
+        with open(os.path.join(own, "mine.json"), "w") as f:
+            f.write("{}")
+        rows = [
+            ("a file outside", {"path": secret}),
+            ("read outside", {"path": secret, "read": True}),
+            ("remove outside", {"path": secret, "remove": True}),
+            ("list outside", {"path": outside, "list": "files"}),
+            ("walked out with ..", {"path": os.path.join(self.base, "default", "..", "..", os.path.basename(outside), "secret.json"), "read": True}),
+            ("a sibling whose name starts the same", {"path": self.base + "-x", "list": "files"}),
+            ("v2 with a base outside", {"path": self.shared, "list": "v2", "base": outside}),
+            ("remove an own workflow", {"path": os.path.join(own, "mine.json"), "remove": True}),
+            ("remove the shared folder itself", {"path": self.shared, "remove": True}),
+            ("remove outside workflows in default", {"path": os.path.join(self.base, "default", "x.json"), "remove": True}),
+        ]
+        for label, item in rows:
+            self.assertEqual(self.ask(**item), {"status": 400}, label)
+        self.assertTrue(os.path.exists(secret) and os.path.exists(os.path.join(own, "mine.json")), "nothing was removed")
+        self.host_paths._folder_paths = lambda: types.SimpleNamespace(get_directory_by_type=lambda kind: None)
+        self.assertEqual(self.ask(path=self.shared), {"status": 400}, "a host without a user folder answers nothing")
 
     def test_only_a_plain_look_is_answered_on_the_loop(self) -> None:
         slow = self.host_paths.slow

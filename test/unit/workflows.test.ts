@@ -41,7 +41,7 @@ describe('workflows: own and shared, through the gate', () => {
 
   before(async () => {
     sc = await openSidecar()
-    userDir = join(sc.dir, 'host-user')
+    userDir = join(sc.dir, 'host', 'user') // the user folder of the Python host the tests resolve on (fixtures.ts)
     admin = await addUser(sc, 'admin', 'admin-password-1', 'admin')
     alice = await addUser(sc, 'alice', 'alice-password-1')
     guest = await addUser(sc, 'viewer', 'viewer-password-1', 'guest')
