@@ -226,30 +226,20 @@ def _rel(path: str, base: str) -> str:
     return os.path.relpath(path, base).replace(os.sep, "/")
 
 
-def _inside(path: str, folder: str) -> bool:
-    """Whether ``path`` is ``folder`` or under it, lexically (as the sidecar joined it)."""
-    path, folder = os.path.abspath(path), os.path.abspath(folder)
-    try:
-        return os.path.commonpath([path, folder]) == folder
-    except ValueError:  # another drive (Windows)
-        return False
-
-
 def _userdata(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
     """Only inside the host's user folder, and a removal only of a shared workflow
     (``<user>/default/workflows/...``): the sidecar never asks for more, and a mistake in its
     joins (or a rogue peer on the decision socket) must not read or delete anything else."""
     path = item.get("path")
     getter = getattr(fp, "get_user_directory", None)
-    user_dir = getter() if callable(getter) else None
-    if not isinstance(path, str) or not os.path.isabs(path) or not isinstance(user_dir, str) or not _inside(path, user_dir):
+    user_dir = os.path.abspath(getter()) if callable(getter) and isinstance(getter(), str) else None
+    if not isinstance(path, str) or not os.path.isabs(path) or user_dir is None or not _inside(user_dir, path):
         return {"status": 400}
     base = item.get("base")
-    if base is not None and (not isinstance(base, str) or not _inside(base, user_dir)):
+    if base is not None and (not isinstance(base, str) or not _inside(user_dir, base)):
         return {"status": 400}
-    if item.get("remove") is True and (
-        not _inside(path, os.path.join(user_dir, "default", "workflows")) or os.path.abspath(path) == os.path.abspath(os.path.join(user_dir, "default", "workflows"))
-    ):
+    shared = os.path.join(user_dir, "default", "workflows")
+    if item.get("remove") is True and (not _inside(shared, path) or os.path.abspath(path) == shared):
         return {"status": 400}
     out: dict[str, Any] = {"path": path, "file": os.path.isfile(path), "dir": os.path.isdir(path), "exists": os.path.exists(path)}
     listing = item.get("list")
