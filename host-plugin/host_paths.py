@@ -232,7 +232,8 @@ def _userdata(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
     joins (or a rogue peer on the decision socket) must not read or delete anything else."""
     path = item.get("path")
     getter = getattr(fp, "get_user_directory", None)
-    user_dir = os.path.abspath(getter()) if callable(getter) and isinstance(getter(), str) else None
+    named = getter() if callable(getter) else None
+    user_dir = os.path.abspath(named) if isinstance(named, str) else None
     if not isinstance(path, str) or not os.path.isabs(path) or user_dir is None or not _inside(user_dir, path):
         return {"status": 400}
     base = item.get("base")

@@ -61,10 +61,15 @@ export class StepStore<T> {
   /** each owner's ids, oldest first */
   private readonly byOwner = new Map<string, Set<string>>()
 
+  /** one owner's bound (StepLimits.perOwner, default 256) */
+  private readonly perOwner: number
+
   constructor(
     private readonly clock: Clock,
     readonly limits: StepLimits = STEP_LIMITS,
-  ) {}
+  ) {
+    this.perOwner = limits.perOwner ?? 256
+  }
 
   get size(): number {
     return this.held.size
@@ -126,7 +131,7 @@ export class StepStore<T> {
     }
     const mine = this.byOwner.get(entry.owner) ?? new Set<string>()
     for (const oldId of mine) {
-      if (mine.size < (this.limits.perOwner ?? STEP_LIMITS.perOwner ?? 256)) break
+      if (mine.size < this.perOwner) break
       const old = this.held.get(oldId)
       if (old === undefined) mine.delete(oldId)
       else this.drop(oldId, old)
