@@ -26,6 +26,7 @@ import type { LiveSockets } from './isolation/live-sockets.js'
 import type { HostFileWatcher } from './isolation/file-watcher.js'
 import { RouteBehaviours } from './kernel/behaviours.js'
 import type { Clock } from './kernel/clock.js'
+import { auditFeature } from './audit/feature.js'
 import { AuthsvcError } from './kernel/errors.js'
 import type { BoundFeature, Feature } from './kernel/feature.js'
 import { hostFactsOf } from './kernel/frames.js'
@@ -53,6 +54,7 @@ export function features(services: Services, log: FastifyBaseLogger, clock: Cloc
     isolationFeature(services, log, () => models.access()),
     workflowsFeature(services),
     pagesFeature(services),
+    auditFeature(services),
   ]
 }
 

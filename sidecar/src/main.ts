@@ -12,7 +12,7 @@ import { systemClock } from './kernel/clock.js'
 import { ConfigError, dataDirFromEnv, loadConfig } from './kernel/config/load.js'
 import { listenDecisionSocket, removeStaleSocket } from './kernel/server.js'
 import { createLogger } from './kernel/log.js'
-import { openServices } from './services.js'
+import { SERVICE_VERSION, openServices } from './services.js'
 
 /**
  * A standby (AUTHSVC_STANDBY=1) has loaded every module (most of a start's CPU) and waits for
@@ -130,6 +130,7 @@ async function main(): Promise<void> {
     decisionSocket, httpSocket, dataDir, users: services.users.count, standby,
     start_ms: Math.round(performance.now() - since.at), start_cpu_ms: Math.round((cpu.user + cpu.system) / 1000),
   }, 'authsvc sidecar ready')
+  services.events.emit('server_started', { version: SERVICE_VERSION, users: services.users.count })
 
   let stopping = false
   const stop = async (reason: string) => {

@@ -25,6 +25,7 @@ import { IpListGate } from './access/ip-lists.js'
 import { RoleStore } from './access/roles.js'
 import { AccessEpoch } from './kernel/access-epoch.js'
 import { Events } from './kernel/events.js'
+import { SqliteAuditLog, type AuditLog } from './audit/audit-log.js'
 import { Collection } from './store/collection.js'
 import { ModelGrants, type ModelGrantRecord } from './models/model-grants.js'
 import { Ownership, type FileRecord, type PromptRecord } from './isolation/ownership.js'
@@ -67,6 +68,8 @@ export interface Services {
   workflows: WorkflowStore
   /** the event stream: every security-relevant thing that happens, once (kernel/events.ts) */
   events: Events
+  /** the stored events (the audit feature appends the stream; consoles and the audit view read it) */
+  audit: AuditLog
   /** turns a user's MFA off (admin mfa_reset, recovery, operator command) */
   resetMfa(userId: string): Promise<void>
   flush(): Promise<void>
@@ -140,6 +143,11 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const mfa = new MfaService(mfaRecords, cipher, keys.backupCodes, clock)
   const throttle = await Throttle.open(kv, clock, {}, storeLog)
   const grantRecords = await Collection.load<ModelGrantRecord>(kv, 'model_grant', accessLog)
+  if (!rawKv.sql) throw new Error('the audit log needs the sqlite store')
+  const audit = await SqliteAuditLog.open(
+    rawKv.sql, { retentionDays: config.audit.retention_days, maxEvents: config.audit.max_events }, clock, log,
+    config.store.encryption_level === 'all' ? cipher : null,
+  )
   const passwords = new PasswordHasher(config.argon2)
   // Not awaited: decisions never hash, and a restarted sidecar must answer them at once (issue 27).
   // Every password check waits for the dummy hash instead (PasswordHasher.verify).
@@ -149,10 +157,10 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   })
   const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, promptRecords, fileRecords, grantRecords]
   const flushAll = async (): Promise<void> => {
-    await Promise.all([...all.map((c) => c.flush()), throttle.flush()])
+    await Promise.all([...all.map((c) => c.flush()), throttle.flush(), audit.flush().catch(() => {})])
   }
   return {
-    config, accessEpoch, events, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
+    config, accessEpoch, events, audit, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
     passwords,
     resolver,
     mfa,

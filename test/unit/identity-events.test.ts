@@ -37,14 +37,14 @@ describe('identity events through the real app', async () => {
     assert.equal((await call(sc, { method: 'DELETE', url: '/authsvc/api/users/alice', bearer: rootJwt })).statusCode, 200)
     const seen = since()
     assert.deepEqual(seen, [
-      { kind: 'login_failure', ip: peer },
-      { kind: 'user_login', subject: 'alice', ip: peer, mfa: false },
-      { kind: 'api_token_created', subject: 'alice', token_hash_prefix: prefix.slice(0, 8) },
-      { kind: 'user_login', subject: 'root', ip: peer, mfa: false },
-      { kind: 'api_token_revoked', actor: 'root', subject: 'alice', token_hash_prefix: prefix.slice(0, 8) },
-      { kind: 'user_role_changed', actor: 'root', subject: 'alice', role: 'guest' },
-      { kind: 'user_updated', actor: 'root', subject: 'alice', changes: ['password', 'disabled'] },
-      { kind: 'user_deleted', actor: 'root', subject: 'alice' },
+      { kind: 'login_failure', subject: 'alice', ip: peer, outcome: 'failure', attempt: 'password' },
+      { kind: 'user_login', actor: 'alice', subject: 'alice', ip: peer, mfa: false, outcome: 'success' },
+      { kind: 'api_token_created', actor: 'alice', subject: 'alice', ip: peer, token_hash_prefix: prefix.slice(0, 8), outcome: 'success' },
+      { kind: 'user_login', actor: 'root', subject: 'root', ip: peer, mfa: false, outcome: 'success' },
+      { kind: 'api_token_revoked', actor: 'root', subject: 'alice', ip: '127.0.0.1', token_hash_prefix: prefix.slice(0, 8), outcome: 'success' },
+      { kind: 'user_role_changed', actor: 'root', subject: 'alice', ip: '127.0.0.1', role: 'guest', outcome: 'success' },
+      { kind: 'user_updated', actor: 'root', subject: 'alice', ip: '127.0.0.1', changes: ['password', 'disabled'], outcome: 'success' },
+      { kind: 'user_deleted', actor: 'root', subject: 'alice', ip: '127.0.0.1', outcome: 'success' },
     ])
     const text = JSON.stringify(seen)
     for (const secret of [PASSWORD, 'wrong-password-here', 'a-brand-new-passphrase', jwt, rootJwt, token]) assert.ok(!text.includes(secret), 'no secret in any record')

@@ -121,3 +121,9 @@ export function requireUser(request: FastifyRequest): Principal & { userId: stri
   if (principal === null || principal.userId === null) throw new AuthsvcError('AUTH_REQUIRED')
   return principal as Principal & { userId: string }
 }
+
+/** Who did it and from where, for an event emitted while answering `request` (kernel/events.ts). */
+export function eventContext(request: FastifyRequest): { actor?: string; ip: string } {
+  const actor = request.principal?.username
+  return actor ? { actor, ip: request.facts.ip } : { ip: request.facts.ip }
+}

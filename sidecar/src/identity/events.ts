@@ -5,24 +5,27 @@
  */
 declare module '../kernel/events.js' {
   interface EventMap {
-    user_created: { subject: string; role: string; actor?: string; ip: string }
-    user_login: { subject: string; ip: string; mfa: boolean }
-    user_logout: { subject: string; ip: string }
-    login_failure: { ip: string }
-    login_locked: { ip: string }
+    user_created: { subject: string; role: string; ip: string }
+    /** a session was created: the login is the only way to one */
+    user_login: { actor: string; subject: string; ip: string; mfa: boolean }
+    user_logout: { actor: string; subject: string; ip: string }
+    /** `subject` only when the name typed is an existing user's (what was typed may be a password) */
+    login_failure: { ip: string; outcome: 'failure'; attempt: 'password' | 'code' }
+    /** once, when a lockout begins: the address's lock or the username's first delay (SPEC §7) */
+    login_locked: { ip: string; outcome: 'refused'; locked: 'address' | 'username'; attempt: 'password' | 'code' }
     password_changed: { subject: string; sessions_revoked: number }
-    mfa_enabled: { subject: string }
-    mfa_disabled: { subject: string }
+    mfa_enabled: { actor: string; subject: string; ip: string }
+    mfa_disabled: { actor: string; subject: string; ip: string }
     /** the recovery route turned MFA off for every enrolled user */
     mfa_reset_all: { users: number; ip: string }
     api_token_created: { subject: string; token_hash_prefix: string }
-    api_token_revoked: { actor?: string; subject: string; token_hash_prefix: string }
-    session_revoked: { actor?: string; subject: string; sessions: number }
-    user_role_changed: { actor?: string; subject: string; role: string }
-    user_deleted: { actor?: string; subject: string }
+    api_token_revoked: { subject: string; token_hash_prefix: string }
+    session_revoked: { subject: string; sessions: number }
+    user_role_changed: { subject: string; role: string }
+    user_deleted: { subject: string }
     /** an admin's change of a user other than the role: which fields, never their values (a password) */
-    user_updated: { actor?: string; subject: string; changes: Array<'password' | 'disabled' | 'enabled' | 'mfa_reset' | 'sfw_check'> }
-    settings_changed: { actor?: string; setting: 'allow_guest_jwt' | 'groups' | 'ip_lists'; value?: boolean }
+    user_updated: { subject: string; changes: Array<'password' | 'disabled' | 'enabled' | 'mfa_reset' | 'sfw_check'> }
+    settings_changed: { setting: string; value?: boolean }
   }
 }
 export {}

@@ -13,13 +13,12 @@ import type { Services } from '../services.js'
 export type PasswordCheckServices = Pick<Services, 'throttle' | 'users' | 'passwords' | 'events'>
 
 /** Throws 429 with Retry-After while `key` (a username, `mfa:<user id>`, or null for the IP alone) is throttled. */
-export function refuseIfThrottled(services: Pick<Services, 'throttle' | 'events'>, request: FastifyRequest, key: string | null): void {
+export function refuseIfThrottled(services: Pick<Services, 'throttle'>, request: FastifyRequest, key: string | null): void {
   const verdict = services.throttle.check(request.facts.ip, key)
-  if (!verdict.allowed) throw tooMany(services, request, verdict.retryAfterSeconds)
+  if (!verdict.allowed) throw tooMany(verdict.retryAfterSeconds)
 }
 
-function tooMany(services: Pick<Services, 'events'>, request: FastifyRequest, retryAfterSeconds: number): AuthsvcError {
-  services.events.emit('login_locked', { ip: request.facts.ip })
+function tooMany(retryAfterSeconds: number): AuthsvcError {
   return new AuthsvcError('TOO_MANY_ATTEMPTS', undefined, { 'Retry-After': String(retryAfterSeconds) })
 }
 
@@ -28,14 +27,27 @@ function tooMany(services: Pick<Services, 'events'>, request: FastifyRequest, re
  * locked, or while enough concurrent attempts are already in flight; the
  * outcome is recorded before the reservation is released.
  */
-export async function throttledAttempt(services: Pick<Services, 'throttle' | 'events'>, request: FastifyRequest, key: string, attempt: () => Promise<boolean>): Promise<boolean> {
+export async function throttledAttempt(
+  services: Pick<Services, 'throttle' | 'events'>, request: FastifyRequest, key: string, attempt: () => Promise<boolean>,
+  /** the existing user the attempt was for: named in the lockout event */
+  subject: () => string | undefined = () => undefined,
+): Promise<boolean> {
   const ip = request.facts.ip
   const slot = services.throttle.begin(ip, key)
-  if (!slot.allowed) throw tooMany(services, request, slot.retryAfterSeconds)
+  if (!slot.allowed) throw tooMany(slot.retryAfterSeconds)
   try {
     const ok = await attempt()
     if (ok) await services.throttle.recordSuccess(ip, key)
-    else await services.throttle.recordFailure(ip, key)
+    else {
+      const started = await services.throttle.recordFailure(ip, key)
+      if (started.address || started.username) {
+        const who = subject()
+        services.events.emit('login_locked', {
+          ...(who ? { subject: who } : {}), ip, outcome: 'refused',
+          locked: started.address ? 'address' : 'username', attempt: key.startsWith('mfa:') ? 'code' : 'password',
+        })
+      }
+    }
     return ok
   } finally {
     slot.release()
@@ -52,9 +64,10 @@ export async function checkPassword(services: PasswordCheckServices, request: Fa
     user = services.users.byUsername(username)
     const valid = user ? await services.passwords.verify(user.password_hash, password) : await services.passwords.verifyDummy(password)
     return valid && user !== undefined && !user.disabled
-  })
+  }, () => user?.username)
   if (!ok || !user) {
-    services.events.emit('login_failure', { ip: request.facts.ip })
+    // named only when such a user exists: what was typed may be a password in the wrong field
+    services.events.emit('login_failure', { ...(user ? { subject: user.username } : {}), ip: request.facts.ip, outcome: 'failure', attempt: 'password' })
     throw new AuthsvcError('INVALID_CREDENTIALS')
   }
   return user
@@ -82,8 +95,9 @@ export function mfaStep(services: Pick<Services, 'mfa' | 'roles'>, user: UserRec
 export async function checkSecondFactor(services: Pick<Services, 'throttle' | 'mfa' | 'events'>, request: FastifyRequest, user: UserRecord, factor: SecondFactor, tempId?: string): Promise<void> {
   refuseIfThrottled(services, request, mfaKey(user.user_id))
   if (!factor.code && !factor.backup_code) throw new AuthsvcError('MFA_REQUIRED', 'A code or a backup code is required')
-  const ok = await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.verify(user.user_id, factor))
+  const ok = await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.verify(user.user_id, factor), () => user.username)
   if (!ok) {
+    services.events.emit('login_failure', { subject: user.username, ip: request.facts.ip, outcome: 'failure', attempt: 'code' })
     if (tempId) services.mfa.failTempToken(tempId)
     throw new AuthsvcError('MFA_INVALID_CODE')
   }

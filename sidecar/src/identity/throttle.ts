@@ -29,6 +29,12 @@ import { Collection, type CollectionOptions } from '../store/collection.js'
 import type { KeyValueStore } from '../store/kv.js'
 import type { Clock } from '../kernel/clock.js'
 
+/** What one failure started: the address's lock, the username's delays (each true once per lockout). */
+export interface LockStart {
+  address: boolean
+  username: boolean
+}
+
 export interface ThrottleLimits {
   addressMaxFailures: number
   addressWindowMs: number
@@ -156,22 +162,30 @@ export class Throttle {
     return this.inFlight.get(key) ?? 0
   }
 
-  /** Counts a failed attempt against the address and, if given, the username. Settles once durable. */
-  async recordFailure(ip: string, username: string | null): Promise<void> {
+  /**
+   * Counts a failed attempt against the address and, if given, the username. Settles once durable,
+   * with what this failure started: the address's lock, or the username's first delay (a lockout
+   * is reported once, when it begins, not on each refused attempt during it).
+   */
+  async recordFailure(ip: string, username: string | null): Promise<LockStart> {
     const now = this.clock()
     const { addressMaxFailures, addressWindowMs, addressLockMs } = this.limits
     const key = addressKey(ip)
     const previous = this.addressRecord(key)
     const recent = (previous?.failures_ms ?? []).filter((t) => now - t < addressWindowMs)
     const failures = [...recent, now].slice(-addressMaxFailures)
+    const wasLocked = (previous?.locked_until_ms ?? 0) > now
     const locked = failures.length >= addressMaxFailures ? now + addressLockMs : (previous?.locked_until_ms ?? 0)
+    const started: LockStart = { address: !wasLocked && locked > now, username: false }
     const writes = [this.write(this.addressOrder, { key, failures_ms: failures, locked_until_ms: locked }, now)]
     if (username !== null) {
       const ukey = usernameKey(username)
       const count = (this.liveUsername(ukey, now)?.failures ?? 0) + 1
+      started.username = count === this.limits.usernameFreeFailures
       writes.push(this.write(this.usernameOrder, { key: ukey, failures: count, last_failure_ms: now }, now))
     }
     await Promise.all([...writes, ...this.prune(now)])
+    return started
   }
 
   /** Resets the username after a successful attempt; the address window stays as it is. */

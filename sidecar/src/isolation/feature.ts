@@ -26,8 +26,9 @@ import { FilterPool } from './filter-pool.js'
 import type { BehaviourDeps } from './behaviours/deps.js'
 import { applyHostEvent, hostPromptsReport } from './host-events.js'
 import { LiveSockets } from './live-sockets.js'
+import './events.js'
 
-export type IsolationServices = Pick<Services, 'config' | 'clock' | 'ownership' | 'clientIds' | 'host' | 'sessions' | 'tokens' | 'users'>
+export type IsolationServices = Pick<Services, 'config' | 'clock' | 'events' | 'ownership' | 'clientIds' | 'host' | 'sessions' | 'tokens' | 'users'>
 
 export interface IsolationFeature extends Feature {
   /** the WebSockets let through, by tag; from bind on */
@@ -61,7 +62,7 @@ export function isolationFeature(services: IsolationServices, log: FastifyBaseLo
       /** Every owner's prompts queued or running, for the plugin's edit of WebSocket `status` frames (absent: 0). */
       const queueChanged = (seq: number): void => kernel.push({ type: 'queue_counts', seq, counts: ownership.remainingByOwner() })
       const deps: BehaviourDeps & ModelDeps = {
-        config: services.config, clock: services.clock, ownership, clientIds: services.clientIds, liveSockets, host: services.host, filters, models: models(),
+        config: services.config, clock: services.clock, events: services.events, ownership, clientIds: services.clientIds, liveSockets, host: services.host, filters, models: models(),
       }
       return {
         behaviours: [

@@ -27,6 +27,8 @@ export interface DecideInput<S = never> {
   desc: RequestDescription
   principal: Principal
   pass: PassDecision
+  /** the client's address (after trusted proxies), for the events a behaviour emits */
+  ip: string
   owner: string
   /** sees and acts on everything: an admin, or anyone while users are not separated */
   seesAll: boolean

@@ -12,7 +12,8 @@
  * Guarantees:
  * - `emit` never throws and never waits: listeners run synchronously, in the order they were
  *   added; a listener that throws (or whose promise rejects) is logged and the others still run;
- * - every record carries the kind and the time (the injected clock) besides its own fields;
+ * - every record carries the kind, the time (the injected clock) and an outcome besides its own
+ *   fields, and `actor`, `subject`, `ip` where they are known (EventCommon);
  * - a record holds no secret: emitters pass hash prefixes, never tokens (the log listener's
  *   redaction is the second line, not the first).
  */
@@ -20,11 +21,30 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { Clock } from './clock.js'
 
 /** Each event kind → its own fields. Features add their kinds by declaration merging. */
-// eslint-disable-next-line @typescript-eslint/no-empty-interface
-export interface EventMap {}
+export interface EventMap {
+  /** the sidecar is ready to decide (a start, a restart, or a standby taking over) */
+  server_started: { version: string; users: number }
+}
 
 export type EventKind = keyof EventMap & string
-export type EventRecord<K extends EventKind = EventKind> = { kind: K; at: number } & EventMap[K]
+
+/** How it ended: done, tried and failed (a wrong password), or refused by a rule (a lockout, a denied prompt). */
+export type EventOutcome = 'success' | 'failure' | 'refused'
+
+/**
+ * What every record may carry besides its own fields: `actor` who did it (a username; absent for
+ * an anonymous client or the service itself), `subject` whom it concerns (a username), `ip` the
+ * client's address, `outcome` (default `success`). The audit log indexes these four.
+ */
+export interface EventCommon {
+  actor?: string
+  subject?: string
+  ip?: string
+  outcome?: EventOutcome
+}
+
+export type EventFields<K extends EventKind> = EventMap[K] & EventCommon
+export type EventRecord<K extends EventKind = EventKind> = { kind: K; at: number; outcome: EventOutcome } & EventFields<K>
 type Listener<K extends EventKind> = (record: EventRecord<K>) => void | Promise<void>
 
 export class Events {
@@ -44,8 +64,8 @@ export class Events {
     this.any.push(listener)
   }
 
-  emit<K extends EventKind>(kind: K, fields: EventMap[K]): void {
-    const record = { ...(fields as object), kind, at: this.clock() } as EventRecord<K>
+  emit<K extends EventKind>(kind: K, fields: EventFields<K>): void {
+    const record = { outcome: 'success', ...(fields as object), kind, at: this.clock() } as EventRecord<K>
     for (const listener of [...(this.byKind.get(kind) ?? []), ...this.any]) {
       try {
         const done = listener(record as EventRecord)

@@ -15,6 +15,7 @@
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
+import { eventContext } from '../access/request-context.js'
 import { AuthsvcError } from '../kernel/errors.js'
 import { listFolderNow, modelFoldersOf, type ModelCache } from './model-cache.js'
 import type { ModelGrantRecord } from './model-grants.js'
@@ -65,7 +66,7 @@ export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants
     })
     app.post('/api/model-cache/refresh', { config: { auth: 'admin' } }, async (request) => {
       await cache.refresh()
-      services.events.emit('model_cache_refreshed', { actor: request.principal?.username, folders: cache.folderNames().length, items: cache.itemsCount })
+      services.events.emit('model_cache_refreshed', { ...eventContext(request), folders: cache.folderNames().length, items: cache.itemsCount })
       return { status: 'ok', folders_count: cache.folderNames().length, items_count: cache.itemsCount, refreshed_at_iso: new Date(cache.refreshedAt).toISOString() }
     })
 
@@ -83,7 +84,7 @@ export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants
         granted_by: request.principal?.username ?? '',
         created_at_iso: new Date(services.clock()).toISOString(),
       })
-      services.events.emit('model_granted', { actor: request.principal?.username, subject: user.username, folder, item_name })
+      services.events.emit('model_granted', { ...eventContext(request), subject: user.username, folder, item_name })
       return grantsOf(user)
     })
 
@@ -95,7 +96,7 @@ export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants
         if (!knownFolder(folder)) throw new AuthsvcError('VALIDATION_FAILED', `Unknown model folder: ${folder}`)
         if (!(await itemExists(folder, item_name))) throw new AuthsvcError('VALIDATION_FAILED', `Unknown item in ${folder}: ${item_name}`)
       } else {
-        services.events.emit('model_revoked', { actor: request.principal?.username, subject: user.username, folder, item_name })
+        services.events.emit('model_revoked', { ...eventContext(request), subject: user.username, folder, item_name })
       }
       return grantsOf(user)
     })

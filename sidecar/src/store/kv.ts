@@ -18,6 +18,8 @@ export interface KeyValueStore {
   /** every entry whose key starts with `${kind}:` */
   entries<T>(kind: string): Promise<Array<[string, T]>>
   close(): Promise<void>
+  /** the sqlite file's own statements (tables beside keyv's: the audit log); absent on other stores */
+  sql?(statement: string, ...params: unknown[]): Promise<unknown[]>
 }
 
 export function sqlitePath(config: Config, dataDir: string): string {
@@ -57,6 +59,9 @@ export async function openSqliteStore(path: string): Promise<KeyValueStore> {
     },
     async close() {
       await keyv.disconnect()
+    },
+    async sql(statement, ...params) {
+      return (await adapter.query(statement, ...params)) as unknown[]
     },
   }
 }

@@ -10,7 +10,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AuthsvcError } from '../../kernel/errors.js'
 import { passwordProblem } from '../passwords.js'
-import { requireUser } from '../../access/request-context.js'
+import { eventContext, requireUser } from '../../access/request-context.js'
 import { checkPassword } from '../password-check.js'
 import type { Services } from '../../services.js'
 
@@ -41,7 +41,7 @@ export function accountRoutes(services: AccountRouteServices) {
       if (body.new_password === body.current_password) throw new AuthsvcError('VALIDATION_FAILED', 'new_password: the new password is the current one')
       await services.users.update(user.user_id, { password_hash: await services.passwords.hash(body.new_password) })
       const revoked = await services.sessions.revokeAllForUser(user.user_id, principal.credentialId)
-      services.events.emit('password_changed', { subject: user.username, sessions_revoked: revoked })
+      services.events.emit('password_changed', { ...eventContext(request), subject: user.username, sessions_revoked: revoked })
       return { message: 'Password changed', sessions_revoked: revoked }
     })
   }

@@ -11,6 +11,7 @@ import { AuthsvcError } from '../../kernel/errors.js'
 import { tokenHashPrefix } from '../api-tokens.js'
 import type { UserRecord } from '../users.js'
 import type { Services } from '../../services.js'
+import { eventContext } from '../../access/request-context.js'
 
 const TokenPrefix = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 }) }, { additionalProperties: false })
 
@@ -54,14 +55,14 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
       const record = services.sessions.get(jti)
       if (!record || record.user_id !== user.user_id || record.revoked) throw new AuthsvcError('NOT_FOUND', 'Session not found')
       await services.sessions.revoke(jti)
-      services.events.emit('session_revoked', { actor: request.principal?.username, subject: user.username, sessions: 1 })
+      services.events.emit('session_revoked', { ...eventContext(request), subject: user.username, sessions: 1 })
       return { status: 'ok' }
     })
 
     app.delete('/api/users/:target_user/sessions', { config: { auth: 'admin' } }, async (request) => {
       const user = services.users.find((request.params as { target_user: string }).target_user)
       const revoked = await services.sessions.revokeAllForUser(user.user_id)
-      services.events.emit('session_revoked', { actor: request.principal?.username, subject: user.username, sessions: revoked })
+      services.events.emit('session_revoked', { ...eventContext(request), subject: user.username, sessions: revoked })
       return { status: 'ok', revoked }
     })
 
@@ -74,7 +75,7 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
       const user = services.users.find((request.params as { target_user: string }).target_user)
       const prefix = tokenHashPrefix(request.body.token_hash_prefix)
       await services.tokens.revokeByPrefix(user.user_id, prefix)
-      services.events.emit('api_token_revoked', { actor: request.principal?.username, subject: user.username, token_hash_prefix: prefix.slice(0, 8) })
+      services.events.emit('api_token_revoked', { ...eventContext(request), subject: user.username, token_hash_prefix: prefix.slice(0, 8) })
       return { message: 'Token revoked.' }
     })
   }

@@ -17,6 +17,7 @@ import { ipListsProblems } from '../../access/ip-lists.js'
 import { validateGroups, type GroupMap } from '../../access/roles.js'
 import type { IpListsSetting } from '../../store/settings.js'
 import type { Services } from '../../services.js'
+import { eventContext } from '../../access/request-context.js'
 
 const UserPatch = Type.Object(
   {
@@ -75,7 +76,7 @@ export function adminRoutes(services: AdminRouteServices) {
       const { allow_guest_jwt } = request.body
       // turning guest login off narrows (at once, retried); turning it on widens (once stored)
       await services.settings.set('allow_guest_jwt', allow_guest_jwt, allow_guest_jwt ? 'widens' : 'narrows')
-      services.events.emit('settings_changed', { actor: request.principal?.username, setting: 'allow_guest_jwt', value: allow_guest_jwt })
+      services.events.emit('settings_changed', { ...eventContext(request), setting: 'allow_guest_jwt', value: allow_guest_jwt })
       return { allow_guest_jwt }
     })
 
@@ -91,7 +92,7 @@ export function adminRoutes(services: AdminRouteServices) {
       const current = etagOf(services.roles.snapshot())
       if (!ifMatchAdmits(request.headers['if-match'], current)) throw staleVersion(current)
       services.roles.replace(result.groups as GroupMap)
-      services.events.emit('settings_changed', { actor: request.principal?.username, setting: 'groups' })
+      services.events.emit('settings_changed', { ...eventContext(request), setting: 'groups' })
       const groups = services.roles.snapshot()
       reply.header('ETag', etagOf(groups))
       return { groups }
@@ -101,8 +102,8 @@ export function adminRoutes(services: AdminRouteServices) {
 
     app.put('/api/users/:target_user', { config: { auth: 'admin' }, schema: { body: UserPatch } }, async (request) => {
       const { user, roleChanged } = await administration.patch((request.params as TargetUser).target_user, request.body)
-      const actor = request.principal?.username
-      if (roleChanged) services.events.emit('user_role_changed', { actor, subject: user.username, role: user.role })
+      const context = eventContext(request)
+      if (roleChanged) services.events.emit('user_role_changed', { ...context, subject: user.username, role: user.role })
       const body = request.body
       const changes = [
         ...(body.password !== undefined ? ['password' as const] : []),
@@ -110,13 +111,13 @@ export function adminRoutes(services: AdminRouteServices) {
         ...(body.mfa_reset === true ? ['mfa_reset' as const] : []),
         ...(body.sfw_check !== undefined ? ['sfw_check' as const] : []),
       ]
-      if (changes.length > 0) services.events.emit('user_updated', { actor, subject: user.username, changes })
+      if (changes.length > 0) services.events.emit('user_updated', { ...context, subject: user.username, changes })
       return { status: 'ok', user: publicUser(user) }
     })
 
     app.delete('/api/users/:target_user', { config: { auth: 'admin' } }, async (request) => {
       const user = await administration.delete((request.params as TargetUser).target_user)
-      services.events.emit('user_deleted', { actor: request.principal?.username, subject: user.username })
+      services.events.emit('user_deleted', { ...eventContext(request), subject: user.username })
       return { status: 'ok', message: `User ${user.username} deleted` }
     })
 
@@ -133,7 +134,7 @@ export function adminRoutes(services: AdminRouteServices) {
       const stored = await services.settings.compareAndSet('ip_lists', (current) => ifMatchAdmits(ifMatch, etagOf(current)), lists)
       if (!stored) throw staleVersion(etagOf(services.settings.get('ip_lists')))
       services.ipGate.update(lists)
-      services.events.emit('settings_changed', { actor: request.principal?.username, setting: 'ip_lists' })
+      services.events.emit('settings_changed', { ...eventContext(request), setting: 'ip_lists' })
       reply.header('ETag', etagOf(lists))
       return lists
     })

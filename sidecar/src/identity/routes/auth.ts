@@ -15,6 +15,7 @@ import { clearSessionCookie, safeRedirectPath, setSessionCookie } from '../sessi
 import { checkPassword, mfaStep, refuseIfThrottled } from '../password-check.js'
 import { sendLogoutConfirmation } from '../../pages/routes.js'
 import type { Services } from '../../services.js'
+import { eventContext } from '../../access/request-context.js'
 
 const Flag = Type.Union([Type.Boolean(), Type.String({ maxLength: 8 })])
 const truthy = (v: unknown): boolean => v === true || v === 'true' || v === 'on' || v === '1'
@@ -64,7 +65,7 @@ export function authRoutes(services: AuthRouteServices) {
       if (services.users.byUsername(body.username)) throw new AuthsvcError('CONFLICT', 'Username already exists')
       const hash = await services.passwords.hash(body.password)
       const user = await services.users.create({ username: body.username, role, password_hash: hash }, new Date(services.clock()))
-      services.events.emit('user_created', { subject: user.username, role, actor: request.principal?.username, ip: request.facts.ip })
+      services.events.emit('user_created', { ...eventContext(request), subject: user.username, role })
       return reply.code(201).send({ message: 'User registered', username: user.username, role: user.role })
     }))
 
@@ -97,7 +98,7 @@ export function authRoutes(services: AuthRouteServices) {
       const { token } = issued
       const remembered = rememberMe && subject.user_id !== GUEST_SUBJECT
       setSessionCookie(request, reply, token, remembered, services.sessions.lifetimeSeconds)
-      services.events.emit('user_login', { subject: subject.username, ip: request.facts.ip, mfa: false })
+      services.events.emit('user_login', { actor: subject.username, subject: subject.username, ip: request.facts.ip, mfa: false })
       if (request.facts.isNavigation) return reply.code(302).header('Location', redirectUrl).send()
       return { message: 'Login successful', jwt_token: token, redirect_url: redirectUrl, remember_me: remembered }
     })
@@ -107,7 +108,7 @@ export function authRoutes(services: AuthRouteServices) {
       // the cookie goes even when the store fails (503): the revocation already holds in memory
       clearSessionCookie(request, reply)
       if (principal?.authType === 'session' && principal.credentialId) await services.sessions.revoke(principal.credentialId)
-      if (principal?.username) services.events.emit('user_logout', { subject: principal.username, ip: request.facts.ip })
+      if (principal?.username) services.events.emit('user_logout', { actor: principal.username, subject: principal.username, ip: request.facts.ip })
       if (request.facts.isNavigation) return reply.code(302).header('Location', '/login').send()
       return { message: 'Logged out' }
     }

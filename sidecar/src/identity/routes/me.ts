@@ -4,7 +4,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AuthsvcError } from '../../kernel/errors.js'
 import { PERMISSION_KEYS, can } from '../principal.js'
-import { requireUser } from '../../access/request-context.js'
+import { eventContext, requireUser } from '../../access/request-context.js'
 import type { Services } from '../../services.js'
 
 export function meRoutes(services: Pick<Services, 'sessions' | 'events'>) {
@@ -44,7 +44,7 @@ export function meRoutes(services: Pick<Services, 'sessions' | 'events'>) {
       const record = services.sessions.get(jti)
       if (!record || record.user_id !== p.userId || record.revoked) throw new AuthsvcError('NOT_FOUND', 'Session not found')
       await services.sessions.revoke(jti)
-      services.events.emit('session_revoked', { actor: p.username, subject: p.username, sessions: 1 })
+      services.events.emit('session_revoked', { ...eventContext(request), subject: p.username, sessions: 1 })
       return { status: 'ok' }
     })
 

@@ -78,11 +78,11 @@ export function mfaRoutes(services: MfaRouteServices) {
         throw new AuthsvcError('MFA_INVALID_CODE')
       }
       await services.users.update(user.user_id, { mfa_enabled: true })
-      services.events.emit('mfa_enabled', { subject: user.username })
+      services.events.emit('mfa_enabled', { actor: user.username, subject: user.username, ip: request.facts.ip })
       if (tempId && temp) {
         services.mfa.consumeTempToken(tempId)
         const jwt_token = await issueSession(request, reply, user, temp.rememberMe)
-        services.events.emit('user_login', { subject: user.username, ip: request.facts.ip, mfa: true })
+        services.events.emit('user_login', { actor: user.username, subject: user.username, ip: request.facts.ip, mfa: true })
         return { message: 'MFA enabled', jwt_token, redirect_url: temp.redirectUrl }
       }
       return { message: 'MFA enabled' }
@@ -96,7 +96,7 @@ export function mfaRoutes(services: MfaRouteServices) {
       await checkSecondFactor(services, request, user, body, temp.id)
       services.mfa.consumeTempToken(temp.id)
       const jwt_token = await issueSession(request, reply, user, temp.rememberMe)
-      services.events.emit('user_login', { subject: user.username, ip: request.facts.ip, mfa: true })
+      services.events.emit('user_login', { actor: user.username, subject: user.username, ip: request.facts.ip, mfa: true })
       return { message: 'Login successful', jwt_token, redirect_url: temp.redirectUrl }
     })
 
@@ -109,7 +109,7 @@ export function mfaRoutes(services: MfaRouteServices) {
       await checkSecondFactor(services, request, user, request.body)
       await services.resetMfa(user.user_id)
       await services.sessions.revokeAllForUser(user.user_id, p.credentialId)
-      services.events.emit('mfa_disabled', { subject: user.username })
+      services.events.emit('mfa_disabled', { actor: user.username, subject: user.username, ip: request.facts.ip })
       return { message: 'MFA disabled' }
     })
 

@@ -9,7 +9,7 @@ import { AuthsvcError } from '../../kernel/errors.js'
 import { tokenHashPrefix } from '../api-tokens.js'
 import { can } from '../principal.js'
 import type { UserRecord } from '../users.js'
-import { requireUser } from '../../access/request-context.js'
+import { eventContext, requireUser } from '../../access/request-context.js'
 import { checkPassword, checkSecondFactor, mfaStep } from '../password-check.js'
 import type { Services } from '../../services.js'
 
@@ -68,7 +68,7 @@ export function generateTokenHandler(services: TokenRouteServices) {
     if (!(hours > 0)) throw new AuthsvcError('VALIDATION_FAILED', 'expire_hours must be positive')
     if (hours > maxHours) throw new AuthsvcError('VALIDATION_FAILED', `expire_hours must be at most ${maxHours}`)
     const { token, record } = await services.tokens.issue(user.user_id, body.label ?? '', hours)
-    services.events.emit('api_token_created', { subject: user.username, token_hash_prefix: record.hash.slice(0, 8) })
+    services.events.emit('api_token_created', { actor: request.principal?.username ?? user.username, subject: user.username, ip: request.facts.ip, token_hash_prefix: record.hash.slice(0, 8) })
     return {
       message: 'API token created.',
       token,
@@ -103,7 +103,7 @@ export function tokenRoutes(services: TokenRouteServices) {
       const principal = requireUser(request)
       const prefix = tokenHashPrefix(request.body.token_hash_prefix)
       await services.tokens.revokeByPrefix(principal.userId, prefix)
-      services.events.emit('api_token_revoked', { actor: principal.username, subject: principal.username, token_hash_prefix: prefix.slice(0, 8) })
+      services.events.emit('api_token_revoked', { ...eventContext(request), subject: principal.username, token_hash_prefix: prefix.slice(0, 8) })
       return { message: 'Token revoked.' }
     })
   }

@@ -27,6 +27,15 @@ export const NtfySchema = Type.Object(
   { additionalProperties: false, default: {} },
 )
 
+/** The audit log (audit/audit-log.ts): events older than `retention_days` or beyond the newest `max_events` are removed. */
+export const AuditSchema = Type.Object(
+  {
+    retention_days: Type.Integer({ minimum: 1, maximum: 3650, default: 90 }),
+    max_events: Type.Integer({ minimum: 1000, maximum: 10000000, default: 100000 }),
+  },
+  { additionalProperties: false, default: {} },
+)
+
 export const ModelDownloadSchema = Type.Object(
   {
     civitai_base_url: Type.String({ default: 'https://civitai.com' }),
@@ -73,6 +82,7 @@ export const ConfigSchema = Type.Object(
     admin_route_patterns: Type.Array(Type.String({ pattern: '^/' }), { default: [] }),
     argon2: Argon2Schema,
     ntfy: NtfySchema,
+    audit: AuditSchema,
     model_download: ModelDownloadSchema,
     nsfw: NsfwSchema,
     store: StoreSchema,

@@ -1,0 +1,259 @@
+/**
+ * The audit log: every event of the stream (kernel/events.ts), stored append-only in a table of
+ * its own beside keyv's in the sqlite file, read back by user, kind and time.
+ *
+ * Guarantees:
+ * - `append` never waits and never throws: records are buffered and written in batches (one
+ *   multi-row INSERT, atomic by itself) off the emitter's path; a read (`query`, `usernames`)
+ *   first writes what is buffered, so an answer after an action shows it;
+ * - bounded: the buffer holds at most `maxBuffered` records while the store refuses writes (the
+ *   oldest are dropped first and counted in `dropped`); the table keeps events for
+ *   `retention_days` and at most `max_events` of them (config `audit`), pruned at start, hourly
+ *   and after every 1000 appends;
+ * - no secret: records carry none by construction (emitters pass hash prefixes); a field named
+ *   like a credential is dropped here all the same, as the second line;
+ * - `encryption_level: all`: the details column is sealed (field-crypto.ts); the columns the
+ *   reads filter on (time, kind, actor, subject, address, outcome) stay readable, as keyv's keys do.
+ */
+import type { FastifyBaseLogger } from 'fastify'
+import type { EventOutcome, EventRecord } from '../kernel/events.js'
+import type { FieldCipher } from '../store/field-crypto.js'
+
+/** One stored event, as the consoles and the audit view answer it. */
+export interface AuditEntry {
+  seq: number
+  at: number
+  kind: string
+  actor: string | null
+  subject: string | null
+  ip: string | null
+  outcome: EventOutcome
+  /** the record's own fields (a setting's name, a token's hash prefix, a refusal's code) */
+  details: Record<string, unknown>
+}
+
+export interface AuditFilter {
+  /** events this user did or that concern them (actor or subject) */
+  user?: string
+  kinds?: readonly string[]
+  /** inclusive bounds, ms since the epoch */
+  since?: number
+  until?: number
+  /** paging: only events older than this sequence number */
+  before?: number
+  limit: number
+}
+
+/** The append-only log the consoles and the audit view read (issue 28 gives it other backends). */
+export interface AuditLog {
+  append(record: EventRecord): void
+  /** newest first */
+  query(filter: AuditFilter): Promise<AuditEntry[]>
+  /** every name that is an actor or a subject of a stored event, sorted */
+  usernames(): Promise<string[]>
+  /** removes what the retention rules say is too old or too many; answers how many */
+  prune(): Promise<number>
+  /** records dropped because the buffer was full while the store refused writes */
+  readonly dropped: number
+  flush(): Promise<void>
+  close(): Promise<void>
+}
+
+export interface AuditLimits {
+  retentionDays: number
+  maxEvents: number
+  maxBuffered?: number
+}
+
+type Sql = (statement: string, ...params: unknown[]) => Promise<unknown[]>
+
+const COMMON = new Set(['kind', 'at', 'actor', 'subject', 'ip', 'outcome'])
+/** never stored, whatever an emitter passes (the first line is the emitters') */
+const SECRET_FIELDS = new Set(['password', 'new_password', 'current_password', 'token', 'jwt_token', 'api_token', 'secret', 'code_value', 'backup_code', 'mfa_temp_token', 'totp_secret'])
+const ROWS_PER_INSERT = 100
+const DAY_MS = 24 * 60 * 60 * 1000
+const SEALED_CONTEXT = 'audit:details'
+
+interface Row {
+  seq: number
+  at: number
+  kind: string
+  actor: string | null
+  subject: string | null
+  ip: string | null
+  outcome: string
+  details: string
+}
+
+export class SqliteAuditLog implements AuditLog {
+  private buffer: EventRecord[] = []
+  private writing: Promise<void> | null = null
+  private scheduled = false
+  private sinceprune = 0
+  private failing = false
+  dropped = 0
+
+  private constructor(
+    private readonly sql: Sql,
+    private readonly limits: Required<AuditLimits>,
+    private readonly clock: () => number,
+    private readonly log: Pick<FastifyBaseLogger, 'warn' | 'error'>,
+    private readonly cipher: FieldCipher | null,
+  ) {}
+
+  static async open(sql: Sql, limits: AuditLimits, clock: () => number, log: Pick<FastifyBaseLogger, 'warn' | 'error'>, cipher: FieldCipher | null): Promise<SqliteAuditLog> {
+    await sql(`CREATE TABLE IF NOT EXISTS authsvc_audit (
+      seq INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, kind TEXT NOT NULL,
+      actor TEXT, subject TEXT, ip TEXT, outcome TEXT NOT NULL, details TEXT NOT NULL)`)
+    await sql('CREATE INDEX IF NOT EXISTS authsvc_audit_at ON authsvc_audit (at)')
+    await sql('CREATE INDEX IF NOT EXISTS authsvc_audit_actor ON authsvc_audit (actor, seq)')
+    await sql('CREATE INDEX IF NOT EXISTS authsvc_audit_subject ON authsvc_audit (subject, seq)')
+    await sql('CREATE INDEX IF NOT EXISTS authsvc_audit_kind ON authsvc_audit (kind, seq)')
+    const audit = new SqliteAuditLog(sql, { maxBuffered: 10_000, ...limits }, clock, log, cipher)
+    await audit.prune()
+    return audit
+  }
+
+  append(record: EventRecord): void {
+    this.buffer.push(record)
+    if (this.buffer.length > this.limits.maxBuffered) {
+      this.buffer.shift()
+      this.dropped++
+    }
+    if (!this.scheduled) {
+      this.scheduled = true
+      setImmediate(() => {
+        this.scheduled = false
+        void this.flush().catch(() => {})
+      })
+    }
+  }
+
+  /** Writes what is buffered; rejects (and keeps the records) while the store refuses. */
+  async flush(): Promise<void> {
+    while (this.writing) await this.writing.catch(() => {})
+    if (this.buffer.length === 0) return
+    const batch = this.buffer
+    this.buffer = []
+    this.writing = this.write(batch).then(
+      () => {
+        if (this.failing) this.log.warn({ records: batch.length }, 'the audit log is written again')
+        this.failing = false
+      },
+      (err: unknown) => {
+        // back in front, in order; the bound still holds
+        this.buffer = [...batch, ...this.buffer]
+        while (this.buffer.length > this.limits.maxBuffered) {
+          this.buffer.shift()
+          this.dropped++
+        }
+        if (!this.failing) this.log.error({ err, buffered: this.buffer.length }, 'the audit log cannot be written; events are kept in memory (bounded) until it can')
+        this.failing = true
+        throw err
+      },
+    )
+    try {
+      await this.writing
+    } finally {
+      this.writing = null
+    }
+    this.sinceprune += batch.length
+    if (this.sinceprune >= 1000) {
+      this.sinceprune = 0
+      await this.prune()
+    }
+  }
+
+  private async write(batch: EventRecord[]): Promise<void> {
+    for (let i = 0; i < batch.length; i += ROWS_PER_INSERT) {
+      const slice = batch.slice(i, i + ROWS_PER_INSERT)
+      const params: unknown[] = []
+      for (const record of slice) {
+        const details: Record<string, unknown> = {}
+        for (const [key, value] of Object.entries(record)) {
+          if (!COMMON.has(key) && !SECRET_FIELDS.has(key) && value !== undefined) details[key] = value
+        }
+        const json = JSON.stringify(details)
+        params.push(
+          record.at, record.kind, record.actor ?? null, record.subject ?? null, record.ip ?? null, record.outcome,
+          this.cipher ? this.cipher.encrypt(json, SEALED_CONTEXT) : json,
+        )
+      }
+      const values = slice.map(() => '(?, ?, ?, ?, ?, ?, ?)').join(', ')
+      await this.sql(`INSERT INTO authsvc_audit (at, kind, actor, subject, ip, outcome, details) VALUES ${values}`, ...params)
+    }
+  }
+
+  async query(filter: AuditFilter): Promise<AuditEntry[]> {
+    await this.flush().catch(() => {}) // what cannot be written yet is not shown yet
+    const where: string[] = []
+    const params: unknown[] = []
+    if (filter.user !== undefined) {
+      where.push('(actor = ? OR subject = ?)')
+      params.push(filter.user, filter.user)
+    }
+    if (filter.kinds !== undefined && filter.kinds.length > 0) {
+      where.push(`kind IN (${filter.kinds.map(() => '?').join(', ')})`)
+      params.push(...filter.kinds)
+    }
+    if (filter.since !== undefined) {
+      where.push('at >= ?')
+      params.push(filter.since)
+    }
+    if (filter.until !== undefined) {
+      where.push('at <= ?')
+      params.push(filter.until)
+    }
+    if (filter.before !== undefined) {
+      where.push('seq < ?')
+      params.push(filter.before)
+    }
+    const clause = where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''
+    const rows = (await this.sql(`SELECT * FROM authsvc_audit ${clause} ORDER BY seq DESC LIMIT ?`, ...params, filter.limit)) as Row[]
+    return rows.map((row) => this.entry(row))
+  }
+
+  private entry(row: Row): AuditEntry {
+    let details: Record<string, unknown> = {}
+    try {
+      details = JSON.parse(this.cipher ? this.cipher.decrypt(row.details, SEALED_CONTEXT) : row.details) as Record<string, unknown>
+    } catch {
+      details = { unreadable: true } // sealed under another key (a changed secret), or written before `all`
+    }
+    return { seq: row.seq, at: row.at, kind: row.kind, actor: row.actor, subject: row.subject, ip: row.ip, outcome: row.outcome as EventOutcome, details }
+  }
+
+  async usernames(): Promise<string[]> {
+    await this.flush().catch(() => {})
+    const rows = (await this.sql(
+      'SELECT actor AS name FROM authsvc_audit WHERE actor IS NOT NULL UNION SELECT subject FROM authsvc_audit WHERE subject IS NOT NULL ORDER BY name',
+    )) as Array<{ name: string }>
+    return rows.map((row) => row.name).filter((name) => name !== '')
+  }
+
+  async prune(): Promise<number> {
+    const [{ before }] = (await this.sql('SELECT COUNT(*) AS before FROM authsvc_audit')) as Array<{ before: number }>
+    await this.sql('DELETE FROM authsvc_audit WHERE at < ?', this.clock() - this.limits.retentionDays * DAY_MS)
+    await this.sql(
+      'DELETE FROM authsvc_audit WHERE seq <= (SELECT seq FROM authsvc_audit ORDER BY seq DESC LIMIT 1 OFFSET ?)',
+      this.limits.maxEvents,
+    )
+    const [{ after }] = (await this.sql('SELECT COUNT(*) AS after FROM authsvc_audit')) as Array<{ after: number }>
+    return before - after
+  }
+
+  async close(): Promise<void> {
+    await this.flush().catch(() => {})
+  }
+}
+
+/** One line of a console: time, kind, outcome when not a success, who, on whom, from where, the details. */
+export function consoleLine(entry: AuditEntry): string {
+  const parts = [new Date(entry.at).toISOString(), entry.kind]
+  if (entry.outcome !== 'success') parts.push(`[${entry.outcome}]`)
+  if (entry.actor) parts.push(`by ${entry.actor}`)
+  if (entry.subject && entry.subject !== entry.actor) parts.push(`on ${entry.subject}`)
+  if (entry.ip) parts.push(`from ${entry.ip}`)
+  for (const [key, value] of Object.entries(entry.details)) parts.push(`${key}=${typeof value === 'string' ? value : JSON.stringify(value)}`)
+  return parts.join(' ')
+}
