@@ -2,6 +2,7 @@
 // password. Every change is one request to the service's own API; the lists are read again
 // after each change, so the page shows what the service holds, not what the script guessed.
 import { $, ApiError, api, copyText, el, onSubmit, say, when } from './common.js'
+import { EVENT_NAMES } from './admin-audit.js'
 
 const call = (path, options = {}) => api(path, { ...options, sessionPage: true })
 const digits = (value) => String(value || '').replace(/\s/g, '')
@@ -125,7 +126,22 @@ onSubmit($('#password-form'), async (data) => {
   await loadSessions()
 })
 
+// ---- recent activity (GET /authsvc/me/console: newest last; shown newest first)
+
+const ACTIVITY_SHOWN = 20
+async function loadActivity() {
+  const { data } = await call(`/authsvc/me/console?limit=${ACTIVITY_SHOWN}`)
+  const rows = [...data.events].reverse().map((e) => {
+    const by = e.actor && e.actor !== e.subject ? ` by ${e.actor}` : ''
+    const outcome = e.outcome === 'success' ? '' : ` (${e.outcome})`
+    const extra = e.details.code ? ` — ${e.details.code}` : e.details.setting ? ` — ${e.details.setting}` : ''
+    return el('li', { dataset: { kind: e.kind } }, el('time', { datetime: e.at_iso }, when(e.at_iso)), ` ${EVENT_NAMES[e.kind] ?? e.kind}${outcome}${by}${e.ip ? ` from ${e.ip}` : ''}${extra}`)
+  })
+  $('#activity-rows').replaceChildren(...rows)
+  $('#activity-empty').hidden = rows.length > 0
+}
+
 loadMe()
-  .then(() => Promise.all([loadSessions(), loadTokens()]))
+  .then(() => Promise.all([loadSessions(), loadTokens(), loadActivity().catch((error) => say($('#activity-error'), error.message))]))
   .then(() => { if (location.hash === '#mfa') $('#mfa').scrollIntoView() })
   .catch((error) => say($('#sessions-error'), error.message))

@@ -3,6 +3,7 @@
 // edits are sent with If-Match carrying the ETag of the version shown, so two admins never
 // overwrite each other: the second one is refused and reloads.
 import { $, ApiError, api, el, onSubmit, say, showError, clearErrors, when } from './common.js'
+import { startAudit } from './admin-audit.js'
 
 const call = (path, options = {}) => api(path, { ...options, sessionPage: true })
 const enc = encodeURIComponent
@@ -246,6 +247,6 @@ onSubmit($('#guest-form'), async (data) => {
 })
 
 loadRoles()
-  .then(() => Promise.all([loadUsers(), loadIpLists(), loadGuest()]))
+  .then(() => Promise.all([loadUsers(), loadIpLists(), loadGuest(), startAudit()]))
   .then(() => { document.body.dataset.ready = 'true' })
   .catch((error) => say($('#users-error'), error.message))
