@@ -101,8 +101,9 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const storeLog = { log }
   const accessEpoch = new AccessEpoch()
   const events = new Events(clock, log)
-  // one structured line per event (the audit log and the notifier of issue 24 listen here too)
-  events.onAny((record) => log.info({ ...record, event: record.kind }, record.kind))
+  // one structured line per event (the audit log and the notifier listen here too); a queued
+  // prompt is routine (ComfyUI prints its own "got prompt"), so its line is debug
+  events.onAny((record) => log[record.kind === 'prompt_queued' ? 'debug' : 'info']({ ...record, event: record.kind }, record.kind))
   // the kinds decisions read: a change of any of them drops the decisions the plugin keeps
   const accessLog = { log, onChange: () => accessEpoch.bump() }
   const [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords] = await Promise.all([
