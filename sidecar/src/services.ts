@@ -67,6 +67,8 @@ export interface Services {
   workflows: WorkflowStore
   /** the event stream: every security-relevant thing that happens, once (kernel/events.ts) */
   events: Events
+  /** seals single stored values (`encryption_level: fields`): the ntfy token */
+  fieldCipher: FieldCipher
   /** turns a user's MFA off (admin mfa_reset, recovery, operator command) */
   resetMfa(userId: string): Promise<void>
   flush(): Promise<void>
@@ -133,6 +135,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const settings = new SettingsRepository(settingRecords, {
     allow_guest_jwt: config.allow_guest_jwt,
     ip_lists: { whitelist: [], blacklist: [] },
+    ntfy: null,
   })
   const net: NetworkPolicy = { localNetworks: new IpSet(config.local_network_cidrs), trustedProxies: new IpSet(config.trusted_proxies) }
   const ipGate = new IpListGate(settings.get('ip_lists'), clock, () => accessEpoch.bump())
@@ -152,7 +155,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     await Promise.all([...all.map((c) => c.flush()), throttle.flush()])
   }
   return {
-    config, accessEpoch, events, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
+    config, accessEpoch, events, fieldCipher: cipher, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
     passwords,
     resolver,
     mfa,

@@ -22,7 +22,7 @@ declare module '../kernel/events.js' {
     user_deleted: { actor?: string; subject: string }
     /** an admin's change of a user other than the role: which fields, never their values (a password) */
     user_updated: { actor?: string; subject: string; changes: Array<'password' | 'disabled' | 'enabled' | 'mfa_reset' | 'sfw_check'> }
-    settings_changed: { actor?: string; setting: 'allow_guest_jwt' | 'groups' | 'ip_lists'; value?: boolean }
+    settings_changed: { actor?: string; setting: 'allow_guest_jwt' | 'groups' | 'ip_lists' | 'ntfy'; value?: boolean }
   }
 }
 export {}
