@@ -62,6 +62,8 @@ export interface NtfyStandin {
   port: number
   requests: StandinRequest[]
   messages: StandinMessage[]
+  /** requests whose body was read, answered or not yet */
+  arrived: number
   /** the mode of every request from now on */
   setMode(mode: StandinMode): void
   /** modes for the next requests, one each, before the current mode applies again */
@@ -69,6 +71,8 @@ export interface NtfyStandin {
   /** resolves when at least `n` messages were accepted (rejects after `timeoutMs`, a safety net) */
   waitForMessages(n: number, timeoutMs?: number): Promise<StandinMessage[]>
   waitForRequests(n: number, timeoutMs?: number): Promise<StandinRequest[]>
+  /** resolves when at least `n` requests arrived (a slow answer still pending counts) */
+  waitForArrivals(n: number, timeoutMs?: number): Promise<void>
   /** closes the port and cuts every open connection: clients get "connection refused" */
   gone(): Promise<void>
   /** listens again on the same port */
@@ -100,6 +104,7 @@ export async function startNtfyStandin(options: { token?: string; port?: number 
   const events = new EventEmitter()
   const requests: StandinRequest[] = []
   const messages: StandinMessage[] = []
+  const arrivals: StandinRequest[] = []
   let mode: StandinMode = { kind: 'ok' }
   const next: StandinMode[] = []
   const sockets = new Set<Socket>()
@@ -124,6 +129,8 @@ export async function startNtfyStandin(options: { token?: string; port?: number 
       method: req.method ?? '', path: (req.url ?? '/').split('?')[0], authorization: req.headers.authorization,
       contentType: req.headers['content-type'], body, answer: 'aborted',
     }
+    arrivals.push(record)
+    events.emit('arrival')
     const current = next.shift() ?? mode
     if (current.kind === 'slow') {
       // taken only once the delay is over, and only if the client still waits
@@ -252,6 +259,9 @@ export async function startNtfyStandin(options: { token?: string; port?: number 
     },
     requests,
     messages,
+    get arrived() {
+      return arrivals.length
+    },
     setMode(m) {
       mode = m
     },
@@ -260,6 +270,9 @@ export async function startNtfyStandin(options: { token?: string; port?: number 
     },
     waitForMessages: (n, timeoutMs = 15_000) => waitFor(messages, n, 'message', timeoutMs),
     waitForRequests: (n, timeoutMs = 15_000) => waitFor(requests, n, 'request', timeoutMs),
+    waitForArrivals: async (n, timeoutMs = 15_000) => {
+      await waitFor(arrivals, n, 'arrival', timeoutMs)
+    },
     gone: shut,
     back: listen,
     close: async () => {
