@@ -88,13 +88,15 @@ export interface NtfySidecarOptions {
   publisher?: Partial<PublisherOptions>
   dir?: string
   clock?: () => number
+  /** the master secret (default SECRET) */
+  secret?: string
 }
 
 export async function openNtfySidecar(options: NtfySidecarOptions = {}): Promise<NtfySidecar> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'as-ntfy-'))
   const { log, captured } = captureLog()
   const config = validateConfig({ argon2: { memory_kib: 64, time_cost: 1, parallelism: 1 }, ...options.config })
-  const services = await openServices({ config, dataDir: dir, env: { AUTHSVC_SECRET: SECRET }, log, clock: options.clock, watchGroups: false })
+  const services = await openServices({ config, dataDir: dir, env: { AUTHSVC_SECRET: options.secret ?? SECRET }, log, clock: options.clock, watchGroups: false })
   const publisher = { ...QUICK, ...options.publisher }
   const built = buildApp(services, log, (s, l, c) => features(s, l, c).map((f) => (f.name === 'notify' ? notifyFeature(s, l, c, publisher) : f)))
   const address = await built.app.listen({ host: '127.0.0.1', port: 0 })
