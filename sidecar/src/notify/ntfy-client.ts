@@ -68,10 +68,11 @@ export async function publishToNtfy(to: NtfyDestination, message: NtfyMessage, o
   return { kind: 'rejected', status, detail }
 }
 
-/** The network error's code (ECONNREFUSED, ENOTFOUND, UND_ERR_SOCKET...), from undici's `cause`. */
+/** The network error's code (ECONNREFUSED, ENOTFOUND, UND_ERR_SOCKET...) from undici's `cause`, else its words ("bad port"). */
 function networkCode(err: unknown): string {
-  const cause = (err as { cause?: { code?: unknown } }).cause
+  const cause = (err as { cause?: { code?: unknown; message?: unknown } }).cause
   if (cause && typeof cause.code === 'string') return cause.code
+  if (cause && typeof cause.message === 'string') return cause.message.slice(0, 100)
   return err instanceof Error ? err.name : 'error'
 }
 
