@@ -27,7 +27,7 @@ export type StandinMode =
   | { kind: 'fail' }
   | { kind: 'too_many' }
   /** any other ntfy error */
-  | { kind: 'error'; http: number; code: number; error: string }
+  | { kind: 'error'; http: number; code: number; error: string; location?: string }
 
 export interface NtfyPublished {
   id: string
@@ -111,9 +111,9 @@ export async function startNtfyStandin(options: { token?: string; port?: number 
   let server: Server
   let port = options.port ?? 0
 
-  const send = (res: ServerResponse, status: number, body: object) => {
+  const send = (res: ServerResponse, status: number, body: object, location?: string) => {
     if (res.destroyed) return
-    res.writeHead(status, { 'Content-Type': 'application/json', 'Access-Control-Allow-Origin': '*' })
+    res.writeHead(status, { 'Content-Type': 'application/json', 'Access-Control-Allow-Origin': '*', ...(location ? { Location: location } : {}) })
     res.end(`${JSON.stringify(body)}\n`)
   }
 
@@ -146,15 +146,15 @@ export async function startNtfyStandin(options: { token?: string; port?: number 
         return
       }
     }
-    const answer = (status: number, out: object) => {
+    const answer = (status: number, out: object, location?: string) => {
       record.answer = status
       requests.push(record)
-      send(res, status, out)
+      send(res, status, out, location)
       events.emit('request')
     }
     if (current.kind === 'fail') return answer(500, ERRORS.internal)
     if (current.kind === 'too_many') return answer(429, ERRORS.tooMany)
-    if (current.kind === 'error') return answer(current.http, ntfyError(current.http, current.code, current.error))
+    if (current.kind === 'error') return answer(current.http, ntfyError(current.http, current.code, current.error), current.location)
     if (req.method !== 'POST' && req.method !== 'PUT') return answer(404, ERRORS.notFound)
     if (size > JSON_LIMIT) return answer(413, ERRORS.tooLarge)
 

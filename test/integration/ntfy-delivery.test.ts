@@ -135,11 +135,13 @@ describe('retries', () => {
     await sc.logs.waitFor((l) => l.msg === 'ntfy failed on a notification 3 times; it is given up')
   })
 
-  const refusals: Array<[string, { http: number; code: number; error: string }]> = [
+  const refusals: Array<[string, { http: number; code: number; error: string; location?: string }]> = [
     ['400 invalid topic', { http: 400, code: 40009, error: 'invalid request: topic invalid' }],
     ['401 unauthorized', { http: 401, code: 40101, error: 'unauthorized' }],
     ['403 forbidden', { http: 403, code: 40301, error: 'forbidden' }],
     ['413 too large', { http: 413, code: 41303, error: 'JSON body too large' }],
+    // a redirect is never followed: the token's request could be sent on to plain http elsewhere
+    ['307 redirect', { http: 307, code: 30701, error: 'moved', location: '/elsewhere' }],
   ]
   for (const [name, refusal] of refusals) {
     it(`${name}: not sent again, counted, logged once for two refusals in a row`, async () => {
