@@ -214,6 +214,16 @@ describe('a slow ntfy holds nothing', () => {
     assert.equal(got[0].message === got[1].message, false, 'two logins, two messages: no duplicate')
   })
 
+  it('a stop ends a long pause between attempts at once', { timeout: 10_000 }, async () => {
+    const { ntfy, sc } = await world({ enabled_events: ['user_created'] }, { publisher: { retryBaseMs: 60_000, retryMaxMs: 60_000 } })
+    await ntfy.gone()
+    emitRaw(sc, 'user_created', { subject: 'a' })
+    await sc.logs.waitFor((l) => l.msg === 'ntfy: cannot deliver notifications; trying again with growing pauses')
+    await sc.close() // the pause is a minute: the test's timeout fails it if the stop waited for the pause
+    const line = sc.logs.lines.map((l) => JSON.parse(l)).find((l) => l.msg === 'ntfy: stopped with notifications undelivered')
+    assert.deepEqual(line?.ntfy, { undelivered: 1 })
+  })
+
   it('a stop aborts the request in flight and says how many were left', async () => {
     const { ntfy, sc } = await world({ enabled_events: ['user_created'] })
     ntfy.setMode({ kind: 'slow', ms: 60_000 })
