@@ -4,7 +4,7 @@
  * token's secrecy (answers, the sqlite file, every log line, the event), config.json as the first
  * value until an admin saves, and the test notification with each of ntfy's answers.
  */
-import { describe, it, afterEach } from 'node:test'
+import { describe, it, after, afterEach } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { startNtfyStandin, type NtfyStandin } from '../helpers/ntfy-standin.js'
@@ -70,6 +70,17 @@ describe('who reads and writes the ntfy settings', () => {
 })
 
 describe('validation: where the token and the events may go (400 VALIDATION_FAILED, nothing stored)', () => {
+  // one sidecar for the rows: a refused PUT stores nothing, each accepted one checks its own answer
+  let shared: { sc: NtfySidecar; admin: string } | undefined
+  const world = async () => {
+    if (shared === undefined) {
+      const sc = await openNtfySidecar()
+      shared = { sc, admin: (await adminAndUsers(sc)).admin }
+    }
+    return shared
+  }
+  after(() => shared?.sc.close())
+
   const rows: Array<[string, Record<string, unknown>, RegExp]> = [
     ['plain http to another host', valid({ base_url: 'http://ntfy.example.net' }), /base_url: http:\/\/ is allowed only for a loopback host/],
     ['plain http to a name that looks like loopback', valid({ base_url: 'http://127.0.0.1.nip.io' }), /base_url: http:\/\/ is allowed only for a loopback host/],
@@ -97,8 +108,7 @@ describe('validation: where the token and the events may go (400 VALIDATION_FAIL
   ]
   for (const [name, body, message] of rows) {
     it(`refuses ${name}`, async () => {
-      const sc = await sidecar()
-      const { admin } = await adminAndUsers(sc)
+      const { sc, admin } = await world()
       const before = (await sc.call('GET', SETTINGS, { bearer: admin })).body
       const res = await sc.call('PUT', SETTINGS, { bearer: admin, body })
       assert.deepEqual([res.status, res.body.code], [400, 'VALIDATION_FAILED'], JSON.stringify(res.body))
@@ -117,8 +127,7 @@ describe('validation: where the token and the events may go (400 VALIDATION_FAIL
   ]
   for (const [name, base_url, stored] of accepted) {
     it(`accepts ${name}, stored as ${stored}`, async () => {
-      const sc = await sidecar()
-      const { admin } = await adminAndUsers(sc)
+      const { sc, admin } = await world()
       const res = await sc.call('PUT', SETTINGS, { bearer: admin, body: valid({ base_url }) })
       assert.equal(res.status, 200, JSON.stringify(res.body))
       assert.equal(res.body.base_url, stored)
@@ -126,8 +135,7 @@ describe('validation: where the token and the events may go (400 VALIDATION_FAIL
   }
 
   it('an empty topic turns notifications off; duplicate kinds count once, in the spec\'s order', async () => {
-    const sc = await sidecar()
-    const { admin } = await adminAndUsers(sc)
+    const { sc, admin } = await world()
     const res = await sc.call('PUT', SETTINGS, { bearer: admin, body: valid({ topic: '', enabled_events: ['server_started', 'user_created', 'server_started'] }) })
     assert.deepEqual(res.body, { topic: '', base_url: 'https://ntfy.example.net', enabled_events: ['user_created', 'server_started'], has_api_token: false })
   })
