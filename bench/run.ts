@@ -3,8 +3,9 @@
  * while a long /history is filtered (bench/isolation-bench.ts), then the same gate
  * inside the real ComfyUI (bench/real-host-bench.ts, which skips with one line
  * when no real ComfyUI is available), then a sidecar killed under load inside it
- * (bench/restart-bench.ts). Each runs in its own process; exits 1 when any missed a
- * target. BENCH_ONLY=standin, isolation, real or restart runs one.
+ * (bench/restart-bench.ts), then logins and decisions with a slow, failing or dead ntfy
+ * (bench/ntfy-bench.ts). Each runs in its own process; exits 1 when any missed a
+ * target. BENCH_ONLY=standin, isolation, real, restart or ntfy runs one.
  */
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
@@ -15,6 +16,7 @@ const parts = [
   ['isolation', 'isolation-bench.ts'],
   ['real', 'real-host-bench.ts'],
   ['restart', 'restart-bench.ts'],
+  ['ntfy', 'ntfy-bench.ts'],
 ].filter(([name]) => !only || only === name)
 let failed = false
 for (const [, file] of parts) {

@@ -38,6 +38,7 @@ import { Jobs } from './kernel/jobs.js'
 import { PROTOCOL_VERSION, type PushMessage, type HelloMessage } from './kernel/protocol.js'
 import type { DecisionHandlers } from './kernel/server.js'
 import { modelsFeature } from './models/feature.js'
+import { notifyFeature } from './notify/feature.js'
 import { pagesFeature } from './pages/feature.js'
 import { SERVICE_VERSION, type Services } from './services.js'
 import { workflowsFeature } from './workflows/feature.js'
@@ -55,6 +56,7 @@ export function features(services: Services, log: FastifyBaseLogger, clock: Cloc
     workflowsFeature(services),
     pagesFeature(services),
     auditFeature(services),
+    notifyFeature(services, log, clock),
   ]
 }
 

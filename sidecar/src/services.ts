@@ -70,6 +70,8 @@ export interface Services {
   events: Events
   /** the stored events (the audit feature appends the stream; consoles and the audit view read it) */
   audit: AuditLog
+  /** seals single stored values (`encryption_level: fields`): the ntfy token */
+  fieldCipher: FieldCipher
   /** turns a user's MFA off (admin mfa_reset, recovery, operator command) */
   resetMfa(userId: string): Promise<void>
   flush(): Promise<void>
@@ -137,6 +139,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const settings = new SettingsRepository(settingRecords, {
     allow_guest_jwt: config.allow_guest_jwt,
     ip_lists: { whitelist: [], blacklist: [] },
+    ntfy: null,
   })
   const net: NetworkPolicy = { localNetworks: new IpSet(config.local_network_cidrs), trustedProxies: new IpSet(config.trusted_proxies) }
   const ipGate = new IpListGate(settings.get('ip_lists'), clock, () => accessEpoch.bump())
@@ -161,7 +164,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     await Promise.all([...all.map((c) => c.flush()), throttle.flush(), audit.flush().catch(() => {})])
   }
   return {
-    config, accessEpoch, events, audit, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
+    config, accessEpoch, events, audit, fieldCipher: cipher, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
     passwords,
     resolver,
     mfa,

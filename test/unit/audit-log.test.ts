@@ -63,14 +63,14 @@ describe('audit log on the sqlite file', () => {
     const sc = await openSidecar({ config: { store: { encryption_level: 'all' } } })
     try {
       const admin = await bootstrapAdmin(sc)
-      sc.services.events.emit('settings_changed', { actor: admin.user.username, setting: 'a-distinctive-setting-name', ip: '127.0.0.1' })
-      const res = await call(sc, { url: '/authsvc/api/audit?kind=settings_changed', bearer: admin.jwt })
+      sc.services.events.emit('model_granted', { actor: admin.user.username, subject: 'someone', folder: 'checkpoints', item_name: 'a-distinctive-item-name', ip: '127.0.0.1' })
+      const res = await call(sc, { url: '/authsvc/api/audit?kind=model_granted', bearer: admin.jwt })
       assert.equal(res.statusCode, 200, res.body)
-      assert.equal(JSON.parse(res.body).events[0].details.setting, 'a-distinctive-setting-name')
+      assert.equal(JSON.parse(res.body).events[0].details.item_name, 'a-distinctive-item-name')
       await sc.services.flush()
       const bytes = readdirSync(sc.dir).filter((f) => f.startsWith('authsvc.sqlite')).map((f) => readFileSync(join(sc.dir, f)).toString('latin1')).join('')
-      assert.ok(bytes.includes('settings_changed'), 'the kind stays readable (the view filters on it)')
-      assert.ok(!bytes.includes('a-distinctive-setting-name'), 'the details are sealed')
+      assert.ok(bytes.includes('model_granted'), 'the kind stays readable (the view filters on it)')
+      assert.ok(!bytes.includes('a-distinctive-item-name'), 'the details are sealed')
     } finally {
       await sc.close()
     }

@@ -38,6 +38,8 @@ const SNAPSHOT: Array<[string, number]> = [
   ['UNSUPPORTED_MEDIA_TYPE', 415],
   ['TOO_MANY_ATTEMPTS', 429],
   ['INTERNAL_ERROR', 500],
+  ['NTFY_REJECTED', 502],
+  ['NTFY_UNREACHABLE', 502],
   ['AUTHSVC_UNAVAILABLE', 503],
   ['STORE_UNAVAILABLE', 503],
 ]
@@ -53,7 +55,7 @@ const SPEC_REQUIRED = [
 /** SPEC §2: what each status class means. */
 const STATUS_MEANING: Record<number, string> = {
   400: 'bad input', 401: 'no/invalid credential', 403: 'not allowed', 404: 'unknown object', 405: 'method',
-  409: 'conflict', 412: 'stale version', 413: 'too large', 415: 'media type', 429: 'throttled', 500: 'internal', 503: 'unavailable',
+  409: 'conflict', 412: 'stale version', 413: 'too large', 415: 'media type', 429: 'throttled', 500: 'internal', 502: 'upstream (ntfy) failed', 503: 'unavailable',
 }
 
 describe('error catalogue', () => {

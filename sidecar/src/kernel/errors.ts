@@ -35,6 +35,8 @@ export const ERRORS = {
   UNSUPPORTED_MEDIA_TYPE: { status: 415, message: 'Unsupported content type' },
   TOO_MANY_ATTEMPTS: { status: 429, message: 'Too many attempts; try again later' },
   INTERNAL_ERROR: { status: 500, message: 'Internal error' },
+  NTFY_REJECTED: { status: 502, message: 'ntfy refused the notification' },
+  NTFY_UNREACHABLE: { status: 502, message: 'ntfy could not be reached' },
   AUTHSVC_UNAVAILABLE: { status: 503, message: 'Authentication service unavailable' },
   STORE_UNAVAILABLE: { status: 503, message: 'The store is unavailable; try again shortly' },
 } as const satisfies Record<string, { status: number; message: string }>

@@ -12,9 +12,20 @@ export interface IpListsSetting {
   blacklist: IpBlacklistEntry[]
 }
 
+/** The ntfy settings an admin saved (notify/ntfy-settings.ts); `null` until then (config.json's apply). */
+export interface NtfyStoredSetting {
+  topic: string
+  base_url: string
+  enabled_events: string[]
+  /** sealed (store/field-crypto.ts); '' when there is no token */
+  api_token_sealed: string
+  saved_at_iso: string
+}
+
 export interface SettingsShape {
   allow_guest_jwt: boolean
   ip_lists: IpListsSetting
+  ntfy: NtfyStoredSetting | null
 }
 
 export class SettingsRepository {

@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url'
 import { Value } from 'typebox/value'
 import { ConfigSchema, type Config } from './schema.js'
 import { parseCidr } from '../../access/ip.js'
+import { checkNtfySettings } from '../../notify/settings-rules.js'
 
 const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', '..')
 
@@ -44,7 +45,6 @@ export function parseBoolean(raw: string): boolean | undefined {
  * test fails when any other schema key is read by nothing).
  */
 export const UNBUILT_KEYS: Readonly<Record<string, string>> = Object.freeze({
-  ntfy: 'notifications (ntfy) are not built yet',
   model_download: 'model downloads are not built yet',
   nsfw: 'the NSFW policy is not built yet',
   'store.postgres_url': 'the postgres backend is not built yet',
@@ -69,13 +69,19 @@ export function validateConfig(raw: unknown, problems: string[] = []): Config {
   }
   problems.push(...unbuiltProblems(raw as Record<string, unknown>))
   const withDefaults = Value.Default(ConfigSchema, structuredClone(raw)) as Config
-  problems.push(...schemaProblems(withDefaults))
+  const shapeProblems = schemaProblems(withDefaults)
+  problems.push(...shapeProblems)
   for (const key of ['local_network_cidrs', 'trusted_proxies'] as const) {
     const list: unknown = withDefaults[key]
     if (!Array.isArray(list)) continue
     list.forEach((cidr, i) => {
       if (typeof cidr === 'string' && !parseCidr(cidr)) problems.push(`/${key}/${i}: not an IP address or CIDR: ${JSON.stringify(cidr)}`)
     })
+  }
+  // the ntfy rules the admin's PUT follows too (notify/settings-rules.ts), once its shape is right
+  if (!shapeProblems.some((p) => p.startsWith('/ntfy'))) {
+    const ntfy = checkNtfySettings(withDefaults.ntfy)
+    if ('problems' in ntfy) problems.push(...ntfy.problems.map((p) => `/ntfy/${p.field}: ${p.message}`))
   }
   if (problems.length > 0) throw new ConfigError(problems)
   return withDefaults
