@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url'
 import { Value } from 'typebox/value'
 import { ConfigSchema, type Config } from './schema.js'
 import { parseCidr } from '../../access/ip.js'
+import { outboundUrlProblem } from '../http/outbound.js'
 
 const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', '..')
 
@@ -76,6 +77,11 @@ export function validateConfig(raw: unknown, problems: string[] = []): Config {
     list.forEach((cidr, i) => {
       if (typeof cidr === 'string' && !parseCidr(cidr)) problems.push(`/${key}/${i}: not an IP address or CIDR: ${JSON.stringify(cidr)}`)
     })
+  }
+  const updateUrl: unknown = withDefaults.update_check?.url
+  if (typeof updateUrl === 'string' && updateUrl !== '') {
+    const problem = outboundUrlProblem(updateUrl)
+    if (problem !== null) problems.push(`/update_check/url: ${problem}`)
   }
   if (problems.length > 0) throw new ConfigError(problems)
   return withDefaults
