@@ -39,6 +39,7 @@ import type { DecisionHandlers } from './kernel/server.js'
 import { modelsFeature } from './models/feature.js'
 import { pagesFeature } from './pages/feature.js'
 import { SERVICE_VERSION, type Services } from './services.js'
+import { updatesFeature } from './updates/feature.js'
 import { workflowsFeature } from './workflows/feature.js'
 
 /**
@@ -53,6 +54,7 @@ export function features(services: Services, log: FastifyBaseLogger, clock: Cloc
     isolationFeature(services, log, () => models.access()),
     workflowsFeature(services),
     pagesFeature(services),
+    updatesFeature(services, log, clock),
   ]
 }
 
