@@ -40,6 +40,7 @@ import { modelsFeature } from './models/feature.js'
 import { pagesFeature } from './pages/feature.js'
 import { SERVICE_VERSION, type Services } from './services.js'
 import { updatesFeature } from './updates/feature.js'
+import { userEnvFeature } from './user-env/feature.js'
 import { workflowsFeature } from './workflows/feature.js'
 
 /**
@@ -55,6 +56,7 @@ export function features(services: Services, log: FastifyBaseLogger, clock: Cloc
     workflowsFeature(services),
     pagesFeature(services),
     updatesFeature(services, log, clock),
+    userEnvFeature(services),
   ]
 }
 
