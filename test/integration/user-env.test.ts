@@ -157,4 +157,13 @@ describe('POST /authsvc/api/user-env', () => {
     assert.deepEqual(after.body.workflows, { count: 0, bytes: 0 })
     assert.deepEqual((await env('root', { action: 'list' })).body.users.map((u: { username: string }) => u.username), ['alice', 'alice2', 'bob'], 'the emptied folders stay')
   })
+
+  it('a user\'s own status is found by their id: a user whose name is someone\'s id changes nothing', async () => {
+    const reg = await h.call('POST', '/register', { body: { username: id.bob, password: 'integration-password-2' }, headers: bearer(jwt.root) })
+    assert.equal(reg.status, 201, JSON.stringify(reg.body))
+    const res = await env('bob', { action: 'status' })
+    assert.equal(res.status, 200)
+    assert.equal(res.body.username, 'bob')
+    assert.equal(res.body.workflows.count, 1)
+  })
 })

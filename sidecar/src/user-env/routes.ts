@@ -18,7 +18,7 @@ import { isAdministrator } from '../identity/principal.js'
 import type { UserRecord } from '../identity/users.js'
 import { AuthsvcError } from '../kernel/errors.js'
 import type { Services } from '../services.js'
-import { FOLDER_KINDS, type FolderUsage, type UserStorage } from './user-storage.js'
+import { FOLDER_KINDS, isUserId, type FolderUsage, type UserStorage } from './user-storage.js'
 
 const UserEnvBody = Type.Object(
   {
@@ -88,12 +88,17 @@ export function userEnvRoutes(services: Pick<Services, 'users' | 'events'>, stor
       if (action === 'list' && user === undefined) {
         const users: Array<{ username: string; folders: Array<(typeof FOLDER_KINDS)[number]> }> = []
         for (const u of services.users.list()) {
+          if (!isUserId(u.user_id)) continue // no folder is named from anything else (see below)
           const folders = await storage.hasFolders(u.user_id)
           if (folders.length > 0) users.push({ username: u.username, folders })
         }
         return { users }
       }
-      const target: UserRecord = user === undefined ? services.users.find(p.userId!) : services.users.find(user)
+      // oneself by id (a username may look like someone's id; `find` tries names first)
+      const target: UserRecord | undefined = user === undefined ? services.users.byId(p.userId!) : services.users.find(user)
+      if (target === undefined) throw new AuthsvcError('NOT_FOUND', 'User not found')
+      // every user id is a UUID (UserRepository); a record made otherwise has no folders this route can name
+      if (!isUserId(target.user_id)) throw new AuthsvcError('NOT_FOUND', 'No folders are known for this user')
       if (action === 'purge') {
         if (user === undefined) throw new AuthsvcError('VALIDATION_FAILED', 'purge names the user whose folders it empties')
         if (confirm === undefined || confirm.toLowerCase() !== target.username.toLowerCase()) {

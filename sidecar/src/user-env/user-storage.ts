@@ -91,9 +91,12 @@ export interface PurgeReport {
   truncated: boolean
 }
 
+/** Whether `id` is a user id (a UUID, as UserRepository makes them): only such an id names folders here. */
+export const isUserId = (id: string): boolean => USER_ID.test(id)
+
 /** The name of a user's folder in a host folder of `kind`; throws for anything but a user id. */
 export function folderName(kind: FolderKind, userId: string): string {
-  if (!USER_ID.test(userId)) throw new Error('a per-user folder is named from a user id (a UUID)')
+  if (!isUserId(userId)) throw new Error('a per-user folder is named from a user id (a UUID)')
   return kind === 'userdata' ? userId : `u_${userId}`
 }
 
