@@ -41,6 +41,8 @@ import { modelsFeature } from './models/feature.js'
 import { notifyFeature } from './notify/feature.js'
 import { pagesFeature } from './pages/feature.js'
 import { SERVICE_VERSION, type Services } from './services.js'
+import { updatesFeature } from './updates/feature.js'
+import { userEnvFeature } from './user-env/feature.js'
 import { workflowsFeature } from './workflows/feature.js'
 
 /**
@@ -57,6 +59,8 @@ export function features(services: Services, log: FastifyBaseLogger, clock: Cloc
     pagesFeature(services),
     auditFeature(services),
     notifyFeature(services, log, clock),
+    updatesFeature(services, log, clock),
+    userEnvFeature(services),
   ]
 }
 

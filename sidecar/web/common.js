@@ -193,3 +193,13 @@ export async function copyText(source, status) {
     say(status, 'Selected: copy it with Ctrl+C (⌘C).')
   }
 }
+
+/** A size for people: "812 B", "1.2 MB". */
+export function size(bytes) {
+  if (bytes < 1024) return `${bytes} B`
+  const units = ['KB', 'MB', 'GB', 'TB']
+  let value = bytes / 1024
+  let unit = 0
+  while (value >= 1024 && unit < units.length - 1) { value /= 1024; unit++ }
+  return `${value.toFixed(value < 10 ? 1 : 0)} ${units[unit]}`
+}

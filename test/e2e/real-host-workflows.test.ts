@@ -11,7 +11,8 @@
  * what the bare host answers (statuses pinned from the bare ComfyUI 0.3.64 with
  * --multi-user and a known comfy-user, identical on aiohttp 3.8 and 3.11) and reach no
  * file outside the caller's own space; the /api/cpe family answers the SPEC §6.1 shapes
- * over the same files.
+ * over the same files. Last, an admin's user-env purge empties alice's space and nothing else
+ * (issue 24), and ComfyUI goes on serving and writing it.
  *
  * One ComfyUI start per mode: without --multi-user on aiohttp 3.11, with it on aiohttp
  * 3.8 (AUTHSVC_TEST_AIOHTTP narrows both to the one version named). Rows run in order and
@@ -648,6 +649,29 @@ for (const mode of MODES) {
       expected[guestSpace] = 'guest'
       for (const [userId, name] of Object.entries(users)) if (name === 'guest' && userId !== guestSpace) expected[userId] = 'guest' // the second guest of the row above
       assert.deepEqual(users, expected)
+    })
+
+    // last: it empties alice's space (issue 24, user-env)
+    it('user-env counts what alice saved in the real ComfyUI; an admin\'s purge empties her space, after which ComfyUI lists only the shared set for her and saves into it again; bob\'s space and the shared set stay', async () => {
+      const status = await call('alice', 'POST', '/authsvc/api/user-env', { body: { action: 'status' } })
+      assert.equal(status.status, 200, status.text)
+      const visible = tree(own('alice', 'workflows')).filter((f) => !f.split('/').some((segment) => segment.startsWith('.')))
+      assert.ok(visible.length > 0, 'earlier rows saved workflows for alice')
+      assert.equal(status.json().workflows.count, visible.length)
+      assert.equal(status.json().folders[0].path, `user/${id.alice}`)
+      const bobBefore = tree(own('bob'))
+      const sharedBefore = tree(shared())
+      const sharedList = sorted(await list('viewer'))
+      const purge = await call('root', 'POST', '/authsvc/api/user-env', { body: { action: 'purge', user: 'alice', confirm: 'alice' } })
+      assert.equal(purge.status, 200, purge.text)
+      assert.equal(purge.json().removed.workflows.count, visible.length)
+      assert.deepEqual(tree(own('alice')), [])
+      assert.deepEqual(tree(own('bob')), bobBefore)
+      assert.deepEqual(tree(shared()), sharedBefore)
+      assert.deepEqual(sorted(await list('alice')), sharedList)
+      const again = await call('alice', 'POST', `/userdata/${enc('workflows/after-purge.json')}`, { body: '{"again":true}' })
+      assert.equal(again.status, 200, again.text)
+      assert.deepEqual(tree(own('alice', 'workflows')), ['after-purge.json'])
     })
   })
 }

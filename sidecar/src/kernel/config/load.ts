@@ -10,6 +10,7 @@ import { Value } from 'typebox/value'
 import { ConfigSchema, type Config } from './schema.js'
 import { parseCidr } from '../../access/ip.js'
 import { checkNtfySettings } from '../../notify/settings-rules.js'
+import { outboundUrlProblem } from '../http/outbound.js'
 
 const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', '..')
 
@@ -82,6 +83,11 @@ export function validateConfig(raw: unknown, problems: string[] = []): Config {
   if (!shapeProblems.some((p) => p.startsWith('/ntfy'))) {
     const ntfy = checkNtfySettings(withDefaults.ntfy)
     if ('problems' in ntfy) problems.push(...ntfy.problems.map((p) => `/ntfy/${p.field}: ${p.message}`))
+  }
+  const updateUrl: unknown = withDefaults.update_check?.url
+  if (typeof updateUrl === 'string' && updateUrl !== '') {
+    const problem = outboundUrlProblem(updateUrl)
+    if (problem !== null) problems.push(`/update_check/url: ${problem}`)
   }
   if (problems.length > 0) throw new ConfigError(problems)
   return withDefaults

@@ -64,6 +64,14 @@ export const StoreSchema = Type.Object(
   { additionalProperties: false, default: {} },
 )
 
+export const UpdateCheckSchema = Type.Object(
+  {
+    /** where the latest version is read (docs/decisions.md "Update status"); '' = offline, never asked */
+    url: Type.String({ default: '', maxLength: 2048 }),
+  },
+  { additionalProperties: false, default: {} },
+)
+
 const Cidr = Type.String({ minLength: 2, maxLength: 64 })
 
 export const ConfigSchema = Type.Object(
@@ -86,6 +94,7 @@ export const ConfigSchema = Type.Object(
     model_download: ModelDownloadSchema,
     nsfw: NsfwSchema,
     store: StoreSchema,
+    update_check: UpdateCheckSchema,
   },
   { additionalProperties: false },
 )
