@@ -150,7 +150,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   if (!rawKv.sql) throw new Error('the audit log needs the sqlite store')
   const audit = await SqliteAuditLog.open(
     rawKv.sql, { retentionDays: config.audit.retention_days, maxEvents: config.audit.max_events }, clock, log,
-    config.store.encryption_level === 'all' ? cipher : null,
+    config.store.encryption_level === 'all' ? { cipher, nameKey: keys.auditNames } : null,
   )
   const passwords = new PasswordHasher(config.argon2)
   // Not awaited: decisions never hash, and a restarted sidecar must answer them at once (issue 27).

@@ -59,18 +59,21 @@ describe('audit log on the sqlite file', () => {
     await kv.close()
   })
 
-  it('under encryption_level all, the details are sealed in the file and read back through the routes', async () => {
+  it('under encryption_level all, names, addresses and details are sealed in the file; the view still filters by user and lists the names', async () => {
     const sc = await openSidecar({ config: { store: { encryption_level: 'all' } } })
     try {
       const admin = await bootstrapAdmin(sc)
-      sc.services.events.emit('model_granted', { actor: admin.user.username, subject: 'someone', folder: 'checkpoints', item_name: 'a-distinctive-item-name', ip: '127.0.0.1' })
-      const res = await call(sc, { url: '/authsvc/api/audit?kind=model_granted', bearer: admin.jwt })
+      sc.services.events.emit('model_granted', { actor: admin.user.username, subject: 'distinct-subject-name', folder: 'checkpoints', item_name: 'a-distinctive-item-name', ip: '203.0.113.99' })
+      const res = await call(sc, { url: '/authsvc/api/audit?user=distinct-subject-name', bearer: admin.jwt })
       assert.equal(res.statusCode, 200, res.body)
-      assert.equal(JSON.parse(res.body).events[0].details.item_name, 'a-distinctive-item-name')
+      const [row] = JSON.parse(res.body).events
+      assert.deepEqual([row.kind, row.actor, row.subject, row.ip, row.details.item_name], ['model_granted', admin.user.username, 'distinct-subject-name', '203.0.113.99', 'a-distinctive-item-name'])
+      const names = JSON.parse((await call(sc, { url: '/authsvc/api/admin/consoles', bearer: admin.jwt })).body).users
+      assert.deepEqual(names, [admin.user.username, 'distinct-subject-name'].sort())
       await sc.services.flush()
       const bytes = readdirSync(sc.dir).filter((f) => f.startsWith('authsvc.sqlite')).map((f) => readFileSync(join(sc.dir, f)).toString('latin1')).join('')
       assert.ok(bytes.includes('model_granted'), 'the kind stays readable (the view filters on it)')
-      assert.ok(!bytes.includes('a-distinctive-item-name'), 'the details are sealed')
+      for (const clear of ['a-distinctive-item-name', 'distinct-subject-name', '203.0.113.99', admin.user.username]) assert.ok(!bytes.includes(clear), `${clear} is sealed`)
     } finally {
       await sc.close()
     }

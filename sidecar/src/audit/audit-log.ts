@@ -12,9 +12,12 @@
  *   and after every 1000 appends;
  * - no secret: records carry none by construction (emitters pass hash prefixes); a field named
  *   like a credential is dropped here all the same, as the second line;
- * - `encryption_level: all`: the details column is sealed (field-crypto.ts); the columns the
- *   reads filter on (time, kind, actor, subject, address, outcome) stay readable, as keyv's keys do.
+ * - `encryption_level: all` (every stored value encrypted, SPEC §10): the details, the names and
+ *   the address are sealed together (field-crypto.ts); the actor and subject columns hold a keyed
+ *   hash of the name (HMAC-SHA-256 under a key derived from the master secret), so a view by user
+ *   still finds its rows without the name being readable; time, kind and outcome stay plain.
  */
+import { createHmac } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { EventOutcome, EventRecord } from '../kernel/events.js'
 import type { FieldCipher } from '../store/field-crypto.js'
@@ -67,12 +70,20 @@ export interface AuditLimits {
 
 type Sql = (statement: string, ...params: unknown[]) => Promise<unknown[]>
 
+/** `encryption_level: all`: what seals a row (its details) and hides its names (a keyed hash). */
+export interface AuditSealing {
+  cipher: FieldCipher
+  nameKey: Buffer
+}
+
 const COMMON = new Set(['kind', 'at', 'actor', 'subject', 'ip', 'outcome'])
 /** never stored, whatever an emitter passes (the first line is the emitters') */
 const SECRET_FIELDS = new Set(['password', 'new_password', 'current_password', 'token', 'jwt_token', 'api_token', 'secret', 'code_value', 'backup_code', 'mfa_temp_token', 'totp_secret'])
 const ROWS_PER_INSERT = 100
 const DAY_MS = 24 * 60 * 60 * 1000
 const SEALED_CONTEXT = 'audit:details'
+/** where a sealed row keeps its names and address */
+const NAMES = '_names'
 
 interface Row {
   seq: number
@@ -98,10 +109,10 @@ export class SqliteAuditLog implements AuditLog {
     private readonly limits: Required<AuditLimits>,
     private readonly clock: () => number,
     private readonly log: Pick<FastifyBaseLogger, 'warn' | 'error'>,
-    private readonly cipher: FieldCipher | null,
+    private readonly sealing: AuditSealing | null,
   ) {}
 
-  static async open(sql: Sql, limits: AuditLimits, clock: () => number, log: Pick<FastifyBaseLogger, 'warn' | 'error'>, cipher: FieldCipher | null): Promise<SqliteAuditLog> {
+  static async open(sql: Sql, limits: AuditLimits, clock: () => number, log: Pick<FastifyBaseLogger, 'warn' | 'error'>, sealing: AuditSealing | null): Promise<SqliteAuditLog> {
     await sql(`CREATE TABLE IF NOT EXISTS authsvc_audit (
       seq INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, kind TEXT NOT NULL,
       actor TEXT, subject TEXT, ip TEXT, outcome TEXT NOT NULL, details TEXT NOT NULL)`)
@@ -109,7 +120,7 @@ export class SqliteAuditLog implements AuditLog {
     await sql('CREATE INDEX IF NOT EXISTS authsvc_audit_actor ON authsvc_audit (actor, seq)')
     await sql('CREATE INDEX IF NOT EXISTS authsvc_audit_subject ON authsvc_audit (subject, seq)')
     await sql('CREATE INDEX IF NOT EXISTS authsvc_audit_kind ON authsvc_audit (kind, seq)')
-    const audit = new SqliteAuditLog(sql, { maxBuffered: 10_000, ...limits }, clock, log, cipher)
+    const audit = new SqliteAuditLog(sql, { maxBuffered: 10_000, ...limits }, clock, log, sealing)
     await audit.prune()
     return audit
   }
@@ -173,11 +184,15 @@ export class SqliteAuditLog implements AuditLog {
         for (const [key, value] of Object.entries(record)) {
           if (!COMMON.has(key) && !SECRET_FIELDS.has(key) && value !== undefined) details[key] = value
         }
-        const json = JSON.stringify(details)
-        params.push(
-          record.at, record.kind, record.actor ?? null, record.subject ?? null, record.ip ?? null, record.outcome,
-          this.cipher ? this.cipher.encrypt(json, SEALED_CONTEXT) : json,
-        )
+        const actor = record.actor ?? null
+        const subject = record.subject ?? null
+        const ip = record.ip ?? null
+        if (this.sealing === null) {
+          params.push(record.at, record.kind, actor, subject, ip, record.outcome, JSON.stringify(details))
+        } else {
+          const sealed = this.sealing.cipher.encrypt(JSON.stringify({ ...details, [NAMES]: { actor, subject, ip } }), SEALED_CONTEXT)
+          params.push(record.at, record.kind, this.nameColumn(actor), this.nameColumn(subject), null, record.outcome, sealed)
+        }
       }
       const values = slice.map(() => '(?, ?, ?, ?, ?, ?, ?)').join(', ')
       await this.sql(`INSERT INTO authsvc_audit (at, kind, actor, subject, ip, outcome, details) VALUES ${values}`, ...params)
@@ -189,8 +204,9 @@ export class SqliteAuditLog implements AuditLog {
     const where: string[] = []
     const params: unknown[] = []
     if (filter.user !== undefined) {
+      const name = this.nameColumn(filter.user)
       where.push('(actor = ? OR subject = ?)')
-      params.push(filter.user, filter.user)
+      params.push(name, name)
     }
     if (filter.kinds !== undefined && filter.kinds.length > 0) {
       where.push(`kind IN (${filter.kinds.map(() => '?').join(', ')})`)
@@ -213,18 +229,47 @@ export class SqliteAuditLog implements AuditLog {
     return rows.map((row) => this.entry(row))
   }
 
+  /** The actor or subject column of a name: itself, or under `all` its keyed hash. */
+  private nameColumn(name: string | null): string | null {
+    if (name === null || this.sealing === null) return name
+    return `h:${createHmac('sha256', this.sealing.nameKey).update(name, 'utf8').digest('hex').slice(0, 40)}`
+  }
+
   private entry(row: Row): AuditEntry {
-    let details: Record<string, unknown> = {}
+    let details: Record<string, unknown>
+    let names = { actor: row.actor, subject: row.subject, ip: row.ip }
     try {
-      details = JSON.parse(this.cipher ? this.cipher.decrypt(row.details, SEALED_CONTEXT) : row.details) as Record<string, unknown>
+      if (this.sealing === null) {
+        details = JSON.parse(row.details) as Record<string, unknown>
+      } else {
+        const { [NAMES]: sealedNames, ...rest } = JSON.parse(this.sealing.cipher.decrypt(row.details, SEALED_CONTEXT)) as Record<string, unknown> & { [NAMES]: typeof names }
+        details = rest
+        names = sealedNames
+      }
     } catch {
-      details = { unreadable: true } // sealed under another key (a changed secret), or written before `all`
+      // sealed under another key (a changed secret), or written before or after `all` was set
+      details = { unreadable: true }
+      names = { actor: null, subject: null, ip: null }
     }
-    return { seq: row.seq, at: row.at, kind: row.kind, actor: row.actor, subject: row.subject, ip: row.ip, outcome: row.outcome as EventOutcome, details }
+    return { seq: row.seq, at: row.at, kind: row.kind, ...names, outcome: row.outcome as EventOutcome, details }
   }
 
   async usernames(): Promise<string[]> {
     await this.flush().catch(() => {})
+    if (this.sealing !== null) {
+      // one row per hashed name tells the name: its sealed copy
+      const rows = (await this.sql(
+        `SELECT * FROM authsvc_audit WHERE seq IN (
+          SELECT MIN(seq) FROM authsvc_audit WHERE actor IS NOT NULL GROUP BY actor
+          UNION SELECT MIN(seq) FROM authsvc_audit WHERE subject IS NOT NULL GROUP BY subject)`,
+      )) as Row[]
+      const names = new Set<string>()
+      for (const row of rows) {
+        const entry = this.entry(row)
+        for (const name of [entry.actor, entry.subject]) if (name) names.add(name)
+      }
+      return [...names].sort()
+    }
     const rows = (await this.sql(
       'SELECT actor AS name FROM authsvc_audit WHERE actor IS NOT NULL UNION SELECT subject FROM authsvc_audit WHERE subject IS NOT NULL ORDER BY name',
     )) as Array<{ name: string }>

@@ -13,6 +13,8 @@ export interface DerivedKeys {
   jwt: Uint8Array
   encryption: Buffer
   backupCodes: Buffer
+  /** the keyed hash of names in the audit log under `encryption_level: all` */
+  auditNames: Buffer
 }
 
 export function loadMasterSecret(dataDir: string, env: NodeJS.ProcessEnv): Buffer {
@@ -36,5 +38,5 @@ export function loadMasterSecret(dataDir: string, env: NodeJS.ProcessEnv): Buffe
 
 export function deriveKeys(master: Buffer): DerivedKeys {
   const derive = (info: string) => Buffer.from(hkdfSync('sha256', master, Buffer.alloc(0), info, 32))
-  return { jwt: new Uint8Array(derive('authsvc/jwt/v1')), encryption: derive('authsvc/encryption/v1'), backupCodes: derive('authsvc/backup-codes/v1') }
+  return { jwt: new Uint8Array(derive('authsvc/jwt/v1')), encryption: derive('authsvc/encryption/v1'), backupCodes: derive('authsvc/backup-codes/v1'), auditNames: derive('authsvc/audit-names/v1') }
 }
