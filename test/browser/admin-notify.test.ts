@@ -94,7 +94,7 @@ describe('admin panel: notifications', { concurrency: false }, () => {
     const ok = await fetch(`${stack.url}/login`, { method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json' }, body: JSON.stringify({ username: 'root', password: PASSWORD }) })
     assert.equal(ok.status, 200)
     const got = await ntfy.waitForMessages(3)
-    assert.deepEqual(got.map((m) => m.title), ['authsvc test notification', 'Login failed', 'root signed in'])
+    assert.deepEqual(got.map((m) => m.title), ['authsvc test notification', 'Login failed for root', 'root signed in'])
     assert.ok(got.every((m) => m.authorization === `Bearer ${token}`))
   })
 

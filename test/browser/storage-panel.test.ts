@@ -98,7 +98,7 @@ describe('storage in the admin panel and on the account page, in chromium', { co
     csp.push(watchCsp(page))
     await page.locator('#storage[data-ready=true]').waitFor()
     assert.equal(await page.locator('#storage-owners').innerText(), 'Users with folders of their own: alice, bob.')
-    await page.getByLabel('User', { exact: true }).selectOption('alice')
+    await page.locator('#storage').getByLabel('User', { exact: true }).selectOption('alice')
     await page.getByRole('button', { name: 'Show storage' }).click()
     await page.locator('#storage-detail-title', { hasText: 'Storage of alice' }).waitFor()
     assert.equal(await page.locator('#storage-rows tr[data-kind=input] td').nth(1).innerText(), '1')
