@@ -85,16 +85,8 @@ const SEALED_CONTEXT = 'audit:details'
 /** where a sealed row keeps its names and address */
 const NAMES = '_names'
 
-interface Row {
-  seq: number
-  at: number
-  kind: string
-  actor: string | null
-  subject: string | null
-  ip: string | null
-  outcome: string
-  details: string
-}
+/** A row as sqlite answers it: the entry's columns, the details as stored text. */
+type Row = Omit<AuditEntry, 'outcome' | 'details'> & { outcome: string; details: string }
 
 export class SqliteAuditLog implements AuditLog {
   private buffer: EventRecord[] = []
