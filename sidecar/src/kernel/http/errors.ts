@@ -3,9 +3,33 @@
  * catalogue. Framework errors (bad JSON, schema, size, media type) become
  * their 4xx code; anything unexpected is a logged 500 with a generic message,
  * never a stack trace or internal detail.
+ *
+ * The shape is one shared schema, `ErrorAnswer`, and every route's schema names it for its
+ * 4xx and 5xx answers (added here, where the answers are made, unless the route declares its
+ * own for a status), so the OpenAPI document says what the error handler sends.
  */
-import type { FastifyError, FastifyInstance } from 'fastify'
-import { AuthsvcError, errorBody, type ErrorCode } from '../errors.js'
+import type { FastifyError, FastifyInstance, FastifySchema } from 'fastify'
+import Type from 'typebox'
+import { AuthsvcError, ERRORS, errorBody, type ErrorCode } from '../errors.js'
+
+/** SPEC §2: every error answer; the codes are the catalogue of docs/errors.md. */
+export const ErrorAnswer = Type.Object(
+  {
+    error: Type.String({ description: 'a message for people; its wording may change' }),
+    code: Type.Unsafe<ErrorCode>({ type: 'string', enum: Object.keys(ERRORS) }),
+    statusCode: Type.Integer(),
+  },
+  { $id: 'ErrorAnswer', additionalProperties: false, description: 'An error (SPEC §2): `code` is stable, `error` is for people' },
+)
+
+/** Where a route's schema names the shared error shape. */
+export const ErrorRef = Type.Ref('ErrorAnswer')
+
+/** The schema with the shared error shape for the status classes it does not describe itself. */
+function withErrorAnswers(schema: FastifySchema | undefined): FastifySchema {
+  const response = (schema?.response ?? {}) as Record<string, unknown>
+  return { ...schema, response: { '4xx': ErrorRef, '5xx': ErrorRef, ...response } }
+}
 
 function frameworkCode(err: FastifyError): ErrorCode | null {
   if (err.validation) return 'VALIDATION_FAILED'
@@ -26,6 +50,10 @@ function frameworkCode(err: FastifyError): ErrorCode | null {
 }
 
 export function registerErrorHandling(app: FastifyInstance): void {
+  app.addSchema(ErrorAnswer)
+  app.addHook('onRoute', (route) => {
+    route.schema = withErrorAnswers(route.schema)
+  })
   app.setErrorHandler((err: FastifyError, request, reply) => {
     if (err instanceof AuthsvcError) {
       // the cause (a store error, say) goes to the log only; the client gets the catalogue message
