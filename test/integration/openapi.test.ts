@@ -305,3 +305,27 @@ describe('who gets the document and the readable page (real socket)', () => {
     assert.equal(api.status, 401)
   })
 })
+
+describe('a documented query takes what the route always took', () => {
+  it('GET /loading and POST /login follow the first of two `next` values, as before the schema', async () => {
+    const sc = await openSidecar()
+    try {
+      const socketPath = join(sc.dir, 'http.sock')
+      await sc.app.listen({ path: socketPath })
+      const page = await send(socketPath, '/loading?next=%2Ffirst&next=%2Fsecond', { accept: 'text/html' })
+      assert.equal(page.status, 200)
+      assert.match(page.body, /href="\/first" id="continue"/)
+      const admin = await bootstrapAdmin(sc)
+      const login = await sc.app.inject({
+        method: 'POST',
+        url: '/login?next=%2Ffirst&next=%2Fsecond',
+        headers: { 'x-authsvc-peer': '127.0.0.1', 'content-type': 'application/x-www-form-urlencoded', accept: 'application/json' },
+        payload: new URLSearchParams({ username: admin.user.username, password: admin.password }).toString(),
+      })
+      assert.equal(login.statusCode, 200, login.body)
+      assert.equal(JSON.parse(login.body).redirect_url, '/first')
+    } finally {
+      await sc.close()
+    }
+  })
+})

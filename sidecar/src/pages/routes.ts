@@ -14,7 +14,7 @@ import { AuthsvcError } from '../kernel/errors.js'
 import { htmlPage, htmlPageOrError, redirect } from '../kernel/http/openapi.js'
 import { isAdministrator, type Principal } from '../identity/principal.js'
 import { redirectToLogin } from '../access/request-context.js'
-import { safeRedirectPath } from '../identity/session-cookie.js'
+import { NextQuery, safeRedirectPath } from '../identity/session-cookie.js'
 import type { Services } from '../services.js'
 
 const WEB = new URL('../../web/', import.meta.url)
@@ -116,7 +116,7 @@ export function pageRoutes(services: Pick<Services, 'users' | 'settings'>) {
     send(reply, render(request, { title, fragment: '', frame: 'narrow' }, `<div class="card"><h1>${escapeHtml(title)}</h1><p id="refusal">${text}</p><p><a href="/">Back to ComfyUI</a></p></div>`), 403)
 
   return async function (app: FastifyInstance): Promise<void> {
-    app.get('/login', { config: { auth: 'public' }, schema: { summary: 'The sign-in page', tags, response: PAGE } }, async (request, reply) => {
+    app.get('/login', { config: { auth: 'public' }, schema: { summary: 'The sign-in page (its script goes on to `next` once signed in)', tags, querystring: NextQuery, response: PAGE } }, async (request, reply) => {
       let main = pages.login.fragment
       if (services.users.count === 0) main = main.replace('id="register-hint" hidden', 'id="register-hint"')
       if (services.settings.get('allow_guest_jwt')) main = main.replace('id="guest-form" hidden', 'id="guest-form"')
@@ -136,7 +136,7 @@ export function pageRoutes(services: Pick<Services, 'users' | 'settings'>) {
     // Public: a holding page that goes on to `next` once the service answers. The server applies
     // its own `next` rule and writes the result into the page; the script reads it from there and
     // never interprets the query itself.
-    app.get('/loading', { config: { auth: 'public' }, schema: { summary: 'A holding page that goes on to `next` (a same-origin path) once the service answers', tags, response: PAGE } }, async (request, reply) => {
+    app.get('/loading', { config: { auth: 'public' }, schema: { summary: 'A holding page that goes on to `next` once the service answers', tags, querystring: NextQuery, response: PAGE } }, async (request, reply) => {
       const next = safeRedirectPath(request.queryParams.get('next'))
       return send(reply, render(request, pages.loading, pages.loading.fragment.replace('href="/" id="continue"', () => `href="${escapeHtml(next)}" id="continue"`)))
     })

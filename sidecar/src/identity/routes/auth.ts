@@ -12,7 +12,7 @@ import { passwordProblem } from '../passwords.js'
 import { ADMIN_ROLE, isAdministrator } from '../principal.js'
 import { GUEST_ROLE, GUEST_SUBJECT } from '../guest-sessions.js'
 import { usernameProblem } from '../users.js'
-import { clearSessionCookie, safeRedirectPath, setSessionCookie } from '../session-cookie.js'
+import { clearSessionCookie, NextQuery, safeRedirectPath, setSessionCookie } from '../session-cookie.js'
 import { checkPassword, mfaStep, refuseIfThrottled } from '../password-check.js'
 import { sendLogoutConfirmation } from '../../pages/routes.js'
 import type { Services } from '../../services.js'
@@ -98,7 +98,7 @@ export function authRoutes(services: AuthRouteServices) {
       config: { auth: 'public' },
       schema: {
         summary: 'Sign in with a password (or as the guest role): a session, or the second-factor step', tags, consumes: JSON_OR_FORM,
-        body: LoginBody,
+        body: LoginBody, querystring: NextQuery,
         response: { 200: Type.Union([LoggedIn, MfaStepAnswer]), 302: redirect('a browser navigation: to `redirect_url`, or to /mfa for the second factor') },
       },
     }, async (request, reply) => {

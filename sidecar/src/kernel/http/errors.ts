@@ -4,11 +4,12 @@
  * their 4xx code; anything unexpected is a logged 500 with a generic message,
  * never a stack trace or internal detail.
  *
- * The shape is one shared schema, `ErrorAnswer`, and every route's schema names it for its
- * 4xx and 5xx answers (added here, where the answers are made, unless the route declares its
- * own for a status), so the OpenAPI document says what the error handler sends.
+ * The shape is one shared schema, `ErrorAnswer` (`ErrorRef` where a route's schema names it).
+ * The OpenAPI document gives it to every operation's 4xx and 5xx answers (kernel/http/openapi.ts);
+ * the routes' own schemas leave them out, so errors keep their plain JSON.stringify and a start
+ * compiles no serialiser per route for them.
  */
-import type { FastifyError, FastifyInstance, FastifySchema } from 'fastify'
+import type { FastifyError, FastifyInstance } from 'fastify'
 import Type from 'typebox'
 import { AuthsvcError, ERRORS, errorBody, type ErrorCode } from '../errors.js'
 
@@ -24,12 +25,6 @@ export const ErrorAnswer = Type.Object(
 
 /** Where a route's schema names the shared error shape. */
 export const ErrorRef = Type.Ref('ErrorAnswer')
-
-/** The schema with the shared error shape for the status classes it does not describe itself. */
-function withErrorAnswers(schema: FastifySchema | undefined): FastifySchema {
-  const response = (schema?.response ?? {}) as Record<string, unknown>
-  return { ...schema, response: { '4xx': ErrorRef, '5xx': ErrorRef, ...response } }
-}
 
 function frameworkCode(err: FastifyError): ErrorCode | null {
   if (err.validation) return 'VALIDATION_FAILED'
@@ -51,9 +46,6 @@ function frameworkCode(err: FastifyError): ErrorCode | null {
 
 export function registerErrorHandling(app: FastifyInstance): void {
   app.addSchema(ErrorAnswer)
-  app.addHook('onRoute', (route) => {
-    route.schema = withErrorAnswers(route.schema)
-  })
   app.setErrorHandler((err: FastifyError, request, reply) => {
     if (err instanceof AuthsvcError) {
       // the cause (a store error, say) goes to the log only; the client gets the catalogue message

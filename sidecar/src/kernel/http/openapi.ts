@@ -77,6 +77,8 @@ export function registerOpenApi(app: FastifyInstance, version: string): void {
       const twin = twinOf(url)
       const documented: FastifySchema & Record<string, unknown> = {
         ...schema,
+        // the error handler's answers (kernel/http/errors.ts), unless the route describes a status itself
+        response: { '4xx': ErrorRef, '5xx': ErrorRef, ...(schema?.response as Record<string, unknown> | undefined) },
         security: SECURITY[level],
         'x-authsvc-auth': level,
         ...(twin === null ? {} : { 'x-authsvc-twin': formatParamUrl(twin) }),
