@@ -32,13 +32,16 @@ function outline(schema, indent = '') {
 
 const pre = (text) => el('pre', { class: 'schema', tabindex: '0' }, text)
 
+/** Text of the document, with its `code spans` as code. */
+const prose = (text) => (text ?? '').split('`').map((part, i) => (i % 2 === 1 ? el('code', {}, part) : part))
+
 function content(media) {
   return Object.entries(media ?? {}).map(([type, { schema }]) => el('div', {}, el('span', { class: 'tag' }, type), type.startsWith('text/') ? '' : pre(outline(schema))))
 }
 
 function parameters(op) {
   if (!op.parameters?.length) return null
-  return el('ul', {}, op.parameters.map((p) => el('li', {}, el('code', {}, p.name), ` (${p.in}${p.required ? ', required' : ''}): `, el('code', {}, outline(p.schema)), p.description ? ` · ${p.description}` : '')))
+  return el('ul', {}, op.parameters.map((p) => el('li', {}, el('code', {}, p.name), ` (${p.in}${p.required ? ', required' : ''}): `, el('code', {}, outline(p.schema)), p.description ? [' · ', ...prose(p.description)] : '')))
 }
 
 function responses(op) {
@@ -47,14 +50,15 @@ function responses(op) {
       el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Status'), el('th', { scope: 'col' }, 'Answer'))),
       el('tbody', {}, Object.entries(op.responses ?? {}).map(([status, r]) => el('tr', {},
         el('td', { class: 'mono' }, status),
-        el('td', {}, r.description ?? '', r.headers ? el('div', { class: 'hint' }, `headers: ${Object.keys(r.headers).join(', ')}`) : '', content(r.content)))))))
+        // "Default Response" is the generator's filler for an answer described by its schema alone
+        el('td', {}, r.description === 'Default Response' ? '' : prose(r.description), r.headers ? el('div', { class: 'hint' }, `headers: ${Object.keys(r.headers).join(', ')}`) : '', content(r.content)))))))
 }
 
 function operation(path, method, op) {
   const level = op['x-authsvc-auth']
   const id = `op-${method}-${path.replace(/[^A-Za-z0-9]+/g, '-')}`
   const details = el('details', { class: 'op', id, dataset: { find: `${method} ${path} ${level} ${op.summary ?? ''} ${op['x-authsvc-twin'] ?? ''}`.toLowerCase() } },
-    el('summary', {}, el('span', { class: `tag method ${method}` }, method.toUpperCase()), ' ', el('code', {}, path), ' ', el('span', { class: 'tag level' }, level), op.summary ? ` ${op.summary}` : ''),
+    el('summary', {}, el('span', { class: `tag method ${method}` }, method.toUpperCase()), ' ', el('code', {}, path), ' ', el('span', { class: 'tag level' }, level), ' ', prose(op.summary)),
     el('dl', { class: 'facts' },
       el('dt', {}, 'Who'), el('dd', {}, LEVELS[level] ?? level),
       op['x-authsvc-twin'] ? [el('dt', {}, 'Also at'), el('dd', {}, el('code', {}, op['x-authsvc-twin']))] : null,
@@ -76,10 +80,11 @@ function render(doc) {
       groups.get(tag).push(operation(path, method, op))
     }
   }
-  const sections = [...groups].map(([tag, ops], i) => el('section', { 'aria-labelledby': `group-${i}` }, el('h2', { id: `group-${i}` }, tag), ops))
-  const shared = Object.entries(doc.components?.schemas ?? {}).map(([name, schema]) => [el('h3', {}, name), schema.description ? el('p', { class: 'hint' }, schema.description) : '', pre(outline(schema))])
-  sections.push(el('section', { 'aria-labelledby': 'group-shared' }, el('h2', { id: 'group-shared' }, 'Shared shapes'), shared))
-  $('#api-groups').replaceChildren(...sections)
+  const sections = [...groups].map(([tag, ops], i) => el('section', { class: 'api-group', 'aria-labelledby': `group-${i}` }, el('h2', { id: `group-${i}` }, tag), ops))
+  const shared = Object.entries(doc.components?.schemas ?? {}).flatMap(([name, schema]) => [el('h3', {}, name), el('p', { class: 'hint' }, prose(schema.description)), pre(outline(schema))])
+  sections.push(el('section', { class: 'api-group', 'aria-labelledby': 'group-shared' }, el('h2', { id: 'group-shared' }, 'Shared shapes'), shared))
+  // in the page's column like its other sections (main.wide > section)
+  $('#api-groups').replaceWith(...sections)
 }
 
 function filter() {
@@ -89,7 +94,7 @@ function filter() {
     op.hidden = !words.every((w) => op.dataset.find.includes(w))
     if (!op.hidden) shown += 1
   }
-  for (const section of document.querySelectorAll('#api-groups > section')) {
+  for (const section of document.querySelectorAll('section.api-group')) {
     const ops = section.querySelectorAll('details.op')
     section.hidden = ops.length > 0 && [...ops].every((op) => op.hidden)
   }
@@ -102,6 +107,7 @@ async function start() {
     render(data)
     filter()
     $('#api-filter').addEventListener('input', filter)
+    document.body.dataset.ready = 'true'
   } catch (error) {
     say($('#api-error'), error.message)
   }
