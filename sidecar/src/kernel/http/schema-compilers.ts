@@ -20,7 +20,8 @@ import { SerializerSelector } from '@fastify/fast-json-stringify-compiler'
 type SerializerFactory = ReturnType<typeof SerializerSelector>
 type RouteSerializerCompiler = ReturnType<SerializerFactory>
 
-function reusingSerializers(select: SerializerFactory): SerializerFactory {
+/** A serialiser factory that compiles each (schema, shared schemas, options) once in the process. */
+export function reusingSerializers(select: SerializerFactory): SerializerFactory {
   const compiled = new Map<string, ReturnType<RouteSerializerCompiler>>()
   return (externalSchemas, options) => {
     const compile = select(externalSchemas, options)
