@@ -33,6 +33,7 @@ import { hostFactsOf } from './kernel/frames.js'
 import { AccessLog, accessLogLevel } from './kernel/http/access-log.js'
 import { registerErrorHandling } from './kernel/http/errors.js'
 import { healthRoutes } from './kernel/http/health.js'
+import { openApiRoutes, registerOpenApi } from './kernel/http/openapi.js'
 import { sharedSchemaCompilers } from './kernel/http/schema-compilers.js'
 import { Jobs } from './kernel/jobs.js'
 import { PROTOCOL_VERSION, type PushMessage, type HelloMessage } from './kernel/protocol.js'
@@ -143,6 +144,7 @@ export function prepareApp(logger: FastifyBaseLogger, clock: Clock, compose: Com
   })
   registerRequestContext(app, services)
   registerErrorHandling(app)
+  registerOpenApi(app, SERVICE_VERSION)
   app.addHook('onSend', async (_request, reply) => {
     reply.header('X-Authsvc-Version', SERVICE_VERSION)
   })
@@ -177,6 +179,7 @@ export function prepareApp(logger: FastifyBaseLogger, clock: Clock, compose: Com
     void app.register(
       async (family) => {
         await family.register(healthRoutes(services))
+        await family.register(openApiRoutes)
         for (const feature of composed) if (feature.routes) await family.register(feature.routes)
       },
       { prefix },

@@ -1,5 +1,6 @@
 /** The `jwt_token` cookie (SPEC §3): HttpOnly, SameSite=Lax, Path=/, Secure over HTTPS; Max-Age only with remember_me. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
+import Type from 'typebox'
 import { SESSION_COOKIE } from './credentials.js'
 
 export function setSessionCookie(request: FastifyRequest, reply: FastifyReply, token: string, rememberMe: boolean, maxAgeSeconds: number): void {
@@ -39,3 +40,12 @@ export function safeRedirectPath(next: unknown): string {
     return '/'
   }
 }
+
+/**
+ * `?next=` where a route follows it, for the route's schema: read through safeRedirectPath from the
+ * raw query (`request.queryParams`, a repeated key by its first value), so the schema admits what
+ * the route always took and only documents it.
+ */
+export const NextQuery = Type.Object({
+  next: Type.Optional(Type.Union([Type.String(), Type.Array(Type.String())], { description: 'where to go afterwards: a path of this origin; anything else goes to /' })),
+})

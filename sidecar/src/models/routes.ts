@@ -30,6 +30,17 @@ const GrantBody = Type.Object(
   { additionalProperties: false },
 )
 
+const tags = ['admin: models']
+const Folder = Type.Object({ folder: Type.String({ description: 'a model folder of the host (checkpoints, loras...)' }) })
+const Username = Type.Object({ username: Type.String({ description: 'a username or a user id' }) })
+const Folders = Type.Object({ folders: Type.Array(Type.String()) })
+const FolderItems = Type.Object({ folder: Type.String(), items: Type.Array(Type.String()) })
+const Grants = Type.Object({
+  username: Type.String(),
+  items: Type.Array(Type.Object({ folder: Type.String(), item_name: Type.String(), granted_by: Type.String(), created_at_iso: Type.String() })),
+})
+const Refreshed = Type.Object({ status: Type.Literal('ok'), folders_count: Type.Integer(), items_count: Type.Integer(), refreshed_at_iso: Type.String() })
+
 const publicGrant = (g: ModelGrantRecord) => ({ folder: g.folder, item_name: g.item_name, granted_by: g.granted_by, created_at_iso: g.created_at_iso })
 
 export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock' | 'events'>, cache: ModelCache) {
@@ -49,31 +60,43 @@ export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants
 
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
-    app.get('/api/available-model-folders', { config: { auth: 'admin' } }, async () => ({
+    app.get('/api/available-model-folders', { config: { auth: 'admin' }, schema: { summary: 'The host\'s model folders, as it reports them now', tags, response: { 200: Folders } } }, async () => ({
       folders: modelFoldersOf(services.host.facts).map((f) => f.name),
     }))
-    app.get('/api/available-models/:folder', { config: { auth: 'admin' } }, async (request) => {
-      const folder = liveFolder((request.params as { folder: string }).folder)
+    app.get('/api/available-models/:folder', {
+      config: { auth: 'admin' },
+      schema: { summary: 'The items of a model folder, read from the disk now', tags, params: Folder, response: { 200: FolderItems } },
+    }, async (request) => {
+      const folder = liveFolder(request.params.folder)
       return { folder: folder.name, items: await listFolderNow(folder) }
     })
 
-    app.get('/api/model-cache/folders', { config: { auth: 'admin' } }, async () => ({ folders: cache.folderNames() }))
-    app.get('/api/model-cache/folders/:folder/items', { config: { auth: 'admin' } }, async (request) => {
-      const folder = (request.params as { folder: string }).folder
+    app.get('/api/model-cache/folders', { config: { auth: 'admin' }, schema: { summary: 'The model folders of the watched cache', tags, response: { 200: Folders } } }, async () => ({ folders: cache.folderNames() }))
+    app.get('/api/model-cache/folders/:folder/items', {
+      config: { auth: 'admin' },
+      schema: { summary: 'The items of a model folder in the watched cache', tags, params: Folder, response: { 200: FolderItems } },
+    }, async (request) => {
+      const folder = request.params.folder
       const items = cache.list(folder)
       if (items === undefined) throw new AuthsvcError('NOT_FOUND', 'Unknown model folder')
       return { folder, items }
     })
-    app.post('/api/model-cache/refresh', { config: { auth: 'admin' } }, async (request) => {
+    app.post('/api/model-cache/refresh', { config: { auth: 'admin' }, schema: { summary: 'Walk the model folders again now', tags, response: { 200: Refreshed } } }, async (request) => {
       await cache.refresh()
       services.events.emit('model_cache_refreshed', { ...eventContext(request), folders: cache.folderNames().length, items: cache.itemsCount })
-      return { status: 'ok', folders_count: cache.folderNames().length, items_count: cache.itemsCount, refreshed_at_iso: new Date(cache.refreshedAt).toISOString() }
+      return { status: 'ok' as const, folders_count: cache.folderNames().length, items_count: cache.itemsCount, refreshed_at_iso: new Date(cache.refreshedAt).toISOString() }
     })
 
-    app.get('/api/users/:username/shared-items', { config: { auth: 'admin' } }, async (request) => grantsOf(services.users.find((request.params as { username: string }).username)))
+    app.get('/api/users/:username/shared-items', {
+      config: { auth: 'admin' },
+      schema: { summary: 'The model items granted to a user', tags, params: Username, response: { 200: Grants } },
+    }, async (request) => grantsOf(services.users.find(request.params.username)))
 
-    app.post('/api/users/:username/shared-items', { config: { auth: 'admin' }, schema: { body: GrantBody } }, async (request) => {
-      const user = services.users.find((request.params as { username: string }).username)
+    app.post('/api/users/:username/shared-items', {
+      config: { auth: 'admin' },
+      schema: { summary: 'Grant a user a model item (an unknown folder or item is 400); the user\'s grants after', tags, params: Username, body: GrantBody, response: { 200: Grants } },
+    }, async (request) => {
+      const user = services.users.find(request.params.username)
       const { folder, item_name } = request.body
       if (!knownFolder(folder)) throw new AuthsvcError('VALIDATION_FAILED', `Unknown model folder: ${folder}`)
       if (!(await itemExists(folder, item_name))) throw new AuthsvcError('VALIDATION_FAILED', `Unknown item in ${folder}: ${item_name}`)
@@ -88,8 +111,11 @@ export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants
       return grantsOf(user)
     })
 
-    app.delete('/api/users/:username/shared-items', { config: { auth: 'admin' }, schema: { body: GrantBody } }, async (request) => {
-      const user = services.users.find((request.params as { username: string }).username)
+    app.delete('/api/users/:username/shared-items', {
+      config: { auth: 'admin' },
+      schema: { summary: 'Take a model item back from a user; the user\'s grants after', tags, params: Username, body: GrantBody, response: { 200: Grants } },
+    }, async (request) => {
+      const user = services.users.find(request.params.username)
       const { folder, item_name } = request.body
       const revoked = await services.modelGrants.revoke(user.user_id, folder, item_name)
       if (!revoked) {

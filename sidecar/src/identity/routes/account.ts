@@ -22,13 +22,21 @@ const PasswordChange = Type.Object(
   { additionalProperties: false },
 )
 
+const PasswordChanged = Type.Object({
+  message: Type.String({ description: '`Password changed`' }),
+  sessions_revoked: Type.Integer({ description: 'the caller\'s other sessions, now ended' }),
+})
+
 /** What the account routes use (checkPassword's included). */
 export type AccountRouteServices = Pick<Services, 'users' | 'sessions' | 'passwords' | 'throttle' | 'events'>
 
 export function accountRoutes(services: AccountRouteServices) {
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
-    app.post('/api/me/password', { config: { auth: 'user' }, schema: { body: PasswordChange } }, async (request) => {
+    app.post('/api/me/password', {
+      config: { auth: 'user' },
+      schema: { summary: 'Change one\'s own password (from a signed-in session); other sessions end', tags: ['accounts'], body: PasswordChange, response: { 200: PasswordChanged } },
+    }, async (request) => {
       const principal = requireUser(request)
       if (principal.authType !== 'session') throw new AuthsvcError('PERMISSION_DENIED', 'The password is changed from a signed-in session')
       const user = services.users.byId(principal.userId)

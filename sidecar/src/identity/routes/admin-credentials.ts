@@ -12,8 +12,28 @@ import { tokenHashPrefix } from '../api-tokens.js'
 import type { UserRecord } from '../users.js'
 import type { Services } from '../../services.js'
 import { eventContext } from '../../access/request-context.js'
+import { TargetUser } from './admin.js'
 
 const TokenPrefix = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 }) }, { additionalProperties: false })
+
+const tags = ['admin: users']
+const TargetSession = Type.Object({ target_user: TargetUser.properties.target_user, jti: Type.String() })
+
+const SessionRow = Type.Object({
+  jti: Type.String(),
+  created_at_iso: Type.String(),
+  last_used_at_iso: Type.String(),
+  exp_at_iso: Type.String(),
+  remember_me: Type.Boolean(),
+})
+const TokenRow = Type.Object({
+  token_hash_prefix: Type.String(),
+  label: Type.String(),
+  created_at_iso: Type.String(),
+  expires_iso: Type.String(),
+  last_used_at_iso: Type.Union([Type.String(), Type.Null()]),
+})
+const Ok = Type.Object({ status: Type.Literal('ok') })
 
 export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessions' | 'tokens' | 'events'>) {
   const sessionsOf = (user: UserRecord) =>
@@ -35,7 +55,10 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
 
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
-    app.get('/api/admin/last-seen', { config: { auth: 'admin' } }, async () => {
+    app.get('/api/admin/last-seen', {
+      config: { auth: 'admin' },
+      schema: { summary: 'When each user last used a session or token', tags, response: { 200: Type.Object({ last_seen: Type.Record(Type.String(), Type.Union([Type.String(), Type.Null()])) }) } },
+    }, async () => {
       const last_seen: Record<string, string | null> = {}
       for (const user of services.users.list()) {
         const times = [...sessionsOf(user).map((s) => s.last_used_at_iso), ...tokensOf(user).map((t) => t.last_used_at_iso)].filter((t): t is string => typeof t === 'string')
@@ -44,35 +67,50 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
       return { last_seen }
     })
 
-    app.get('/api/users/:target_user/sessions', { config: { auth: 'admin' } }, async (request) => {
-      const user = services.users.find((request.params as { target_user: string }).target_user)
+    app.get('/api/users/:target_user/sessions', {
+      config: { auth: 'admin' },
+      schema: { summary: 'A user\'s active sessions', tags, params: TargetUser, response: { 200: Type.Object({ username: Type.String(), sessions: Type.Array(SessionRow) }) } },
+    }, async (request) => {
+      const user = services.users.find(request.params.target_user)
       return { username: user.username, sessions: sessionsOf(user) }
     })
 
-    app.delete('/api/users/:target_user/sessions/:jti', { config: { auth: 'admin' } }, async (request) => {
-      const { target_user, jti } = request.params as { target_user: string; jti: string }
+    app.delete('/api/users/:target_user/sessions/:jti', {
+      config: { auth: 'admin' },
+      schema: { summary: 'End one of a user\'s sessions', tags, params: TargetSession, response: { 200: Ok } },
+    }, async (request) => {
+      const { target_user, jti } = request.params
       const user = services.users.find(target_user)
       const record = services.sessions.get(jti)
       if (!record || record.user_id !== user.user_id || record.revoked) throw new AuthsvcError('NOT_FOUND', 'Session not found')
       await services.sessions.revoke(jti)
       services.events.emit('session_revoked', { ...eventContext(request), subject: user.username, sessions: 1 })
-      return { status: 'ok' }
+      return { status: 'ok' as const }
     })
 
-    app.delete('/api/users/:target_user/sessions', { config: { auth: 'admin' } }, async (request) => {
-      const user = services.users.find((request.params as { target_user: string }).target_user)
+    app.delete('/api/users/:target_user/sessions', {
+      config: { auth: 'admin' },
+      schema: { summary: 'End every session of a user', tags, params: TargetUser, response: { 200: Type.Object({ status: Type.Literal('ok'), revoked: Type.Integer() }) } },
+    }, async (request) => {
+      const user = services.users.find(request.params.target_user)
       const revoked = await services.sessions.revokeAllForUser(user.user_id)
       services.events.emit('session_revoked', { ...eventContext(request), subject: user.username, sessions: revoked })
-      return { status: 'ok', revoked }
+      return { status: 'ok' as const, revoked }
     })
 
-    app.get('/api/users/:target_user/tokens', { config: { auth: 'admin' } }, async (request) => {
-      const user = services.users.find((request.params as { target_user: string }).target_user)
+    app.get('/api/users/:target_user/tokens', {
+      config: { auth: 'admin' },
+      schema: { summary: 'A user\'s unexpired API tokens (never the tokens themselves)', tags, params: TargetUser, response: { 200: Type.Object({ username: Type.String(), tokens: Type.Array(TokenRow) }) } },
+    }, async (request) => {
+      const user = services.users.find(request.params.target_user)
       return { username: user.username, tokens: tokensOf(user) }
     })
 
-    app.delete('/api/users/:target_user/tokens', { config: { auth: 'admin' }, schema: { body: TokenPrefix } }, async (request) => {
-      const user = services.users.find((request.params as { target_user: string }).target_user)
+    app.delete('/api/users/:target_user/tokens', {
+      config: { auth: 'admin' },
+      schema: { summary: 'Revoke one of a user\'s API tokens by its hash prefix', tags, params: TargetUser, body: TokenPrefix, response: { 200: Type.Object({ message: Type.String({ description: '`Token revoked.`' }) }) } },
+    }, async (request) => {
+      const user = services.users.find(request.params.target_user)
       const prefix = tokenHashPrefix(request.body.token_hash_prefix)
       await services.tokens.revokeByPrefix(user.user_id, prefix)
       services.events.emit('api_token_revoked', { ...eventContext(request), subject: user.username, token_hash_prefix: prefix.slice(0, 8) })

@@ -8,7 +8,7 @@
  */
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
-import Type from 'typebox'
+import Type, { type Static } from 'typebox'
 import { AuthsvcError } from '../../kernel/errors.js'
 import { UserAdministration, type UserAdministrationDeps } from '../user-administration.js'
 import type { UserRecord } from '../users.js'
@@ -49,9 +49,26 @@ const IpLists = Type.Object(
 )
 
 /** a route's `:target_user`: a username or a user id */
-type TargetUser = { target_user: string }
+export const TargetUser = Type.Object({ target_user: Type.String({ description: 'a username or a user id' }) })
 
-const publicUser = (u: UserRecord) => ({
+const tags = ['admin: users']
+const settingsTags = ['admin: settings']
+
+const PublicUser = Type.Object({
+  username: Type.String(),
+  user_id: Type.String(),
+  role: Type.String(),
+  mfa_enabled: Type.Boolean(),
+  sfw_check: Type.Boolean(),
+  disabled: Type.Boolean(),
+  created_at_iso: Type.String(),
+})
+
+const GuestJwt = Type.Object({ allow_guest_jwt: Type.Boolean() }, { additionalProperties: false })
+const Groups = Type.Object({ groups: Type.Record(Type.String(), Type.Record(Type.String(), Type.Boolean())) }, { description: 'role → permission key → allowed' })
+const ETag = { ETag: { type: 'string', description: 'the version to send back in If-Match' } }
+
+const publicUser = (u: UserRecord): Static<typeof PublicUser> => ({
   username: u.username,
   user_id: u.user_id,
   role: u.role,
@@ -69,10 +86,10 @@ export function adminRoutes(services: AdminRouteServices) {
 
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
-    app.get('/api/settings/guest-jwt', { config: { auth: 'principal' } }, async () => ({
+    app.get('/api/settings/guest-jwt', { config: { auth: 'principal' }, schema: { summary: 'Whether guest login is on', tags: settingsTags, response: { 200: GuestJwt } } }, async () => ({
       allow_guest_jwt: services.settings.get('allow_guest_jwt'),
     }))
-    app.put('/api/settings/guest-jwt', { config: { auth: 'admin' }, schema: { body: Type.Object({ allow_guest_jwt: Type.Boolean() }, { additionalProperties: false }) } }, async (request) => {
+    app.put('/api/settings/guest-jwt', { config: { auth: 'admin' }, schema: { summary: 'Turn guest login on or off', tags: settingsTags, body: GuestJwt, response: { 200: GuestJwt } } }, async (request) => {
       const { allow_guest_jwt } = request.body
       // turning guest login off narrows (at once, retried); turning it on widens (once stored)
       await services.settings.set('allow_guest_jwt', allow_guest_jwt, allow_guest_jwt ? 'widens' : 'narrows')
@@ -80,12 +97,19 @@ export function adminRoutes(services: AdminRouteServices) {
       return { allow_guest_jwt }
     })
 
-    app.get('/api/groups', { config: { auth: 'admin' } }, async (_request, reply) => {
+    app.get('/api/groups', { config: { auth: 'admin' }, schema: { summary: 'Roles and their permissions', tags: settingsTags, response: { 200: { ...Groups, headers: ETag } } } }, async (_request, reply) => {
       const groups = services.roles.snapshot()
       reply.header('ETag', etagOf(groups))
       return { groups }
     })
-    app.put('/api/groups', { config: { auth: 'admin' }, schema: { body: Type.Object({ groups: Type.Record(Type.String(), Type.Unknown()) }, { additionalProperties: false }) } }, async (request, reply) => {
+    app.put('/api/groups', {
+      config: { auth: 'admin' },
+      schema: {
+        summary: 'Replace the whole role map (validated; a stale If-Match is 412)', tags: settingsTags,
+        body: Type.Object({ groups: Type.Record(Type.String(), Type.Unknown()) }, { additionalProperties: false }),
+        response: { 200: { ...Groups, headers: ETag } },
+      },
+    }, async (request, reply) => {
       const result = validateGroups(request.body.groups)
       if ('problems' in result) throw new AuthsvcError('VALIDATION_FAILED', result.problems.join('; '))
       // compare and replace with no await in between: nothing can change the groups between the two
@@ -98,10 +122,16 @@ export function adminRoutes(services: AdminRouteServices) {
       return { groups }
     })
 
-    app.get('/api/users', { config: { auth: 'admin' } }, async () => ({ users: services.users.list().map(publicUser) }))
+    app.get('/api/users', { config: { auth: 'admin' }, schema: { summary: 'Every user', tags, response: { 200: Type.Object({ users: Type.Array(PublicUser) }) } } }, async () => ({ users: services.users.list().map(publicUser) }))
 
-    app.put('/api/users/:target_user', { config: { auth: 'admin' }, schema: { body: UserPatch } }, async (request) => {
-      const { user, roleChanged } = await administration.patch((request.params as TargetUser).target_user, request.body)
+    app.put('/api/users/:target_user', {
+      config: { auth: 'admin' },
+      schema: {
+        summary: 'Change a user: role, SFW check, disabled, password reset, MFA reset (sessions end on role, password or disable)', tags,
+        params: TargetUser, body: UserPatch, response: { 200: Type.Object({ status: Type.Literal('ok'), user: PublicUser }) },
+      },
+    }, async (request) => {
+      const { user, roleChanged } = await administration.patch(request.params.target_user, request.body)
       const context = eventContext(request)
       if (roleChanged) services.events.emit('user_role_changed', { ...context, subject: user.username, role: user.role })
       const body = request.body
@@ -112,21 +142,27 @@ export function adminRoutes(services: AdminRouteServices) {
         ...(body.sfw_check !== undefined ? ['sfw_check' as const] : []),
       ]
       if (changes.length > 0) services.events.emit('user_updated', { ...context, subject: user.username, changes })
-      return { status: 'ok', user: publicUser(user) }
+      return { status: 'ok' as const, user: publicUser(user) }
     })
 
-    app.delete('/api/users/:target_user', { config: { auth: 'admin' } }, async (request) => {
-      const user = await administration.delete((request.params as TargetUser).target_user)
+    app.delete('/api/users/:target_user', {
+      config: { auth: 'admin' },
+      schema: { summary: 'Delete a user with their sessions, tokens and grants', tags, params: TargetUser, response: { 200: Type.Object({ status: Type.Literal('ok'), message: Type.String() }) } },
+    }, async (request) => {
+      const user = await administration.delete(request.params.target_user)
       services.events.emit('user_deleted', { ...eventContext(request), subject: user.username })
-      return { status: 'ok', message: `User ${user.username} deleted` }
+      return { status: 'ok' as const, message: `User ${user.username} deleted` }
     })
 
-    app.get('/api/ip-lists', { config: { auth: 'admin' } }, async (_request, reply) => {
+    app.get('/api/ip-lists', { config: { auth: 'admin' }, schema: { summary: 'The IP allow and deny lists', tags: settingsTags, response: { 200: { ...IpLists, headers: ETag } } } }, async (_request, reply) => {
       const lists = services.settings.get('ip_lists')
       reply.header('ETag', etagOf(lists))
       return lists
     })
-    app.put('/api/ip-lists', { config: { auth: 'admin' }, schema: { body: IpLists } }, async (request, reply) => {
+    app.put('/api/ip-lists', {
+      config: { auth: 'admin' },
+      schema: { summary: 'Replace the IP lists (loopback can never be locked out; a stale If-Match is 412)', tags: settingsTags, body: IpLists, response: { 200: { ...IpLists, headers: ETag } } },
+    }, async (request, reply) => {
       const lists: IpListsSetting = request.body
       const problems = ipListsProblems(lists)
       if (problems.length > 0) throw new AuthsvcError('VALIDATION_FAILED', problems.join('; '))

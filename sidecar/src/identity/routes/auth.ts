@@ -7,11 +7,12 @@ import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { AuthsvcError } from '../../kernel/errors.js'
+import { htmlPage, JSON_OR_FORM, redirect } from '../../kernel/http/openapi.js'
 import { passwordProblem } from '../passwords.js'
 import { ADMIN_ROLE, isAdministrator } from '../principal.js'
 import { GUEST_ROLE, GUEST_SUBJECT } from '../guest-sessions.js'
 import { usernameProblem } from '../users.js'
-import { clearSessionCookie, safeRedirectPath, setSessionCookie } from '../session-cookie.js'
+import { clearSessionCookie, NextQuery, safeRedirectPath, setSessionCookie } from '../session-cookie.js'
 import { checkPassword, mfaStep, refuseIfThrottled } from '../password-check.js'
 import { sendLogoutConfirmation } from '../../pages/routes.js'
 import type { Services } from '../../services.js'
@@ -34,6 +35,25 @@ const LoginBody = Type.Object({
   next: Type.Optional(Type.String({ maxLength: 2048 })),
 })
 
+const tags = ['accounts']
+
+const Registered = Type.Object({ message: Type.String({ description: '`User registered`' }), username: Type.String(), role: Type.String() })
+
+const LoggedIn = Type.Object({
+  message: Type.String({ description: '`Login successful`' }),
+  jwt_token: Type.String({ description: 'the session JWT (also set as the `jwt_token` cookie)' }),
+  redirect_url: Type.String({ description: 'where a browser goes next (a same-origin path)' }),
+  remember_me: Type.Boolean(),
+})
+
+/** The password was right; a second factor comes first (no cookie, no JWT). The MFA routes take the temp token. */
+export const MfaStepAnswer = Type.Union([
+  Type.Object({ message: Type.String({ description: '`MFA verification required`' }), mfa_required: Type.Literal(true), mfa_temp_token: Type.String() }),
+  Type.Object({ message: Type.String({ description: '`MFA setup required`' }), mfa_setup_required: Type.Literal(true), mfa_temp_token: Type.String() }),
+])
+
+const LoggedOut = Type.Object({ message: Type.String({ description: '`Logged out`' }) })
+
 /** What register, login and logout use (the password and MFA steps included). */
 export type AuthRouteServices = Pick<Services, 'users' | 'sessions' | 'passwords' | 'roles' | 'settings' | 'clock' | 'throttle' | 'mfa' | 'events'>
 
@@ -48,7 +68,13 @@ export function authRoutes(services: AuthRouteServices) {
   }
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
-    app.post('/register', { config: { auth: 'public' }, schema: { body: RegisterBody } }, (request, reply) => oneAtATime(async () => {
+    app.post('/register', {
+      config: { auth: 'public' },
+      schema: {
+        summary: 'Create an account: anyone while none exists (the first is admin), then admins only', tags, consumes: JSON_OR_FORM,
+        body: RegisterBody, response: { 201: Registered },
+      },
+    }, (request, reply) => oneAtATime(async () => {
       const body = request.body
       const first = services.users.count === 0
       refuseIfThrottled(services, request, null)
@@ -69,7 +95,14 @@ export function authRoutes(services: AuthRouteServices) {
       return reply.code(201).send({ message: 'User registered', username: user.username, role: user.role })
     }))
 
-    app.post('/login', { config: { auth: 'public' }, schema: { body: LoginBody } }, async (request, reply) => {
+    app.post('/login', {
+      config: { auth: 'public' },
+      schema: {
+        summary: 'Sign in with a password (or as the guest role): a session, or the second-factor step', tags, consumes: JSON_OR_FORM,
+        body: LoginBody, querystring: NextQuery,
+        response: { 200: Type.Union([LoggedIn, MfaStepAnswer]), 302: redirect('a browser navigation: to `redirect_url`, or to /mfa for the second factor') },
+      },
+    }, async (request, reply) => {
       const body = request.body
       if (request.headers['sec-fetch-site'] === 'cross-site') throw new AuthsvcError('CSRF_REJECTED')
       const rememberMe = truthy(body.remember_me)
@@ -89,7 +122,7 @@ export function authRoutes(services: AuthRouteServices) {
         const step = mfaStep(services, user, rememberMe, redirectUrl)
         if (step) {
           // no cookie, no JWT: the temp token is good only for the MFA routes
-          if (request.facts.isNavigation) return reply.code(302).header('Location', `/mfa#${'mfa_required' in step ? 'verify' : 'setup'}:${step.mfa_temp_token}`).send()
+          if (request.facts.isNavigation) return reply.header('Location', `/mfa#${'mfa_required' in step ? 'verify' : 'setup'}:${step.mfa_temp_token}`).code(302).send()
           return step
         }
         subject = user
@@ -99,7 +132,7 @@ export function authRoutes(services: AuthRouteServices) {
       const remembered = rememberMe && subject.user_id !== GUEST_SUBJECT
       setSessionCookie(request, reply, token, remembered, services.sessions.lifetimeSeconds)
       services.events.emit('user_login', { actor: subject.username, subject: subject.username, ip: request.facts.ip, mfa: false })
-      if (request.facts.isNavigation) return reply.code(302).header('Location', redirectUrl).send()
+      if (request.facts.isNavigation) return reply.header('Location', redirectUrl).code(302).send()
       return { message: 'Login successful', jwt_token: token, redirect_url: redirectUrl, remember_me: remembered }
     })
 
@@ -117,7 +150,11 @@ export function authRoutes(services: AuthRouteServices) {
     // bookmarked (`none`) or from one of our pages (`same-origin`). A sibling site is not us either.
     // Without the header (an old browser) the page offers the POST button instead; a HEAD never
     // logs out. POST keeps the same-origin rule of every cookie write (request-context.ts).
-    app.get('/logout', { config: { auth: 'public' } }, async (request, reply) => {
+    const logoutAnswers = {
+      200: { description: 'logged out (an API client); a GET from a page of unknown origin answers a page that asks', content: { 'application/json': { schema: LoggedOut }, ...htmlPage('').content } },
+      302: redirect('a browser navigation: logged out, to /login'),
+    }
+    app.get('/logout', { config: { auth: 'public' }, schema: { summary: 'Log out (a cookie session only from this site)', tags, response: logoutAnswers } }, async (request, reply) => {
       if (request.channel !== 'cookie') return logout(request, reply)
       const site = request.headers['sec-fetch-site']
       if (site === 'cross-site' || site === 'same-site') throw new AuthsvcError('CSRF_REJECTED', 'A page of another site cannot log you out')
@@ -125,6 +162,6 @@ export function authRoutes(services: AuthRouteServices) {
       if (!request.facts.isNavigation) throw new AuthsvcError('CSRF_REJECTED', 'Log out with POST /logout')
       return sendLogoutConfirmation(request, reply)
     })
-    app.post('/logout', { config: { auth: 'public' } }, logout)
+    app.post('/logout', { config: { auth: 'public' }, schema: { summary: 'Log out: the session is revoked and the cookie cleared', tags, response: { 200: LoggedOut, 302: logoutAnswers[302] } } }, logout)
   }
 }

@@ -7,10 +7,33 @@ import { PERMISSION_KEYS, can } from '../principal.js'
 import { eventContext, requireUser } from '../../access/request-context.js'
 import type { Services } from '../../services.js'
 
+const tags = ['accounts']
+
+const Me = Type.Object({
+  username: Type.String(),
+  user_id: Type.Union([Type.String(), Type.Null()], { description: 'null for an anonymous principal (a role without an account)' }),
+  role: Type.String(),
+  groups: Type.Array(Type.String(), { description: 'the role, as a list (compat)' }),
+  is_admin: Type.Boolean(),
+  mfa_enabled: Type.Boolean(),
+  auth_type: Type.Enum(['session', 'api_token', 'anonymous']),
+  permissions: Type.Record(Type.String(), Type.Boolean()),
+})
+
+const Sessions = Type.Object({
+  sessions: Type.Array(Type.Object({
+    jti: Type.String(),
+    created_at_iso: Type.String(),
+    last_used_at_iso: Type.String(),
+    exp_at_iso: Type.String(),
+    is_current: Type.Boolean(),
+  })),
+})
+
 export function meRoutes(services: Pick<Services, 'sessions' | 'events'>) {
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
-    app.get('/api/me', { config: { auth: 'principal' } }, async (request) => {
+    app.get('/api/me', { config: { auth: 'principal' }, schema: { summary: 'Who the caller is, and what they may do', tags, response: { 200: Me } } }, async (request) => {
       const p = request.principal!
       return {
         username: p.username,
@@ -24,9 +47,9 @@ export function meRoutes(services: Pick<Services, 'sessions' | 'events'>) {
       }
     })
 
-    app.get('/api/is-https', { config: { auth: 'public' } }, async (request) => ({ is_https: request.facts.isHttps }))
+    app.get('/api/is-https', { config: { auth: 'public' }, schema: { summary: 'Whether this request arrived over HTTPS', tags, response: { 200: Type.Object({ is_https: Type.Boolean() }) } } }, async (request) => ({ is_https: request.facts.isHttps }))
 
-    app.get('/me/sessions', { config: { auth: 'user' } }, async (request) => {
+    app.get('/me/sessions', { config: { auth: 'user' }, schema: { summary: 'The caller\'s active sessions', tags, response: { 200: Sessions } } }, async (request) => {
       const p = requireUser(request)
       const sessions = services.sessions.activeForUser(p.userId).map((s) => ({
         jti: s.jti,
@@ -38,18 +61,27 @@ export function meRoutes(services: Pick<Services, 'sessions' | 'events'>) {
       return { sessions }
     })
 
-    app.post('/me/sessions/revoke', { config: { auth: 'user' }, schema: { body: Type.Object({ jti: Type.String({ maxLength: 64 }) }) } }, async (request) => {
+    app.post('/me/sessions/revoke', {
+      config: { auth: 'user' },
+      schema: { summary: 'End one of the caller\'s sessions', tags, body: Type.Object({ jti: Type.String({ maxLength: 64 }) }), response: { 200: Type.Object({ status: Type.Literal('ok') }) } },
+    }, async (request) => {
       const p = requireUser(request)
       const { jti } = request.body
       const record = services.sessions.get(jti)
       if (!record || record.user_id !== p.userId || record.revoked) throw new AuthsvcError('NOT_FOUND', 'Session not found')
       await services.sessions.revoke(jti)
       services.events.emit('session_revoked', { ...eventContext(request), subject: p.username, sessions: 1 })
-      return { status: 'ok' }
+      return { status: 'ok' as const }
     })
 
     // Fix: a cookie session's token is never handed to script; only a token the caller already holds.
-    app.get('/me/current-token', { config: { auth: 'user' } }, async (request) => {
+    app.get('/me/current-token', {
+      config: { auth: 'user' },
+      schema: {
+        summary: 'The token the caller sent (bearer or query); a cookie session\'s is never handed to script (403)', tags,
+        response: { 200: Type.Object({ token: Type.Union([Type.String(), Type.Null()]) }) },
+      },
+    }, async (request) => {
       if (request.channel === 'cookie' || request.channel === undefined) throw new AuthsvcError('COOKIE_TOKEN_HIDDEN')
       const header = request.headers.authorization
       const token = request.channel === 'bearer' && header ? header.replace(/^Bearer\s+/i, '').trim() : request.queryParams.get('token') ?? request.queryParams.get('access_token')

@@ -26,6 +26,25 @@ const Body = Type.Object({
 
 type MfaBody = Static<typeof Body>
 
+const tags = ['second factor']
+
+const SetupBegun = Type.Object({
+  provisioning_uri: Type.String({ description: 'otpauth://totp/... for the authenticator app' }),
+  secret: Type.String({ description: 'the TOTP secret (base32), shown during setup only' }),
+  qr_svg: Type.String({ description: 'the provisioning URI as an SVG QR code' }),
+  backup_codes: Type.Array(Type.String(), { description: '10 single-use codes, shown once' }),
+  message: Type.String(),
+})
+
+const Enabled = Type.Union([
+  Type.Object({ message: Type.String({ description: '`MFA enabled`' }), jwt_token: Type.String(), redirect_url: Type.String() }, { description: 'from the login flow (a setup temp token): a session too, and its cookie' }),
+  Type.Object({ message: Type.String({ description: '`MFA enabled`' }) }),
+])
+
+const LoggedIn = Type.Object({ message: Type.String({ description: '`Login successful`' }), jwt_token: Type.String(), redirect_url: Type.String() })
+
+const Message = Type.Object({ message: Type.String() })
+
 /** What the MFA routes use (the second-factor step included). */
 export type MfaRouteServices = Pick<Services, 'users' | 'sessions' | 'mfa' | 'throttle' | 'resetMfa' | 'recoveryMode' | 'events'>
 
@@ -54,7 +73,10 @@ export function mfaRoutes(services: MfaRouteServices) {
 
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
-    app.post('/api/mfa/setup', { config: { auth: 'public' }, schema: { body: Type.Optional(Body) } }, async (request) => {
+    app.post('/api/mfa/setup', {
+      config: { auth: 'public' },
+      schema: { summary: 'Begin enrolling a second factor (a session, or a setup temp token; a current code to re-enrol)', tags, body: Type.Optional(Body), response: { 200: SetupBegun } },
+    }, async (request) => {
       // the body is optional here: a session alone may begin the setup
       const body = request.body ?? {}
       const { user } = await setupCaller(request, body)
@@ -70,7 +92,10 @@ export function mfaRoutes(services: MfaRouteServices) {
       }
     })
 
-    app.post('/api/mfa/verify-setup', { config: { auth: 'public' }, schema: { body: Body } }, async (request, reply) => {
+    app.post('/api/mfa/verify-setup', {
+      config: { auth: 'public' },
+      schema: { summary: 'Finish enrolling with a code from the app', tags, body: Body, response: { 200: Enabled } },
+    }, async (request, reply) => {
       const { user, tempId, temp } = await setupCaller(request, request.body)
       const code = request.body.code
       if (!(await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.finishSetup(user.user_id, code)))) {
@@ -88,7 +113,10 @@ export function mfaRoutes(services: MfaRouteServices) {
       return { message: 'MFA enabled' }
     })
 
-    app.post('/api/mfa/verify', { config: { auth: 'public' }, schema: { body: Body } }, async (request, reply) => {
+    app.post('/api/mfa/verify', {
+      config: { auth: 'public' },
+      schema: { summary: 'The second step of a login: the temp token and a code or backup code give the session', tags, body: Body, response: { 200: LoggedIn } },
+    }, async (request, reply) => {
       const body = request.body
       const temp = services.mfa.tempToken(body.mfa_temp_token, 'login')
       const user = temp ? services.users.byId(temp.userId) : undefined
@@ -100,7 +128,10 @@ export function mfaRoutes(services: MfaRouteServices) {
       return { message: 'Login successful', jwt_token, redirect_url: temp.redirectUrl }
     })
 
-    app.post('/api/mfa/disable', { config: { auth: 'user' }, schema: { body: Body } }, async (request) => {
+    app.post('/api/mfa/disable', {
+      config: { auth: 'user' },
+      schema: { summary: 'Turn the second factor off (a session and a current code); other sessions end', tags, body: Body, response: { 200: Message } },
+    }, async (request) => {
       const p = request.principal!
       if (p.authType !== 'session') throw new AuthsvcError('PERMISSION_DENIED', 'MFA is disabled from a signed-in session')
       const user = services.users.byId(p.userId!)
@@ -113,7 +144,10 @@ export function mfaRoutes(services: MfaRouteServices) {
       return { message: 'MFA disabled' }
     })
 
-    app.post('/recovery/reset-mfa', { config: { auth: 'public' } }, async (request) => {
+    app.post('/recovery/reset-mfa', {
+      config: { auth: 'public' },
+      schema: { summary: 'Turn every user\'s second factor off: only with RECOVERY_MODE, from a local client', tags, response: { 200: Message } },
+    }, async (request) => {
       const enabled = services.recoveryMode
       if (!enabled || !request.facts.isLocal) throw new AuthsvcError('RECOVERY_DISABLED', enabled ? 'Recovery is only allowed from a local client' : undefined)
       const enrolled = services.users.list().filter((u) => u.mfa_enabled)

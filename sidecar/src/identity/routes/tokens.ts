@@ -6,6 +6,8 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type, { type Static } from 'typebox'
 import { AuthsvcError } from '../../kernel/errors.js'
+import { JSON_OR_FORM } from '../../kernel/http/openapi.js'
+import { MfaStepAnswer } from './auth.js'
 import { tokenHashPrefix } from '../api-tokens.js'
 import { can } from '../principal.js'
 import type { UserRecord } from '../users.js'
@@ -25,6 +27,29 @@ const GenerateBody = Type.Object({
 })
 
 const RevokeBody = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 }) })
+
+const tags = ['API tokens']
+
+const Created = Type.Object({
+  message: Type.String({ description: '`API token created.`' }),
+  token: Type.String({ description: 'the raw token (`ast_...`): shown once, never again' }),
+  jwt_token: Type.String({ description: 'the same token (compat)' }),
+  expires_in_hours: Type.Number(),
+  expires_iso: Type.String(),
+  token_hash_prefix: Type.String({ description: 'the first 12 hex characters of its SHA-256: its name from now on' }),
+})
+
+const TokenList = Type.Object({
+  tokens: Type.Array(Type.Object({
+    token_hash_prefix: Type.String(),
+    label: Type.String(),
+    expires_iso: Type.String(),
+    created_at_iso: Type.String(),
+    last_used_at_iso: Type.Union([Type.String(), Type.Null()]),
+  })),
+})
+
+const Revoked = Type.Object({ message: Type.String({ description: '`Token revoked.`' }) })
 
 export const DEFAULT_TOKEN_HOURS = 720
 
@@ -80,14 +105,20 @@ export function generateTokenHandler(services: TokenRouteServices) {
   }
 }
 
-export const generateTokenSchema = { body: GenerateBody }
+export const generateTokenSchema = {
+  summary: 'Create an API token: with a password (and second factor), a session, or an MFA temp token and code',
+  tags,
+  consumes: JSON_OR_FORM,
+  body: GenerateBody,
+  response: { 200: Type.Union([Created, MfaStepAnswer]) },
+}
 
 export function tokenRoutes(services: TokenRouteServices) {
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.post('/generate_token', { config: { auth: 'public' }, schema: generateTokenSchema }, generateTokenHandler(services))
 
-    app.get('/api/tokens', { config: { auth: 'user' } }, async (request) => {
+    app.get('/api/tokens', { config: { auth: 'user' }, schema: { summary: 'The caller\'s unexpired API tokens (never the tokens themselves)', tags, response: { 200: TokenList } } }, async (request) => {
       const principal = requireUser(request)
       const tokens = services.tokens.activeForUser(principal.userId).map((t) => ({
         token_hash_prefix: t.hash.slice(0, 12),
@@ -99,7 +130,7 @@ export function tokenRoutes(services: TokenRouteServices) {
       return { tokens }
     })
 
-    app.delete('/api/tokens', { config: { auth: 'user' }, schema: { body: RevokeBody } }, async (request) => {
+    app.delete('/api/tokens', { config: { auth: 'user' }, schema: { summary: 'Revoke one of the caller\'s API tokens by its hash prefix', tags, body: RevokeBody, response: { 200: Revoked } } }, async (request) => {
       const principal = requireUser(request)
       const prefix = tokenHashPrefix(request.body.token_hash_prefix)
       await services.tokens.revokeByPrefix(principal.userId, prefix)

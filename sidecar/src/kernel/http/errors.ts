@@ -3,9 +3,28 @@
  * catalogue. Framework errors (bad JSON, schema, size, media type) become
  * their 4xx code; anything unexpected is a logged 500 with a generic message,
  * never a stack trace or internal detail.
+ *
+ * The shape is one shared schema, `ErrorAnswer` (`ErrorRef` where a route's schema names it).
+ * The OpenAPI document gives it to every operation's 4xx and 5xx answers (kernel/http/openapi.ts);
+ * the routes' own schemas leave them out, so errors keep their plain JSON.stringify and a start
+ * compiles no serialiser per route for them.
  */
 import type { FastifyError, FastifyInstance } from 'fastify'
-import { AuthsvcError, errorBody, type ErrorCode } from '../errors.js'
+import Type from 'typebox'
+import { AuthsvcError, ERRORS, errorBody, type ErrorCode } from '../errors.js'
+
+/** SPEC §2: every error answer; the codes are the catalogue of docs/errors.md. */
+export const ErrorAnswer = Type.Object(
+  {
+    error: Type.String({ description: 'a message for people; its wording may change' }),
+    code: Type.Unsafe<ErrorCode>({ type: 'string', enum: Object.keys(ERRORS) }),
+    statusCode: Type.Integer(),
+  },
+  { $id: 'ErrorAnswer', additionalProperties: false, description: 'An error (SPEC §2): `code` is stable, `error` is for people' },
+)
+
+/** Where a route's schema names the shared error shape. */
+export const ErrorRef = Type.Ref('ErrorAnswer')
 
 function frameworkCode(err: FastifyError): ErrorCode | null {
   if (err.validation) return 'VALIDATION_FAILED'
@@ -26,6 +45,7 @@ function frameworkCode(err: FastifyError): ErrorCode | null {
 }
 
 export function registerErrorHandling(app: FastifyInstance): void {
+  app.addSchema(ErrorAnswer)
   app.setErrorHandler((err: FastifyError, request, reply) => {
     if (err instanceof AuthsvcError) {
       // the cause (a store error, say) goes to the log only; the client gets the catalogue message
