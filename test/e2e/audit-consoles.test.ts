@@ -96,6 +96,11 @@ describe('audit log and consoles through the gate', () => {
     const refused = await api('POST', '/prompt', alice, { prompt: { '1': { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: 'other.safetensors' } } } })
     assert.equal(refused.status, 403)
     assert.equal((await refused.json()).code, 'MODEL_NOT_ALLOWED')
+    // and one that reads a file in root's own folder
+    const rootId = (await ok(await api('GET', '/authsvc/api/me', root))).user_id
+    const foreign = await api('POST', '/prompt', alice, { prompt: { '1': { class_type: 'LoadImage', inputs: { image: `u_${rootId}/x.png` } }, '2': { class_type: 'PreviewImage', inputs: { images: ['1', 0] } } } })
+    assert.equal(foreign.status, 403)
+    assert.equal((await foreign.json()).code, 'NOT_OWNER')
     // a session revoked, a logout; then the admin changes, disables and finally deletes bob
     const second = (await login(stack, 'alice')).jwt
     const third = (await login(stack, 'alice')).jwt
@@ -104,13 +109,18 @@ describe('audit log and consoles through the gate', () => {
     await ok(await api('POST', '/authsvc/me/sessions/revoke', alice, { jti }))
     assert.equal((await api('POST', '/logout', second)).status, 200)
     await ok(await register(stack, 'bob', { bearer: root }), 201)
+    const bobJwt = (await login(stack, 'bob')).jwt
+    secrets.push(bobJwt, 'bobs-new-passphrase-9')
+    await ok(await api('POST', '/authsvc/api/me/password', bobJwt, { current_password: PASSWORD, new_password: 'bobs-new-passphrase-9' }))
+    await ok(await api('POST', '/authsvc/api/model-cache/refresh', root))
+    await ok(await api('POST', '/authsvc/api/user-env', root, { action: 'purge', user: 'bob', confirm: 'bob' }))
     await ok(await api('PUT', '/authsvc/api/users/bob', root, { role: 'guest' }))
     await ok(await api('PUT', '/authsvc/api/users/bob', root, { disabled: true }))
     await ok(await api('DELETE', '/authsvc/api/users/bob', root))
 
     const ip = '127.0.0.1'
     /** kind → the one record expected: its actor (whose console shows it), subject, outcome, details it must carry */
-    const expected: Array<{ kind: string; actor: string | null; subject: string | null; outcome: string; details?: Record<string, unknown>; user?: string }> = [
+    const expected: Array<{ kind: string; actor: string | null; subject: string | null; outcome: string; details?: Record<string, unknown>; user?: string; filter?: (e: Entry) => boolean }> = [
       { kind: 'server_started', actor: null, subject: null, outcome: 'success' },
       { kind: 'login_failure', actor: null, subject: 'alice', outcome: 'failure', details: { attempt: 'password' }, user: 'alice' },
       { kind: 'login_locked', actor: null, subject: null, outcome: 'refused', details: { locked: 'username', attempt: 'password' } },
@@ -121,16 +131,20 @@ describe('audit log and consoles through the gate', () => {
       { kind: 'model_granted', actor: 'root', subject: 'alice', outcome: 'success', details: { folder: 'checkpoints', item_name: 'granted.safetensors' } },
       { kind: 'model_revoked', actor: 'root', subject: 'alice', outcome: 'success' },
       { kind: 'prompt_queued', actor: 'alice', subject: 'alice', outcome: 'success', details: { prompt_id: promptId } },
-      { kind: 'prompt_refused', actor: 'alice', subject: 'alice', outcome: 'refused', details: { code: 'MODEL_NOT_ALLOWED', status: 403 } },
+      { kind: 'prompt_refused', actor: 'alice', subject: 'alice', outcome: 'refused', details: { code: 'MODEL_NOT_ALLOWED', status: 403 }, filter: (e) => e.details.code === 'MODEL_NOT_ALLOWED' },
+      { kind: 'prompt_refused', actor: 'alice', subject: 'alice', outcome: 'refused', details: { code: 'NOT_OWNER', status: 403 }, filter: (e) => e.details.code === 'NOT_OWNER' },
       { kind: 'session_revoked', actor: 'alice', subject: 'alice', outcome: 'success', details: { sessions: 1 } },
       { kind: 'user_logout', actor: 'alice', subject: 'alice', outcome: 'success' },
+      { kind: 'password_changed', actor: 'bob', subject: 'bob', outcome: 'success', details: { sessions_revoked: 0 } },
+      { kind: 'model_cache_refreshed', actor: 'root', subject: null, outcome: 'success' },
+      { kind: 'user_env_purged', actor: 'root', subject: 'bob', outcome: 'success' },
       { kind: 'user_role_changed', actor: 'root', subject: 'bob', outcome: 'success', details: { role: 'guest' } },
       { kind: 'user_updated', actor: 'root', subject: 'bob', outcome: 'success', details: { changes: ['disabled'] } },
       { kind: 'user_deleted', actor: 'root', subject: 'bob', outcome: 'success' },
     ]
     const view = async (kind: string, user?: string): Promise<Entry[]> => (await ok(await api('GET', `/authsvc/api/audit?kind=${kind}${user ? `&user=${user}` : ''}`, root))).events
     for (const want of expected) {
-      const rows = await view(want.kind, want.user)
+      const rows = (await view(want.kind, want.user)).filter(want.filter ?? (() => true))
       assert.equal(rows.length, 1, `${want.kind}: one record in the audit view, got ${JSON.stringify(rows)}`)
       const [row] = rows
       assert.equal(row.actor, want.actor, `${want.kind} actor`)
@@ -140,10 +154,13 @@ describe('audit log and consoles through the gate', () => {
       assert.ok(Math.abs(Date.parse(row.at_iso) - Date.now()) < 120_000, `${want.kind} time`)
       for (const [key, value] of Object.entries(want.details ?? {})) assert.deepEqual(row.details[key], value, `${want.kind} ${key}`)
       if (want.actor !== null) {
-        const token = want.actor === 'root' ? root : alice
-        const own = (await ok(await api('GET', '/authsvc/me/console', token))) as { lines: string[]; events: Entry[] }
-        assert.equal(own.events.filter((e) => e.seq === row.seq).length, 1, `${want.kind} in ${want.actor}'s own console`)
-        assert.equal(own.lines.length, own.events.length)
+        // bob is deleted by now: no session of his reads his own console; the admin's console of him does
+        if (want.actor !== 'bob') {
+          const token = want.actor === 'root' ? root : alice
+          const own = (await ok(await api('GET', '/authsvc/me/console', token))) as { lines: string[]; events: Entry[] }
+          assert.equal(own.events.filter((e) => e.seq === row.seq).length, 1, `${want.kind} in ${want.actor}'s own console`)
+          assert.equal(own.lines.length, own.events.length)
+        }
         const adminView = (await ok(await api('GET', `/authsvc/api/admin/consoles/${want.actor}`, root))) as { username: string; events: Entry[] }
         assert.equal(adminView.events.filter((e) => e.seq === row.seq).length, 1, `${want.kind} in the admin console of ${want.actor}`)
       }
@@ -157,7 +174,7 @@ describe('audit log and consoles through the gate', () => {
     assert.ok(settings.every((e) => e.actor === 'root' && e.ip === ip))
     // logins: root once, alice three times (both consoles show their own, and only their own)
     const logins = await view('user_login')
-    assert.deepEqual(logins.map((e) => e.subject).sort(), ['alice', 'alice', 'alice', 'root'])
+    assert.deepEqual(logins.map((e) => e.subject).sort(), ['alice', 'alice', 'alice', 'bob', 'root'])
     const created = await view('user_created')
     assert.deepEqual(created.map((e) => [e.subject, e.actor]).sort(), [['alice', 'root'], ['bob', 'root'], ['root', null]])
 
