@@ -33,9 +33,9 @@ const PublicEntry = Type.Object({
 
 const ConsoleAnswer = Type.Object({ lines: Type.Array(Type.String()), events: Type.Array(PublicEntry) })
 const UserConsoleAnswer = Type.Object({ username: Type.String(), lines: Type.Array(Type.String()), events: Type.Array(PublicEntry) })
+// Other query keys are not refused: `?token=` / `?access_token=` carry the credential on any route (SPEC §3)
 const ConsoleQuery = Type.Object(
   { limit: Type.Optional(Type.String({ pattern: '^[1-9][0-9]{0,3}$', description: `lines at most (1 to ${CONSOLE_MAX_LINES}; default ${CONSOLE_MAX_LINES})` })) },
-  { additionalProperties: false },
 )
 const AuditQuery = Type.Object(
   {
@@ -46,7 +46,6 @@ const AuditQuery = Type.Object(
     before: Type.Optional(Type.String({ pattern: '^[1-9][0-9]{0,15}$', description: 'the seq of the last event seen: the next page' })),
     limit: Type.Optional(Type.String({ pattern: '^[1-9][0-9]{0,3}$', description: `events at most (1 to ${CONSOLE_MAX_LINES}; default ${AUDIT_PAGE_DEFAULT})` })),
   },
-  { additionalProperties: false },
 )
 const AuditAnswer = Type.Object({ events: Type.Array(PublicEntry), next_before: Type.Union([Type.Integer(), Type.Null()]) })
 const Username = Type.Object({ username: Type.String({ minLength: 1, maxLength: 64 }) })
