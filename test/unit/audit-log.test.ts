@@ -11,7 +11,7 @@ import { join } from 'node:path'
 import { SqliteAuditLog } from '../../sidecar/src/audit/audit-log.js'
 import { openSqliteStore } from '../../sidecar/src/store/kv.js'
 import type { EventRecord } from '../../sidecar/src/kernel/events.js'
-import { addUser, bootstrapAdmin, call, errorCode, fakeClock, log, openSidecar, sessionJwt, tempDir, T0, type Sidecar } from './fixtures.js'
+import { addUser, assertPass, bootstrapAdmin, call, decide, errorCode, stepAnswer, fakeClock, log, openSidecar, sessionJwt, tempDir, T0, type Sidecar } from './fixtures.js'
 
 const DAY = 24 * 60 * 60 * 1000
 const started = (at: number, n: number): EventRecord => ({ kind: 'server_started', at, outcome: 'success', version: `v${n}`, users: n })
@@ -74,6 +74,35 @@ describe('audit log on the sqlite file', () => {
       const bytes = readdirSync(sc.dir).filter((f) => f.startsWith('authsvc.sqlite')).map((f) => readFileSync(join(sc.dir, f)).toString('latin1')).join('')
       assert.ok(bytes.includes('model_granted'), 'the kind stays readable (the view filters on it)')
       for (const clear of ['a-distinctive-item-name', 'distinct-subject-name', '203.0.113.99', admin.user.username]) assert.ok(!bytes.includes(clear), `${clear} is sealed`)
+    } finally {
+      await sc.close()
+    }
+  })
+})
+
+describe('who acts, when it is no user', () => {
+  it('an anonymous client (local_anonymous_role) is recorded as `anonymous:<role>`, never under the name of an account called like the role', async () => {
+    const sc = await openSidecar({ config: { local_anonymous_role: 'user' } })
+    try {
+      const admin = await bootstrapAdmin(sc)
+      const named = await addUser(sc, 'user', 'same-name-as-the-role-1')
+      // an anonymous local client queues a prompt and is refused one
+      const prompt = async (body: string) => {
+        const d = assertPass(await decide(sc, { method: 'POST', path: '/prompt', pattern: '/prompt' }))
+        return stepAnswer(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(body, 'utf8'), sc.host))
+      }
+      assert.equal((await prompt('{"prompt":{"1":{}}}')).action, 'pass')
+      assert.equal((await prompt('{"prompt":{"1":{}},"front":1}')).action, 'respond')
+      // and logs out: it had no session, so nothing ended and nothing is recorded
+      assert.equal((await call(sc, { method: 'POST', url: '/logout', headers: { origin: 'http://comfy.test:8188' } })).statusCode, 200)
+      const rows = await sc.services.audit.query({ kinds: ['prompt_queued', 'prompt_refused', 'user_logout'], limit: 10 })
+      assert.deepEqual(rows.map((r) => [r.kind, r.actor, r.subject, r.details.principal]), [
+        ['prompt_refused', null, null, 'anonymous:user'],
+        ['prompt_queued', null, null, 'anonymous:user'],
+      ])
+      const own = await call(sc, { url: '/authsvc/me/console', bearer: await sessionJwt(sc, named) })
+      assert.deepEqual(JSON.parse(own.body).lines, [], 'the account called "user" reads none of it')
+      assert.ok(admin.jwt)
     } finally {
       await sc.close()
     }

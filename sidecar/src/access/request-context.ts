@@ -123,7 +123,17 @@ export function requireUser(request: FastifyRequest): Principal & { userId: stri
 }
 
 /** Who did it and from where, for an event emitted while answering `request` (kernel/events.ts). */
-export function eventContext(request: FastifyRequest): { actor?: string; ip: string } {
-  const actor = request.principal?.username
-  return actor ? { actor, ip: request.facts.ip } : { ip: request.facts.ip }
+export function eventContext(request: FastifyRequest): { actor?: string; principal?: string; ip: string } {
+  return { ...actingAs(request.principal), ip: request.facts.ip }
+}
+
+/**
+ * The event fields naming who acts: a user by `actor`; a guest or an anonymous client by
+ * `principal` only. Their username is the role's name, which a real account may also have: as an
+ * actor it would put everything anonymous clients do into that account's console.
+ */
+export function actingAs(principal: Principal | null): { actor?: string; principal?: string } {
+  if (principal === null) return {}
+  if (principal.userId !== null) return { actor: principal.username }
+  return { principal: principal.credentialId ? 'guest' : `anonymous:${principal.role}` }
 }

@@ -41,6 +41,8 @@ export interface EventCommon {
   subject?: string
   ip?: string
   outcome?: EventOutcome
+  /** who acted when it was no user: `guest` (a guest session) or `anonymous:<role>` (never matched as a name) */
+  principal?: string
 }
 
 export type EventFields<K extends EventKind> = EventMap[K] & EventCommon

@@ -140,8 +140,11 @@ export function authRoutes(services: AuthRouteServices) {
       const principal = request.principal
       // the cookie goes even when the store fails (503): the revocation already holds in memory
       clearSessionCookie(request, reply)
-      if (principal?.authType === 'session' && principal.credentialId) await services.sessions.revoke(principal.credentialId)
-      if (principal?.username) services.events.emit('user_logout', { actor: principal.username, subject: principal.username, ip: request.facts.ip })
+      // an event only when a user's session ended (a bearer API token or an anonymous client ends nothing)
+      if (principal?.authType === 'session' && principal.credentialId) {
+        await services.sessions.revoke(principal.credentialId)
+        if (principal.userId !== null) services.events.emit('user_logout', { actor: principal.username, subject: principal.username, ip: request.facts.ip })
+      }
       if (request.facts.isNavigation) return reply.code(302).header('Location', '/login').send()
       return { message: 'Logged out' }
     }

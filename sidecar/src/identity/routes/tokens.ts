@@ -93,7 +93,7 @@ export function generateTokenHandler(services: TokenRouteServices) {
     if (!(hours > 0)) throw new AuthsvcError('VALIDATION_FAILED', 'expire_hours must be positive')
     if (hours > maxHours) throw new AuthsvcError('VALIDATION_FAILED', `expire_hours must be at most ${maxHours}`)
     const { token, record } = await services.tokens.issue(user.user_id, body.label ?? '', hours)
-    services.events.emit('api_token_created', { actor: request.principal?.username ?? user.username, subject: user.username, ip: request.facts.ip, token_hash_prefix: record.hash.slice(0, 8) })
+    services.events.emit('api_token_created', { actor: user.username, subject: user.username, ip: request.facts.ip, token_hash_prefix: record.hash.slice(0, 8) })
     return {
       message: 'API token created.',
       token,

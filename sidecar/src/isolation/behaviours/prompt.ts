@@ -18,6 +18,7 @@ import { randomUUID } from 'node:crypto'
 import { denyDecision } from '../../kernel/answers.js'
 import { promptFileRefusal, promptOwnEdits } from './prompt-files.js'
 import { applySplices, lastMember, objectMembers, rootStart, setMembers, type Splice } from '../json-spans.js'
+import { actingAs } from '../../access/request-context.js'
 import type { BodyAnswer, RouteBehaviour, Steps } from '../../kernel/behaviour.js'
 import type { HostLink } from '../../kernel/host-link.js'
 import type { PassDecision } from '../../kernel/protocol.js'
@@ -48,6 +49,8 @@ const PROMPT_ID = /^[A-Za-z0-9_-]{1,128}$/
 interface PromptState {
   owner: string
   ip: string
+  /** the event fields naming who submits (access/request-context.ts actingAs) */
+  who: { actor?: string; subject?: string; principal?: string }
   seesAll: boolean
   userId: string | null
   username: string
@@ -59,7 +62,9 @@ interface PromptState {
 export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour<PromptState> {
   return {
     decide({ pass, principal, ip, owner, seesAll, steps }) {
-      const state: PromptState = { owner, ip, seesAll, userId: principal.userId, username: principal.username, models: promptModelCheck(deps, principal) }
+      const acting = actingAs(principal)
+      const who = acting.actor ? { actor: acting.actor, subject: acting.actor } : acting
+      const state: PromptState = { owner, ip, who, seesAll, userId: principal.userId, username: principal.username, models: promptModelCheck(deps, principal) }
       return { ...pass, need_body: { max_bytes: deps.config.max_json_body_bytes, ctx: steps.body(state) } }
     },
 
@@ -84,7 +89,7 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
  * may still refuse the graph: its own validation answers 400), `prompt_refused` with the code.
  */
 function promptEvent(deps: BehaviourDeps, state: PromptState, decided: BodyAnswer): void {
-  const who = { actor: state.username, subject: state.username, ip: state.ip }
+  const who = { ...state.who, ip: state.ip }
   const decision = 'answer' in decided ? decided.answer : decided
   if (decision.action === 'respond') {
     deps.events.emit('prompt_refused', { ...who, outcome: 'refused', code: refusalCode(decision.body_text), status: decision.status })
