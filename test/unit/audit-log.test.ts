@@ -223,3 +223,25 @@ describe('audit routes', async () => {
     }
   })
 })
+
+describe('routine events cannot push the rest out', () => {
+  it('at most 60 prompt events a minute per user are stored; the next stored one says how many were left out; sign-ins are never held back', async () => {
+    const sc = await openSidecar()
+    try {
+      const who = { actor: 'mallory', subject: 'mallory', ip: '10.9.9.9' }
+      for (let i = 0; i < 500; i++) sc.services.events.emit('prompt_refused', { ...who, outcome: 'refused', code: 'VALIDATION_FAILED', status: 400 })
+      for (let i = 0; i < 100; i++) sc.services.events.emit('user_login', { ...who, mfa: false })
+      sc.services.events.emit('prompt_refused', { actor: 'alice', subject: 'alice', ip: '10.0.0.2', outcome: 'refused', code: 'MODEL_NOT_ALLOWED', status: 403 })
+      const count = async (kind: string, user: string) => (await sc.services.audit.query({ kinds: [kind], user, limit: 500 })).length
+      assert.equal(await count('prompt_refused', 'mallory'), 60)
+      assert.equal(await count('user_login', 'mallory'), 100, 'security events are all kept')
+      assert.equal(await count('prompt_refused', 'alice'), 1, 'another user is not held back by mallory')
+      sc.clock.advance(60_000)
+      sc.services.events.emit('prompt_refused', { ...who, outcome: 'refused', code: 'VALIDATION_FAILED', status: 400 })
+      const [latest] = await sc.services.audit.query({ kinds: ['prompt_refused'], user: 'mallory', limit: 1 })
+      assert.equal(latest.details.suppressed, 440, 'the next stored one counts those left out')
+    } finally {
+      await sc.close()
+    }
+  })
+})

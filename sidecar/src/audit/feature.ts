@@ -5,6 +5,7 @@
 import type { Feature } from '../kernel/feature.js'
 import type { Services } from '../services.js'
 import { auditRoutes } from './routes.js'
+import { VolumeGate } from './volume-gate.js'
 
 const PRUNE_EVERY_MS = 60 * 60 * 1000
 
@@ -15,7 +16,11 @@ export function auditFeature(services: Pick<Services, 'audit' | 'users' | 'event
       await family.register(auditRoutes(services))
     },
     bind() {
-      services.events.onAny((record) => services.audit.append(record))
+      const gate = new VolumeGate()
+      services.events.onAny((record) => {
+        const admitted = gate.admit(record)
+        if (admitted !== null) services.audit.append(admitted)
+      })
       return {
         jobs: [
           {

@@ -43,6 +43,8 @@ export interface EventCommon {
   outcome?: EventOutcome
   /** who acted when it was no user: `guest` (a guest session) or `anonymous:<role>` (never matched as a name) */
   principal?: string
+  /** set by the audit log only: how many like it, from the same one, it left out before this one (audit/volume-gate.ts) */
+  suppressed?: number
 }
 
 export type EventFields<K extends EventKind> = EventMap[K] & EventCommon
