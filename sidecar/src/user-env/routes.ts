@@ -18,7 +18,7 @@ import { isAdministrator } from '../identity/principal.js'
 import type { UserRecord } from '../identity/users.js'
 import { AuthsvcError } from '../kernel/errors.js'
 import type { Services } from '../services.js'
-import { FOLDER_KINDS, isUserId, type FolderUsage, type UserStorage } from './user-storage.js'
+import { FOLDER_KINDS, isUserId, type FolderUsage, type StorageStatus, type UserStorage } from './user-storage.js'
 
 const UserEnvBody = Type.Object(
   {
@@ -71,7 +71,49 @@ const shown = (folder: FolderUsage & { failed?: string }, admin: boolean) => {
   return admin ? { ...rest, path: label, host_path: path } : { ...rest, path: label }
 }
 
+/** Walks at once, all users together: each stats up to MAX_ENTRIES files on libuv's pool, which argon2 and sqlite share. */
+const MAX_WALKS = 2
+
+/**
+ * Status walks, shared and bounded: a second request for the same user joins the walk in flight
+ * (the account page asks on every load), and at most MAX_WALKS walk at once; the others wait
+ * their turn, so a burst of status requests never starves logins and store writes of threads.
+ */
+export function sharedStatus(storage: Pick<UserStorage, 'status'>): (userId: string) => Promise<StorageStatus> {
+  const inFlight = new Map<string, Promise<StorageStatus>>()
+  let walking = 0
+  const waiting: Array<() => void> = []
+  const turn = async (): Promise<void> => {
+    if (walking < MAX_WALKS) {
+      walking++
+      return
+    }
+    await new Promise<void>((resolve) => waiting.push(resolve)) // the finisher hands its turn over
+  }
+  const done = (): void => {
+    const next = waiting.shift()
+    if (next) next()
+    else walking--
+  }
+  return (userId) => {
+    const joined = inFlight.get(userId)
+    if (joined) return joined
+    const walk = (async () => {
+      await turn()
+      try {
+        return await storage.status(userId)
+      } finally {
+        done()
+        inFlight.delete(userId)
+      }
+    })()
+    inFlight.set(userId, walk)
+    return walk
+  }
+}
+
 export function userEnvRoutes(services: Pick<Services, 'users' | 'events'>, storage: UserStorage) {
+  const statusOf = sharedStatus(storage)
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
     app.post('/api/user-env', {
@@ -117,7 +159,7 @@ export function userEnvRoutes(services: Pick<Services, 'users' | 'events'>, stor
         })
         return { status: 'ok' as const, username: target.username, removed: { ...report, folders: report.folders.map((f) => shown(f, true)) } }
       }
-      const status = await storage.status(target.user_id)
+      const status = await statusOf(target.user_id)
       return { username: target.username, ...status, folders: status.folders.map((f) => shown(f, admin)) }
     })
   }
