@@ -207,6 +207,26 @@ describe('the token never leaves', () => {
     assert.deepEqual(got.map((m) => [m.topic, m.authorization]), [['renamed', `Bearer ${token}`], ['authsvc-ops', undefined]])
   })
 
+  it('the kept token never goes to another server: a new server without the token is refused (400), nothing changes', async () => {
+    const token = freshToken()
+    const ntfy = await standin()
+    const other = await standin()
+    const sc = await sidecar()
+    const { admin } = await adminAndUsers(sc)
+    await sc.call('PUT', SETTINGS, { bearer: admin, body: valid({ base_url: ntfy.url, api_token: token }) })
+    const moved = await sc.call('PUT', SETTINGS, { bearer: admin, body: valid({ base_url: other.url }) })
+    assert.equal(moved.status, 400)
+    assert.equal(moved.body.code, 'VALIDATION_FAILED')
+    assert.match(moved.body.error, /api_token: the server changed/)
+    assert.equal((await sc.call('GET', SETTINGS, { bearer: admin })).body.base_url, ntfy.url, 'nothing changed')
+    // with an empty token it moves (and sends none); with a new token it moves and sends that one
+    assert.equal((await sc.call('PUT', SETTINGS, { bearer: admin, body: valid({ base_url: other.url, api_token: '' }) })).body.has_api_token, false)
+    await sc.call('POST', `${SETTINGS}/test`, { bearer: admin })
+    const [got] = await other.waitForMessages(1)
+    assert.equal(got.authorization, undefined)
+    assert.equal(ntfy.requests.length, 0, 'the first server got nothing')
+  })
+
   it('a sealed token that no longer opens (another master secret) is logged once and not sent', async () => {
     const token = freshToken()
     const ntfy = await standin()

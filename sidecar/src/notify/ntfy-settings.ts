@@ -82,7 +82,12 @@ export class NtfySettings {
       return Promise.reject(new AuthsvcError('VALIDATION_FAILED', checked.problems.map((p) => `${p.field}: ${p.message}`).join('; ')))
     }
     const write = async (): Promise<EffectiveNtfySettings> => {
-      const token = input.api_token ?? this.current().api_token
+      const now = this.current()
+      // the kept token goes only to the server it was given for: a new server needs it again
+      if (input.api_token === undefined && now.api_token !== '' && new URL(checked.settings.base_url).origin !== new URL(now.base_url).origin) {
+        throw new AuthsvcError('VALIDATION_FAILED', 'api_token: the server changed; enter its access token again, or send an empty one to save without a token')
+      }
+      const token = input.api_token ?? now.api_token
       await this.deps.settings.set('ntfy', {
         ...checked.settings,
         api_token_sealed: token === '' ? '' : this.deps.cipher.encrypt(token, TOKEN_CONTEXT),
