@@ -11,7 +11,7 @@ import { once } from 'node:events'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { ConfigError, validateConfig } from '../../sidecar/src/kernel/config/load.js'
-import { fetchCapped, loggableUrl, MAX_REDIRECTS, OutboundError, outboundUrlProblem } from '../../sidecar/src/kernel/http/outbound.js'
+import { fetchCapped, loggableUrl, MAX_REDIRECTS, OutboundError, outboundUrlProblem, redirectProblem } from '../../sidecar/src/kernel/http/outbound.js'
 
 describe('outbound URL rule', () => {
   const rows: Array<[string, boolean]> = [
@@ -166,5 +166,25 @@ describe('fetchCapped', () => {
     closed.close()
     await once(closed, 'close')
     await refused(fetchCapped(`http://127.0.0.1:${port}/`, { timeoutMs: 2000, maxBytes: 100 }), /could not be reached \(ECONNREFUSED\)/)
+  })
+})
+
+describe('redirects from a source elsewhere (review M6)', () => {
+  const from = 'https://updates.example/latest.json'
+  const inward = [
+    'http://127.0.0.1:8188/api/prompt', 'https://127.0.0.1/', 'https://127.9.9.9/', 'https://localhost:8188/', 'https://a.localhost/',
+    'https://[::1]/', 'https://[::ffff:127.0.0.1]/', 'https://[::ffff:7f00:1]/', 'https://10.1.2.3/', 'https://172.16.0.1/', 'https://192.168.1.1/',
+    'https://169.254.169.254/latest/meta-data/', 'https://100.64.0.1/', 'https://0.0.0.0/', 'https://[fe80::1]/', 'https://[fd00::1]/', 'https://[::]/',
+  ]
+  for (const to of inward) {
+    it(`refuses ${to}`, () => {
+      assert.match(redirectProblem(from, to) ?? '', /may not send us to this machine or a private address|plain http/)
+    })
+  }
+  for (const to of ['https://cdn.example/file.json', 'https://8.8.8.8/x', 'https://[2001:db8::1]/']) {
+    it(`follows ${to}`, () => assert.equal(redirectProblem(from, to), null))
+  }
+  it('a source on this machine may send us elsewhere on it (the tests\' stand-ins, a local mirror)', () => {
+    assert.equal(redirectProblem('http://127.0.0.1:9000/a', 'http://127.0.0.1:9001/b'), null)
   })
 })

@@ -9,14 +9,17 @@
  * - nothing of ours goes along: no cookie, no Authorization, no Referer; only the headers the
  *   caller names;
  * - a redirect is followed by hand, at most `MAX_REDIRECTS` times, and its target must pass the
- *   same rule (an https source cannot send us to plain http on another machine);
+ *   same rule (an https source cannot send us to plain http on another machine); a source that is
+ *   not on this machine cannot send us to one that is, nor to a private, link-local or shared
+ *   address written as such (a remote answer must not make the sidecar a client of ComfyUI or
+ *   of the LAN's services; a name that resolves to such an address is not checked);
  * - one deadline for the whole exchange (every redirect, the headers and the body), and a cap on
  *   the body: an answer announced or found larger is cut off and refused, never read whole.
  * Every failure is an `OutboundError` whose message names what went wrong but never the URL's
  * query (where a source's key could sit).
  */
 import { isIP } from 'node:net'
-import { isLoopback } from '../../access/ip.js'
+import { IpSet, isLoopback } from '../../access/ip.js'
 
 export const MAX_REDIRECTS = 3
 
@@ -36,6 +39,27 @@ export function outboundUrlProblem(raw: string): string | null {
   const host = url.hostname.replace(/^\[|\]$/g, '')
   if (host === 'localhost' || (isIP(host) !== 0 && isLoopback(host))) return null
   return 'plain http is allowed only to this machine (127.0.0.1, ::1, localhost); use https'
+}
+
+/** Addresses that are not the internet's: this machine, private and shared networks, link-local. */
+const NOT_PUBLIC = new IpSet([
+  '0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.168.0.0/16',
+  '::/128', '::1/128', 'fc00::/7', 'fe80::/10',
+])
+
+/** Whether a URL names this machine or a non-public address (a literal, or `localhost`). */
+function isInward(url: URL): boolean {
+  const host = url.hostname.replace(/^\[|\]$/g, '')
+  if (host === 'localhost' || host.endsWith('.localhost')) return true
+  return isIP(host) !== 0 && NOT_PUBLIC.has(host)
+}
+
+/** Why a redirect from `from` to `to` may not be followed, or null when it may. */
+export function redirectProblem(from: string, to: string): string | null {
+  const problem = outboundUrlProblem(to)
+  if (problem !== null) return problem
+  if (!isInward(new URL(from)) && isInward(new URL(to))) return 'a source elsewhere may not send us to this machine or a private address'
+  return null
 }
 
 /** The URL as a log line may show it: scheme, host and path, no query. */
@@ -64,14 +88,15 @@ export async function fetchCapped(raw: string, options: OutboundOptions): Promis
   const signal = options.signal ? AbortSignal.any([deadline, options.signal]) : deadline
   let url = raw
   try {
-    for (let hop = 0; ; hop++) {
-      const problem = outboundUrlProblem(url)
+    for (let hop = 0, from = ''; ; hop++) {
+      const problem = hop === 0 ? outboundUrlProblem(url) : redirectProblem(from, url)
       if (problem !== null) throw new OutboundError(`${hop === 0 ? 'the URL' : 'a redirect'}: ${problem}`)
       const response = await fetch(url, { method: 'GET', redirect: 'manual', credentials: 'omit', referrerPolicy: 'no-referrer', headers: options.headers, signal })
       const location = response.headers.get('location')
       if (response.status >= 300 && response.status < 400 && location !== null) {
         await response.body?.cancel()
         if (hop >= MAX_REDIRECTS) throw new OutboundError(`more than ${MAX_REDIRECTS} redirects`)
+        from = url
         url = new URL(location, url).href
         continue
       }
