@@ -30,6 +30,8 @@ export const EVENT_NAMES = {
   model_cache_refreshed: 'Model list refreshed',
   prompt_queued: 'Prompt queued',
   prompt_refused: 'Prompt refused',
+  mfa_code_refused: 'Two-factor code refused',
+  user_env_purged: 'Folders emptied',
 }
 const OUTCOMES = { success: 'ok', failure: 'failed', refused: 'refused' }
 

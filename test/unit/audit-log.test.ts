@@ -197,6 +197,17 @@ describe('audit routes', async () => {
     assert.match(body.lines[1], /prompt_queued by alice from 10\.0\.0\.1 prompt_id=p6$/)
   })
 
+  it('a user reads what an admin did to their account, but not the admin\'s address', async () => {
+    sc.services.events.emit('user_role_changed', { actor: admin.user.username, subject: 'alice', ip: '10.7.7.7', role: 'user' })
+    const own = JSON.parse((await call(sc, { url: '/authsvc/me/console', bearer: aliceJwt })).body) as { lines: string[]; events: Array<{ kind: string; ip: string | null; actor: string }> }
+    const change = own.events.filter((e) => e.kind === 'user_role_changed')
+    assert.deepEqual(change.map((e) => [e.actor, e.ip]), [[admin.user.username, null]])
+    assert.ok(!own.lines.some((l) => l.includes('10.7.7.7')))
+    assert.ok(own.events.some((e) => e.ip === '10.0.0.1'), 'her own addresses stay')
+    const adminView = JSON.parse((await call(sc, { url: '/authsvc/api/audit?kind=user_role_changed', bearer: admin.jwt })).body)
+    assert.equal(adminView.events[0].ip, '10.7.7.7')
+  })
+
   it('a new user who takes a deleted user\'s name never reads the old lines; the admin still does', async () => {
     const del = await call(sc, { method: 'DELETE', url: '/authsvc/api/users/alice', bearer: admin.jwt })
     assert.equal(del.statusCode, 200, del.body)
@@ -206,7 +217,7 @@ describe('audit routes', async () => {
     assert.equal(res.statusCode, 200, res.body)
     assert.deepEqual(JSON.parse(res.body).lines, [])
     const kept = JSON.parse((await call(sc, { url: '/authsvc/api/admin/consoles/alice', bearer: admin.jwt })).body).lines as string[]
-    assert.equal(kept.length, 8, 'seven events and the deletion')
+    assert.equal(kept.length, 9, 'seven events, the role change and the deletion')
   })
 
   it('lines survive a restart', async () => {

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict'
 import type { EventRecord } from '../../sidecar/src/kernel/events.js'
 import { addUser, call, openSidecar, type Sidecar } from './fixtures.js'
 import { json, login } from './owned-requests.js'
+import { totpAt } from '../integration/totp-reference.js'
 
 describe('identity events through the real app', async () => {
   const sc: Sidecar = await openSidecar()
@@ -18,6 +19,19 @@ describe('identity events through the real app', async () => {
   const PASSWORD = 'correct-horse-battery'
   await addUser(sc, 'root', PASSWORD, 'admin')
   await addUser(sc, 'alice', PASSWORD)
+
+  it('a wrong code while turning MFA off is mfa_code_refused, not a failed sign-in', async () => {
+    const user = await addUser(sc, 'carol', PASSWORD)
+    const jwt = json(await login(sc, 'carol', PASSWORD)).jwt_token as string
+    const setup = json(await call(sc, { method: 'POST', url: '/authsvc/api/mfa/setup', bearer: jwt, body: {} }))
+    const code = (at: number) => totpAt(setup.secret as string, at)
+    assert.equal((await call(sc, { method: 'POST', url: '/authsvc/api/mfa/verify-setup', bearer: jwt, body: { code: code(sc.clock()) } })).statusCode, 200)
+    since()
+    const wrong = code(sc.clock()) === '000000' ? '111111' : '000000'
+    assert.equal((await call(sc, { method: 'POST', url: '/authsvc/api/mfa/disable', bearer: jwt, body: { code: wrong } })).statusCode, 401)
+    assert.deepEqual(since(), [{ kind: 'mfa_code_refused', actor: 'carol', subject: 'carol', ip: '127.0.0.1', outcome: 'failure' }])
+    assert.ok(user)
+  })
 
   it('a failed and a good sign-in, a token, its revocation, a role change, a reset and disable, a deletion: one record each, in order, no secret', async () => {
     const peer = '10.1.2.3'

@@ -17,7 +17,7 @@ import { rmSync } from 'node:fs'
 import { features, type Composition } from '../../sidecar/src/app.js'
 import { SERVICE_VERSION } from '../../sidecar/src/services.js'
 import { updatesFeature, type UpdatesFeature } from '../../sidecar/src/updates/feature.js'
-import { CHECK_INTERVAL_MS, latestVersionOf, MAX_ANSWER_BYTES } from '../../sidecar/src/updates/update-check.js'
+import { CHECK_INTERVAL_MS, RETRY_AFTER_FAILURE_MS, latestVersionOf, MAX_ANSWER_BYTES } from '../../sidecar/src/updates/update-check.js'
 import { addUser, apiToken, assertError, bootstrapAdmin, call, fakeClock, openSidecar, tempDir, type FakeClock, type Sidecar } from './fixtures.js'
 
 type Answer = (req: IncomingMessage, res: ServerResponse) => void
@@ -217,6 +217,24 @@ describe('update status', () => {
       assertError(await call(sc, { url: '/authsvc/api/update-status', bearer: await apiToken(sc, bob) }), 403, 'ADMIN_REQUIRED')
       assertError(await call(sc, { url: '/api/authsvc/api/update-status' }), 401, 'AUTH_REQUIRED')
     })
+  })
+
+  it('after a failed ask the next is due in an hour, not a day (a source down for a moment)', async () => {
+    const clock = fakeClock()
+    const before = source.requests.length
+    source.answer = json({ nothing: 'here' }, 500)
+    await withSidecar('/latest', async (sc, admin) => {
+      await updatesOf(sc).check().checkIfDue()
+      assert.equal((await statusOf(sc, admin)).mode, 'offline')
+      clock.advance(RETRY_AFTER_FAILURE_MS - 1)
+      await updatesOf(sc).check().checkIfDue()
+      assert.equal(source.requests.length - before, 1, 'not within the hour')
+      source.answer = json({ version: NEWER })
+      clock.advance(1)
+      await updatesOf(sc).check().checkIfDue()
+      assert.equal(source.requests.length - before, 2, 'an hour later')
+      assert.equal((await statusOf(sc, admin)).mode, 'online')
+    }, { clock })
   })
 
   it('at most one ask a day of the injected clock, across a restart; a new URL is asked at once', async () => {

@@ -2,7 +2,8 @@
  * Reading the audit log (SPEC §5.2, §5.4; issue 24):
  * - `GET /authsvc/me/console`: the caller's own lines (what they did and what was done to their
  *   account), newest last, at most 500, and none from before their account was created (a new
- *   user who takes a deleted user's name never reads the old one's lines);
+ *   user who takes a deleted user's name never reads the old one's lines); the address shown only
+ *   where they acted themselves (an admin's address is not theirs to read);
  * - `GET /authsvc/api/admin/consoles` and `/{username}`: the names with lines, and one name's lines;
  * - `GET /authsvc/api/audit`: the admin's view, filtered by user, kinds and time, newest first,
  *   paged with `before` (the `seq` of the last event seen).
@@ -86,7 +87,8 @@ export function auditRoutes(services: Pick<Services, 'audit' | 'users'>) {
       const entries = await services.audit.query({
         user: user.username, since: Date.parse(user.created_at_iso), limit: limitOf(request.query.limit, CONSOLE_MAX_LINES),
       })
-      return asConsole(entries)
+      // what an admin did to the account is the user's to read; the admin's address is not
+      return asConsole(entries.map((e) => (e.actor === user.username ? e : { ...e, ip: null })))
     })
 
     app.get('/api/admin/consoles', { config: { auth: 'admin' }, schema: { response: { 200: Type.Object({ users: Type.Array(Type.String()) }) } } }, async () => ({

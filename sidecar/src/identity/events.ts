@@ -12,8 +12,10 @@ declare module '../kernel/events.js' {
     /** `subject` only when the name typed is an existing user's (what was typed may be a password) */
     login_failure: { ip: string; outcome: 'failure'; attempt: 'password' | 'code' }
     /** once, when a lockout begins: the address's lock or the username's first delay (SPEC §7) */
-    login_locked: { ip: string; outcome: 'refused'; locked: 'address' | 'username'; attempt: 'password' | 'code' }
+    login_locked: { ip: string; outcome: 'refused'; locked: 'address' | 'username' | 'address and username'; attempt: 'password' | 'code' }
     password_changed: { subject: string; sessions_revoked: number }
+    /** a signed-in user's code was wrong while confirming a change (MFA setup again, MFA off): not a sign-in */
+    mfa_code_refused: { actor: string; subject: string; ip: string; outcome: 'failure' }
     mfa_enabled: { actor: string; subject: string; ip: string }
     mfa_disabled: { actor: string; subject: string; ip: string }
     /** the recovery route turned MFA off for every enrolled user */

@@ -44,7 +44,8 @@ export async function throttledAttempt(
         const who = subject()
         services.events.emit('login_locked', {
           ...(who ? { subject: who } : {}), ip, outcome: 'refused',
-          locked: started.address ? 'address' : 'username', attempt: key.startsWith('mfa:') ? 'code' : 'password',
+          locked: started.address && started.username ? 'address and username' : started.address ? 'address' : 'username',
+          attempt: key.startsWith('mfa:') ? 'code' : 'password',
         })
       }
     }
@@ -92,12 +93,17 @@ export function mfaStep(services: Pick<Services, 'mfa' | 'roles'>, user: UserRec
  * A TOTP code or backup code of `user`, throttled per user (`mfa:<user id>`);
  * a wrong one also counts against the temp token that carried it.
  */
-export async function checkSecondFactor(services: Pick<Services, 'throttle' | 'mfa' | 'events'>, request: FastifyRequest, user: UserRecord, factor: SecondFactor, tempId?: string): Promise<void> {
+export async function checkSecondFactor(
+  services: Pick<Services, 'throttle' | 'mfa' | 'events'>, request: FastifyRequest, user: UserRecord, factor: SecondFactor, tempId?: string,
+  /** a sign-in (a wrong code is a `login_failure`), or a signed-in user confirming a change (`mfa_code_refused`) */
+  purpose: 'sign-in' | 'confirm' = 'sign-in',
+): Promise<void> {
   refuseIfThrottled(services, request, mfaKey(user.user_id))
   if (!factor.code && !factor.backup_code) throw new AuthsvcError('MFA_REQUIRED', 'A code or a backup code is required')
   const ok = await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.verify(user.user_id, factor), () => user.username)
   if (!ok) {
-    services.events.emit('login_failure', { subject: user.username, ip: request.facts.ip, outcome: 'failure', attempt: 'code' })
+    if (purpose === 'sign-in') services.events.emit('login_failure', { subject: user.username, ip: request.facts.ip, outcome: 'failure', attempt: 'code' })
+    else services.events.emit('mfa_code_refused', { actor: user.username, subject: user.username, ip: request.facts.ip, outcome: 'failure' })
     if (tempId) services.mfa.failTempToken(tempId)
     throw new AuthsvcError('MFA_INVALID_CODE')
   }

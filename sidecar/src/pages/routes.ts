@@ -173,7 +173,7 @@ export async function assetRoutes(fastify: FastifyInstance): Promise<void> {
     config: { auth: 'public' },
     schema: { summary: 'The pages\' stylesheet and scripts', tags, params: Type.Object({ name: Type.String({ description: `one of ${Object.keys(ASSETS).join(', ')}` }) }), response: { 200: Asset } },
   }, async (request, reply) => {
-    const asset = ASSETS[request.params.name]
+    const asset = Object.hasOwn(ASSETS, request.params.name) ? ASSETS[request.params.name] : undefined
     if (!asset) throw new AuthsvcError('NOT_FOUND')
     return reply.header('Cache-Control', 'no-cache').header('X-Content-Type-Options', 'nosniff').type(asset.type).send(asset.body)
   })

@@ -6,8 +6,8 @@
  * Guarantees:
  * - no ask on a request's path: `status()` reads memory only, so a slow or hanging source never
  *   holds an answer up;
- * - at most one ask per `CHECK_INTERVAL_MS` of the injected clock, across restarts (the last
- *   ask is stored), and never two at once (a second `checkIfDue` joins the one in flight); a
+ * - at most one ask per `CHECK_INTERVAL_MS` of the injected clock (an hour after a failed one),
+ *   across restarts (the last ask is stored), and never two at once (a second `checkIfDue` joins the one in flight); a
  *   change of the URL makes the next ask due at once;
  * - `mode` is `online` only when the last ask of the configured URL succeeded; with no URL, a
  *   failed ask or none yet, it is `offline` and `latest_version` is the current one;
@@ -25,6 +25,8 @@ import type { Clock } from '../kernel/clock.js'
 import { fetchCapped, loggableUrl, OutboundError } from '../kernel/http/outbound.js'
 
 export const CHECK_INTERVAL_MS = 24 * 60 * 60 * 1000
+/** after a failed ask: a source that was down for a moment is not "offline" for a whole day */
+export const RETRY_AFTER_FAILURE_MS = 60 * 60 * 1000
 export const CHECK_TIMEOUT_MS = 10_000
 /** a package document with every version ever published fits easily; anything larger is not a version answer */
 export const MAX_ANSWER_BYTES = 1024 * 1024
@@ -105,7 +107,8 @@ export class UpdateCheck {
     if (this.options.url === '' || this.stopping.signal.aborted) return Promise.resolve()
     if (this.running !== undefined) return this.running
     const last = this.last
-    if (last !== undefined && last.url === this.options.url && this.options.clock() - last.checked_at < CHECK_INTERVAL_MS) return Promise.resolve()
+    const interval = last?.latest === null ? RETRY_AFTER_FAILURE_MS : CHECK_INTERVAL_MS
+    if (last !== undefined && last.url === this.options.url && this.options.clock() - last.checked_at < interval) return Promise.resolve()
     const running = this.ask().finally(() => {
       this.running = undefined
     })

@@ -80,7 +80,7 @@ export function mfaRoutes(services: MfaRouteServices) {
       // the body is optional here: a session alone may begin the setup
       const body = request.body ?? {}
       const { user } = await setupCaller(request, body)
-      if (user.mfa_enabled) await checkSecondFactor(services, request, user, body)
+      if (user.mfa_enabled) await checkSecondFactor(services, request, user, body, undefined, 'confirm')
       const { secret, uri, backupCodes } = await services.mfa.beginSetup(user.user_id, user.username)
       const qr_svg = await QRCode.toString(uri, { type: 'svg', errorCorrectionLevel: 'M', margin: 1 })
       return {
@@ -137,7 +137,7 @@ export function mfaRoutes(services: MfaRouteServices) {
       const user = services.users.byId(p.userId!)
       if (!user) throw new AuthsvcError('AUTH_REQUIRED')
       if (!user.mfa_enabled) throw new AuthsvcError('CONFLICT', 'MFA is not enabled')
-      await checkSecondFactor(services, request, user, request.body)
+      await checkSecondFactor(services, request, user, request.body, undefined, 'confirm')
       await services.resetMfa(user.user_id)
       await services.sessions.revokeAllForUser(user.user_id, p.credentialId)
       services.events.emit('mfa_disabled', { actor: user.username, subject: user.username, ip: request.facts.ip })
