@@ -9,7 +9,7 @@ import assert from 'node:assert/strict'
 import type { Browser, BrowserContext } from 'playwright-core'
 import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, bearer, json, login, register } from '../helpers/client.js'
-import { launchChromium, shootAndCheck, watchCsp } from './browser-kit.js'
+import { adminContext, launchChromium, shootAndCheck, watchCsp } from './browser-kit.js'
 
 describe('the API page', { concurrency: false }, () => {
   let stack: Stack
@@ -23,14 +23,7 @@ describe('the API page', { concurrency: false }, () => {
     rootJwt = (await login(stack, 'root')).jwt
     assert.equal((await register(stack, 'bob', { bearer: rootJwt })).status, 201)
     bobJwt = (await login(stack, 'bob')).jwt
-    root = await browser.newContext()
-    const signIn = await root.newPage()
-    await signIn.goto(`${stack.url}/login?next=%2Fauthsvc%2Fadmin`)
-    await signIn.getByLabel('Username').fill('root')
-    await signIn.getByLabel('Password').fill(PASSWORD)
-    await signIn.getByRole('button', { name: 'Sign in' }).click()
-    await signIn.waitForURL(`${stack.url}/authsvc/admin`)
-    await signIn.close()
+    root = await adminContext(browser, stack.url, 'root', PASSWORD)
   })
   after(async () => {
     await browser?.close()

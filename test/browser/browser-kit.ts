@@ -8,8 +8,21 @@ import assert from 'node:assert/strict'
 import { mkdirSync, readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { join } from 'node:path'
-import { chromium, type Browser, type Page } from 'playwright-core'
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core'
 import { ROOT } from '../helpers/stack.js'
+
+/** A new browser context signed in through the login page as `username`, landing on the admin panel. */
+export async function adminContext(browser: Browser, baseUrl: string, username: string, password: string): Promise<BrowserContext> {
+  const context = await browser.newContext()
+  const signIn = await context.newPage()
+  await signIn.goto(`${baseUrl}/login?next=%2Fauthsvc%2Fadmin`)
+  await signIn.getByLabel('Username').fill(username)
+  await signIn.getByLabel('Password').fill(password)
+  await signIn.getByRole('button', { name: 'Sign in' }).click()
+  await signIn.waitForURL(`${baseUrl}/authsvc/admin`)
+  await signIn.close()
+  return context
+}
 
 export const SCREENSHOTS = join(ROOT, 'test-results', 'screenshots')
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')

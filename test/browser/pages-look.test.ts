@@ -10,7 +10,7 @@ import assert from 'node:assert/strict'
 import type { Browser, BrowserContext, Page, Response as PwResponse } from 'playwright-core'
 import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, json, login, register } from '../helpers/client.js'
-import { launchChromium, shootAndCheck, watchCsp } from './browser-kit.js'
+import { adminContext, launchChromium, shootAndCheck, watchCsp } from './browser-kit.js'
 
 /** The answer carries the pages' CSP, and the document has no inline script or style. */
 async function assertCsp(page: Page, answer: PwResponse | null): Promise<void> {
@@ -211,14 +211,7 @@ describe('every page: screenshots, axe, CSP', { concurrency: false }, () => {
   })
 
   it('root: the admin panel with a user\'s sessions and tokens open, the delete confirmation', async () => {
-    root = await browser.newContext()
-    const signIn = await root.newPage()
-    await signIn.goto(`${stack.url}/login?next=%2Fauthsvc%2Fadmin`)
-    await signIn.getByLabel('Username').fill('root')
-    await signIn.getByLabel('Password').fill(PASSWORD)
-    await signIn.getByRole('button', { name: 'Sign in' }).click()
-    await signIn.waitForURL(`${stack.url}/authsvc/admin`)
-    await signIn.close()
+    root = await adminContext(browser, stack.url, 'root', PASSWORD)
     const admin = await open(root, '/authsvc/admin', 'body[data-ready=true]')
     await admin.getByRole('button', { name: 'Sessions and tokens of bob' }).click()
     await admin.locator('#detail-tokens tr[data-prefix]').waitFor()
