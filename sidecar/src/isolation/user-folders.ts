@@ -26,9 +26,12 @@ const USER_ID = new RegExp(`^${UUID}$`)
 /** the names per-user folders have; nothing else at the top of a folder is one */
 export const USER_FOLDER = new RegExp(`^(${FOLDER})$`, 'i')
 
+/** Whether `id` is a user id (a UUID, as UserRepository makes them) rather than another owner key. */
+export const isUserId = (id: string): boolean => USER_ID.test(id)
+
 /** The folder of an owner key (kernel/behaviour.ts ownerKey). */
 export function userFolder(owner: string): string {
-  if (USER_ID.test(owner)) return `u_${owner}`
+  if (isUserId(owner)) return `u_${owner}`
   return `o_${createHash('sha256').update(owner).digest('hex').slice(0, 16)}`
 }
 

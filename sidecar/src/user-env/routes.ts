@@ -18,7 +18,8 @@ import { isAdministrator } from '../identity/principal.js'
 import type { UserRecord } from '../identity/users.js'
 import { AuthsvcError } from '../kernel/errors.js'
 import type { Services } from '../services.js'
-import { FOLDER_KINDS, isUserId, type FolderUsage, type StorageStatus, type UserStorage } from './user-storage.js'
+import { isUserId } from '../isolation/user-folders.js'
+import { FOLDER_KINDS, type FolderUsage, type StorageStatus, type UserStorage } from './user-storage.js'
 
 const UserEnvBody = Type.Object(
   {

@@ -30,6 +30,7 @@
 import type { Dirent } from 'node:fs'
 import { lstat, readdir, realpath, rm } from 'node:fs/promises'
 import { join } from 'node:path'
+import { isUserId, userFolder } from '../isolation/user-folders.js'
 import type { HostFacts } from '../kernel/protocol.js'
 import { WORKFLOWS_DIR } from '../workflows/workflow-store.js'
 
@@ -39,7 +40,6 @@ export type FolderKind = (typeof FOLDER_KINDS)[number]
 /** entries one status (or the measure before a purge) looks at, over all four folders */
 export const MAX_ENTRIES = 200_000
 
-const USER_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 const FACT: Record<FolderKind, keyof HostFacts> = { userdata: 'user_dir', input: 'input_dir', output: 'output_dir', temp: 'temp_dir' }
 /** how the answer names a folder: relative to the host folder of its kind */
 const LABEL: Record<FolderKind, string> = { userdata: 'user', input: 'input', output: 'output', temp: 'temp' }
@@ -91,13 +91,10 @@ export interface PurgeReport {
   truncated: boolean
 }
 
-/** Whether `id` is a user id (a UUID, as UserRepository makes them): only such an id names folders here. */
-export const isUserId = (id: string): boolean => USER_ID.test(id)
-
 /** The name of a user's folder in a host folder of `kind`; throws for anything but a user id. */
 export function folderName(kind: FolderKind, userId: string): string {
   if (!isUserId(userId)) throw new Error('a per-user folder is named from a user id (a UUID)')
-  return kind === 'userdata' ? userId : `u_${userId}`
+  return kind === 'userdata' ? userId : userFolder(userId)
 }
 
 interface Budget {
