@@ -11,8 +11,7 @@
  * - `enabled_events`: kinds of NOTIFIABLE_EVENTS only (a duplicate counts once);
  * - `api_token`: visible ASCII without spaces, at most 1024 characters (it travels in a header).
  */
-import { isIP } from 'node:net'
-import { isLoopback } from '../access/ip.js'
+import { isLoopbackHost } from '../kernel/http/outbound.js'
 import { NOTIFIABLE_EVENTS, isNotifiableEvent, type NotifiableEvent } from './notifiable-events.js'
 
 export const DEFAULT_NTFY_BASE_URL = 'https://ntfy.sh'
@@ -69,20 +68,10 @@ function baseUrlOf(text: string): { url: string } | { problem: string } {
   if (url.username !== '' || url.password !== '') return { problem: 'must not carry a user or password (set api_token instead)' }
   if (url.search !== '' || url.hash !== '') return { problem: 'must not have a query or a fragment' }
   if (url.protocol === 'http:') {
-    if (!loopbackHost(url.hostname)) return { problem: `http:// is allowed only for a loopback host (localhost, 127.0.0.1, [::1]); use https:// for ${url.hostname}` }
+    if (!isLoopbackHost(url.hostname)) return { problem: `http:// is allowed only for a loopback host (localhost, 127.0.0.1, [::1]); use https:// for ${url.hostname}` }
   } else if (url.protocol !== 'https:') {
     return { problem: `must be an https:// URL (http:// only for a loopback host), not ${url.protocol}` }
   }
   return { url: `${url.origin}${url.pathname.replace(/\/+$/, '')}` }
 }
 
-/**
- * A name other than `localhost` counts only as an address literal: `127.0.0.1.nip.io` resolves
- * wherever its owner likes. The WHATWG parser has already turned `127.1`, `0x7f000001` and
- * `[0:0::1]` into their plain forms.
- */
-function loopbackHost(hostname: string): boolean {
-  if (hostname === 'localhost') return true
-  const bare = hostname.startsWith('[') && hostname.endsWith(']') ? hostname.slice(1, -1) : hostname
-  return isIP(bare) !== 0 && isLoopback(bare)
-}

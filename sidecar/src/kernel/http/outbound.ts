@@ -36,9 +36,18 @@ export function outboundUrlProblem(raw: string): string | null {
   if (url.username !== '' || url.password !== '') return 'a URL may not carry a user name or password'
   if (url.protocol === 'https:') return null
   if (url.protocol !== 'http:') return `the scheme ${url.protocol.slice(0, -1)} is not allowed (https, or http to this machine)`
-  const host = url.hostname.replace(/^\[|\]$/g, '')
-  if (host === 'localhost' || (isIP(host) !== 0 && isLoopback(host))) return null
+  if (isLoopbackHost(url.hostname)) return null
   return 'plain http is allowed only to this machine (127.0.0.1, ::1, localhost); use https'
+}
+
+/**
+ * Whether a URL's hostname is this machine: `localhost`, or a loopback address literal. Any other
+ * name counts for nothing (`127.0.0.1.nip.io` resolves wherever its owner likes); the WHATWG
+ * parser has already turned `127.1`, `0x7f000001` and `[0:0::1]` into their plain forms.
+ */
+export function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, '')
+  return host === 'localhost' || (isIP(host) !== 0 && isLoopback(host))
 }
 
 /** Addresses that are not the internet's: this machine, private and shared networks, link-local. */
