@@ -1,0 +1,213 @@
+/**
+ * The contract every SharedStore backend keeps (issue 28, item 6), as one
+ * suite each backend's test file runs: test/unit/store-sqlite.test.ts,
+ * store-postgres.test.ts, store-redis.test.ts.
+ *
+ * `open()` returns a new client of the same database each call: for a shared
+ * backend, two clients are two instances, and the feed and the atomic verbs
+ * are checked across them.
+ */
+import { after, before, describe, it } from 'node:test'
+import assert from 'node:assert/strict'
+import { randomUUID } from 'node:crypto'
+import { FEED_VALUE_LIMIT, type Change, type SharedStore } from '../../sidecar/src/store/shared-store.js'
+
+export interface BackendUnderTest {
+  name: string
+  /** true: several clients share one database (and one feed) */
+  shared: boolean
+  open(): Promise<SharedStore>
+  /** called once after the suite */
+  teardown?(): Promise<void>
+}
+
+/** Resolves with the first change `predicate` accepts, or rejects after `ms`. */
+export function nextChange(store: SharedStore, predicate: (c: Change) => boolean, ms = 5000): Promise<Change> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      off()
+      reject(new Error(`no matching change within ${ms} ms`))
+    }, ms)
+    const off = store.subscribe((change) => {
+      if (!predicate(change)) return
+      clearTimeout(timer)
+      off()
+      resolve(change)
+    })
+  })
+}
+
+async function until(what: string, check: () => Promise<boolean>, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`)
+    await new Promise((r) => setTimeout(r, 25))
+  }
+}
+
+export function conformance(backend: BackendUnderTest): void {
+  describe(`SharedStore conformance: ${backend.name}`, () => {
+    let a: SharedStore
+    let b: SharedStore
+    const opened: SharedStore[] = []
+    // every test writes under its own kind, so tests never see each other's records
+    const kind = () => `k${randomUUID().replace(/-/g, '').slice(0, 12)}`
+
+    before(async () => {
+      a = await backend.open()
+      opened.push(a)
+      b = backend.shared ? await backend.open() : a
+      if (b !== a) opened.push(b)
+    })
+    after(async () => {
+      for (const store of opened) await store.close()
+      await backend.teardown?.()
+    })
+
+    it('reads back what it wrote, lists a kind and only that kind, deletes', async () => {
+      const k = kind()
+      const value = { name: 'Ünïcode ✓', n: 42, nested: { list: [1, 'two', null], flag: false } }
+      await a.set(`${k}:one`, value)
+      await a.set(`${k}:two`, { n: 2 })
+      await a.set(`${k}x:three`, { n: 3 })
+      assert.deepEqual(await b.get(`${k}:one`), value)
+      const listed = (await b.entries<{ n: number }>(k)).map(([key, v]) => [key, v.n]).sort()
+      assert.deepEqual(listed, [[`${k}:one`, 42], [`${k}:two`, 2]])
+      assert.equal(await a.delete(`${k}:one`), true)
+      assert.equal(await a.delete(`${k}:one`), false)
+      assert.equal(await b.get(`${k}:one`), undefined)
+    })
+
+    it('lists a kind whose name holds LIKE and glob characters literally', async () => {
+      const k = kind()
+      await a.set(`${k}_a%*?[:1`, { v: 1 })
+      await a.set(`${k}Xa%*?[:2`, { v: 2 })
+      assert.deepEqual((await a.entries(`${k}_a%*?[`)).map(([key]) => key), [`${k}_a%*?[:1`])
+    })
+
+    it('numbers every write from one sequence: later writes, of any key, have larger numbers', async () => {
+      const k = kind()
+      await a.set(`${k}:x`, { v: 1 })
+      const first = (await a.getVersioned(`${k}:x`))!.seq
+      await b.set(`${k}:y`, { v: 1 })
+      const second = (await a.getVersioned(`${k}:y`))!.seq
+      await a.set(`${k}:x`, { v: 2 })
+      const third = (await b.getVersioned(`${k}:x`))!.seq
+      assert.ok(first < second && second < third, `${first} < ${second} < ${third}`)
+      const listed = new Map(await b.entriesVersioned(k))
+      assert.equal(listed.get(`${k}:x`)!.seq, third)
+    })
+
+    it('commit: writes only when every check holds, all or nothing', async () => {
+      const k = kind()
+      assert.equal(await a.commit([{ key: `${k}:name`, seq: null }], [{ key: `${k}:name`, value: { id: 1 } }, { key: `${k}:rec`, value: { r: 1 } }]), true)
+      // the name exists now: a second create refuses and writes nothing at all
+      assert.equal(await b.commit([{ key: `${k}:name`, seq: null }], [{ key: `${k}:name`, value: { id: 2 } }, { key: `${k}:other`, value: { r: 2 } }]), false)
+      assert.deepEqual(await a.get(`${k}:name`), { id: 1 })
+      assert.equal(await a.get(`${k}:other`), undefined)
+      const seq = (await a.getVersioned(`${k}:rec`))!.seq
+      assert.equal(await a.commit([{ key: `${k}:rec`, seq: seq + 1000 }], [{ key: `${k}:rec`, value: { r: 9 } }]), false)
+      assert.equal(await b.commit([{ key: `${k}:rec`, seq }], [{ key: `${k}:rec`, value: { r: 3 } }, { key: `${k}:name`, value: undefined }]), true)
+      assert.deepEqual(await a.get(`${k}:rec`), { r: 3 })
+      assert.equal(await a.get(`${k}:name`), undefined)
+      // the old number is stale now
+      assert.equal(await a.commit([{ key: `${k}:rec`, seq }], [{ key: `${k}:rec`, value: { r: 4 } }]), false)
+    })
+
+    it('20 parallel commits on one read: exactly one wins (two admins demoting each other)', async () => {
+      const k = kind()
+      await a.set(`${k}:admins`, { ids: ['x', 'y'] })
+      const seq = (await a.getVersioned(`${k}:admins`))!.seq
+      const attempts = Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? a : b).commit([{ key: `${k}:admins`, seq }], [{ key: `${k}:admins`, value: { ids: [`only-${i}`] } }]))
+      const results = await Promise.all(attempts)
+      assert.equal(results.filter(Boolean).length, 1)
+      const winner = results.indexOf(true)
+      assert.deepEqual(await b.get(`${k}:admins`), { ids: [`only-${winner}`] })
+    })
+
+    it('50 parallel increments give 50 distinct counts, 1 to 50', async () => {
+      const key = `throttle-${randomUUID()}`
+      const counts = await Promise.all(Array.from({ length: 50 }, (_, i) => (i % 2 === 0 ? a : b).increment(key, 60_000)))
+      assert.deepEqual([...counts].sort((x, y) => x - y), Array.from({ length: 50 }, (_, i) => i + 1))
+      assert.equal(await b.readCounter(key), 50)
+      await a.resetCounter(key)
+      assert.equal(await b.readCounter(key), 0)
+      assert.equal(await b.increment(key, 60_000), 1)
+    })
+
+    it('a counter expires its ttl after the first increment, or after the last with refresh', async () => {
+      const fixed = `fixed-${randomUUID()}`
+      assert.equal(await a.increment(fixed, 300), 1)
+      assert.equal(await a.increment(fixed, 300), 2)
+      await until('the counter expires', async () => (await b.readCounter(fixed)) === 0)
+      assert.equal(await a.increment(fixed, 300), 1, 'an expired counter starts over')
+      const refreshed = `refresh-${randomUUID()}`
+      await a.increment(refreshed, 60_000, true)
+      assert.equal(await a.increment(refreshed, 60_000, true), 2)
+      assert.equal(await a.readCounter(refreshed), 2)
+    })
+
+    it('20 parallel claims of one TOTP step give exactly one winner; it can be claimed again once expired', async () => {
+      const key = `totp-${randomUUID()}`
+      const results = await Promise.all(Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? a : b).claim(key, 400)))
+      assert.equal(results.filter(Boolean).length, 1)
+      assert.equal(await a.claim(`other-${key}`, 400), true, 'another step is its own claim')
+      await until('the claim expires', async () => b.claim(key, 60_000))
+    })
+
+    it('announces every write with its key, number, value and origin; a delete as such', async () => {
+      const k = kind()
+      const heard = nextChange(b, (c) => c.key === `${k}:one` && c.exists)
+      await a.set(`${k}:one`, { v: 'hello' })
+      const change = await heard
+      assert.equal(change.origin, a.origin)
+      assert.deepEqual(change.value, { v: 'hello' })
+      assert.equal(change.seq, (await a.getVersioned(`${k}:one`))!.seq)
+      const gone = nextChange(b, (c) => c.key === `${k}:one` && !c.exists)
+      await a.delete(`${k}:one`)
+      const deletion = await gone
+      assert.ok(deletion.seq > change.seq)
+      assert.equal(deletion.value, undefined)
+    })
+
+    it('announces a commit’s writes, and writes of one key in order', async () => {
+      const k = kind()
+      const seen: Change[] = []
+      const off = b.subscribe((c) => {
+        if (c.key.startsWith(`${k}:`)) seen.push(c)
+      })
+      const last = nextChange(b, (c) => c.key === `${k}:n` && (c.value as { i?: number } | undefined)?.i === 19)
+      for (let i = 0; i < 20; i++) await a.set(`${k}:n`, { i })
+      await last
+      await a.commit([], [{ key: `${k}:p`, value: { p: 1 } }, { key: `${k}:q`, value: { q: 1 } }])
+      await until('the commit is heard', async () => seen.some((c) => c.key === `${k}:q`))
+      off()
+      const ns = seen.filter((c) => c.key === `${k}:n`).map((c) => (c.value as { i: number }).i)
+      assert.deepEqual(ns, Array.from({ length: 20 }, (_, i) => i))
+      const seqs = seen.filter((c) => c.key === `${k}:n`).map((c) => c.seq)
+      assert.deepEqual(seqs, [...seqs].sort((x, y) => x - y))
+      assert.ok(seen.some((c) => c.key === `${k}:p`))
+    })
+
+    it('a value too large for the feed arrives without it, and reads back whole', async () => {
+      const k = kind()
+      const big = { blob: 'x'.repeat(FEED_VALUE_LIMIT + 100) }
+      const heard = nextChange(b, (c) => c.key === `${k}:big`)
+      await a.set(`${k}:big`, big)
+      const change = await heard
+      assert.equal(change.exists, true)
+      assert.equal(change.value, undefined)
+      assert.deepEqual((await b.getVersioned(`${k}:big`))!.value, big)
+    })
+
+    if (backend.shared) {
+      it('two clients have two origins; each hears the other', async () => {
+        assert.notEqual(a.origin, b.origin)
+        const k = kind()
+        const heardByA = nextChange(a, (c) => c.key === `${k}:from-b`)
+        await b.set(`${k}:from-b`, { v: 1 })
+        assert.equal((await heardByA).origin, b.origin)
+      })
+    }
+  })
+}

@@ -1,0 +1,148 @@
+/**
+ * Real Redis and PostgreSQL servers for the shared-store suites (issue 28),
+ * from Debian's `redis-server` and `postgresql`, started by the test in a temp
+ * dir, listening on loopback at a free port, stopped (and removed) after.
+ *
+ * `skipReason()` says in one line why a server cannot run here (not
+ * installed); CI installs both (.ci/run), so there it never skips.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { createServer, connect } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+
+export interface StoreServer {
+  url: string
+  port: number
+  /** SIGKILL (an outage), keeping the data */
+  kill(): Promise<void>
+  /** starts it again on the same port and data */
+  restart(): Promise<void>
+  stop(): Promise<void>
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer()
+    server.once('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address()
+      server.close(() => resolve(typeof address === 'object' && address !== null ? address.port : 0))
+    })
+  })
+}
+
+async function waitForPort(port: number, child: ChildProcess, what: string, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${what} exited with ${child.exitCode} before listening`)
+    const open = await new Promise<boolean>((resolve) => {
+      const socket = connect(port, '127.0.0.1')
+      socket.once('connect', () => {
+        socket.destroy()
+        resolve(true)
+      })
+      socket.once('error', () => resolve(false))
+    })
+    if (open) return
+    if (Date.now() > deadline) throw new Error(`${what} did not listen on ${port} within ${timeoutMs} ms`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+function exited(child: ChildProcess): Promise<void> {
+  return child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise((resolve) => child.once('exit', () => resolve()))
+}
+
+const REDIS = '/usr/bin/redis-server'
+
+function postgresBin(): string | null {
+  const base = '/usr/lib/postgresql'
+  if (!existsSync(base)) return null
+  const versions = readdirSync(base).filter((v) => existsSync(join(base, v, 'bin', 'postgres'))).sort((a, b) => Number(b) - Number(a))
+  return versions.length === 0 ? null : join(base, versions[0], 'bin')
+}
+
+export function redisSkipReason(): string | false {
+  return existsSync(REDIS) ? false : `redis-server is not installed (${REDIS}); apt-get install redis-server`
+}
+
+export function postgresSkipReason(): string | false {
+  if (postgresBin() === null) return 'PostgreSQL is not installed (/usr/lib/postgresql/*/bin/postgres); apt-get install postgresql'
+  if (spawnSync('id', ['postgres']).status !== 0) return 'there is no postgres user to run initdb as'
+  return false
+}
+
+export async function startRedis(): Promise<StoreServer> {
+  const dir = mkdtempSync(join(tmpdir(), 'as-redis-'))
+  const port = await freePort()
+  let child: ChildProcess
+  const start = async () => {
+    child = spawn(REDIS, ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--protected-mode', 'no'], {
+      stdio: 'ignore',
+    })
+    await waitForPort(port, child, 'redis-server')
+  }
+  await start()
+  return {
+    url: `redis://127.0.0.1:${port}`,
+    port,
+    async kill() {
+      child.kill('SIGKILL')
+      await exited(child)
+    },
+    restart: start,
+    async stop() {
+      child.kill('SIGTERM')
+      await exited(child)
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
+
+export async function startPostgres(): Promise<StoreServer> {
+  const bin = postgresBin()
+  if (bin === null) throw new Error('PostgreSQL is not installed')
+  const dir = mkdtempSync(join(tmpdir(), 'as-pg-'))
+  chmodSync(dir, 0o755)
+  const data = join(dir, 'data')
+  const owner = spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' })
+  const group = spawnSync('id', ['-g', 'postgres'], { encoding: 'utf8' })
+  chownSync(dir, Number(owner.stdout.trim()), Number(group.stdout.trim()))
+  const asPostgres = (cmd: string, args: string[]) => (process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', cmd, ...args]] as const : [cmd, args] as const)
+  const [initCmd, initArgs] = asPostgres(join(bin, 'initdb'), ['-D', data, '-A', 'trust', '-U', 'authsvc', '--no-sync', '-E', 'UTF8'])
+  const init = spawnSync(initCmd, [...initArgs], { encoding: 'utf8' })
+  if (init.status !== 0) throw new Error(`initdb failed: ${init.stderr}`)
+  const port = await freePort()
+  let child: ChildProcess
+  const start = async () => {
+    const [cmd, args] = asPostgres(join(bin, 'postgres'), ['-D', data, '-p', String(port), '-k', dir, '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=off', '-c', 'max_connections=200'])
+    child = spawn(cmd, [...args], { stdio: 'ignore' })
+    await waitForPort(port, child, 'postgres')
+    // the port opens before the database accepts logins
+    const deadline = Date.now() + 30_000
+    for (;;) {
+      const ready = spawnSync(join(bin, 'pg_isready'), ['-h', '127.0.0.1', '-p', String(port), '-U', 'authsvc', '-d', 'postgres'])
+      if (ready.status === 0) break
+      if (Date.now() > deadline) throw new Error('postgres did not accept connections')
+      await new Promise((r) => setTimeout(r, 100))
+    }
+  }
+  await start()
+  return {
+    url: `postgres://authsvc@127.0.0.1:${port}/postgres`,
+    port,
+    async kill() {
+      // runuser forwards the signal to postgres; SIGKILL on the postmaster is a crash
+      spawnSync('pkill', ['-KILL', '-f', `-D ${data} -p ${port}`])
+      await exited(child)
+    },
+    restart: start,
+    async stop() {
+      spawnSync('pkill', ['-INT', '-f', `-D ${data} -p ${port}`])
+      await exited(child)
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+}
