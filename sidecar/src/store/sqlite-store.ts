@@ -112,7 +112,7 @@ export async function openSqliteSharedStore(path: string, clock: () => number = 
     return seq
   }
 
-  return {
+  const store: SharedStore = {
     backend: 'sqlite',
     origin,
     connected: true,
@@ -120,14 +120,14 @@ export async function openSqliteSharedStore(path: string, clock: () => number = 
     subscribe: (listener) => feed.add(listener),
 
     async get<T>(key: string) {
-      return (await this.getVersioned<T>(key))?.value
+      return (await store.getVersioned<T>(key))?.value
     },
     async getVersioned<T>(key: string): Promise<Versioned<T> | undefined> {
       const rows = await db.serial(() => db.all('SELECT seq, value FROM authsvc_records WHERE key = ?', [key]))
       return rows.length === 0 ? undefined : { seq: Number(rows[0].seq), value: JSON.parse(String(rows[0].value)) as T }
     },
     async entries<T>(kind: string) {
-      return (await this.entriesVersioned<T>(kind)).map(([key, v]): [string, T] => [key, v.value])
+      return (await store.entriesVersioned<T>(kind)).map(([key, v]): [string, T] => [key, v.value])
     },
     async entriesVersioned<T>(kind: string) {
       const rows = await db.serial(() => db.all(`SELECT key, seq, value FROM authsvc_records WHERE key LIKE ? ESCAPE '\\'`, [escapeLike(kind)]))
@@ -193,6 +193,7 @@ export async function openSqliteSharedStore(path: string, clock: () => number = 
       await db.serial(() => db.close())
     },
   }
+  return store
 }
 
 /**
