@@ -13,6 +13,7 @@ import { ConfigError, dataDirFromEnv, loadConfig } from './kernel/config/load.js
 import { listenDecisionSocket, removeStaleSocket } from './kernel/server.js'
 import { createLogger } from './kernel/log.js'
 import { SERVICE_VERSION, openServices } from './services.js'
+import { SecretMismatchError } from './store/open.js'
 
 /**
  * A standby (AUTHSVC_STANDBY=1) has loaded every module (most of a start's CPU) and waits for
@@ -103,7 +104,16 @@ async function main(): Promise<void> {
   }
   const decisionSocket = process.env.AUTHSVC_SOCKET || join(dataDir, 'authsvc.sock')
   const httpSocket = decisionSocket.replace(/\.sock$/, '') + '-http.sock'
-  const services = await openServices({ config, dataDir, env: process.env, log })
+  let services
+  try {
+    services = await openServices({ config, dataDir, env: process.env, log })
+  } catch (err) {
+    if (err instanceof SecretMismatchError) {
+      log.fatal(err.message)
+      process.exit(2)
+    }
+    throw err
+  }
   const built = prepared.bind(services)
   const { app, handlers } = built
   removeStaleSocket(httpSocket)

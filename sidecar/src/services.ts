@@ -17,9 +17,11 @@ import { SessionService, type SessionRecord } from './identity/sessions.js'
 import { MfaService, type MfaRecord } from './identity/mfa.js'
 import { Throttle } from './identity/throttle.js'
 import { FieldCipher } from './store/field-crypto.js'
-import { sealedStore } from './store/sealed-kv.js'
+import { sealedSharedStore } from './store/sealed-kv.js'
+import { checkSecret, openSharedStore } from './store/open.js'
+import type { SharedStore } from './store/shared-store.js'
 import { parseBoolean } from './kernel/config/load.js'
-import { UserRepository, type UserRecord } from './identity/users.js'
+import { UserRepository, nameKeyWith, type UserRecord } from './identity/users.js'
 import { IpSet } from './access/ip.js'
 import { IpListGate } from './access/ip-lists.js'
 import { RoleStore } from './access/roles.js'
@@ -45,6 +47,8 @@ export interface Services {
   clock: Clock
   log: FastifyBaseLogger
   kv: KeyValueStore
+  /** the store under `kv` (sqlite, postgres or redis): its atomic verbs and its feed */
+  store: SharedStore
   net: NetworkPolicy
   users: UserRepository
   sessions: SessionService
@@ -93,13 +97,15 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const { config, dataDir, env, log } = options
   const clock = options.clock ?? systemClock
   const keys = deriveKeys(loadMasterSecret(dataDir, env))
-  if (config.store.backend !== 'sqlite') {
-    throw new Error(`store backend ${config.store.backend} is not available in this build; use sqlite`)
-  }
   const cipher = new FieldCipher(keys.encryption)
+  // the local sqlite file: the audit log's table (every backend), and the records on the sqlite backend
   const rawKv = await openSqliteStore(sqlitePath(config, dataDir))
-  const sealedKv = config.store.encryption_level === 'all' ? sealedStore(rawKv, cipher) : rawKv
-  const kv = options.wrapStore ? options.wrapStore(sealedKv) : sealedKv
+  const shared = await openSharedStore(config, dataDir, log, clock)
+  // a shared store only: on the embedded one a changed secret is the operator's own rotation (every
+  // JWT ends, API tokens stay: they are hashes), with no other instance to disagree with
+  if (config.store.backend !== 'sqlite') await checkSecret(shared, keys.storeCheck, config.store.backend)
+  const store = config.store.encryption_level === 'all' ? sealedSharedStore(shared, cipher) : shared
+  const kv = options.wrapStore ? options.wrapStore(store) : store
   const storeLog = { log }
   const accessEpoch = new AccessEpoch()
   const events = new Events(clock, log)
@@ -126,7 +132,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   // whose prompts and files are whose: filter memos name it, so kept filtered reads end with it
   ownership.onChange = () => accessEpoch.bump()
   const host: { facts: HostFacts } = { facts: {} }
-  const users = new UserRepository(userRecords)
+  const users = new UserRepository(userRecords, nameKeyWith(keys.nameIndex))
   const sessions = new SessionService(sessionRecords, keys.jwt, clock, {
     lifetimeHours: config.access_token_expiration_hours,
     idleMinutes: config.session_idle_minutes,
@@ -143,6 +149,10 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   })
   const net: NetworkPolicy = { localNetworks: new IpSet(config.local_network_cidrs), trustedProxies: new IpSet(config.trusted_proxies) }
   const ipGate = new IpListGate(settings.get('ip_lists'), clock, () => accessEpoch.bump())
+  // another instance's IP-list edit applies here as soon as the feed brings it
+  settingRecords.observeRemote((id) => {
+    if (id === 'ip_lists') ipGate.update(settings.get('ip_lists'))
+  })
   const resolver = new IdentityResolver({ config, users, sessions, tokens, roles, settings })
   const mfa = new MfaService(mfaRecords, cipher, keys.backupCodes, clock)
   const throttle = await Throttle.open(kv, clock, {}, storeLog)
@@ -164,7 +174,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     await Promise.all([...all.map((c) => c.flush()), throttle.flush(), audit.flush().catch(() => {})])
   }
   return {
-    config, accessEpoch, events, audit, fieldCipher: cipher, dataDir, clock, log, kv, net, users, sessions, tokens, roles, settings, ipGate,
+    config, accessEpoch, events, audit, fieldCipher: cipher, dataDir, clock, log, kv, store, net, users, sessions, tokens, roles, settings, ipGate,
     passwords,
     resolver,
     mfa,
@@ -186,6 +196,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
       passwords.close()
       await flushAll()
       await kv.close()
+      await rawKv.close()
     },
   }
 }

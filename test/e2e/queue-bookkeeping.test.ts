@@ -41,7 +41,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
     let bob: string
     const db = (): string => join(stack.dataDir, 'authsvc.sqlite')
     const keys = async (kind: string): Promise<string[]> =>
-      (await sql<{ key: string }>(db(), `SELECT key FROM keyv WHERE key LIKE ?`, `%${kind}:%`)).map((r) => r.key.slice(r.key.indexOf(`${kind}:`) + kind.length + 1))
+      (await sql<{ key: string }>(db(), `SELECT key FROM authsvc_records WHERE key LIKE ?`, `%${kind}:%`)).map((r) => r.key.slice(r.key.indexOf(`${kind}:`) + kind.length + 1))
     /** polls the sqlite file (the sidecar writes it in the background) until `check` holds */
     async function storeUntil(kind: string, check: (ids: string[]) => boolean, what: string): Promise<string[]> {
       const until = Date.now() + 60_000 // a deadline, not a wait: two real hosts may share the two cores
@@ -165,7 +165,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       await inHistory(alice, orphan)
       await storeUntil('client_id', (c) => c.includes('bob-kept'), 'the binding')
       // the gate loses its record of a prompt the host still has (a store restored from a backup, a crash)
-      await sql(db(), `DELETE FROM keyv WHERE key LIKE ?`, `%prompt:${orphan}`)
+      await sql(db(), `DELETE FROM authsvc_records WHERE key LIKE ?`, `%prompt:${orphan}`)
       const pid = stack.sidecarPid()
       process.kill(pid, 'SIGKILL')
       const until = Date.now() + 20_000

@@ -12,7 +12,8 @@ import { describe, it } from 'node:test'
 import { decodeJwt } from 'jose'
 import { GUEST_LIMITS } from '../../sidecar/src/identity/guest-sessions.js'
 import { createLogger } from '../../sidecar/src/kernel/log.js'
-import { openSqliteStore, type KeyValueStore } from '../../sidecar/src/store/kv.js'
+import type { KeyValueStore } from '../../sidecar/src/store/kv.js'
+import { openSqliteSharedStore as openSqliteStore } from '../../sidecar/src/store/sqlite-store.js'
 import { PASSWORD, bearer, openHarness, registerAndLogin, type Harness } from './harness.js'
 
 const guestLogin = (h: Harness, peer: string, extra: Record<string, unknown> = {}) =>

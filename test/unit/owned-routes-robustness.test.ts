@@ -68,7 +68,7 @@ describe('robustness: every owned route fed bad input', () => {
     return new Promise((resolve, reject) => {
       const db = new sqlite3.Database(join(sc.dir, 'authsvc.sqlite'), sqlite3.OPEN_READONLY, (err) => {
         if (err) return reject(err)
-        db.all('SELECT key, value FROM keyv ORDER BY key', (e: Error | null, rows: Array<{ key: string; value: string }>) => {
+        db.all('SELECT key, value FROM authsvc_records ORDER BY key', (e: Error | null, rows: Array<{ key: string; value: string }>) => {
           db.close()
           if (e) reject(e)
           else resolve(rows)
@@ -112,7 +112,7 @@ describe('robustness: every owned route fed bad input', () => {
   it('the snapshot holds a record of every kind the store keeps', async () => {
     await snapshot()
     const kinds = new Set((await storeRows()).map((r) => r.key.slice(0, r.key.indexOf(':'))))
-    assert.deepEqual([...kinds].sort(), ['mfa', 'session', 'setting', 'throttle', 'token', 'user'], 'a new record kind: seed one in before()')
+    assert.deepEqual([...kinds].sort(), ['meta', 'mfa', 'session', 'setting', 'throttle', 'token', 'user', 'username'], 'a new record kind: seed one in before()')
   })
 
   it('only an empty user patch is a valid empty body', () => {

@@ -14,7 +14,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Throttle, type ThrottleCheck } from '../../sidecar/src/identity/throttle.js'
-import { openSqliteStore, type KeyValueStore } from '../../sidecar/src/store/kv.js'
+import type { KeyValueStore } from '../../sidecar/src/store/kv.js'
+import { openSqliteSharedStore as openSqliteStore } from '../../sidecar/src/store/sqlite-store.js'
 
 const T0 = Date.parse('2026-03-01T12:00:00.000Z')
 const MIN = 60_000

@@ -13,7 +13,8 @@
  *   and after 5 wrong codes.
  */
 import { createHash, randomBytes } from 'node:crypto'
-import type { Collection } from '../store/collection.js'
+import { storeUnavailable, type Collection } from '../store/collection.js'
+import type { SharedStore } from '../store/shared-store.js'
 import type { FieldCipher } from '../store/field-crypto.js'
 import { consumeBackupCode, generateBackupCodes, hashBackupCode } from './backup-codes.js'
 import type { Clock } from '../kernel/clock.js'
@@ -52,6 +53,11 @@ export interface SecondFactor {
   backup_code?: string
 }
 
+/** A TOTP step's claim outlives the window a code is accepted in (a few 30 s steps) */
+const TOTP_CLAIM_TTL_MS = 10 * 60_000
+/** A backup code's claim outlives the code (codes are replaced long before) */
+const BACKUP_CLAIM_TTL_MS = 400 * 24 * 3600_000
+
 export class MfaService {
   private readonly temps = new Map<string, TempToken>()
 
@@ -61,6 +67,22 @@ export class MfaService {
     private readonly backupKey: Buffer,
     private readonly clock: Clock,
   ) {}
+
+  /** A TOTP step or backup code is spent once across every instance: claimed in the shared store. */
+  private get claims(): SharedStore | null {
+    return this.records.shared
+  }
+
+  /** Claims `key` for good (null store: one process, memory's record decides); a refused claim is a replay. */
+  private async claimOnce(key: string, ttlMs: number): Promise<boolean> {
+    const store = this.claims
+    if (store === null) return true
+    try {
+      return await store.claim(key, ttlMs)
+    } catch (err) {
+      throw storeUnavailable('mfa', err)
+    }
+  }
 
   private context = (userId: string, part: string) => `mfa:${userId}:${part}`
 
@@ -137,6 +159,8 @@ export class MfaService {
       const secret = this.cipher.decrypt(record.secret, this.context(userId, 'secret'))
       const result = verifyTotp(secret, factor.code, this.clock(), record.last_step)
       if (!result.valid) return false
+      // another instance may have taken this step (or a later one) a moment ago
+      if (!(await this.claimOnce(`totp:${userId}:${result.timeStep}`, TOTP_CLAIM_TTL_MS))) return false
       // a spent code must stay spent even when the store fails: memory first, retried
       await this.records.narrow(userId, { ...record, last_step: result.timeStep })
       return true
@@ -145,6 +169,8 @@ export class MfaService {
       const hashes = JSON.parse(this.cipher.decrypt(record.backup, this.context(userId, 'backup'))) as string[]
       const used = consumeBackupCode(this.backupKey, hashes, factor.backup_code)
       if (!used.ok) return false
+      const spent = hashes.find((h) => !used.remaining.includes(h)) ?? ''
+      if (!(await this.claimOnce(`backup:${userId}:${spent}`, BACKUP_CLAIM_TTL_MS))) return false
       await this.records.narrow(userId, { ...record, backup: this.cipher.encrypt(JSON.stringify(used.remaining), this.context(userId, 'backup')) })
       return true
     }

@@ -15,6 +15,10 @@ export interface DerivedKeys {
   backupCodes: Buffer
   /** the keyed hash of names in the audit log under `encryption_level: all` */
   auditNames: Buffer
+  /** written to a shared store by the first instance; one started with another secret refuses to start (store/open.ts) */
+  storeCheck: string
+  /** the keyed hash of usernames in the store's name index (identity/users.ts) */
+  nameIndex: Buffer
 }
 
 export function loadMasterSecret(dataDir: string, env: NodeJS.ProcessEnv): Buffer {
@@ -38,5 +42,5 @@ export function loadMasterSecret(dataDir: string, env: NodeJS.ProcessEnv): Buffe
 
 export function deriveKeys(master: Buffer): DerivedKeys {
   const derive = (info: string) => Buffer.from(hkdfSync('sha256', master, Buffer.alloc(0), info, 32))
-  return { jwt: new Uint8Array(derive('authsvc/jwt/v1')), encryption: derive('authsvc/encryption/v1'), backupCodes: derive('authsvc/backup-codes/v1'), auditNames: derive('authsvc/audit-names/v1') }
+  return { jwt: new Uint8Array(derive('authsvc/jwt/v1')), encryption: derive('authsvc/encryption/v1'), backupCodes: derive('authsvc/backup-codes/v1'), auditNames: derive('authsvc/audit-names/v1'), storeCheck: derive('authsvc/store-check/v1').toString('base64url'), nameIndex: derive('authsvc/name-index/v1') }
 }

@@ -17,7 +17,9 @@
  *
  * Guarantees: check() is synchronous and does no I/O (it runs before every
  * password hash); every counter is written through to the store (kind
- * `throttle`), so it holds across restarts; usernames are stored only as
+ * `throttle`), so it holds across restarts; on a shared store the counts are
+ * the store's own atomic counters (every instance's failures count, each
+ * exactly once) and the resulting records reach every instance by the feed; usernames are stored only as
  * SHA-256, since people type their password into the username field; the
  * state is bounded: expired entries are dropped on every write, and beyond
  * `maxKeys` tracked keys the least recently written are evicted.
@@ -25,7 +27,7 @@
 import { createHash } from 'node:crypto'
 import { isIP } from 'node:net'
 import { normalizeIp } from '../access/ip.js'
-import { Collection, type CollectionOptions } from '../store/collection.js'
+import { Collection, storeUnavailable, type CollectionOptions } from '../store/collection.js'
 import type { KeyValueStore } from '../store/kv.js'
 import type { Clock } from '../kernel/clock.js'
 
@@ -174,13 +176,24 @@ export class Throttle {
     const previous = this.addressRecord(key)
     const recent = (previous?.failures_ms ?? []).filter((t) => now - t < addressWindowMs)
     const failures = [...recent, now].slice(-addressMaxFailures)
+    // on a shared store the counts are the store's (every instance's failures), taken atomically
+    const ukey = username === null ? null : usernameKey(username)
+    const [addressCount, usernameCount] = await Promise.all([
+      this.sharedCount(key, addressWindowMs, false),
+      ukey === null ? Promise.resolve(null) : this.sharedCount(ukey, this.limits.usernameMemoryMs, true),
+    ])
+    // failures other instances counted show here as now: they expire no sooner than they should
+    while (addressCount !== null && failures.length < Math.min(addressCount, addressMaxFailures)) failures.unshift(now)
     const wasLocked = (previous?.locked_until_ms ?? 0) > now
-    const locked = failures.length >= addressMaxFailures ? now + addressLockMs : (previous?.locked_until_ms ?? 0)
-    const started: LockStart = { address: !wasLocked && locked > now, username: false }
+    // the window slides over the failures this replica knows of (other instances' included)
+    const reached = failures.length >= addressMaxFailures
+    const locked = reached ? now + addressLockMs : (previous?.locked_until_ms ?? 0)
+    // one instance reports the lock: the one whose failure the store counted as the limit
+    const mine = addressCount === null || addressCount <= addressMaxFailures
+    const started: LockStart = { address: !wasLocked && locked > now && mine, username: false }
     const writes = [this.write(this.addressOrder, { key, failures_ms: failures, locked_until_ms: locked }, now)]
-    if (username !== null) {
-      const ukey = usernameKey(username)
-      const count = (this.liveUsername(ukey, now)?.failures ?? 0) + 1
+    if (ukey !== null) {
+      const count = usernameCount ?? (this.liveUsername(ukey, now)?.failures ?? 0) + 1
       started.username = count === this.limits.usernameFreeFailures
       writes.push(this.write(this.usernameOrder, { key: ukey, failures: count, last_failure_ms: now }, now))
     }
@@ -194,8 +207,24 @@ export class Throttle {
     if (username !== null) {
       const key = usernameKey(username)
       if (this.records.get(key) !== undefined) removals.push(this.drop(this.usernameOrder, key))
+      const shared = this.records.shared
+      if (shared !== null) removals.push(shared.resetCounter(`throttle:${key}`).catch((err: unknown) => Promise.reject(storeUnavailable('throttle', err))))
     }
     await Promise.all(removals)
+  }
+
+  /**
+   * The store's count of failures under `key` after this one (null: no shared
+   * store, or it failed: memory counts, and the write that follows reports the store's state).
+   */
+  private async sharedCount(key: string, ttlMs: number, refresh: boolean): Promise<number | null> {
+    const shared = this.records.shared
+    if (shared === null) return null
+    try {
+      return await shared.increment(`throttle:${key}`, ttlMs, refresh)
+    } catch {
+      return null
+    }
   }
 
   /** Keys currently tracked (addresses and usernames). */

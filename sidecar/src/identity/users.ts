@@ -3,9 +3,24 @@
  * shadow `admin`); the stored spelling is kept. Records hold only the
  * password's argon2id PHC string, never the password.
  */
-import { randomUUID } from 'node:crypto'
+import { createHmac, randomUUID } from 'node:crypto'
 import { AuthsvcError } from '../kernel/errors.js'
 import type { Collection } from '../store/collection.js'
+import type { Check, SharedStore, Write } from '../store/shared-store.js'
+
+/**
+ * The store's record of a username → its user: a create claims it atomically. Keyed by a keyed hash
+ * of the lower-case name, so the key says nothing under `encryption_level: all`.
+ */
+export type NameKey = (username: string) => string
+export function nameKeyWith(key: Buffer): NameKey {
+  return (username) => `username:${createHmac('sha256', key).update(username.toLowerCase(), 'utf8').digest('base64url')}`
+}
+/** The store's list of enabled admins: every change of an admin checks and rewrites it atomically. */
+const ADMINS_KEY = 'meta:admins'
+const isEnabledAdmin = (u: Pick<UserRecord, 'role' | 'disabled'> | undefined | null): boolean => u != null && u.role === 'admin' && !u.disabled
+/** Attempts of a conditional change that lost a race before it answers 409 */
+const COMMIT_ATTEMPTS = 8
 
 export interface UserRecord {
   user_id: string
@@ -34,8 +49,20 @@ export class UserRepository {
   /** the tail of the queue of changes that may remove an admin */
   private adminChanges: Promise<unknown> = Promise.resolve()
 
-  constructor(private readonly users: Collection<UserRecord>) {
+  /** The shared store's atomic verbs, when the records live in one (null: a plain store, one process). */
+  private readonly store: SharedStore | null
+
+  constructor(
+    private readonly users: Collection<UserRecord>,
+    private readonly nameKey: NameKey = nameKeyWith(Buffer.from('authsvc-username-index')),
+  ) {
     for (const user of users.values()) this.byName.set(user.username.toLowerCase(), user.user_id)
+    this.store = users.shared
+    // another instance's create or delete: the name index follows
+    users.observeRemote((id, before, after) => {
+      if (before !== undefined && this.byName.get(before.username.toLowerCase()) === id) this.byName.delete(before.username.toLowerCase())
+      if (after !== undefined) this.byName.set(after.username.toLowerCase(), id)
+    })
   }
 
   byId(userId: string): UserRecord | undefined {
@@ -104,12 +131,69 @@ export class UserRepository {
     const name = user.username.toLowerCase()
     this.byName.set(name, user.user_id)
     try {
-      await this.users.put(user.user_id, user)
+      if (this.store === null) await this.users.put(user.user_id, user)
+      else await this.createShared(user)
     } catch (err) {
       if (this.byName.get(name) === user.user_id) this.byName.delete(name)
       throw err
     }
     return user
+  }
+
+  /**
+   * In one transaction: the name is claimed unless another user holds it (on
+   * any instance, whatever this one's memory says) and, for an admin, the
+   * admin list grows with it.
+   */
+  private async createShared(user: UserRecord): Promise<void> {
+    const store = this.store as SharedStore
+    for (let attempt = 0; attempt < COMMIT_ATTEMPTS; attempt++) {
+      const [held, admins] = await Promise.all([store.getVersioned<{ user_id: string }>(this.nameKey(user.username)), store.getVersioned<{ ids: string[] }>(ADMINS_KEY)])
+      // a name record whose user is gone (a delete that did not finish) does not hold the name
+      if (held !== undefined && (await store.get(`user:${held.value.user_id}`)) !== undefined) throw new AuthsvcError('CONFLICT', 'Username already exists')
+      const checks: Check[] = [{ key: this.nameKey(user.username), seq: held?.seq ?? null }]
+      const writes: Write[] = [{ key: this.nameKey(user.username), value: { user_id: user.user_id } }]
+      if (isEnabledAdmin(user)) {
+        checks.push({ key: ADMINS_KEY, seq: admins?.seq ?? null })
+        writes.push({ key: ADMINS_KEY, value: { ids: [...this.adminIds(admins?.value), user.user_id] } })
+      }
+      if (await this.users.commit(user.user_id, user, checks, writes)) return
+    }
+    throw new AuthsvcError('CONFLICT', 'Username already exists')
+  }
+
+  /** The enabled admins the store lists (its list, or this replica's for a store written before the list existed). */
+  private adminIds(stored: { ids: string[] } | undefined): string[] {
+    return stored?.ids ?? this.enabledAdmins().map((u) => u.user_id)
+  }
+
+  /**
+   * A change that may add or remove an admin, on a shared store: the user's
+   * record and the admin list are read from the store and rewritten in one
+   * transaction that holds only if neither changed meanwhile (on any
+   * instance), so two admins demoting each other leave one. 409 when the
+   * change would leave no enabled admin.
+   */
+  private async changeAdminShared(userId: string, patch: Partial<UserRecord> | null): Promise<UserRecord | undefined> {
+    const store = this.store as SharedStore
+    for (let attempt = 0; attempt < COMMIT_ATTEMPTS; attempt++) {
+      const [current, admins] = await Promise.all([store.getVersioned<UserRecord>(`user:${userId}`), store.getVersioned<{ ids: string[] }>(ADMINS_KEY)])
+      if (current === undefined) throw new AuthsvcError('NOT_FOUND', 'User not found')
+      const next = patch === null ? undefined : { ...current.value, ...patch }
+      const others = this.adminIds(admins?.value).filter((id) => id !== userId)
+      if (isEnabledAdmin(current.value) && !isEnabledAdmin(next) && others.length === 0) {
+        throw new AuthsvcError('CONFLICT', next === undefined ? 'The last enabled admin cannot be deleted' : 'The last enabled admin cannot be demoted or disabled')
+      }
+      const ids = isEnabledAdmin(next) ? [...others, userId] : others
+      const writes: Write[] = [{ key: ADMINS_KEY, value: { ids } }]
+      if (next === undefined) writes.push({ key: this.nameKey(current.value.username), value: undefined })
+      const checks = [{ key: `user:${userId}`, seq: current.seq }, { key: ADMINS_KEY, seq: admins?.seq ?? null }]
+      if (await this.users.commit(userId, next, checks, writes)) {
+        if (next === undefined && this.byName.get(current.value.username.toLowerCase()) === userId) this.byName.delete(current.value.username.toLowerCase())
+        return next
+      }
+    }
+    throw new AuthsvcError('CONFLICT', 'The user changed meanwhile; try again')
   }
 
   /**
@@ -121,15 +205,23 @@ export class UserRepository {
     const current = this.users.get(userId)
     if (!current) throw new AuthsvcError('NOT_FOUND', 'User not found')
     const next = { ...current, ...patch }
+    // who is an admin is decided in the store, not in this replica
+    if (this.store !== null && (isEnabledAdmin(current) || isEnabledAdmin(next))) return (await this.changeAdminShared(userId, patch)) as UserRecord
     await (effect === 'narrows' ? this.users.narrow(userId, next) : this.users.put(userId, next))
     return next
   }
 
-  /** Gone at once (memory), the deletion retried until stored. */
+  /** Gone at once (memory), the deletion retried until stored; an admin's deletion is decided in the store. */
   async delete(userId: string): Promise<void> {
     const current = this.users.get(userId)
     if (!current) return
+    if (this.store !== null && isEnabledAdmin(current)) {
+      await this.changeAdminShared(userId, null)
+      return
+    }
     this.byName.delete(current.username.toLowerCase())
     await this.users.narrowRemove(userId)
+    // the name's record goes too (a leftover one would not hold the name: create checks its user)
+    if (this.store !== null) await this.store.delete(this.nameKey(current.username)).catch(() => {})
   }
 }

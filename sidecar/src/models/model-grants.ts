@@ -35,7 +35,13 @@ const grantId = (userId: string, folder: string, item: string): string => JSON.s
 export class ModelGrants {
   private readonly perUser = new Map<string, UserGrants>()
 
-  constructor(private readonly records: Collection<ModelGrantRecord>) {}
+  constructor(private readonly records: Collection<ModelGrantRecord>) {
+    // another instance's grant or revocation: the user's computed grants are computed again
+    records.observeRemote((_id, before, after) => {
+      if (before !== undefined) this.perUser.delete(before.user_id)
+      if (after !== undefined) this.perUser.delete(after.user_id)
+    })
+  }
 
   /** The user's grants, newest last. */
   list(userId: string): ModelGrantRecord[] {

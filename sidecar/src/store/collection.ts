@@ -16,13 +16,24 @@
  *   is logged and the next touch writes again.
  *
  * Every write of a key is applied in order (a later write can never be
- * overtaken by an earlier one, in the store or in memory). A failed `put`,
+ * overtaken by an earlier one, in the store or in memory).
+ *
+ * On a shared store (store/shared-store.ts) memory is a replica: it follows
+ * the feed, so another instance's write shows here once the feed delivers it
+ * (ordered by the store's sequence numbers; a change arriving while a write of
+ * the same key is in flight here is read again from the store once that write
+ * settles; `*`, sent after the feed reconnects, reloads the whole kind). A failed `put`,
  * `remove`, `narrow` or `narrowRemove` rejects with 503 `STORE_UNAVAILABLE`
  * carrying the store's error as its cause; the caller answers with it.
  */
 import type { FastifyBaseLogger } from 'fastify'
 import { AuthsvcError } from '../kernel/errors.js'
 import type { KeyValueStore } from './kv.js'
+import type { Change, Check, SharedStore, Write } from './shared-store.js'
+
+function isShared(kv: KeyValueStore): kv is SharedStore {
+  return typeof (kv as Partial<SharedStore>).subscribe === 'function' && typeof (kv as Partial<SharedStore>).entriesVersioned === 'function'
+}
 
 /** What a key should hold in the store; `undefined` means deleted. */
 interface Unsaved<T> {
@@ -53,7 +64,11 @@ export class Collection<T> {
   private readonly memoryVersion = new Map<string, number>()
   private readonly storedVersion = new Map<string, number>()
   private readonly unsaved = new Map<string, Unsaved<T>>()
+  /** per key, on a shared store: the store's sequence number of the newest change memory reflects */
+  private readonly storeSeq = new Map<string, number>()
   private seq = 0
+  /** told of every change memory shows that came from the feed (another instance's write) */
+  private readonly remoteObservers: Array<(id: string, before: T | undefined, after: T | undefined) => void> = []
   private retryTimer: NodeJS.Timeout | undefined
   private retryDelayMs: number
 
@@ -67,14 +82,108 @@ export class Collection<T> {
 
   static async load<T>(kv: KeyValueStore, kind: string, options: CollectionOptions = {}): Promise<Collection<T>> {
     const collection = new Collection<T>(kv, kind, options)
+    if (isShared(kv)) {
+      // subscribed before the load: a change made meanwhile is either in the load or heard after it
+      kv.subscribe((change) => collection.heard(change))
+      for (const [key, { value, seq }] of await kv.entriesVersioned<T>(kind)) {
+        const id = key.slice(kind.length + 1)
+        if ((collection.storeSeq.get(id) ?? 0) >= seq) continue
+        collection.records.set(id, value)
+        collection.storeSeq.set(id, seq)
+      }
+      return collection
+    }
     for (const [key, value] of await kv.entries<T>(kind)) {
       collection.records.set(key.slice(kind.length + 1), value)
     }
     return collection
   }
 
+  /** A change from the feed (own writes too: they only advance the sequence mark). */
+  private heard(change: Change): void {
+    const shared = this.kv as SharedStore
+    if (change.key === '*') {
+      void this.reload(shared)
+      return
+    }
+    if (!change.key.startsWith(`${this.kind}:`)) return
+    const id = change.key.slice(this.kind.length + 1)
+    if ((this.storeSeq.get(id) ?? 0) >= change.seq) return
+    if (change.origin === shared.origin) {
+      // a deleted key keeps no mark (the feed is in order: nothing older follows a deletion)
+      if (change.exists) this.storeSeq.set(id, change.seq)
+      else this.storeSeq.delete(id)
+      return
+    }
+    const inFlight = this.chains.get(id)
+    if (inFlight !== undefined || this.unsaved.has(id) || (change.exists && change.value === undefined)) {
+      // our own write of this key is in flight (or the value did not travel): the store says what won
+      void (inFlight ?? Promise.resolve()).catch(() => {}).then(() => this.refetch(shared, id, change.seq))
+      return
+    }
+    if (change.exists) this.storeSeq.set(id, change.seq)
+    else this.storeSeq.delete(id)
+    this.remoteChange(id, change.exists ? (change.value as T) : undefined)
+    this.options.onChange?.()
+  }
+
+  private async refetch(shared: SharedStore, id: string, seq: number): Promise<void> {
+    if (this.chains.has(id) || this.unsaved.has(id)) return // a later write of ours decides; its own change follows
+    let found: Awaited<ReturnType<SharedStore['getVersioned']>>
+    try {
+      found = await shared.getVersioned<T>(`${this.kind}:${id}`)
+    } catch (err) {
+      this.options.log?.warn({ err, kind: this.kind }, 'a change from another instance could not be read; the next change or reconnect reloads it')
+      return
+    }
+    const newest = Math.max(seq, found?.seq ?? 0)
+    if ((this.storeSeq.get(id) ?? 0) >= newest || this.chains.has(id)) return
+    this.storeSeq.set(id, newest)
+    this.remoteChange(id, found?.value as T | undefined)
+    this.options.onChange?.()
+  }
+
+  /** After the feed reconnects: changes may have been missed, so the store's whole kind is read again. */
+  private async reload(shared: SharedStore): Promise<void> {
+    let rows: Array<[string, { value: T; seq: number }]>
+    try {
+      rows = await shared.entriesVersioned<T>(this.kind)
+    } catch (err) {
+      this.options.log?.warn({ err, kind: this.kind }, 'reloading after the feed reconnected failed; the next reconnect tries again')
+      return
+    }
+    const busy = (id: string) => this.chains.has(id) || this.unsaved.has(id)
+    const present = new Set<string>()
+    for (const [key, { value, seq }] of rows) {
+      const id = key.slice(this.kind.length + 1)
+      present.add(id)
+      if (busy(id) || (this.storeSeq.get(id) ?? 0) >= seq) continue
+      this.storeSeq.set(id, seq)
+      this.remoteChange(id, value)
+    }
+    for (const id of [...this.records.keys()]) {
+      if (!present.has(id) && !busy(id)) {
+        this.storeSeq.delete(id)
+        this.remoteChange(id, undefined)
+      }
+    }
+    this.options.onChange?.()
+  }
+
   get(id: string): T | undefined {
     return this.records.get(id)
+  }
+
+  /** `observer` hears every change another instance made, once memory shows it (indexes follow it). */
+  observeRemote(observer: (id: string, before: T | undefined, after: T | undefined) => void): void {
+    this.remoteObservers.push(observer)
+  }
+
+  private remoteChange(id: string, after: T | undefined): void {
+    const before = this.records.get(id)
+    if (after === undefined) this.records.delete(id)
+    else this.records.set(id, after)
+    for (const observer of this.remoteObservers) observer(id, before, after)
   }
 
   values(): IterableIterator<T> {
@@ -172,7 +281,7 @@ export class Collection<T> {
 
   /** Writes `value` after every earlier write of `id`; rejects with 503 when the store refuses it. */
   private enqueue(id: string, version: number, value: T | undefined): Promise<void> {
-    const write = async (): Promise<void> => {
+    return this.chain(id, async () => {
       // a newer version already stored: this older one must not overwrite it
       if ((this.storedVersion.get(id) ?? 0) > version) return
       try {
@@ -181,10 +290,50 @@ export class Collection<T> {
       } catch (err) {
         throw storeUnavailable(this.kind, err)
       }
-      this.storedVersion.set(id, version)
-      const pending = this.unsaved.get(id)
-      if (pending !== undefined && pending.version <= version) this.unsaved.delete(id)
-    }
+      this.stored(id, version)
+    })
+  }
+
+  private stored(id: string, version: number): void {
+    this.storedVersion.set(id, version)
+    const pending = this.unsaved.get(id)
+    if (pending !== undefined && pending.version <= version) this.unsaved.delete(id)
+  }
+
+  /** True when the store under this collection is shared (its atomic verbs and feed). */
+  get shared(): SharedStore | null {
+    return isShared(this.kv) ? this.kv : null
+  }
+
+  /**
+   * Durable first, and conditional: stores `value` under `id` together with
+   * `writes`, in one transaction, only if every check holds (store/shared-store.ts
+   * `commit`); memory shows it once stored. Resolves false when a check fails
+   * (nothing written). On a store without `commit` the writes run in order, unchecked.
+   */
+  async commit(id: string, value: T | undefined, checks: Check[], writes: Write[]): Promise<boolean> {
+    const version = ++this.seq
+    const shared = this.shared
+    let ok = false
+    await this.chain(id, async () => {
+      try {
+        const all = [...writes, { key: `${this.kind}:${id}`, value }]
+        if (shared !== null) ok = await shared.commit(checks, all)
+        else {
+          for (const w of all) await (w.value === undefined ? this.kv.delete(w.key) : this.kv.set(w.key, w.value))
+          ok = true
+        }
+      } catch (err) {
+        throw storeUnavailable(this.kind, err)
+      }
+      if (ok) this.stored(id, version)
+    })
+    if (ok) this.show(id, version, value)
+    return ok
+  }
+
+  /** Runs `write` after every earlier write of `id`. */
+  private chain(id: string, write: () => Promise<void>): Promise<void> {
     const previous = this.chains.get(id) ?? Promise.resolve()
     const next = previous.then(write, write)
     this.chains.set(id, next)

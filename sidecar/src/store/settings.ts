@@ -1,5 +1,6 @@
 /** Runtime settings changed through the admin API (guest login, IP lists...), held in the store. */
-import type { Collection } from './collection.js'
+import { storeUnavailable, type Collection } from './collection.js'
+import type { SharedStore } from './shared-store.js'
 
 export interface IpBlacklistEntry {
   ip: string
@@ -53,6 +54,8 @@ export class SettingsRepository {
    * read the same version cannot both replace it. Resolves false when refused.
    */
   compareAndSet<K extends keyof SettingsShape>(key: K, isCurrent: (current: SettingsShape[K]) => boolean, value: SettingsShape[K]): Promise<boolean> {
+    const shared = this.settings.shared
+    if (shared !== null) return this.compareAndSetShared(key, isCurrent, value)
     const change = async (): Promise<boolean> => {
       if (!isCurrent(this.get(key))) return false
       await this.set(key, value)
@@ -61,5 +64,25 @@ export class SettingsRepository {
     const run = this.changes.then(change, change)
     this.changes = run.catch(() => {})
     return run
+  }
+
+  /**
+   * On a shared store the current value is read from the store and the new one
+   * written in one transaction that holds only if nobody (on any instance)
+   * wrote the key meanwhile; a lost race reads again and asks `isCurrent` again.
+   */
+  private async compareAndSetShared<K extends keyof SettingsShape>(key: K, isCurrent: (current: SettingsShape[K]) => boolean, value: SettingsShape[K]): Promise<boolean> {
+    const shared = this.settings.shared as SharedStore
+    for (let attempt = 0; attempt < 8; attempt++) {
+      let found
+      try {
+        found = await shared.getVersioned<SettingsShape[K]>(`setting:${key}`)
+      } catch (err) {
+        throw storeUnavailable('setting', err)
+      }
+      if (!isCurrent(found === undefined ? this.defaults[key] : found.value)) return false
+      if (await this.settings.commit(key, value, [{ key: `setting:${key}`, seq: found?.seq ?? null }], [])) return true
+    }
+    return false
   }
 }

@@ -1,0 +1,167 @@
+/**
+ * Two instances on one shared store (issue 28, items 2, 4 and 7 at the
+ * services level): two sidecars' services, each with its own data dir, on one
+ * real Redis, then one real PostgreSQL, with the same AUTHSVC_SECRET. What one
+ * does holds on the other once the feed has delivered it (the tests wait for
+ * that delivery as an event, never for a time). The real-host suite
+ * (test/e2e/shared-store-hosts.test.ts) repeats the core through two ComfyUIs.
+ */
+import { after, before, describe, it } from 'node:test'
+import assert from 'node:assert/strict'
+import { decodeJwt } from 'jose'
+import { PASSWORD, bearer, clockAt, openHarness, registerAndLogin, type Harness } from './harness.js'
+import { nextChange } from '../helpers/store-conformance.js'
+import { postgresSkipReason, redisSkipReason, startPostgres, startRedis, type StoreServer } from '../helpers/store-servers.js'
+import { totpAt } from './totp-reference.js'
+import { SecretMismatchError } from '../../sidecar/src/store/open.js'
+import type { Change } from '../../sidecar/src/store/shared-store.js'
+
+const SECRET = 'shared-store-secret-0123456789abcdef'
+
+interface Backend {
+  name: 'redis' | 'postgres'
+  skip: string | false
+  start(): Promise<StoreServer>
+}
+
+const backends: Backend[] = [
+  { name: 'redis', skip: redisSkipReason(), start: startRedis },
+  { name: 'postgres', skip: postgresSkipReason(), start: startPostgres },
+]
+
+for (const backend of backends) {
+  describe(`two instances on one ${backend.name} store`, { skip: backend.skip }, () => {
+    let server: StoreServer
+    let a: Harness
+    let b: Harness
+    let admin: string
+    const clock = clockAt(Date.now())
+    const storeConfig = () => ({ store: { backend: backend.name, [`${backend.name}_url`]: server.url } })
+    const open = (env: Record<string, string> = {}) => openHarness({ config: storeConfig(), env: { AUTHSVC_SECRET: SECRET, ...env }, clock })
+    /** resolves once `h`'s feed has delivered a change `predicate` accepts; set it up before the write */
+    const delivered = (h: Harness, predicate: (c: Change) => boolean) => nextChange(h.services.store, predicate)
+    const me = (h: Harness, jwt: string) => h.call('GET', '/authsvc/api/me', { headers: bearer(jwt) })
+
+    before(async () => {
+      server = await backend.start()
+      a = await open()
+      b = await open()
+      admin = await registerAndLogin(a, 'root')
+    })
+    after(async () => {
+      await a?.close()
+      await b?.close()
+      await server?.stop()
+    })
+
+    it('a user registered on A signs in on B; a token created on B works on A', async () => {
+      const created = delivered(b, (c) => c.key.startsWith('user:'))
+      await a.call('POST', '/register', { headers: bearer(admin), body: { username: 'alice', password: PASSWORD } })
+      await created
+      const login = await b.call('POST', '/login', { body: { username: 'alice', password: PASSWORD } })
+      assert.equal(login.status, 200, JSON.stringify(login.body))
+      const tokenWritten = delivered(a, (c) => c.key.startsWith('token:'))
+      const token = await b.call('POST', '/authsvc/generate_token', { body: { label: 'phone' }, headers: bearer(login.body.jwt_token) })
+      assert.equal(token.status, 200, JSON.stringify(token.body))
+      await tokenWritten
+      assert.equal((await me(a, token.body.token)).body.username, 'alice')
+    })
+
+    it('a username taken on one instance cannot be registered on the other, in any case, even at once', async () => {
+      const results = await Promise.all([
+        a.call('POST', '/register', { headers: bearer(admin), body: { username: 'Twin', password: PASSWORD } }),
+        b.call('POST', '/register', { headers: bearer(admin), body: { username: 'twin', password: PASSWORD } }),
+      ])
+      assert.deepEqual(results.map((r) => r.status).sort(), [201, 409])
+    })
+
+    it('logout on A: the session is refused on B at the next request after delivery', async () => {
+      const jwt = await registerAndLogin(a, 'bob', { admin })
+      assert.equal((await me(b, jwt)).status, 200)
+      const jti = String(decodeJwt(jwt).jti)
+      const revoked = delivered(b, (c) => c.key === `session:${jti}`)
+      assert.equal((await a.call('POST', '/logout', { headers: bearer(jwt) })).status, 200)
+      await revoked
+      assert.equal((await me(b, jwt)).body.code, 'TOKEN_REVOKED')
+    })
+
+    it('disable, role change and password reset on B hold on A', async () => {
+      const jwt = await registerAndLogin(b, 'carol', { admin })
+      const disabled = delivered(a, (c) => c.key.startsWith('user:') && (c.value as { username?: string; disabled?: boolean } | undefined)?.disabled === true)
+      assert.equal((await b.call('PUT', '/authsvc/api/users/carol', { headers: bearer(admin), body: { disabled: true } })).status, 200)
+      await disabled
+      assert.equal((await me(a, jwt)).status, 401)
+      const promoted = delivered(a, (c) => c.key.startsWith('user:') && (c.value as { username?: string; role?: string } | undefined)?.role === 'admin')
+      assert.equal((await b.call('PUT', '/authsvc/api/users/carol', { headers: bearer(admin), body: { disabled: false, role: 'admin' } })).status, 200)
+      await promoted
+      assert.equal(a.services.users.byUsername('carol')?.role, 'admin')
+    })
+
+    it('10 failed logins spread over both instances lock the address on both', async () => {
+      const peer = '198.51.100.77'
+      for (let i = 0; i < 10; i++) {
+        const h = i % 2 === 0 ? a : b
+        const res = await h.call('POST', '/login', { body: { username: `nobody${i}`, password: 'wrong-password-1' }, peer })
+        assert.equal(res.status, 401, `attempt ${i}: ${JSON.stringify(res.body)}`)
+      }
+      // subscribed before looking: the lock is either in A's replica already or heard after
+      const heard = delivered(a, (c) => c.key === `throttle:ip:${peer}`)
+      if (a.services.throttle.check(peer, null).allowed) await heard
+      else heard.catch(() => {})
+      for (const h of [a, b]) {
+        const res = await h.call('POST', '/login', { body: { username: 'alice', password: PASSWORD }, peer })
+        assert.equal(res.status, 429, JSON.stringify(res.body))
+      }
+    })
+
+    it('a TOTP code used on A is refused on B', async () => {
+      const jwt = await registerAndLogin(a, 'frank', { admin })
+      const setup = await a.call('POST', '/authsvc/api/mfa/setup', { headers: bearer(jwt), body: {} })
+      const enrolled = delivered(b, (c) => c.key.startsWith('mfa:'))
+      const confirm = await a.call('POST', '/authsvc/api/mfa/verify-setup', { headers: bearer(jwt), body: { code: totpAt(setup.body.secret, clock()) } })
+      assert.equal(confirm.status, 200, JSON.stringify(confirm.body))
+      await enrolled
+      clock.advance(30_000)
+      const code = totpAt(setup.body.secret, clock())
+      const first = await a.call('POST', '/login', { body: { username: 'frank', password: PASSWORD } })
+      const second = await b.call('POST', '/login', { body: { username: 'frank', password: PASSWORD } })
+      assert.ok(first.body.mfa_temp_token && second.body.mfa_temp_token)
+      const onA = await a.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: first.body.mfa_temp_token, code } })
+      assert.equal(onA.status, 200, JSON.stringify(onA.body))
+      const onB = await b.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: second.body.mfa_temp_token, code } })
+      assert.equal(onB.status, 401, JSON.stringify(onB.body))
+    })
+
+    it('an IP-list edit on A applies on B', async () => {
+      const tag = String((await a.call('GET', '/authsvc/api/ip-lists', { headers: bearer(admin) })).headers.etag)
+      const applied = delivered(b, (c) => c.key === 'setting:ip_lists')
+      const saved = await a.call('PUT', '/authsvc/api/ip-lists', { headers: { ...bearer(admin), 'if-match': tag }, body: { whitelist: [], blacklist: [{ ip: '203.0.113.99', permanent: true }] } })
+      assert.equal(saved.status, 200, JSON.stringify(saved.body))
+      await applied
+      assert.equal(b.services.ipGate.refuse('203.0.113.99'), 'IP_DENIED')
+    })
+
+    it('two admins demoting each other on two instances at once leave one admin', async () => {
+      const dave = await registerAndLogin(a, 'dave', { admin, role: 'admin' })
+      const erin = await registerAndLogin(a, 'erin', { admin, role: 'admin' })
+      const twoLeft = delivered(b, (c) => c.key === 'meta:admins' && (c.value as { ids: string[] }).ids.length === 2)
+      for (const name of ['carol', 'root']) {
+        const res = await a.call('PUT', `/authsvc/api/users/${name}`, { headers: bearer(dave), body: { role: 'user' } })
+        assert.equal(res.status, 200, `${name}: ${JSON.stringify(res.body)}`)
+      }
+      await twoLeft
+      const results = await Promise.all([
+        a.call('PUT', '/authsvc/api/users/erin', { headers: bearer(dave), body: { role: 'user' } }),
+        b.call('PUT', '/authsvc/api/users/dave', { headers: bearer(erin), body: { role: 'user' } }),
+      ])
+      assert.deepEqual(results.map((r) => r.status).sort(), [200, 409], JSON.stringify(results.map((r) => r.body)))
+      assert.equal((await a.services.store.get<{ ids: string[] }>('meta:admins'))!.ids.length, 1)
+      const stillAdmin = (await Promise.all(['dave', 'erin'].map((n) => a.services.store.get<{ role: string }>(`user:${a.services.users.byUsername(n)!.user_id}`)))).filter((u) => u?.role === 'admin')
+      assert.equal(stillAdmin.length, 1)
+    })
+
+    it('an instance started with another AUTHSVC_SECRET refuses to start, naming AUTHSVC_SECRET', async () => {
+      await assert.rejects(open({ AUTHSVC_SECRET: 'another-secret-0123456789abcdefghijkl' }), (err: unknown) => err instanceof SecretMismatchError && /AUTHSVC_SECRET/.test(err.message))
+    })
+  })
+}
