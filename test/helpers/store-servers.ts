@@ -7,7 +7,7 @@
  * installed); CI installs both (.ci/run), so there it never skips.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { createServer, connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -130,18 +130,32 @@ export async function startPostgres(): Promise<StoreServer> {
     }
   }
   await start()
+  // the postmaster's own id (runuser is its parent), from its lock file; its backends are its children
+  const postmaster = () => Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0])
+  const signal = (pid: number, sig: NodeJS.Signals) => {
+    try {
+      process.kill(pid, sig)
+    } catch {
+      // already gone
+    }
+  }
   return {
     url: `postgres://authsvc@127.0.0.1:${port}/postgres`,
     port,
     async kill() {
-      // runuser forwards the signal to postgres; SIGKILL on the postmaster is a crash
-      spawnSync('pkill', ['-KILL', '-f', `-D ${data} -p ${port}`])
+      // a crash: the postmaster and every backend at once, by id (a backend left behind would keep the old shared memory)
+      const pid = postmaster()
+      const children = spawnSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).map(Number)
+      signal(pid, 'SIGKILL')
+      for (const c of children) signal(c, 'SIGKILL')
       await exited(child)
     },
     restart: start,
     async stop() {
-      spawnSync('pkill', ['-INT', '-f', `-D ${data} -p ${port}`])
-      await exited(child)
+      if (child.exitCode === null && child.signalCode === null) {
+        signal(postmaster(), 'SIGINT') // fast shutdown
+        await exited(child)
+      }
       rmSync(dir, { recursive: true, force: true })
     },
   }
