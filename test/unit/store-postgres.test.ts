@@ -1,0 +1,220 @@
+/**
+ * The PostgreSQL backend keeps the SharedStore contract (issue 28) against a
+ * real server (Debian's postgresql, started here in a temp dir), and survives
+ * the server's death: fails fast while it is gone, says so once, comes back by
+ * itself, loses no acknowledged write, and never logs the URL's credentials.
+ */
+import { after, describe, it } from 'node:test'
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
+import { once } from 'node:events'
+import { fileURLToPath } from 'node:url'
+import { conformance, nextChange } from '../helpers/store-conformance.js'
+import { postgresSkipReason, startPostgres, type StoreServer } from '../helpers/store-servers.js'
+import { openPostgresSharedStore, RECONNECT_MAX_MS } from '../../sidecar/src/store/postgres-store.js'
+import type { SharedStore } from '../../sidecar/src/store/shared-store.js'
+import { AuthsvcError } from '../../sidecar/src/kernel/errors.js'
+
+const skip = postgresSkipReason()
+
+if (skip !== false) {
+  describe('SharedStore: postgres', { skip }, () => {
+    it('conformance, outage and reconnection against a real PostgreSQL', () => {})
+  })
+} else {
+  let started: Promise<StoreServer> | undefined
+  const server = () => (started ??= startPostgres())
+  after(async () => {
+    if (started !== undefined) await (await started).stop()
+  })
+
+  conformance({ name: 'postgres', shared: true, open: async () => openPostgresSharedStore((await server()).url) })
+
+  describe('postgres: the server dies and comes back', () => {
+    const password = `pw-${randomUUID()}`
+    const lines: Array<{ level: string; obj: object; msg: string }> = []
+    const log = {
+      warn: (obj: object, msg: string) => lines.push({ level: 'warn', obj, msg }),
+      error: (obj: object, msg: string) => lines.push({ level: 'error', obj, msg }),
+      info: (obj: object, msg: string) => lines.push({ level: 'info', obj, msg }),
+    }
+    const connection = (store: SharedStore, wanted: boolean, ms: number) =>
+      new Promise<number>((resolve, reject) => {
+        const t0 = Date.now()
+        const timer = setTimeout(() => {
+          off()
+          reject(new Error(`onConnection(${wanted}) not heard within ${ms} ms`))
+        }, ms)
+        const off = store.onConnection((value) => {
+          if (value !== wanted) return
+          clearTimeout(timer)
+          off()
+          resolve(Date.now() - t0)
+        })
+      })
+    const isUnavailable = (err: unknown) => err instanceof AuthsvcError && err.code === 'STORE_UNAVAILABLE' && err.statusCode === 503
+
+    it('fails fast and says so once while it is gone, reconnects by itself, and keeps every acknowledged write', async () => {
+      const srv = await server()
+      // credentials in the URL (the test server trusts loopback, so the password is sent and ignored)
+      const withPassword = srv.url.replace('postgres://authsvc@', `postgres://authsvc:${password}@`)
+      const a = await openPostgresSharedStore(withPassword, { log })
+      const b = await openPostgresSharedStore(srv.url)
+      try {
+        const k = `outage${randomUUID().slice(0, 8)}`
+        // acknowledged before the outage: records, a commit, a counter, a claim
+        for (let i = 0; i < 20; i++) await a.set(`${k}:before${i}`, { i })
+        assert.equal(await b.commit([{ key: `${k}:name`, seq: null }], [{ key: `${k}:name`, value: { id: 'n' } }, { key: `${k}:user`, value: { u: 1 } }]), true)
+        for (let i = 0; i < 7; i++) await a.increment(`${k}-counter`, 600_000)
+        assert.equal(await b.claim(`${k}-step`, 600_000), true)
+
+        // writes under load when the server dies: each one that resolved must survive
+        const acked = new Map<string, number>()
+        let failedWith: unknown
+        let writing = true
+        const writer = (async () => {
+          for (let i = 0; writing; i++) {
+            try {
+              await (i % 2 === 0 ? a : b).set(`${k}:load${i}`, { i })
+              acked.set(`${k}:load${i}`, i)
+            } catch (err) {
+              failedWith = err
+              return
+            }
+          }
+        })()
+        const load = Date.now()
+        while (acked.size < 30) {
+          if (Date.now() - load > 10_000) throw new Error('the writer did not get going')
+          await new Promise((r) => setImmediate(r))
+        }
+
+        const downA = connection(a, false, 5000)
+        const downB = connection(b, false, 5000)
+        await srv.kill()
+        await Promise.all([downA, downB])
+        assert.equal(a.connected, false)
+        assert.equal(b.connected, false)
+        writing = false
+        await writer
+        assert.ok(failedWith === undefined || isUnavailable(failedWith), `a write that failed in the outage is a 503: ${String(failedWith)}`)
+
+        // every verb refuses quickly with 503 while the server is gone
+        for (const [what, attempt] of [
+          ['get', () => a.get(`${k}:before0`)],
+          ['set', () => b.set(`${k}:during`, { x: 1 })],
+          ['commit', () => a.commit([], [{ key: `${k}:during`, value: { x: 1 } }])],
+          ['list', () => b.entries(k)],
+          ['increment', () => a.increment(`${k}-counter`, 600_000)],
+          ['claim', () => b.claim(`${k}-other-step`, 600_000)],
+        ] as const) {
+          const t0 = Date.now()
+          await assert.rejects(attempt(), isUnavailable, what)
+          const took = Date.now() - t0
+          assert.ok(took < 1500, `${what} refused in ${took} ms (bound 1500)`)
+        }
+
+        // back: connected again within the backoff's bound, and a '*' change tells replicas to reload
+        const upA = connection(a, true, 10_000)
+        const upB = connection(b, true, 10_000)
+        const reload = nextChange(b, (c) => c.key === '*', 10_000)
+        await srv.restart()
+        const t0 = Date.now()
+        await Promise.all([upA, upB])
+        const resumed = Date.now() - t0
+        assert.ok(resumed <= RECONNECT_MAX_MS + 1000, `connected again ${resumed} ms after the server accepts connections`)
+        assert.equal(a.connected, true)
+        const star = await reload
+        assert.equal(star.origin, '')
+        assert.equal(star.exists, true)
+
+        // nothing acknowledged is lost
+        for (let i = 0; i < 20; i++) assert.deepEqual(await b.get(`${k}:before${i}`), { i })
+        assert.deepEqual(await a.get(`${k}:name`), { id: 'n' })
+        assert.deepEqual(await a.get(`${k}:user`), { u: 1 })
+        for (const [key, i] of acked) assert.deepEqual(await a.get(key), { i }, key)
+        assert.equal(await b.readCounter(`${k}-counter`), 7)
+        assert.equal(await a.claim(`${k}-step`, 600_000), false, 'a step claimed before the outage stays claimed')
+        const newest = Math.max(...(await a.entriesVersioned(k)).map(([, v]) => v.seq))
+        assert.ok(star.seq >= newest, `the reload change's number ${star.seq} covers every write before it (${newest})`)
+
+        // and writes work again, announced across clients
+        const heard = nextChange(b, (c) => c.key === `${k}:after`)
+        await a.set(`${k}:after`, { ok: true })
+        assert.equal((await heard).origin, a.origin)
+        assert.ok((await heard).seq > star.seq)
+
+        // said once each way, naming the server, never the password
+        const aLines = lines.map((l) => JSON.stringify(l))
+        assert.equal(lines.filter((l) => l.level === 'warn' && /connection lost/.test(l.msg)).length, 1, aLines.join('\n'))
+        assert.equal(lines.filter((l) => l.level === 'info' && /back/.test(l.msg)).length, 1, aLines.join('\n'))
+        const lostLine = lines.find((l) => /connection lost/.test(l.msg))!.obj as Record<string, unknown>
+        assert.equal(lostLine.host, '127.0.0.1')
+        assert.equal(lostLine.port, srv.port)
+        assert.equal(lostLine.database, 'postgres')
+        for (const line of aLines) assert.ok(!line.includes(password) && !line.includes('authsvc:'), line)
+      } finally {
+        await a.close()
+        await b.close()
+      }
+    })
+
+    it('a server that is not there at open is a 503, logged once, naming no credentials', async () => {
+      const before = lines.length
+      // a loopback port nobody listens on: one the system just gave out and took back
+      const { createServer } = await import('node:net')
+      const probe = createServer()
+      await new Promise<void>((r) => probe.listen(0, '127.0.0.1', () => r()))
+      const port = (probe.address() as { port: number }).port
+      await new Promise<void>((r) => probe.close(() => r()))
+      const t0 = Date.now()
+      await assert.rejects(openPostgresSharedStore(`postgres://authsvc:${password}@127.0.0.1:${port}/postgres`, { log }), isUnavailable)
+      assert.ok(Date.now() - t0 < 1500, `refused in ${Date.now() - t0} ms`)
+      const said = lines.slice(before).map((l) => JSON.stringify(l))
+      assert.equal(said.length, 1, said.join('\n'))
+      assert.ok(said[0].includes(`"port":${port}`) && !said[0].includes(password), said[0])
+    })
+
+    it('close() ends every connection and timer, even while reconnecting: the process exits by itself', async () => {
+      const srv = await server()
+      const script = fileURLToPath(new URL('../helpers/postgres-close-child.ts', import.meta.url))
+      const child = spawn(process.execPath, ['--import', 'tsx', script, srv.url], { stdio: ['pipe', 'pipe', 'inherit'] })
+      const exit = once(child, 'exit')
+      // one reader for the whole run, so nothing the child says between two waits is lost
+      let out = ''
+      const waiters = new Set<() => void>()
+      child.stdout.on('data', (chunk: Buffer) => {
+        out += chunk.toString()
+        for (const w of waiters) w()
+      })
+      const said = (word: string, ms = 15_000) =>
+        new Promise<void>((resolve, reject) => {
+          const check = () => {
+            if (!out.includes(word)) return
+            clearTimeout(timer)
+            waiters.delete(check)
+            resolve()
+          }
+          const timer = setTimeout(() => {
+            waiters.delete(check)
+            reject(new Error(`child did not say ${word} within ${ms} ms; said: ${out}`))
+          }, ms)
+          waiters.add(check)
+          check()
+        })
+      // first: open, write, close while connected
+      await said('closed-connected')
+      // then: a second store loses its server, closes while it retries; the process must end on its own
+      await said('ready')
+      await srv.kill()
+      await said('closed-down')
+      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000)
+      const [code, signal] = (await exit) as [number | null, string | null]
+      clearTimeout(timer)
+      assert.equal(signal, null, `the child had to be killed: a handle kept it alive; said: ${out}`)
+      assert.equal(code, 0, out)
+      await srv.restart()
+    })
+  })
+}
