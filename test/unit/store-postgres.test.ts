@@ -9,6 +9,7 @@ import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { once } from 'node:events'
+import { createServer } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { conformance, nextChange } from '../helpers/store-conformance.js'
 import { postgresSkipReason, startPostgres, type StoreServer } from '../helpers/store-servers.js'
@@ -53,6 +54,14 @@ if (skip !== false) {
           resolve(Date.now() - t0)
         })
       })
+    /** a loopback port nobody listens on: one the system just gave out and took back */
+    const closedPort = async () => {
+      const probe = createServer()
+      await new Promise<void>((r) => probe.listen(0, '127.0.0.1', () => r()))
+      const port = (probe.address() as { port: number }).port
+      await new Promise<void>((r) => probe.close(() => r()))
+      return port
+    }
     const isUnavailable = (err: unknown) => err instanceof AuthsvcError && err.code === 'STORE_UNAVAILABLE' && err.statusCode === 503
 
     it('fails fast and says so once while it is gone, reconnects by itself, and keeps every acknowledged write', async () => {
@@ -162,18 +171,46 @@ if (skip !== false) {
 
     it('a server that is not there at open is a 503, logged once, naming no credentials', async () => {
       const before = lines.length
-      // a loopback port nobody listens on: one the system just gave out and took back
-      const { createServer } = await import('node:net')
-      const probe = createServer()
-      await new Promise<void>((r) => probe.listen(0, '127.0.0.1', () => r()))
-      const port = (probe.address() as { port: number }).port
-      await new Promise<void>((r) => probe.close(() => r()))
+      const port = await closedPort()
       const t0 = Date.now()
       await assert.rejects(openPostgresSharedStore(`postgres://authsvc:${password}@127.0.0.1:${port}/postgres`, { log }), isUnavailable)
       assert.ok(Date.now() - t0 < 1500, `refused in ${Date.now() - t0} ms`)
       const said = lines.slice(before).map((l) => JSON.stringify(l))
       assert.equal(said.length, 1, said.join('\n'))
       assert.ok(said[0].includes(`"port":${port}`) && !said[0].includes(password), said[0])
+    })
+
+    it('never repeats the credentials of the URL, whatever is wrong with it (rows)', async () => {
+      const srv = await server()
+      const secret = `PW${randomUUID().slice(0, 8)}`
+      const closed = await closedPort()
+      const rows: Array<[string, string]> = [
+        ['nobody listens', `postgres://authsvc:${secret}@127.0.0.1:${closed}/postgres`],
+        ['no such database', `postgres://authsvc:${secret}@127.0.0.1:${srv.port}/nosuchdb`],
+        ['no such user', `postgres://nosuchuser:${secret}@127.0.0.1:${srv.port}/postgres`],
+        ['escaped characters', `postgres://authsvc:${secret}%40%3A%2F@127.0.0.1:${closed}/postgres`],
+        ['password in the query', `postgres://authsvc@127.0.0.1:${closed}/postgres?password=${secret}`],
+        ['not a number for a port', `postgres://authsvc:${secret}@127.0.0.1:x${secret}/postgres`],
+        ['a keyword string', `host=127.0.0.1 port=${closed} password=${secret}`],
+        ['a keyword that reads as a scheme', `password=${secret}:x@127.0.0.1`],
+        ['another scheme', `http://authsvc:${secret}@127.0.0.1:${closed}/postgres`],
+      ]
+      for (const [name, url] of rows) {
+        const said: string[] = []
+        const capture = { warn: (o: object, m: string) => said.push(JSON.stringify([o, m])), error: (o: object, m: string) => said.push(JSON.stringify([o, m])), info: (o: object, m: string) => said.push(JSON.stringify([o, m])) }
+        const err = await openPostgresSharedStore(url, { log: capture }).then(
+          async (store) => {
+            await store.close()
+            return new Error(`${name}: opened`)
+          },
+          (e: unknown) => e,
+        )
+        assert.ok(err instanceof Error, name)
+        assert.doesNotMatch(err.message, /opened$/, name)
+        const cause = (err as { cause?: unknown }).cause
+        const told = [err.message, String(err.stack), JSON.stringify(err), cause instanceof Error ? `${cause.message} ${JSON.stringify(cause)}` : '', ...said].join('\n')
+        assert.ok(!told.includes(secret), `${name}: ${told}`)
+      }
     })
 
     it('close() ends every connection and timer, even while reconnecting: the process exits by itself', async () => {

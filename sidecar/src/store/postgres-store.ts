@@ -193,7 +193,25 @@ interface Payload {
   v?: unknown
 }
 
+/**
+ * Only a `postgres://` or `postgresql://` URL: `pg` would read anything else as
+ * a database name (a keyword string with its password included), which log
+ * lines would then repeat. The error never quotes the URL.
+ */
+function checkUrl(url: string): void {
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    throw new Error('store.postgres_url is not a URL (postgres://user:password@host:port/database)')
+  }
+  if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') {
+    throw new Error('store.postgres_url must start with postgres:// or postgresql://')
+  }
+}
+
 export async function openPostgresSharedStore(url: string, options: PostgresStoreOptions = {}): Promise<SharedStore> {
+  checkUrl(url)
   const log = options.log
   const clock = options.clock
   const nowParam = () => (clock === undefined ? null : Math.floor(clock()))
