@@ -20,6 +20,9 @@ export interface StoreServer {
   /** starts it again on the same port and data */
   restart(): Promise<void>
   stop(): Promise<void>
+  /** SIGSTOP on every process of the server (one that stops answering without closing anything), and SIGCONT; where implemented */
+  freeze?(): Promise<void>
+  thaw?(): Promise<void>
 }
 
 async function freePort(): Promise<number> {
@@ -132,6 +135,10 @@ export async function startPostgres(): Promise<StoreServer> {
   await start()
   // the postmaster's own id (runuser is its parent), from its lock file; its backends are its children
   const postmaster = () => Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0])
+  const processes = () => {
+    const pid = postmaster()
+    return [pid, ...spawnSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).map(Number)]
+  }
   const signal = (pid: number, sig: NodeJS.Signals) => {
     try {
       process.kill(pid, sig)
@@ -142,12 +149,19 @@ export async function startPostgres(): Promise<StoreServer> {
   return {
     url: `postgres://authsvc@127.0.0.1:${port}/postgres`,
     port,
+    async freeze() {
+      const pid = postmaster()
+      signal(pid, 'SIGSTOP') // first, so it starts no backend the list below would miss
+      for (const p of processes()) signal(p, 'SIGSTOP')
+    },
+    async thaw() {
+      // runuser stops itself when its child stops; it must go on too, or it never reaps the postmaster
+      if (child.pid !== undefined) signal(child.pid, 'SIGCONT')
+      for (const pid of processes()) signal(pid, 'SIGCONT')
+    },
     async kill() {
       // a crash: the postmaster and every backend at once, by id (a backend left behind would keep the old shared memory)
-      const pid = postmaster()
-      const children = spawnSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).map(Number)
-      signal(pid, 'SIGKILL')
-      for (const c of children) signal(c, 'SIGKILL')
+      for (const pid of processes()) signal(pid, 'SIGKILL')
       await exited(child)
     },
     restart: start,

@@ -13,7 +13,7 @@ import { createServer } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { conformance, nextChange } from '../helpers/store-conformance.js'
 import { postgresSkipReason, startPostgres, type StoreServer } from '../helpers/store-servers.js'
-import { openPostgresSharedStore, RECONNECT_MAX_MS } from '../../sidecar/src/store/postgres-store.js'
+import { COMMAND_TIMEOUT_MS, CONNECT_TIMEOUT_MS, HEARTBEAT_MS, openPostgresSharedStore, RECONNECT_MAX_MS } from '../../sidecar/src/store/postgres-store.js'
 import type { SharedStore } from '../../sidecar/src/store/shared-store.js'
 import { AuthsvcError } from '../../sidecar/src/kernel/errors.js'
 
@@ -166,6 +166,43 @@ if (skip !== false) {
       } finally {
         await a.close()
         await b.close()
+      }
+    })
+
+    it('a server that stops answering (SIGSTOP): commands refuse within the timeouts, the loss is heard, and it comes back when the server does', async () => {
+      const srv = await server()
+      const a = await openPostgresSharedStore(srv.url)
+      try {
+        const k = `frozen${randomUUID().slice(0, 8)}`
+        await a.set(`${k}:x`, { v: 1 })
+        const down = connection(a, false, HEARTBEAT_MS + COMMAND_TIMEOUT_MS + 5000)
+        await srv.freeze!()
+        try {
+          // on a pooled connection the server no longer reads: the query's timeout
+          let t0 = Date.now()
+          await assert.rejects(a.get(`${k}:x`), isUnavailable)
+          let took = Date.now() - t0
+          assert.ok(took < COMMAND_TIMEOUT_MS + 1000, `a command on a silent server refused in ${took} ms`)
+          await down
+          assert.equal(a.connected, false)
+          // a new connection the server never answers: the connect timeout
+          t0 = Date.now()
+          await assert.rejects(a.increment(`${k}-c`, 60_000), isUnavailable)
+          took = Date.now() - t0
+          assert.ok(took < CONNECT_TIMEOUT_MS + 1000, `a command while the server is silent refused in ${took} ms`)
+        } finally {
+          const up = connection(a, true, 15_000)
+          const reload = nextChange(a, (c) => c.key === '*', 15_000)
+          await srv.thaw!()
+          const back = await up
+          assert.ok(back <= RECONNECT_MAX_MS + CONNECT_TIMEOUT_MS + 1000, `connected again ${back} ms after the server answers again`)
+          assert.equal((await reload).origin, '')
+        }
+        assert.deepEqual(await a.get(`${k}:x`), { v: 1 })
+        await a.set(`${k}:y`, { v: 2 })
+        assert.deepEqual(await a.get(`${k}:y`), { v: 2 })
+      } finally {
+        await a.close()
       }
     })
 
