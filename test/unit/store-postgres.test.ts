@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process'
 import { randomUUID } from 'node:crypto'
 import { once } from 'node:events'
 import { createServer } from 'node:net'
+import pg from 'pg'
 import { fileURLToPath } from 'node:url'
 import { conformance, nextChange } from '../helpers/store-conformance.js'
 import { postgresSkipReason, startPostgres, type StoreServer } from '../helpers/store-servers.js'
@@ -31,6 +32,29 @@ if (skip !== false) {
   })
 
   conformance({ name: 'postgres', shared: true, open: async () => openPostgresSharedStore((await server()).url) })
+
+  describe('postgres: counters of keys never used again', () => {
+    it('are removed once expired (at open, then every SWEEP_MS), and no live one is', async () => {
+      const srv = await server()
+      const k = `sweep${randomUUID().slice(0, 8)}`
+      // a client whose clock is an hour behind writes counters that are long expired by the server's clock
+      const behind = await openPostgresSharedStore(srv.url, { clock: () => Date.now() - 3_600_000 })
+      await behind.increment(`${k}-old-throttle`, 60_000)
+      assert.equal(await behind.claim(`${k}-old-step`, 60_000), true)
+      await behind.close()
+      const live = await openPostgresSharedStore(srv.url)
+      await live.increment(`${k}-live`, 60_000)
+      await live.close()
+      const raw = new pg.Client({ connectionString: srv.url })
+      await raw.connect()
+      try {
+        const before = await raw.query('SELECT key FROM authsvc_counters WHERE key LIKE $1 ORDER BY key', [`${k}-%`])
+        assert.deepEqual(before.rows.map((r) => r.key), [`${k}-live`], 'the second open swept the expired ones')
+      } finally {
+        await raw.end()
+      }
+    })
+  })
 
   describe('postgres: the server dies and comes back', () => {
     const password = `pw-${randomUUID()}`

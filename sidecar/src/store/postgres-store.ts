@@ -71,6 +71,8 @@ export const LIST_TIMEOUT_MS = 30_000
 /** the longest wait between two reconnection attempts */
 export const RECONNECT_MAX_MS = 1000
 export const HEARTBEAT_MS = 2000
+/** expired counters and claims are removed at open and this often after */
+export const SWEEP_MS = 10 * 60_000
 const POOL_MAX = 10
 /** the advisory lock class of record keys ('as28') */
 const LOCK_CLASS = 0x61733238
@@ -167,6 +169,7 @@ const Q = {
   claim: `INSERT INTO authsvc_counters AS c (key, count, expires_at) VALUES ($1, 1, ${now(3)} + $2)
     ON CONFLICT (key) DO UPDATE SET count = 1, expires_at = excluded.expires_at WHERE c.expires_at <= ${now(3)}
     RETURNING 1`,
+  sweep: `DELETE FROM authsvc_counters WHERE expires_at <= ${now(1)}`,
   currentSeq: `SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS seq FROM authsvc_seq`,
 } as const
 
@@ -389,6 +392,14 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
   }
   connected = true
   startHeartbeat()
+  // counters and claims of keys never used again (an address that tried once, a TOTP step) would stay forever
+  const sweep = () =>
+    query('sweep', [nowParam()], LIST_TIMEOUT_MS).catch((err: unknown) => {
+      if (!(err instanceof AuthsvcError)) log?.warn(describe(err), 'shared store: expired counters not removed')
+    })
+  await sweep()
+  const sweeper = setInterval(() => void sweep(), SWEEP_MS)
+  sweeper.unref()
 
   const writeArgs = (value: unknown): [string | null, boolean] => {
     if (value === undefined) return [null, false]
@@ -460,6 +471,7 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
       closed = true
       connected = false
       stopHeartbeat()
+      clearInterval(sweeper)
       if (reconnectTimer !== null) clearTimeout(reconnectTimer)
       reconnectTimer = null
       const client = listener
