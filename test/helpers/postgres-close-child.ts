@@ -1,32 +1,39 @@
 /**
- * Run by test/unit/store-postgres.test.ts as a process of its own: opens a
- * PostgreSQL store and closes it, then opens another, waits for its server to
- * be killed and for a reconnection attempt to fail, and closes it. The process
- * must then exit by itself: close() left no connection or timer behind.
+ * Run by test/unit/store-postgres.test.ts as a process of its own, which must
+ * exit by itself once the store is closed (close() left no connection or timer
+ * behind). `node postgres-close-child.ts <url> connected`: opens a store, uses
+ * every kind of connection (commands, the feed), closes it. `… down`: opens a
+ * store, says `ready`, waits for its server to be killed and for a
+ * reconnection attempt to fail, and closes it while it retries.
  */
 import { openPostgresSharedStore } from '../../sidecar/src/store/postgres-store.js'
 
-const url = process.argv[2]
-const first = await openPostgresSharedStore(url)
-await first.set('close-child:x', { x: 1 })
-await first.close()
-process.stdout.write('closed-connected\n')
-
-let retrying: () => void = () => {}
-const failedAttempt = new Promise<void>((resolve) => (retrying = resolve))
+const [url, mode] = process.argv.slice(2)
 const quiet = () => {}
-const second = await openPostgresSharedStore(url, {
-  log: {
-    info: quiet,
-    error: quiet,
-    warn: (_obj: object, msg: string) => {
-      if (/still unreachable/.test(msg)) retrying()
+
+if (mode === 'connected') {
+  const store = await openPostgresSharedStore(url)
+  const heard = new Promise<void>((resolve) => store.subscribe((c) => c.key === 'close-child:x' && resolve()))
+  await Promise.all([store.set('close-child:x', { x: 1 }), store.get('close-child:x'), store.increment('close-child-n', 1000)])
+  await heard
+  await store.close()
+  process.stdout.write('closed-connected\n')
+} else {
+  let retrying: () => void = () => {}
+  const failedAttempt = new Promise<void>((resolve) => (retrying = resolve))
+  const store = await openPostgresSharedStore(url, {
+    log: {
+      info: quiet,
+      error: quiet,
+      warn: (_obj: object, msg: string) => {
+        if (/still unreachable/.test(msg)) retrying()
+      },
     },
-  },
-})
-const down = new Promise<void>((resolve) => second.onConnection((connected) => connected || resolve()))
-process.stdout.write('ready\n')
-await down
-await failedAttempt
-await second.close()
-process.stdout.write('closed-down\n')
+  })
+  const down = new Promise<void>((resolve) => store.onConnection((connected) => connected || resolve()))
+  process.stdout.write('ready\n')
+  await down
+  await failedAttempt
+  await store.close()
+  process.stdout.write('closed-down\n')
+}

@@ -274,45 +274,56 @@ if (skip !== false) {
       }
     })
 
-    it('close() ends every connection and timer, even while reconnecting: the process exits by itself', async () => {
+    it('close() ends every connection and timer, connected or while reconnecting: the process exits by itself', async () => {
       const srv = await server()
       const script = fileURLToPath(new URL('../helpers/postgres-close-child.ts', import.meta.url))
-      const child = spawn(process.execPath, ['--import', 'tsx', script, srv.url], { stdio: ['pipe', 'pipe', 'inherit'] })
-      const exit = once(child, 'exit')
-      // one reader for the whole run, so nothing the child says between two waits is lost
-      let out = ''
-      const waiters = new Set<() => void>()
-      child.stdout.on('data', (chunk: Buffer) => {
-        out += chunk.toString()
-        for (const w of waiters) w()
-      })
-      const said = (word: string, ms = 15_000) =>
-        new Promise<void>((resolve, reject) => {
-          const check = () => {
-            if (!out.includes(word)) return
-            clearTimeout(timer)
-            waiters.delete(check)
-            resolve()
-          }
-          const timer = setTimeout(() => {
-            waiters.delete(check)
-            reject(new Error(`child did not say ${word} within ${ms} ms; said: ${out}`))
-          }, ms)
-          waiters.add(check)
-          check()
+      const run = (mode: 'connected' | 'down') => {
+        const child = spawn(process.execPath, ['--import', 'tsx', script, srv.url, mode], { stdio: ['ignore', 'pipe', 'inherit'] })
+        const exit = once(child, 'exit') as Promise<[number | null, string | null]>
+        // one reader for the whole run, so nothing the child says between two waits is lost
+        let out = ''
+        const waiters = new Set<() => void>()
+        child.stdout.on('data', (chunk: Buffer) => {
+          out += chunk.toString()
+          for (const w of waiters) w()
         })
-      // first: open, write, close while connected
-      await said('closed-connected')
-      // then: a second store loses its server, closes while it retries; the process must end on its own
-      await said('ready')
+        const said = (word: string, ms = 15_000) =>
+          new Promise<void>((resolve, reject) => {
+            const check = () => {
+              if (!out.includes(word)) return
+              clearTimeout(timer)
+              waiters.delete(check)
+              resolve()
+            }
+            const timer = setTimeout(() => {
+              waiters.delete(check)
+              reject(new Error(`child did not say ${word} within ${ms} ms; said: ${out}`))
+            }, ms)
+            waiters.add(check)
+            check()
+          })
+        /** once it said `word`, the child must end by itself */
+        const endsAfter = async (word: string) => {
+          await said(word)
+          const timer = setTimeout(() => child.kill('SIGKILL'), 10_000)
+          const [code, signal] = await exit
+          clearTimeout(timer)
+          assert.equal(signal, null, `${mode}: the child had to be killed, a handle kept it alive; said: ${out}`)
+          assert.equal(code, 0, out)
+        }
+        return { said, endsAfter }
+      }
+      // the server stays up: only close() can end the connections
+      await run('connected').endsAfter('closed-connected')
+      // the server dies; the store retries; close() stops that
+      const down = run('down')
+      await down.said('ready')
       await srv.kill()
-      await said('closed-down')
-      const timer = setTimeout(() => child.kill('SIGKILL'), 10_000)
-      const [code, signal] = (await exit) as [number | null, string | null]
-      clearTimeout(timer)
-      assert.equal(signal, null, `the child had to be killed: a handle kept it alive; said: ${out}`)
-      assert.equal(code, 0, out)
-      await srv.restart()
+      try {
+        await down.endsAfter('closed-down')
+      } finally {
+        await srv.restart()
+      }
     })
   })
 }
