@@ -230,6 +230,36 @@ if (skip !== false) {
       }
     })
 
+    it('a command held up longer than its timeout (a locked row) is refused with 503, and is no loss of the connection', async () => {
+      const srv = await server()
+      const a = await openPostgresSharedStore(srv.url)
+      const raw = new pg.Client({ connectionString: srv.url })
+      await raw.connect()
+      try {
+        const k = `slow${randomUUID().slice(0, 8)}`
+        await a.set(`${k}:x`, { v: 1 })
+        const heard: boolean[] = []
+        const off = a.onConnection((c) => heard.push(c))
+        await raw.query('BEGIN')
+        await raw.query('SELECT * FROM authsvc_records WHERE key = $1 FOR UPDATE', [`${k}:x`])
+        const t0 = Date.now()
+        await assert.rejects(a.set(`${k}:x`, { v: 2 }), isUnavailable)
+        const took = Date.now() - t0
+        assert.ok(took >= COMMAND_TIMEOUT_MS - 50 && took < COMMAND_TIMEOUT_MS + 1000, `refused after ${took} ms`)
+        assert.deepEqual(await a.get(`${k}:y`), undefined, 'other commands go on meanwhile')
+        // the refused write was sent: it lands once the row is free, and is announced like any write
+        const landed = nextChange(a, (c) => c.key === `${k}:x`)
+        await raw.query('COMMIT')
+        assert.deepEqual((await landed).value, { v: 2 })
+        off()
+        assert.deepEqual(heard, [], 'the connection was never said lost')
+        assert.equal(a.connected, true)
+      } finally {
+        await raw.end()
+        await a.close()
+      }
+    })
+
     it('a server that is not there at open is a 503, logged once, naming no credentials', async () => {
       const before = lines.length
       const port = await closedPort()

@@ -173,17 +173,21 @@ const Q = {
   currentSeq: `SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS seq FROM authsvc_seq`,
 } as const
 
-/** SQLSTATE classes and socket errors that mean the server cannot be reached, not that a statement is wrong */
-function isConnectionError(err: unknown): boolean {
+/** a timeout: the server is slow or silent (the feed's heartbeat decides which), not known to be gone */
+function isTimeout(err: Error): boolean {
+  return /timeout exceeded when trying to connect|Query read timeout/i.test(err.message)
+}
+
+/** SQLSTATE classes and socket errors that mean the server cannot be reached now, not that a statement is wrong */
+function isConnectionError(err: unknown): err is Error {
   if (!(err instanceof Error)) return false
+  if (isTimeout(err)) return true
   const code = (err as { code?: unknown }).code
   if (typeof code === 'string') {
     if (code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03') return true
     if (/^E[A-Z]+$/.test(code)) return true // ECONNREFUSED, ECONNRESET, EPIPE, ETIMEDOUT, EHOSTUNREACH…
   }
-  return /Connection terminated|timeout exceeded when trying to connect|Query read timeout|Client has encountered a connection error|Connection ended|not queryable/i.test(
-    err.message,
-  )
+  return /Connection terminated|Client has encountered a connection error|Connection ended|not queryable/i.test(err.message)
 }
 
 const feedable = (json: string) => json.length <= FEED_VALUE_LIMIT
@@ -256,7 +260,9 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
       return await pool.query({ name: `authsvc_${name}`, text: Q[name], values, query_timeout: timeout } as pg.QueryConfig)
     } catch (err) {
       if (!isConnectionError(err)) throw err
-      lost('command', err)
+      // a connection that closed is a loss now; a command that timed out (a slow server, a full pool)
+      // is only refused: the feed's heartbeat notices a server that went silent
+      if (!isTimeout(err)) lost('command', err)
       throw unavailable(err)
     }
   }
