@@ -4,7 +4,9 @@
  * behind). `node postgres-close-child.ts <url> connected`: opens a store, uses
  * every kind of connection (commands, the feed), closes it. `… down`: opens a
  * store, says `ready`, waits for its server to be killed and for a
- * reconnection attempt to fail, and closes it while it retries.
+ * reconnection attempt to fail, and closes it while it retries. `… frozen`:
+ * opens a store, says `ready`, and closes it when told (on stdin), the server
+ * having stopped answering meanwhile.
  */
 import { openPostgresSharedStore } from '../../sidecar/src/store/postgres-store.js'
 
@@ -18,6 +20,16 @@ if (mode === 'connected') {
   await heard
   await store.close()
   process.stdout.write('closed-connected\n')
+} else if (mode === 'frozen') {
+  const store = await openPostgresSharedStore(url)
+  await Promise.all([store.set('close-child:y', { y: 1 }), store.get('close-child:y'), store.entries('close-child')])
+  process.stdout.write('ready\n')
+  // the parent stops the server, then says go: the store does not know yet
+  await new Promise((resolve) => process.stdin.once('data', resolve))
+  process.stdin.pause()
+  const t0 = Date.now()
+  await store.close()
+  process.stdout.write(`closed-frozen ${Date.now() - t0}\n`)
 } else {
   let retrying: () => void = () => {}
   const failedAttempt = new Promise<void>((resolve) => (retrying = resolve))

@@ -14,7 +14,7 @@ import pg from 'pg'
 import { fileURLToPath } from 'node:url'
 import { conformance, nextChange } from '../helpers/store-conformance.js'
 import { postgresSkipReason, startPostgres, type StoreServer } from '../helpers/store-servers.js'
-import { COMMAND_TIMEOUT_MS, CONNECT_TIMEOUT_MS, HEARTBEAT_MS, openPostgresSharedStore, RECONNECT_MAX_MS } from '../../sidecar/src/store/postgres-store.js'
+import { COMMAND_TIMEOUT_MS, CONNECT_TIMEOUT_MS, END_TIMEOUT_MS, HEARTBEAT_MS, openPostgresSharedStore, RECONNECT_MAX_MS } from '../../sidecar/src/store/postgres-store.js'
 import type { SharedStore } from '../../sidecar/src/store/shared-store.js'
 import { AuthsvcError } from '../../sidecar/src/kernel/errors.js'
 
@@ -304,11 +304,11 @@ if (skip !== false) {
       }
     })
 
-    it('close() ends every connection and timer, connected or while reconnecting: the process exits by itself', async () => {
+    it('close() ends every connection and timer, connected, against a silent server or while reconnecting: the process exits by itself', async () => {
       const srv = await server()
       const script = fileURLToPath(new URL('../helpers/postgres-close-child.ts', import.meta.url))
-      const run = (mode: 'connected' | 'down') => {
-        const child = spawn(process.execPath, ['--import', 'tsx', script, srv.url, mode], { stdio: ['ignore', 'pipe', 'inherit'] })
+      const run = (mode: 'connected' | 'down' | 'frozen') => {
+        const child = spawn(process.execPath, ['--import', 'tsx', script, srv.url, mode], { stdio: ['pipe', 'pipe', 'inherit'] })
         const exit = once(child, 'exit') as Promise<[number | null, string | null]>
         // one reader for the whole run, so nothing the child says between two waits is lost
         let out = ''
@@ -341,10 +341,22 @@ if (skip !== false) {
           assert.equal(signal, null, `${mode}: the child had to be killed, a handle kept it alive; said: ${out}`)
           assert.equal(code, 0, out)
         }
-        return { said, endsAfter }
+        return { said, endsAfter, tell: (line: string) => child.stdin.write(`${line}\n`), output: () => out }
       }
       // the server stays up: only close() can end the connections
       await run('connected').endsAfter('closed-connected')
+      // the server stops answering while the store is connected: close() cuts what the server does not let end
+      const frozen = run('frozen')
+      await frozen.said('ready')
+      await srv.freeze!()
+      try {
+        frozen.tell('close')
+        await frozen.endsAfter('closed-frozen')
+        const took = Number(/closed-frozen (\d+)/.exec(frozen.output())![1])
+        assert.ok(took <= END_TIMEOUT_MS + 1000, `close() took ${took} ms against a silent server`)
+      } finally {
+        await srv.thaw!()
+      }
       // the server dies; the store retries; close() stops that
       const down = run('down')
       await down.said('ready')

@@ -73,6 +73,8 @@ export const RECONNECT_MAX_MS = 1000
 export const HEARTBEAT_MS = 2000
 /** expired counters and claims are removed at open and this often after */
 export const SWEEP_MS = 10 * 60_000
+/** a connection the server does not let end (a silent server) is cut after this long */
+export const END_TIMEOUT_MS = 1000
 const POOL_MAX = 10
 /** the advisory lock class of record keys ('as28') */
 const LOCK_CLASS = 0x61733238
@@ -190,6 +192,28 @@ function isConnectionError(err: unknown): err is Error {
   return /Connection terminated|Client has encountered a connection error|Connection ended|not queryable/i.test(err.message)
 }
 
+/**
+ * Ends a connection, or cuts it when the server does not answer the goodbye
+ * within END_TIMEOUT_MS (a silent server would keep the socket, and the
+ * process, alive). Never rejects.
+ */
+function endClient(client: pg.Client): Promise<void> {
+  client.removeAllListeners('end')
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      client.connection.stream.destroy()
+      resolve()
+    }, END_TIMEOUT_MS)
+    client
+      .end()
+      .catch(() => {})
+      .finally(() => {
+        clearTimeout(timer)
+        resolve()
+      })
+  })
+}
+
 const feedable = (json: string) => json.length <= FEED_VALUE_LIMIT
 
 interface Payload {
@@ -240,6 +264,10 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
   // an idle pooled connection that closes is dropped by the pool (the next command opens another): one
   // connection the server timed out is no loss of the server, which the feed and its heartbeat report
   pool.on('error', () => {})
+  // the pool's connections not ended yet (pg-pool says 'remove' once a connection has ended)
+  const pooled = new Set<pg.Client>()
+  pool.on('connect', (c) => pooled.add(c))
+  pool.on('remove', (c) => pooled.delete(c))
 
   const origin = randomUUID()
   const feed = new Listeners<Change>()
@@ -294,8 +322,7 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
       await client.connect()
       await client.query(`LISTEN ${CHANNEL}`)
     } catch (err) {
-      client.removeAllListeners('end')
-      await client.end().catch(() => {})
+      await endClient(client)
       throw err
     }
     return client
@@ -314,8 +341,7 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
     listener = null
     stopHeartbeat()
     if (old !== null) {
-      old.removeAllListeners('end')
-      old.end().catch(() => {})
+      void endClient(old)
     }
     connectionListeners.emit(false)
     scheduleReconnect()
@@ -339,8 +365,7 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
       try {
         seq = Number((await client.query(Q.currentSeq)).rows[0].seq)
       } catch (err) {
-        client.removeAllListeners('end')
-        await client.end().catch(() => {})
+        await endClient(client)
         throw err
       }
     } catch (err) {
@@ -349,8 +374,7 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
       return
     }
     if (closed) {
-      client.removeAllListeners('end')
-      await client.end().catch(() => {})
+      await endClient(client)
       return
     }
     listener = client
@@ -483,11 +507,18 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
       reconnectTimer = null
       const client = listener
       listener = null
-      if (client !== null) {
-        client.removeAllListeners('end')
-        await client.end().catch(() => {})
-      }
-      await pool.end().catch(() => {})
+      void pool.end().catch(() => {})
+      // every pooled connection ended within the bound, or cut (a silent server does not answer the goodbye)
+      let timer: NodeJS.Timeout | undefined
+      const drained = new Promise<void>((resolve) => {
+        const check = () => pooled.size === 0 && resolve()
+        pool.on('remove', check)
+        check()
+        timer = setTimeout(resolve, END_TIMEOUT_MS)
+      })
+      await Promise.all([client === null ? undefined : endClient(client), drained])
+      clearTimeout(timer)
+      for (const c of pooled) c.connection.stream.destroy()
     },
   }
   return store
