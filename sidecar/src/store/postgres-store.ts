@@ -310,7 +310,7 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
 
   /** connects the feed: LISTEN on a connection of its own */
   const connectFeed = async (): Promise<pg.Client> => {
-    const client = new pg.Client({ ...connection, query_timeout: COMMAND_TIMEOUT_MS })
+    const client = new pg.Client({ ...connection, application_name: 'authsvc-feed', query_timeout: COMMAND_TIMEOUT_MS })
     client.on('error', (err) => lostFeed(client, err))
     client.on('end', () => lostFeed(client, new Error('Connection ended')))
     client.on('notification', (message) => {
