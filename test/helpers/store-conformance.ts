@@ -125,6 +125,18 @@ export function conformance(backend: BackendUnderTest): void {
       assert.deepEqual(await b.get(`${k}:admins`), { ids: [`only-${winner}`] })
     })
 
+    it('20 parallel creates of one absent name, each with a record of its own: exactly one wins, and only its record is written', async () => {
+      const k = kind()
+      const attempts = Array.from({ length: 20 }, (_, i) =>
+        (i % 2 === 0 ? a : b).commit([{ key: `${k}:name`, seq: null }], [{ key: `${k}:name`, value: { id: i } }, { key: `${k}:rec${i}`, value: { r: i } }]),
+      )
+      const results = await Promise.all(attempts)
+      assert.equal(results.filter(Boolean).length, 1)
+      const winner = results.indexOf(true)
+      assert.deepEqual(await b.get(`${k}:name`), { id: winner })
+      assert.deepEqual((await a.entries(k)).map(([key]) => key).sort(), [`${k}:name`, `${k}:rec${winner}`].sort())
+    })
+
     it('50 parallel increments give 50 distinct counts, 1 to 50', async () => {
       const key = `throttle-${randomUUID()}`
       const counts = await Promise.all(Array.from({ length: 50 }, (_, i) => (i % 2 === 0 ? a : b).increment(key, 60_000)))

@@ -7,7 +7,7 @@
  * installed); CI installs both (.ci/run), so there it never skips.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { createServer, connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -20,6 +20,9 @@ export interface StoreServer {
   /** starts it again on the same port and data */
   restart(): Promise<void>
   stop(): Promise<void>
+  /** SIGSTOP on every process of the server (one that stops answering without closing anything), and SIGCONT; where implemented */
+  freeze?(): Promise<void>
+  thaw?(): Promise<void>
 }
 
 async function freePort(): Promise<number> {
@@ -130,18 +133,43 @@ export async function startPostgres(): Promise<StoreServer> {
     }
   }
   await start()
+  // the postmaster's own id (runuser is its parent), from its lock file; its backends are its children
+  const postmaster = () => Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0])
+  const processes = () => {
+    const pid = postmaster()
+    return [pid, ...spawnSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).map(Number)]
+  }
+  const signal = (pid: number, sig: NodeJS.Signals) => {
+    try {
+      process.kill(pid, sig)
+    } catch {
+      // already gone
+    }
+  }
   return {
     url: `postgres://authsvc@127.0.0.1:${port}/postgres`,
     port,
+    async freeze() {
+      const pid = postmaster()
+      signal(pid, 'SIGSTOP') // first, so it starts no backend the list below would miss
+      for (const p of processes()) signal(p, 'SIGSTOP')
+    },
+    async thaw() {
+      // runuser stops itself when its child stops; it must go on too, or it never reaps the postmaster
+      if (child.pid !== undefined) signal(child.pid, 'SIGCONT')
+      for (const pid of processes()) signal(pid, 'SIGCONT')
+    },
     async kill() {
-      // runuser forwards the signal to postgres; SIGKILL on the postmaster is a crash
-      spawnSync('pkill', ['-KILL', '-f', `-D ${data} -p ${port}`])
+      // a crash: the postmaster and every backend at once, by id (a backend left behind would keep the old shared memory)
+      for (const pid of processes()) signal(pid, 'SIGKILL')
       await exited(child)
     },
     restart: start,
     async stop() {
-      spawnSync('pkill', ['-INT', '-f', `-D ${data} -p ${port}`])
-      await exited(child)
+      if (child.exitCode === null && child.signalCode === null) {
+        signal(postmaster(), 'SIGINT') // fast shutdown
+        await exited(child)
+      }
       rmSync(dir, { recursive: true, force: true })
     },
   }

@@ -70,7 +70,15 @@ export interface SharedStore extends KeyValueStore {
   resetCounter(key: string): Promise<void>
   /** True for exactly one caller until `ttlMs` after the first claim. */
   claim(key: string, ttlMs: number): Promise<boolean>
-  /** Every write of every instance, in sequence order per key; returns the unsubscribe. */
+  /**
+   * Every write of every instance, in sequence order per key; returns the unsubscribe.
+   *
+   * After the feed of a shared backend reconnects, what was announced while it
+   * was down cannot be replayed: the feed then announces one change
+   * `{ key: '*', seq: <the store's current sequence number>, exists: true, origin: '' }`
+   * (after `onConnection(true)`, once the feed listens again), and a replica
+   * reloads everything it keeps.
+   */
   subscribe(listener: (change: Change) => void): () => void
   /** Whether the feed is connected now, and every change of that (shared stores only lose it). */
   readonly connected: boolean
