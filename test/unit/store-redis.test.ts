@@ -1,0 +1,295 @@
+/**
+ * The Redis backend keeps the SharedStore contract (issue 28) on a real
+ * redis-server, and survives an outage: commands fail fast while the server is
+ * gone, the connection listeners hear the loss and the return, the feed says
+ * "reload" once it is back, and nothing acknowledged is lost.
+ */
+import { after, before, describe, it } from 'node:test'
+import assert from 'node:assert/strict'
+import { randomUUID } from 'node:crypto'
+import { createClient } from 'redis'
+import { conformance, nextChange } from '../helpers/store-conformance.js'
+import { redisSkipReason, startRedis, type StoreServer } from '../helpers/store-servers.js'
+import { openRedisSharedStore, redisTarget, MAX_RETRY_MS, type StoreLog } from '../../sidecar/src/store/redis-store.js'
+import { AuthsvcError } from '../../sidecar/src/kernel/errors.js'
+import type { SharedStore } from '../../sidecar/src/store/shared-store.js'
+
+const skip = redisSkipReason()
+
+/** Resolves with the first value a connection listener hears that `wanted` accepts; rejects after `ms`. */
+function nextConnection(store: SharedStore, wanted: boolean, ms: number): Promise<number> {
+  const started = Date.now()
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      off()
+      reject(new Error(`connection listeners did not hear ${wanted} within ${ms} ms`))
+    }, ms)
+    const off = store.onConnection((connected) => {
+      if (connected !== wanted) return
+      clearTimeout(timer)
+      off()
+      resolve(Date.now() - started)
+    })
+  })
+}
+
+/** How long `work` takes to reject, and with what. */
+async function rejection(work: () => Promise<unknown>): Promise<{ ms: number; err: unknown }> {
+  const started = Date.now()
+  try {
+    await work()
+  } catch (err) {
+    return { ms: Date.now() - started, err }
+  }
+  throw new Error('it did not reject')
+}
+
+class CapturedLog implements StoreLog {
+  readonly lines: string[] = []
+  info(obj: object, msg?: string) {
+    this.lines.push(JSON.stringify({ level: 'info', ...obj, msg }))
+  }
+  warn(obj: object, msg?: string) {
+    this.lines.push(JSON.stringify({ level: 'warn', ...obj, msg }))
+  }
+  error(obj: object, msg?: string) {
+    this.lines.push(JSON.stringify({ level: 'error', ...obj, msg }))
+  }
+}
+
+describe('redis store', { skip }, () => {
+  let server: Promise<StoreServer> | undefined
+  const shared = () => (server ??= startRedis())
+  conformance({
+    name: 'redis',
+    shared: true,
+    open: async () => openRedisSharedStore((await shared()).url),
+  })
+  after(async () => (await server)?.stop())
+
+  describe('redis: the URL', () => {
+    const rows: Array<[string, string, { where: string; prefix: string } | RegExp]> = [
+      ['plain', 'redis://127.0.0.1:6390', { where: '127.0.0.1:6390/0', prefix: 'authsvc:' }],
+      ['default port, a database', 'redis://cache.internal/3', { where: 'cache.internal:6379/3', prefix: 'authsvc:' }],
+      ['credentials stay out of where', 'redis://admin:hunter2@10.0.0.5:7000/1', { where: '10.0.0.5:7000/1', prefix: 'authsvc:' }],
+      ['a prefix from the query', 'redis://h:1/0?prefix=studio-a:', { where: 'h:1/0', prefix: 'studio-a:' }],
+      ['tls', 'rediss://u:pw@h:6380', { where: 'h:6380/0', prefix: 'authsvc:' }],
+      ['not a URL', 'hunter2@@', /not a URL/],
+      ['another scheme', 'http://u:hunter2@h:1', /redis:\/\/ or rediss:\/\//],
+      ['a path that is no database', 'redis://u:hunter2@h:1/users', /database number/],
+    ]
+    for (const [name, url, expected] of rows) {
+      it(name, () => {
+        if (expected instanceof RegExp) {
+          assert.throws(
+            () => redisTarget(url),
+            (err: Error) => expected.test(err.message) && !err.message.includes('hunter2'),
+          )
+          return
+        }
+        const target = redisTarget(url)
+        assert.deepEqual({ where: target.where, prefix: target.prefix }, expected)
+        assert.ok(!target.url.includes('prefix='), 'the prefix is not passed to the client')
+      })
+    }
+    it('the prefix option wins over the query', () => {
+      assert.equal(redisTarget('redis://h/0?prefix=a:', 'b:').prefix, 'b:')
+    })
+  })
+
+  describe('redis: two prefixes on one server are two stores', () => {
+    let srv: StoreServer
+    before(async () => {
+      srv = await shared()
+    })
+    it('neither sees the other’s records nor hears its feed', async () => {
+      const one = await openRedisSharedStore(`${srv.url}?prefix=one:`)
+      const two = await openRedisSharedStore(srv.url, { prefix: 'two:' })
+      try {
+        const heardByTwo: string[] = []
+        const off = two.subscribe((c) => heardByTwo.push(c.key))
+        await one.set('user:u1', { name: 'one' })
+        await two.set('user:u2', { name: 'two' })
+        await nextChange(two, (c) => c.key === 'user:u2')
+        off()
+        assert.deepEqual(heardByTwo, ['user:u2'])
+        assert.deepEqual((await one.entries('user')).map(([k]) => k), ['user:u1'])
+        assert.equal(await two.get('user:u1'), undefined)
+        assert.equal(await one.increment('n', 60_000), 1)
+        assert.equal(await two.readCounter('n'), 0)
+      } finally {
+        await one.close()
+        await two.close()
+      }
+    })
+  })
+
+  describe('redis: a kind of a million records is listed in pages, every record once', () => {
+    it('lists 5,000 records of one kind whole while they are written over', async () => {
+      const srv = await shared()
+      const store = await openRedisSharedStore(srv.url, { prefix: `big-${randomUUID()}:` })
+      try {
+        // written through the store, so the layout is the store's own
+        for (let i = 0; i < 5000; i += 250) await Promise.all(Array.from({ length: 250 }, (_, j) => store.set(`session:s${i + j}`, { i: i + j })))
+        const listing = store.entriesVersioned<{ i: number }>('session')
+        const rewrites = Promise.all(Array.from({ length: 200 }, (_, j) => store.set(`session:s${j * 25}`, { i: j * 25 })))
+        const [listed] = await Promise.all([listing, rewrites])
+        assert.equal(listed.length, 5000)
+        assert.equal(new Set(listed.map(([k]) => k)).size, 5000)
+        assert.ok(listed.every(([k, v]) => k === `session:s${v.value.i}`))
+      } finally {
+        await store.close()
+      }
+    })
+  })
+
+  describe('redis: an outage', () => {
+    let srv: StoreServer
+    before(async () => {
+      srv = await startRedis()
+    })
+    after(async () => {
+      await srv?.stop()
+    })
+
+    it('commands fail fast with 503, listeners hear the loss and the return, the feed says reload, nothing acknowledged is lost', async () => {
+      const log = new CapturedLog()
+      const store = await openRedisSharedStore(srv.url, { log })
+      const other = await openRedisSharedStore(srv.url)
+      try {
+        assert.equal(store.connected, true)
+        const acknowledged: string[] = []
+        for (let i = 0; i < 50; i++) {
+          await store.set(`rec:${i}`, { i })
+          acknowledged.push(`rec:${i}`)
+        }
+        assert.equal(await store.increment('attempts', 600_000), 1)
+        assert.equal(await store.claim('step', 600_000), true)
+        const lastSeq = (await store.getVersioned('rec:49'))!.seq
+
+        const lost = nextConnection(store, false, 2000)
+        await srv.kill()
+        await lost
+        assert.equal(store.connected, false)
+
+        // every verb rejects quickly, as STORE_UNAVAILABLE
+        for (const [name, work] of [
+          ['get', () => store.get('rec:1')],
+          ['set', () => store.set('rec:x', { x: 1 })],
+          ['commit', () => store.commit([], [{ key: 'rec:y', value: 1 }])],
+          ['increment', () => store.increment('attempts', 600_000)],
+          ['claim', () => store.claim('step2', 600_000)],
+          ['entries', () => store.entries('rec')],
+        ] as const) {
+          const { ms, err } = await rejection(work)
+          assert.ok(ms < 1100, `${name} rejected after ${ms} ms`)
+          assert.ok(err instanceof AuthsvcError && err.code === 'STORE_UNAVAILABLE' && err.statusCode === 503, `${name}: ${String(err)}`)
+        }
+        assert.equal(log.lines.filter((l) => l.includes('shared store unreachable')).length, 1, 'the loss is logged once')
+
+        const reload = nextChange(store, (c) => c.key === '*', 5000)
+        const back = nextConnection(store, true, 5000)
+        const backOther = nextConnection(other, true, 5000)
+        const restarted = Date.now()
+        await srv.restart()
+        const [change, ms] = await Promise.all([reload, back.then(() => Date.now() - restarted), backOther])
+        assert.ok(ms <= MAX_RETRY_MS + 1000, `back ${ms} ms after the server listened again`)
+        assert.equal(store.connected, true)
+        assert.deepEqual(change, { key: '*', seq: lastSeq, exists: true, origin: '' })
+
+        // writes work again, and are heard across instances
+        const heard = nextChange(other, (c) => c.key === 'rec:after')
+        await store.set('rec:after', { ok: true })
+        assert.equal((await heard).origin, store.origin)
+        // everything acknowledged before the kill is still there
+        const listed = new Map(await other.entries<{ i: number }>('rec'))
+        for (const key of acknowledged) assert.ok(listed.has(key), `${key} survived`)
+        assert.equal(await other.increment('attempts', 600_000), 2)
+        assert.equal(await other.claim('step', 600_000), false)
+        assert.ok((await other.getVersioned('rec:after'))!.seq > lastSeq, 'the sequence went on from where it was')
+      } finally {
+        await store.close()
+        await other.close()
+      }
+    })
+
+    it('a server that stops answering (SIGSTOP) is noticed by the probe; commands time out; it comes back after SIGCONT', async () => {
+      const store = await openRedisSharedStore(srv.url, { commandTimeoutMs: 500, probeIntervalMs: 200 })
+      try {
+        await store.set('paused:a', { a: 1 })
+        const lost = nextConnection(store, false, 3000)
+        process.kill(srv.pid!, 'SIGSTOP')
+        try {
+          const { ms, err } = await rejection(() => store.get('paused:a'))
+          assert.ok(ms >= 400 && ms < 1500, `rejected after ${ms} ms`)
+          assert.ok(err instanceof AuthsvcError && err.code === 'STORE_UNAVAILABLE')
+          await lost
+          assert.equal(store.connected, false)
+        } finally {
+          process.kill(srv.pid!, 'SIGCONT')
+        }
+        await nextConnection(store, true, 3000)
+        assert.deepEqual(await store.get('paused:a'), { a: 1 })
+      } finally {
+        await store.close()
+      }
+    })
+
+    it('credentials in the URL are never logged, through an outage and a refused open', async () => {
+      const password = `pw-${randomUUID()}`
+      const admin = createClient({ url: srv.url, RESP: 2 })
+      await admin.connect()
+      await admin.sendCommand(['CONFIG', 'SET', 'requirepass', password])
+      await admin.close()
+      const withPassword = srv.url.replace('redis://', `redis://default:${password}@`)
+      const log = new CapturedLog()
+      const store = await openRedisSharedStore(withPassword, { log })
+      try {
+        await store.set('cred:a', { a: 1 })
+        const lost = nextConnection(store, false, 2000)
+        await srv.kill()
+        await lost
+        const back = nextConnection(store, true, 5000)
+        await srv.restart() // the password set by CONFIG SET is gone: the default user takes any
+        await back
+      } finally {
+        await store.close()
+      }
+      assert.ok(log.lines.length >= 2, 'the loss and the return are logged')
+      const wrong = withPassword.replace(password, `wrong-${password}`)
+      const admin2 = createClient({ url: srv.url, RESP: 2 })
+      await admin2.connect()
+      await admin2.sendCommand(['CONFIG', 'SET', 'requirepass', password])
+      await admin2.close()
+      const { err } = await rejection(() => openRedisSharedStore(wrong, { log, openTimeoutMs: 1500 }))
+      assert.ok(err instanceof Error)
+      assert.match(err.message, /127\.0\.0\.1:\d+\/0/)
+      for (const text of [...log.lines, err.message]) assert.ok(!text.includes(password), `a secret in: ${text}`)
+      const admin3 = createClient({ url: withPassword, RESP: 2 })
+      await admin3.connect()
+      await admin3.sendCommand(['CONFIG', 'SET', 'requirepass', ''])
+      await admin3.close()
+    })
+
+    it('open refuses within its bound when nothing listens, naming the server only', async () => {
+      const { ms, err } = await rejection(() => openRedisSharedStore('redis://u:secret-pw@127.0.0.1:1/0', { openTimeoutMs: 800 }))
+      assert.ok(ms < 2000, `refused after ${ms} ms`)
+      assert.ok(err instanceof Error && err.message.includes('127.0.0.1:1/0') && !err.message.includes('secret-pw'), String(err))
+    })
+
+    it('close leaves no socket or timer behind', async () => {
+      const count = (kind: string) => process.getActiveResourcesInfo().filter((r) => r === kind).length
+      const sockets = count('TCPSocketWrap')
+      const timers = count('Timeout')
+      const store = await openRedisSharedStore(srv.url)
+      await store.set('handles:a', 1)
+      assert.equal(count('TCPSocketWrap'), sockets + 2, 'two connections while open')
+      await store.close()
+      // a closed socket is released once the server has acknowledged its end
+      const deadline = Date.now() + 2000
+      while (count('TCPSocketWrap') > sockets && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
+      assert.equal(count('TCPSocketWrap'), sockets)
+      assert.ok(count('Timeout') <= timers, 'no timer of the store is left')
+    })
+  })
+})
