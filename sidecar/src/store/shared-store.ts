@@ -70,7 +70,13 @@ export interface SharedStore extends KeyValueStore {
   resetCounter(key: string): Promise<void>
   /** True for exactly one caller until `ttlMs` after the first claim. */
   claim(key: string, ttlMs: number): Promise<boolean>
-  /** Every write of every instance, in sequence order per key; returns the unsubscribe. */
+  /**
+   * Every write of every instance, in sequence order per key; returns the unsubscribe.
+   * A shared store that was disconnected cannot replay what it missed: once
+   * connected again it announces `{ key: '*', seq: <the store's sequence now>,
+   * exists: true, origin: '' }` (no value) before its connection listeners hear
+   * `true`; a replica reloads everything on `key === '*'`.
+   */
   subscribe(listener: (change: Change) => void): () => void
   /** Whether the feed is connected now, and every change of that (shared stores only lose it). */
   readonly connected: boolean
