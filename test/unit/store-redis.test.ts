@@ -124,6 +124,55 @@ describe('redis store', { skip }, () => {
     })
   })
 
+  describe('redis: one round trip per verb', () => {
+    it('set, get, delete, commit, increment and claim each send one command', async () => {
+      const srv = await shared()
+      const store = await openRedisSharedStore(srv.url, { prefix: `rt-${randomUUID()}:` })
+      const monitor = createClient({ url: srv.url, RESP: 2 })
+      const marker = createClient({ url: srv.url, RESP: 2 })
+      await Promise.all([monitor.connect(), marker.connect()])
+      // MONITOR lists commands in the order the server ran them; a script's own calls say "lua"
+      const seen: string[] = []
+      const waiting = new Map<string, () => void>()
+      await monitor.monitor((line: string) => {
+        const echoed = /"ECHO" "(mark-\d+)"/.exec(line)
+        if (echoed) waiting.get(echoed[1])?.()
+        else if (!line.includes(' lua]')) seen.push(/\] "(\w+)"/.exec(line)?.[1] ?? line)
+      })
+      let marks = 0
+      /** the top-level commands `work` sent, once the server has run them all */
+      const commandsOf = async (work: () => Promise<unknown>): Promise<string[]> => {
+        seen.length = 0
+        await work()
+        const name = `mark-${marks++}`
+        const arrived = new Promise<void>((resolve) => waiting.set(name, resolve))
+        await marker.sendCommand(['ECHO', name])
+        await arrived
+        return [...seen]
+      }
+      try {
+        // the first run of a script on a server is EVALSHA, refused, then EVAL
+        await commandsOf(() => store.set('warm:x', 1))
+        await commandsOf(() => store.increment('warm', 1000))
+        const rows: Array<[string, () => Promise<unknown>, string[]]> = [
+          ['set', () => store.set('user:a', { n: 1 }), ['EVALSHA']],
+          ['get', () => store.get('user:a'), ['HGET']],
+          ['getVersioned', () => store.getVersioned('user:a'), ['HGET']],
+          ['commit of three writes', () => store.commit([{ key: 'user:b', seq: null }], [{ key: 'user:b', value: 1 }, { key: 'name:b', value: 'b' }, { key: 'user:a', value: undefined }]), ['EVALSHA']],
+          ['delete', () => store.delete('user:b'), ['EVALSHA']],
+          ['entries of a small kind', () => store.entries('name'), ['HSCAN']],
+          ['increment', () => store.increment('throttle:x', 60_000), ['EVALSHA']],
+          ['readCounter', () => store.readCounter('throttle:x'), ['GET']],
+          ['claim', () => store.claim('totp:x', 60_000), ['SET']],
+        ]
+        for (const [name, work, expected] of rows) assert.deepEqual(await commandsOf(work), expected, name)
+      } finally {
+        await Promise.all([monitor.close(), marker.close()])
+        await store.close()
+      }
+    })
+  })
+
   describe('redis: a kind of a million records is listed in pages, every record once', () => {
     it('lists 5,000 records of one kind whole while they are written over', async () => {
       const srv = await shared()
