@@ -213,7 +213,10 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
     }
   }
 
+  /** the last thing a connection complained of, for the line open() refuses with */
+  let lastError = ''
   const goDown = (cause: unknown) => {
+    lastError = cause instanceof Error ? cause.message : String(cause)
     if (!up || closed) return
     up = false
     log?.warn({ store: 'redis', server: where, reason: cause instanceof Error ? cause.message : String(cause) }, 'shared store unreachable')
@@ -267,7 +270,7 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
         await subscriber.subscribe(channel, onMessage)
       })(),
       new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`the Redis store at ${where} did not answer within ${openTimeoutMs} ms`)), openTimeoutMs)
+        timer = setTimeout(() => reject(new Error(`the Redis store at ${where} did not answer within ${openTimeoutMs} ms${lastError ? ` (${lastError})` : ''}`)), openTimeoutMs)
       }),
     ])
   } catch (err) {
