@@ -33,6 +33,14 @@ function nextConnection(store: SharedStore, wanted: boolean, ms: number): Promis
   })
 }
 
+async function until(what: string, check: () => boolean, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`)
+    await new Promise((r) => setTimeout(r, 10))
+  }
+}
+
 /** How long `work` takes to reject, and with what. */
 async function rejection(work: () => Promise<unknown>): Promise<{ ms: number; err: unknown }> {
   const started = Date.now()
@@ -259,6 +267,56 @@ describe('redis store', { skip }, () => {
       } finally {
         await store.close()
         await other.close()
+      }
+    })
+
+    it('under load: every call settles within the bound, every failure is a 503, every acknowledged write is there afterwards', async () => {
+      const store = await openRedisSharedStore(srv.url)
+      const acknowledged: string[] = []
+      const failures: unknown[] = []
+      let slowest = 0
+      let running = true
+      let afterReturn = 0
+      let back = false
+      const writer = async (w: number) => {
+        for (let n = 0; running; n++) {
+          const key = `load:w${w}-${n}`
+          const started = Date.now()
+          try {
+            await store.set(key, { w, n })
+            acknowledged.push(key)
+            if (back) afterReturn++
+          } catch (err) {
+            failures.push(err)
+            await new Promise((r) => setTimeout(r, 5)) // pace the retries of a load generator
+          }
+          slowest = Math.max(slowest, Date.now() - started)
+        }
+      }
+      const writers = Array.from({ length: 20 }, (_, w) => writer(w))
+      try {
+        await until('writes are acknowledged', () => acknowledged.length >= 200)
+        const lost = nextConnection(store, false, 2000)
+        await srv.kill()
+        await lost
+        await until('writes fail while the server is gone', () => failures.length >= 40)
+        const returned = nextConnection(store, true, 5000)
+        await srv.restart()
+        await returned
+        back = true
+        await until('writes are acknowledged again', () => afterReturn >= 200)
+      } finally {
+        running = false
+        await Promise.all(writers)
+      }
+      try {
+        assert.ok(slowest < 1500, `the slowest call took ${slowest} ms`)
+        for (const err of failures) assert.ok(err instanceof AuthsvcError && err.code === 'STORE_UNAVAILABLE', String(err))
+        const stored = new Set((await store.entries('load')).map(([key]) => key))
+        const missing = acknowledged.filter((key) => !stored.has(key))
+        assert.deepEqual(missing, [], `${missing.length} of ${acknowledged.length} acknowledged writes are missing`)
+      } finally {
+        await store.close()
       }
     })
 
