@@ -117,8 +117,7 @@ describe('redis store', { skip }, () => {
         const heardByTwo: string[] = []
         const off = two.subscribe((c) => heardByTwo.push(c.key))
         await one.set('user:u1', { name: 'one' })
-        await two.set('user:u2', { name: 'two' })
-        await nextChange(two, (c) => c.key === 'user:u2')
+        await two.set('user:u2', { name: 'two' }) // resolves once two has heard it
         off()
         assert.deepEqual(heardByTwo, ['user:u2'])
         assert.deepEqual((await one.entries('user')).map(([k]) => k), ['user:u1'])
@@ -128,6 +127,28 @@ describe('redis store', { skip }, () => {
       } finally {
         await one.close()
         await two.close()
+      }
+    })
+  })
+
+  describe('redis: a writer reads its own writes from its feed', () => {
+    it('set, delete and commit resolve only after this instance’s listeners heard them', async () => {
+      const srv = await shared()
+      const store = await openRedisSharedStore(srv.url, { prefix: `own-${randomUUID()}:` })
+      try {
+        const heard = new Map<string, number>()
+        store.subscribe((c) => heard.set(c.key, c.seq))
+        for (let i = 0; i < 50; i++) {
+          await store.set(`user:${i}`, { i })
+          assert.equal(heard.get(`user:${i}`), (await store.getVersioned(`user:${i}`))!.seq, `set ${i}`)
+        }
+        await Promise.all(Array.from({ length: 50 }, (_, i) => store.delete(`user:${i}`).then(() => assert.ok(heard.has(`user:${i}`)))))
+        heard.clear()
+        assert.equal(await store.commit([], [{ key: 'a:1', value: 1 }, { key: 'b:2', value: 2 }]), true)
+        assert.deepEqual([...heard.keys()], ['a:1', 'b:2'])
+        assert.equal(store.connected, true)
+      } finally {
+        await store.close()
       }
     })
   })

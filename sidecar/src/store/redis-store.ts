@@ -230,6 +230,7 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
       const seq = Number((await send(['GET', seqKey])) ?? 0)
       if (closed || !client.isReady || !subscriber.isReady) return
       up = true
+      heardUpTo = seq
       log?.info({ store: 'redis', server: where }, 'shared store reachable again')
       feed.emit({ key: '*', seq, exists: true, origin: '' })
       connection.emit(true)
@@ -246,6 +247,42 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
     c.on('ready', () => void comeUp())
   }
 
+  /**
+   * A write resolves once this instance's own feed has delivered it (its
+   * listeners ran), as on sqlite: a replica fed by the feed reads its own
+   * writes. The channel carries every change in sequence order, so hearing
+   * number N means every change up to N has been heard.
+   */
+  let heardUpTo = 0
+  let awaiting: Array<{ seq: number; done: () => void }> = []
+  const heard = (seq: number) => {
+    if (seq <= heardUpTo) return
+    heardUpTo = seq
+    if (awaiting.length === 0) return
+    const due = awaiting.filter((w) => w.seq <= seq)
+    awaiting = awaiting.filter((w) => w.seq > seq)
+    for (const w of due) w.done()
+  }
+  const delivered = (seq: number): Promise<void> => {
+    if (seq <= heardUpTo || closed) return Promise.resolve()
+    return new Promise((resolve) => {
+      const entry = {
+        seq,
+        done: () => {
+          clearTimeout(timer)
+          resolve()
+        },
+      }
+      // the write is in the store either way; a feed that lost it is a feed to reload
+      const timer = setTimeout(() => {
+        awaiting = awaiting.filter((w) => w !== entry)
+        goDown(new Error(`the feed did not deliver change ${seq} within ${commandTimeoutMs} ms`))
+        resolve()
+      }, commandTimeoutMs)
+      awaiting.push(entry)
+    })
+  }
+
   const onMessage = (message: string) => {
     let parsed: { key?: unknown; origin?: unknown; seq?: unknown; exists?: unknown; value?: unknown }
     try {
@@ -258,6 +295,7 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
     const change: Change = { key: parsed.key, seq: parsed.seq, exists: parsed.exists, origin: parsed.origin }
     if (parsed.exists && 'value' in parsed) change.value = parsed.value
     feed.emit(change)
+    heard(change.seq)
   }
 
   // open: both connections and the subscription, within a bound
@@ -325,7 +363,9 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
       args.push(field, json, head(w.key), json !== '' && json.length <= FEED_VALUE_LIMIT ? '1' : '0')
     }
     const reply = await run(WRITE, keys, args)
-    return Array.isArray(reply)
+    if (!Array.isArray(reply)) return false
+    if (reply.length > 0) await delivered(Number(reply[reply.length - 1]))
+    return true
   }
 
   const store: SharedStore = {
@@ -396,6 +436,8 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
       if (closed) return
       closed = true
       clearInterval(probe)
+      for (const w of awaiting) w.done()
+      awaiting = []
       for (const c of [subscriber, client]) {
         if (c.isReady) await c.close().catch(() => c.destroy())
         else if (c.isOpen) c.destroy()
