@@ -122,6 +122,10 @@ describe('redis store', { skip }, () => {
         assert.deepEqual(heardByTwo, ['user:u2'])
         assert.deepEqual((await one.entries('user')).map(([k]) => k), ['user:u1'])
         assert.equal(await two.get('user:u1'), undefined)
+        // a kind named with a colon lists the keys under it, as sqlite's prefix match does
+        await one.set('grant:u1:m1', { m: 1 })
+        await one.set('grant:u2:m1', { m: 2 })
+        assert.deepEqual((await one.entries('grant:u1')).map(([k]) => k), ['grant:u1:m1'])
         assert.equal(await one.increment('n', 60_000), 1)
         assert.equal(await two.readCounter('n'), 0)
       } finally {

@@ -180,6 +180,9 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
   let up = false
   let closed = false
   let settling = false
+  /** the highest sequence number this instance's feed has delivered, and the writes waiting for theirs */
+  let heardUpTo = 0
+  let awaiting: Array<{ seq: number; done: () => void }> = []
 
   /**
    * One command, bounded: the client's own timeout covers a command only until
@@ -253,8 +256,6 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
    * writes. The channel carries every change in sequence order, so hearing
    * number N means every change up to N has been heard.
    */
-  let heardUpTo = 0
-  let awaiting: Array<{ seq: number; done: () => void }> = []
   const heard = (seq: number) => {
     if (seq <= heardUpTo) return
     heardUpTo = seq
