@@ -7,6 +7,7 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
+import { spawn } from 'node:child_process'
 import { createClient } from 'redis'
 import { conformance, nextChange } from '../helpers/store-conformance.js'
 import { redisSkipReason, startRedis, type StoreServer } from '../helpers/store-servers.js'
@@ -238,6 +239,8 @@ describe('redis store', { skip }, () => {
       const log = new CapturedLog()
       const store = await openRedisSharedStore(srv.url, { log })
       const other = await openRedisSharedStore(srv.url)
+      const events: boolean[] = []
+      store.onConnection((c) => events.push(c))
       try {
         assert.equal(store.connected, true)
         const acknowledged: string[] = []
@@ -289,9 +292,35 @@ describe('redis store', { skip }, () => {
         assert.equal(await other.increment('attempts', 600_000), 2)
         assert.equal(await other.claim('step', 600_000), false)
         assert.ok((await other.getVersioned('rec:after'))!.seq > lastSeq, 'the sequence went on from where it was')
+        assert.deepEqual(events, [false, true], 'the loss and the return are heard once each')
       } finally {
         await store.close()
         await other.close()
+      }
+    })
+
+    it('losing only the feed’s connection is a loss too: heard, reconnected, then a reload', async () => {
+      const store = await openRedisSharedStore(srv.url)
+      const admin = createClient({ url: srv.url, RESP: 2 })
+      await admin.connect()
+      const events: boolean[] = []
+      store.onConnection((c) => events.push(c))
+      try {
+        await store.set('feedloss:a', 1)
+        const reload = nextChange(store, (c) => c.key === '*', 5000)
+        const back = nextConnection(store, true, 5000)
+        assert.ok(Number(await admin.sendCommand(['CLIENT', 'KILL', 'TYPE', 'pubsub'])) >= 1)
+        await back
+        const change = await reload
+        assert.equal(change.seq, (await store.getVersioned('feedloss:a'))!.seq)
+        assert.deepEqual(events, [false, true])
+        // and the feed works again
+        const heard = nextChange(store, (c) => c.key === 'feedloss:b')
+        await store.set('feedloss:b', 2)
+        await heard
+      } finally {
+        await admin.close()
+        await store.close()
       }
     })
 
@@ -409,19 +438,33 @@ describe('redis store', { skip }, () => {
       assert.ok(err instanceof Error && err.message.includes('127.0.0.1:1/0') && err.message.includes('ECONNREFUSED') && !err.message.includes('secret-pw'), String(err))
     })
 
-    it('close leaves no socket or timer behind', async () => {
-      const count = (kind: string) => process.getActiveResourcesInfo().filter((r) => r === kind).length
-      const sockets = count('TCPSocketWrap')
-      const timers = count('Timeout')
-      const store = await openRedisSharedStore(srv.url)
-      await store.set('handles:a', 1)
-      assert.equal(count('TCPSocketWrap'), sockets + 2, 'two connections while open')
-      await store.close()
-      // a closed socket is released once the server has acknowledged its end
-      const deadline = Date.now() + 2000
-      while (count('TCPSocketWrap') > sockets && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10))
-      assert.equal(count('TCPSocketWrap'), sockets)
-      assert.ok(count('Timeout') <= timers, 'no timer of the store is left')
+    it('close leaves no socket or timer behind: a process that opens, writes and closes exits by itself', async () => {
+      const script = [
+        `import { openRedisSharedStore } from ${JSON.stringify(new URL('../../sidecar/src/store/redis-store.ts', import.meta.url).href)}`,
+        'const store = await openRedisSharedStore(process.env.URL)',
+        "store.subscribe(() => {})",
+        "store.onConnection(() => {})",
+        "await store.set('exit:a', { a: 1 })",
+        "await store.increment('exit:n', 60000)",
+        'await store.close()',
+        "console.log('closed')",
+      ].join('\n')
+      const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { env: { ...process.env, URL: srv.url }, stdio: ['ignore', 'pipe', 'pipe'] })
+      let out = ''
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()))
+      child.stderr.on('data', (d: Buffer) => (out += d.toString()))
+      const code = await new Promise<number | string>((resolve) => {
+        const timer = setTimeout(() => {
+          child.kill('SIGKILL')
+          resolve('still running 20 s later')
+        }, 20_000)
+        child.once('exit', (c) => {
+          clearTimeout(timer)
+          resolve(c ?? -1)
+        })
+      })
+      assert.equal(code, 0, out)
+      assert.match(out, /^closed$/m)
     })
   })
 })

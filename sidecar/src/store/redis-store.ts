@@ -219,7 +219,6 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
   /** the last thing a connection complained of, for the line open() refuses with */
   let lastError = ''
   const goDown = (cause: unknown) => {
-    lastError = cause instanceof Error ? cause.message : String(cause)
     if (!up || closed) return
     up = false
     log?.warn({ store: 'redis', server: where, reason: cause instanceof Error ? cause.message : String(cause) }, 'shared store unreachable')
@@ -244,7 +243,10 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
     }
   }
   for (const c of [client, subscriber]) {
-    c.on('error', goDown)
+    c.on('error', (err: unknown) => {
+      lastError = err instanceof Error ? err.message : String(err)
+      goDown(err)
+    })
     c.on('end', () => goDown(new Error('connection ended')))
     c.on('reconnecting', () => goDown(new Error('reconnecting')))
     c.on('ready', () => void comeUp())
