@@ -221,6 +221,10 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
   const goDown = (cause: unknown) => {
     if (!up || closed) return
     up = false
+    // writes waiting for the feed are stored; the reload after the return covers what it missed
+    const waiting = awaiting
+    awaiting = []
+    for (const w of waiting) w.done()
     log?.warn({ store: 'redis', server: where, reason: cause instanceof Error ? cause.message : String(cause) }, 'shared store unreachable')
     connection.emit(false)
   }
@@ -267,7 +271,7 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
     for (const w of due) w.done()
   }
   const delivered = (seq: number): Promise<void> => {
-    if (seq <= heardUpTo || closed) return Promise.resolve()
+    if (seq <= heardUpTo || closed || !up) return Promise.resolve()
     return new Promise((resolve) => {
       const entry = {
         seq,
