@@ -207,7 +207,7 @@ describe('redis store', { skip }, () => {
     })
   })
 
-  describe('redis: a kind of a million records is listed in pages, every record once', () => {
+  describe('redis: a large kind is listed in pages of HSCAN, every record once', () => {
     it('lists 5,000 records of one kind whole while they are written over', async () => {
       const srv = await shared()
       const store = await openRedisSharedStore(srv.url, { prefix: `big-${randomUUID()}:` })
