@@ -15,6 +15,8 @@ import { join } from 'node:path'
 export interface StoreServer {
   url: string
   port: number
+  /** the server's process id while it runs (Redis only: to pause it with SIGSTOP) */
+  readonly pid?: number
   /** SIGKILL (an outage), keeping the data */
   kill(): Promise<void>
   /** starts it again on the same port and data */
@@ -91,6 +93,9 @@ export async function startRedis(): Promise<StoreServer> {
   return {
     url: `redis://127.0.0.1:${port}`,
     port,
+    get pid() {
+      return child.pid
+    },
     async kill() {
       child.kill('SIGKILL')
       await exited(child)

@@ -76,8 +76,8 @@ export interface SharedStore extends KeyValueStore {
    * After the feed of a shared backend reconnects, what was announced while it
    * was down cannot be replayed: the feed then announces one change
    * `{ key: '*', seq: <the store's current sequence number>, exists: true, origin: '' }`
-   * (after `onConnection(true)`, once the feed listens again), and a replica
-   * reloads everything it keeps.
+   * (no value), and a replica reloads everything it keeps. Whether it comes just
+   * before or just after `onConnection(true)` differs by backend; nothing depends on it.
    */
   subscribe(listener: (change: Change) => void): () => void
   /** Whether the feed is connected now, and every change of that (shared stores only lose it). */

@@ -1,0 +1,455 @@
+/**
+ * The Redis backend of the shared store (issue 28, SPEC §10): several
+ * instances, one Redis, the `redis` client. What lives where, under a prefix
+ * (`authsvc:` unless the URL's `?prefix=` or the `prefix` option says otherwise):
+ *
+ * - records: one hash per kind, `<prefix>r:<kind>`, field = the whole key,
+ *   value = `{"s":<seq>,"v":<value as JSON>}`; a get is one HGET, a kind is
+ *   listed by HSCAN in pages (never one HGETALL of a million sessions);
+ * - the sequence: `<prefix>seq` (INCR);
+ * - counters and claims: plain keys `<prefix>c:<key>`, with their expiry in
+ *   Redis (PEXPIRE; SET NX PX), so the server's clock decides when they lapse;
+ * - the feed: channel `<prefix>changes`, JSON `{key, origin, seq, exists, value?}`.
+ *
+ * Every write (set, delete, commit) is one Lua script run (EVALSHA, EVAL once
+ * when the server does not know it yet): it checks every key's sequence,
+ * writes, takes one number per write and PUBLISHes each change, all at once,
+ * so changes reach every subscriber in the order of the writes. A counter is
+ * one small script (INCR, then PEXPIRE when it starts or refreshes); a claim
+ * is one `SET NX PX`. One command connection and one subscriber connection
+ * per instance, opened once.
+ *
+ * When the server goes away, commands fail at once (no offline queue) or after
+ * `commandTimeoutMs`, as `STORE_UNAVAILABLE` (503); `connected` turns false and
+ * the connection listeners hear it once; both connections reconnect by
+ * themselves, at most `MAX_RETRY_MS` apart. Once both are back, the feed
+ * carries one `{key: '*'}` change (whatever was published meanwhile is lost)
+ * and the listeners hear `true`. Log lines name host, port and database only.
+ */
+import { createHash, randomUUID } from 'node:crypto'
+import { createClient, ErrorReply } from 'redis'
+import { AuthsvcError } from '../kernel/errors.js'
+import { FEED_VALUE_LIMIT, Listeners, kindOf, type Change, type Check, type SharedStore, type Versioned, type Write } from './shared-store.js'
+
+export interface StoreLog {
+  info(obj: object, msg?: string): void
+  warn(obj: object, msg?: string): void
+  error(obj: object, msg?: string): void
+}
+
+export interface RedisStoreOptions {
+  /** unused by Redis (expiry is the server's clock); accepted so every backend opens alike */
+  clock?: () => number
+  log?: StoreLog
+  /** key prefix; else the URL's `?prefix=`; else `authsvc:` */
+  prefix?: string
+  /** a command without an answer this long rejects (503) */
+  commandTimeoutMs?: number
+  /** how long open() waits for the server before it refuses */
+  openTimeoutMs?: number
+  /** how often a connected store checks that the server still answers */
+  probeIntervalMs?: number
+}
+
+/** Longest wait between two reconnection attempts. */
+export const MAX_RETRY_MS = 500
+const HSCAN_PAGE = 2000
+
+/**
+ * KEYS[1] the sequence, then one hash per check, then one per write.
+ * ARGV: channel, #checks, #writes, then per check (field, expected: '' absent,
+ * '*' present, else its sequence), then per write (field, JSON or '' to delete,
+ * feed head `{"key":…,"origin":…`, '1' when the value travels).
+ * Returns 0 when a check fails (nothing written), else the list of numbers.
+ */
+const WRITE_SCRIPT = `
+local channel = ARGV[1]
+local nchecks = tonumber(ARGV[2])
+local nwrites = tonumber(ARGV[3])
+for i = 1, nchecks do
+  local field, expected = ARGV[2 + 2 * i], ARGV[3 + 2 * i]
+  local current = redis.call('HGET', KEYS[1 + i], field)
+  if expected == '' then
+    if current then return 0 end
+  elseif not current then
+    return 0
+  elseif expected ~= '*' and string.match(current, '^{"s":(%d+),') ~= expected then
+    return 0
+  end
+end
+local base = 3 + 2 * nchecks
+local seqs = {}
+for i = 1, nwrites do
+  local at = base + 4 * (i - 1)
+  local field, json, head, carry = ARGV[at + 1], ARGV[at + 2], ARGV[at + 3], ARGV[at + 4]
+  local hash = KEYS[1 + nchecks + i]
+  local seq = string.format('%d', redis.call('INCR', KEYS[1]))
+  local message
+  if json == '' then
+    redis.call('HDEL', hash, field)
+    message = head .. ',"seq":' .. seq .. ',"exists":false}'
+  else
+    redis.call('HSET', hash, field, '{"s":' .. seq .. ',"v":' .. json .. '}')
+    if carry == '1' then
+      message = head .. ',"seq":' .. seq .. ',"exists":true,"value":' .. json .. '}'
+    else
+      message = head .. ',"seq":' .. seq .. ',"exists":true}'
+    end
+  end
+  redis.call('PUBLISH', channel, message)
+  seqs[i] = seq
+end
+return seqs
+`
+
+/** KEYS[1] the counter; ARGV: ttl in ms, '1' to refresh the expiry on every increment. */
+const INCREMENT_SCRIPT = `
+local count = redis.call('INCR', KEYS[1])
+if count == 1 or ARGV[2] == '1' then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return count
+`
+
+interface Script {
+  source: string
+  sha: string
+}
+const script = (source: string): Script => ({ source, sha: createHash('sha1').update(source).digest('hex') })
+const WRITE = script(WRITE_SCRIPT)
+const INCREMENT = script(INCREMENT_SCRIPT)
+
+interface Target {
+  /** the URL without `?prefix=`, credentials kept for the client only */
+  url: string
+  /** host:port/db, for log lines and errors */
+  where: string
+  prefix: string
+}
+
+/** Splits the configured URL into what the client needs, what may be logged, and the prefix. */
+export function redisTarget(raw: string, prefixOption?: string): Target {
+  let parsed: URL
+  try {
+    parsed = new URL(raw)
+  } catch {
+    throw new Error('store.redis_url is not a URL (redis://[user:password@]host[:port][/db][?prefix=…])')
+  }
+  if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') throw new Error(`store.redis_url must start with redis:// or rediss://, not ${parsed.protocol}//`)
+  const prefix = prefixOption ?? parsed.searchParams.get('prefix') ?? 'authsvc:'
+  parsed.search = ''
+  parsed.hash = ''
+  const db = parsed.pathname.length > 1 ? parsed.pathname.slice(1) : '0'
+  if (!/^\d+$/.test(db)) throw new Error('store.redis_url: the path must be a database number')
+  return { url: parsed.toString(), where: `${parsed.hostname}:${parsed.port || '6379'}/${db}`, prefix }
+}
+
+type Reply = unknown
+
+function unavailable(where: string, cause: unknown): AuthsvcError {
+  return new AuthsvcError('STORE_UNAVAILABLE', undefined, { 'Retry-After': '1' }, cause instanceof Error ? new Error(`redis ${where}: ${cause.message}`) : cause)
+}
+
+export async function openRedisSharedStore(url: string, options: RedisStoreOptions = {}): Promise<SharedStore> {
+  const target = redisTarget(url, options.prefix)
+  const { where, prefix } = target
+  const log = options.log
+  const commandTimeoutMs = options.commandTimeoutMs ?? 1000
+  const seqKey = `${prefix}seq`
+  const channel = `${prefix}changes`
+  const hashOf = (kind: string) => `${prefix}r:${kind}`
+  const counterKey = (key: string) => `${prefix}c:${key}`
+
+  const client = createClient({
+    url: target.url,
+    RESP: 2,
+    disableOfflineQueue: true,
+    disableClientInfo: true,
+    // send() bounds every command itself; the client's own timeout (an AbortSignal timer per command) is off
+    commandOptions: { timeout: 0 },
+    socket: {
+      connectTimeout: Math.max(commandTimeoutMs, 500),
+      reconnectStrategy: (retries: number) => Math.min(50 * 2 ** retries, MAX_RETRY_MS),
+    },
+  })
+  const subscriber = client.duplicate()
+
+  const origin = randomUUID()
+  const feed = new Listeners<Change>()
+  const connection = new Listeners<boolean>()
+  /** open() has finished: only then are losses and returns reported */
+  let opened = false
+  let up = false
+  let closed = false
+  let settling = false
+  /** the highest sequence number this instance's feed has delivered, and the writes waiting for theirs */
+  let heardUpTo = 0
+  let awaiting: Array<{ seq: number; done: () => void }> = []
+
+  /**
+   * One command, bounded: the client's own timeout covers a command only until
+   * it is written, so a server that stops answering (a partition, a paused
+   * process) would hold it forever; this one rejects after `commandTimeoutMs`
+   * whatever happened (a write that timed out may still have been applied).
+   */
+  const send = async (args: string[]): Promise<Reply> => {
+    let timer: NodeJS.Timeout | undefined
+    try {
+      return await Promise.race([
+        client.sendCommand(args),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(() => reject(new Error(`no answer within ${commandTimeoutMs} ms`)), commandTimeoutMs)
+        }),
+      ])
+    } catch (err) {
+      if (err instanceof ErrorReply) throw err
+      goDown(err)
+      throw unavailable(where, err)
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+  const run = async (s: Script, keys: string[], args: string[]): Promise<Reply> => {
+    try {
+      return await send(['EVALSHA', s.sha, String(keys.length), ...keys, ...args])
+    } catch (err) {
+      if (!(err instanceof ErrorReply) || !err.message.startsWith('NOSCRIPT')) throw err
+      return send(['EVAL', s.source, String(keys.length), ...keys, ...args])
+    }
+  }
+
+  /** the last thing a connection complained of, for the line open() refuses with */
+  let lastError = ''
+  const goDown = (cause: unknown) => {
+    if (!up || closed) return
+    up = false
+    // writes waiting for the feed are stored; the reload after the return covers what it missed
+    const waiting = awaiting
+    awaiting = []
+    for (const w of waiting) w.done()
+    log?.warn({ store: 'redis', server: where, reason: cause instanceof Error ? cause.message : String(cause) }, 'shared store unreachable')
+    connection.emit(false)
+  }
+  /** Both connections are back: note the sequence, tell the feed to reload, then the listeners. */
+  const comeUp = async () => {
+    if (!opened || up || closed || settling || !client.isReady || !subscriber.isReady) return
+    settling = true
+    try {
+      const seq = Number((await send(['GET', seqKey])) ?? 0)
+      if (closed || !client.isReady || !subscriber.isReady) return
+      up = true
+      heardUpTo = seq
+      log?.info({ store: 'redis', server: where }, 'shared store reachable again')
+      feed.emit({ key: '*', seq, exists: true, origin: '' })
+      connection.emit(true)
+    } catch {
+      // still unreachable: the next ready event or probe tries again
+    } finally {
+      settling = false
+    }
+  }
+  for (const c of [client, subscriber]) {
+    c.on('error', (err: unknown) => {
+      lastError = err instanceof Error ? err.message : String(err)
+      goDown(err)
+    })
+    c.on('end', () => goDown(new Error('connection ended')))
+    c.on('reconnecting', () => goDown(new Error('reconnecting')))
+    c.on('ready', () => void comeUp())
+  }
+
+  /**
+   * A write resolves once this instance's own feed has delivered it (its
+   * listeners ran), as on sqlite: a replica fed by the feed reads its own
+   * writes. The channel carries every change in sequence order, so hearing
+   * number N means every change up to N has been heard.
+   */
+  const heard = (seq: number) => {
+    if (seq <= heardUpTo) return
+    heardUpTo = seq
+    if (awaiting.length === 0) return
+    const due = awaiting.filter((w) => w.seq <= seq)
+    awaiting = awaiting.filter((w) => w.seq > seq)
+    for (const w of due) w.done()
+  }
+  const delivered = (seq: number): Promise<void> => {
+    if (seq <= heardUpTo || closed || !up) return Promise.resolve()
+    return new Promise((resolve) => {
+      const entry = {
+        seq,
+        done: () => {
+          clearTimeout(timer)
+          resolve()
+        },
+      }
+      // the write is in the store either way; a feed that lost it is a feed to reload
+      const timer = setTimeout(() => {
+        awaiting = awaiting.filter((w) => w !== entry)
+        goDown(new Error(`the feed did not deliver change ${seq} within ${commandTimeoutMs} ms`))
+        resolve()
+      }, commandTimeoutMs)
+      awaiting.push(entry)
+    })
+  }
+
+  const onMessage = (message: string) => {
+    let parsed: { key?: unknown; origin?: unknown; seq?: unknown; exists?: unknown; value?: unknown }
+    try {
+      parsed = JSON.parse(message) as typeof parsed
+    } catch {
+      log?.error({ store: 'redis', server: where, channel }, 'unreadable change on the feed')
+      return
+    }
+    if (typeof parsed.key !== 'string' || typeof parsed.seq !== 'number' || typeof parsed.exists !== 'boolean' || typeof parsed.origin !== 'string') return
+    const change: Change = { key: parsed.key, seq: parsed.seq, exists: parsed.exists, origin: parsed.origin }
+    if (parsed.exists && 'value' in parsed) change.value = parsed.value
+    feed.emit(change)
+    heard(change.seq)
+  }
+
+  // open: both connections and the subscription, within a bound
+  const openTimeoutMs = options.openTimeoutMs ?? 5000
+  let timer: NodeJS.Timeout | undefined
+  try {
+    await Promise.race([
+      (async () => {
+        await Promise.all([client.connect(), subscriber.connect()])
+        await subscriber.subscribe(channel, onMessage)
+      })(),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`the Redis store at ${where} did not answer within ${openTimeoutMs} ms${lastError ? ` (${lastError})` : ''}`)), openTimeoutMs)
+      }),
+    ])
+  } catch (err) {
+    client.destroy()
+    subscriber.destroy()
+    throw err instanceof Error && err.message.includes(where) ? err : new Error(`the Redis store at ${where} cannot be opened: ${err instanceof Error ? err.message : String(err)}`)
+  } finally {
+    clearTimeout(timer)
+  }
+  up = true
+  opened = true
+
+  // a server that stops answering without closing the socket (a partition) is noticed by a probe
+  const probeIntervalMs = options.probeIntervalMs ?? 1000
+  let probing = false
+  const probe = setInterval(() => {
+    if (closed || probing) return
+    if (!up) {
+      void comeUp()
+      return
+    }
+    probing = true
+    send(['PING'])
+      .catch(() => {}) // send has reported the loss
+      .finally(() => {
+        probing = false
+      })
+  }, probeIntervalMs)
+
+  const head = (key: string) => {
+    const json = JSON.stringify({ key, origin })
+    return json.slice(0, -1)
+  }
+  const fieldOf = (key: string) => [hashOf(kindOf(key)), key] as const
+  const parseRecord = <T>(raw: string): Versioned<T> => {
+    const { s, v } = JSON.parse(raw) as { s: number; v: T }
+    return { seq: s, value: v }
+  }
+  /** one script run: resolves the numbers taken, or null when a check failed */
+  const write = async (checks: Array<{ key: string; expected: string }>, writes: Write[]): Promise<boolean> => {
+    const keys = [seqKey]
+    const args = [channel, String(checks.length), String(writes.length)]
+    for (const check of checks) {
+      const [hash, field] = fieldOf(check.key)
+      keys.push(hash)
+      args.push(field, check.expected)
+    }
+    for (const w of writes) {
+      const [hash, field] = fieldOf(w.key)
+      keys.push(hash)
+      const json = w.value === undefined ? '' : JSON.stringify(w.value)
+      args.push(field, json, head(w.key), json !== '' && json.length <= FEED_VALUE_LIMIT ? '1' : '0')
+    }
+    const reply = await run(WRITE, keys, args)
+    if (!Array.isArray(reply)) return false
+    if (reply.length > 0) await delivered(Number(reply[reply.length - 1]))
+    return true
+  }
+
+  const store: SharedStore = {
+    backend: 'redis',
+    origin,
+    get connected() {
+      return up
+    },
+    onConnection: (listener) => connection.add(listener),
+    subscribe: (listener) => feed.add(listener),
+
+    async get<T>(key: string) {
+      return (await store.getVersioned<T>(key))?.value
+    },
+    async getVersioned<T>(key: string) {
+      const [hash, field] = fieldOf(key)
+      const raw = await send(['HGET', hash, field])
+      return typeof raw === 'string' ? parseRecord<T>(raw) : undefined
+    },
+    async entries<T>(kind: string) {
+      return (await store.entriesVersioned<T>(kind)).map(([key, v]): [string, T] => [key, v.value])
+    },
+    async entriesVersioned<T>(kind: string) {
+      // a kind holding ':' lives in the hash of its first part; keep only its own keys
+      const hash = hashOf(kindOf(kind))
+      const start = `${kind}:`
+      const found = new Map<string, Versioned<T>>()
+      let cursor = '0'
+      do {
+        const reply = await send(['HSCAN', hash, cursor, 'COUNT', String(HSCAN_PAGE)])
+        if (!Array.isArray(reply) || reply.length !== 2 || !Array.isArray(reply[1])) throw new Error('redis: unexpected HSCAN reply')
+        cursor = String(reply[0])
+        const pairs = reply[1] as unknown[]
+        for (let i = 0; i + 1 < pairs.length; i += 2) {
+          const key = String(pairs[i])
+          // HSCAN may return a field twice while the hash grows; the map keeps one
+          if (key.startsWith(start)) found.set(key, parseRecord<T>(String(pairs[i + 1])))
+        }
+      } while (cursor !== '0')
+      return [...found]
+    },
+    async set(key, value) {
+      await write([], [{ key, value }])
+    },
+    async delete(key) {
+      return write([{ key, expected: '*' }], [{ key, value: undefined }])
+    },
+    async commit(checks: Check[], writes: Write[]) {
+      return write(
+        checks.map((c) => ({ key: c.key, expected: c.seq === null ? '' : String(c.seq) })),
+        writes,
+      )
+    },
+    async increment(key, ttlMs, refresh = false) {
+      return Number(await run(INCREMENT, [counterKey(key)], [String(Math.max(1, Math.ceil(ttlMs))), refresh ? '1' : '0']))
+    },
+    async readCounter(key) {
+      const raw = await send(['GET', counterKey(key)])
+      return raw === null || raw === undefined ? 0 : Number(raw)
+    },
+    async resetCounter(key) {
+      await send(['DEL', counterKey(key)])
+    },
+    async claim(key, ttlMs) {
+      return (await send(['SET', counterKey(key), '1', 'NX', 'PX', String(Math.max(1, Math.ceil(ttlMs)))])) === 'OK'
+    },
+    async close() {
+      if (closed) return
+      closed = true
+      clearInterval(probe)
+      for (const w of awaiting) w.done()
+      awaiting = []
+      for (const c of [subscriber, client]) {
+        if (c.isReady) await c.close().catch(() => c.destroy())
+        else if (c.isOpen) c.destroy()
+      }
+    },
+  }
+  return store
+}
