@@ -13,7 +13,7 @@ import { ConfigError, dataDirFromEnv, loadConfig } from './kernel/config/load.js
 import { listenDecisionSocket, removeStaleSocket } from './kernel/server.js'
 import { createLogger } from './kernel/log.js'
 import { SERVICE_VERSION, openServices } from './services.js'
-import { SecretMismatchError } from './store/open.js'
+import { SecretMismatchError, StoreConfigError } from './store/open.js'
 
 /**
  * A standby (AUTHSVC_STANDBY=1) has loaded every module (most of a start's CPU) and waits for
@@ -108,7 +108,7 @@ async function main(): Promise<void> {
   try {
     services = await openServices({ config, dataDir, env: process.env, log })
   } catch (err) {
-    if (err instanceof SecretMismatchError) {
+    if (err instanceof SecretMismatchError || err instanceof StoreConfigError) {
       log.fatal(err.message)
       process.exit(2)
     }

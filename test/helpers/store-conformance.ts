@@ -201,6 +201,21 @@ export function conformance(backend: BackendUnderTest): void {
       assert.ok(seen.some((c) => c.key === `${k}:p`))
     })
 
+    it('a write resolves only after this client’s own listeners heard it (a replica reads its own writes)', async () => {
+      const k = kind()
+      let heard = 0
+      const off = a.subscribe((c) => {
+        if (c.key === `${k}:own`) heard += 1
+      })
+      await a.set(`${k}:own`, { v: 1 })
+      assert.equal(heard, 1, 'set')
+      await a.commit([], [{ key: `${k}:own`, value: { v: 2 } }])
+      assert.equal(heard, 2, 'commit')
+      await a.delete(`${k}:own`)
+      assert.equal(heard, 3, 'delete')
+      off()
+    })
+
     it('a value too large for the feed arrives without it, and reads back whole', async () => {
       const k = kind()
       const big = { blob: 'x'.repeat(FEED_VALUE_LIMIT + 100) }

@@ -16,13 +16,24 @@ import { sqlitePath } from './kv.js'
 export const SECRET_CHECK_KEY = 'meta:secret_check'
 
 export class SecretMismatchError extends Error {}
+/** A store setting that cannot work (a backend without its URL): one line, no start. */
+export class StoreConfigError extends Error {}
 
 export async function openSharedStore(config: Config, dataDir: string, log: FastifyBaseLogger, clock: () => number): Promise<SharedStore> {
   switch (config.store.backend) {
     case 'sqlite':
       return openSqliteSharedStore(sqlitePath(config, dataDir), clock)
-    default:
-      throw new Error(`store backend ${config.store.backend} is not available in this build; use sqlite`)
+    // imported only when configured: the clients cost most of a second to load
+    case 'postgres': {
+      if (config.store.postgres_url === '') throw new StoreConfigError('store.backend is postgres: set store.postgres_url (postgres://user:password@host:5432/db)')
+      const { openPostgresSharedStore } = await import('./postgres-store.js')
+      return openPostgresSharedStore(config.store.postgres_url, { log })
+    }
+    case 'redis': {
+      if (config.store.redis_url === '') throw new StoreConfigError('store.backend is redis: set store.redis_url (redis://:password@host:6379/0)')
+      const { openRedisSharedStore } = await import('./redis-store.js')
+      return openRedisSharedStore(config.store.redis_url, { log })
+    }
   }
 }
 

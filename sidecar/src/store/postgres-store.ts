@@ -158,6 +158,7 @@ const now = (param: number) => `coalesce($${param}::bigint, (extract(epoch from 
 const Q = {
   get: `SELECT seq, value FROM authsvc_records WHERE key = $1`,
   list: `SELECT key, seq, value FROM authsvc_records WHERE kind = split_part($1, ':', 1) AND starts_with(key, $1 || ':')`,
+  barrier: `SELECT pg_notify('authsvc_changes', $1)`,
   set: `SELECT authsvc_v1_set($1, $2, $3, $4) AS seq`,
   delete: `SELECT authsvc_v1_delete($1, $2) AS done`,
   commit: `SELECT authsvc_v1_commit($1::text[], $2::bigint[], $3::text[], $4::text[], $5::boolean[], $6) AS done`,
@@ -296,6 +297,40 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
     }
   }
 
+  /**
+   * A write resolves once this instance's own feed has delivered it, as on
+   * sqlite and Redis: a replica fed by the feed then reads its own writes, and
+   * an older change of the same key from another instance can never arrive
+   * after the write has settled. NOTIFYs arrive in commit order, so a marker
+   * sent after the write arrives after the write's own change.
+   */
+  let barriers = 0
+  const awaiting = new Map<string, () => void>()
+  const passedBarrier = (payload: string) => {
+    const done = awaiting.get(payload)
+    if (done !== undefined) done()
+  }
+  const delivered = async (): Promise<void> => {
+    if (closed || listener === null) return
+    const payload = JSON.stringify({ barrier: `${origin}:${++barriers}` })
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        awaiting.delete(payload)
+        resolve() // stored either way; a feed this slow is noticed by its heartbeat
+      }, COMMAND_TIMEOUT_MS)
+      awaiting.set(payload, () => {
+        clearTimeout(timer)
+        awaiting.delete(payload)
+        resolve()
+      })
+      query('barrier', [payload]).catch(() => {
+        clearTimeout(timer)
+        awaiting.delete(payload)
+        resolve()
+      })
+    })
+  }
+
   const parse = (payload: string | undefined): Change | null => {
     if (payload === undefined) return null
     try {
@@ -315,6 +350,7 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
     client.on('end', () => lostFeed(client, new Error('Connection ended')))
     client.on('notification', (message) => {
       if (client !== listener || message.channel !== CHANNEL) return
+      if (message.payload?.startsWith('{"barrier":') === true) return passedBarrier(message.payload)
       const change = parse(message.payload)
       if (change !== null) feed.emit(change)
     })
@@ -465,9 +501,11 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
     async set(key, value) {
       const [json, feedValue] = writeArgs(value)
       await query('set', [key, json, feedValue, origin])
+      await delivered()
     },
     async delete(key) {
       const { rows } = await query('delete', [key, origin])
+      if (rows[0].done === true) await delivered()
       return rows[0].done === true
     },
     async commit(checks: Check[], writes: Write[]) {
@@ -480,6 +518,7 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
         args.map(([, f]) => f),
         origin,
       ])
+      if (rows[0].done === true) await delivered()
       return rows[0].done === true
     },
     async increment(key, ttlMs, refresh = false) {

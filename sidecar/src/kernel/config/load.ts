@@ -48,8 +48,6 @@ export function parseBoolean(raw: string): boolean | undefined {
 export const UNBUILT_KEYS: Readonly<Record<string, string>> = Object.freeze({
   model_download: 'model downloads are not built yet',
   nsfw: 'the NSFW policy is not built yet',
-  'store.postgres_url': 'the postgres backend is not built yet',
-  'store.redis_url': 'the redis backend is not built yet',
 })
 
 function unbuiltProblems(raw: Record<string, unknown>): string[] {
