@@ -5,10 +5,10 @@
  */
 import { describe, it, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { ConfigError, UNBUILT_KEYS, loadConfig, parseBoolean, validateConfig } from '../../sidecar/src/kernel/config/load.js'
+import { ConfigError, UNBUILT_KEYS, loadConfig, operatorDataDir, parseBoolean, validateConfig } from '../../sidecar/src/kernel/config/load.js'
 import { ConfigSchema } from '../../sidecar/src/kernel/config/schema.js'
 import { tempDir } from './fixtures.js'
 
@@ -287,4 +287,34 @@ describe('a value outside a union is one line naming the key, the value and what
       assert.deepEqual(problemsOf(() => validateConfig(raw)), expected)
     })
   }
+})
+
+// Issue 28, item 9: an operator's command finds the data dir the plugin uses inside ComfyUI.
+describe('operatorDataDir: where `npx authsvc` looks without --data-dir', () => {
+  const layout = (): { comfy: string; pkg: string } => {
+    const comfy = dataDir()
+    const pkg = join(comfy, 'custom_nodes', 'authsvc')
+    mkdirSync(pkg, { recursive: true })
+    return { comfy, pkg }
+  }
+  it('AUTHSVC_DATA_DIR first', () => {
+    const { pkg } = layout()
+    assert.equal(operatorDataDir({ AUTHSVC_DATA_DIR: '/x/y' }, pkg), '/x/y')
+  })
+  it('inside <ComfyUI>/custom_nodes with <ComfyUI>/user/authsvc present: that folder', () => {
+    const { comfy, pkg } = layout()
+    mkdirSync(join(comfy, 'user', 'authsvc'), { recursive: true })
+    assert.equal(operatorDataDir({}, pkg), join(comfy, 'user', 'authsvc'))
+  })
+  it('inside custom_nodes but no such folder (another --user-directory, or never started): <package>/users', () => {
+    const { pkg } = layout()
+    assert.equal(operatorDataDir({}, pkg), join(pkg, 'users'))
+  })
+  it('not inside custom_nodes (the stand-in demo, a checkout): <package>/users', () => {
+    const root = dataDir()
+    mkdirSync(join(root, 'user', 'authsvc'), { recursive: true })
+    const pkg = join(root, 'src', 'checkout') // <root>/user/authsvc would be its ComfyUI folder, were src custom_nodes
+    mkdirSync(pkg, { recursive: true })
+    assert.equal(operatorDataDir({}, pkg), join(pkg, 'users'))
+  })
 })

@@ -3,8 +3,8 @@
  * dir, then environment overrides. Throws ConfigError listing every problem
  * at once; never starts with a partially valid configuration.
  */
-import { readFileSync } from 'node:fs'
-import { dirname, join, resolve } from 'node:path'
+import { existsSync, readFileSync } from 'node:fs'
+import { basename, dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Value } from 'typebox/value'
 import { ConfigSchema, type Config } from './schema.js'
@@ -14,9 +14,26 @@ import { outboundUrlProblem } from '../http/outbound.js'
 
 const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', '..')
 
-/** The data dir: `AUTHSVC_DATA_DIR` when set and not empty, else `<package>/users` (SPEC §10). */
+/**
+ * The data dir: `AUTHSVC_DATA_DIR` when set and not empty, else `<package>/users` (SPEC §10).
+ * Inside ComfyUI the plugin always sets it (host-plugin/data_dir.py: `<user_dir>/authsvc`).
+ */
 export function dataDirFromEnv(env: NodeJS.ProcessEnv): string {
   return resolve(env.AUTHSVC_DATA_DIR || join(PACKAGE_ROOT, 'users'))
+}
+
+/**
+ * Where an operator's command (`npx authsvc ...`) looks when neither `--data-dir` nor
+ * `AUTHSVC_DATA_DIR` says: the plugin's default inside ComfyUI, `<ComfyUI>/user/authsvc`, when
+ * the package sits in `<ComfyUI>/custom_nodes/` and that folder exists (a ComfyUI started with
+ * `--user-directory` elsewhere needs `--data-dir`); else `<package>/users`.
+ */
+export function operatorDataDir(env: NodeJS.ProcessEnv, packageRoot: string = PACKAGE_ROOT): string {
+  if (env.AUTHSVC_DATA_DIR) return resolve(env.AUTHSVC_DATA_DIR)
+  const parent = dirname(resolve(packageRoot))
+  const inComfy = join(dirname(parent), 'user', 'authsvc')
+  if (basename(parent) === 'custom_nodes' && existsSync(inComfy)) return inComfy
+  return join(resolve(packageRoot), 'users')
 }
 
 export class ConfigError extends Error {
