@@ -124,6 +124,7 @@ describe(`the data dir in ComfyUI's user directory, on the real ComfyUI (aiohttp
     mkdirSync(join(dir, 'pkg'))
     await install()
     // the data dir an older authsvc kept in the package folder, with an administrator in it
+    mkdirSync(join(pkg, 'users'), { mode: 0o700 })
     const cli = spawnSync(process.execPath, [join(pkg, 'bin', 'authsvc.mjs'), 'user', 'create-admin', 'admin', '--password-stdin', '--data-dir', join(pkg, 'users')], {
       input: `${ADMIN_PASSWORD}\n`, encoding: 'utf8', env: { ...process.env, ...env },
     })
