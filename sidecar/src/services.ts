@@ -96,6 +96,9 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   if (config.store.backend !== 'sqlite') {
     throw new Error(`store backend ${config.store.backend} is not available in this build; use sqlite`)
   }
+  if (config.store.tokens.backend !== 'users') {
+    throw new Error(`token store backend ${config.store.tokens.backend} is not available in this build; use "users"`)
+  }
   const cipher = new FieldCipher(keys.encryption)
   const rawKv = await openSqliteStore(sqlitePath(config, dataDir))
   const sealedKv = config.store.encryption_level === 'all' ? sealedStore(rawKv, cipher) : rawKv

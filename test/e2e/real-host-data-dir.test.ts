@@ -132,6 +132,7 @@ describe(`the data dir in ComfyUI's user directory, on the real ComfyUI (aiohttp
     assert.match(cli.stdout, /created administrator admin/)
     // a config with a marker a leak would show (a harmless key: a route pattern nothing matches)
     writeFileSync(join(pkg, 'users', 'config.json'), JSON.stringify({ admin_route_patterns: [`/${CONFIG_MARK}`] }), { mode: 0o600 })
+    assert.deepEqual(readdirSync(join(pkg, 'users')).sort(), ['authsvc.sqlite', 'authsvc_secret.key', 'config.json'].sort().concat(readdirSync(join(pkg, 'users')).filter((n) => n.startsWith('authsvc.sqlite-'))).sort())
   })
 
   after(async () => {
@@ -173,6 +174,7 @@ describe(`the data dir in ComfyUI's user directory, on the real ComfyUI (aiohttp
   it('no host route reaches the data dir: userdata, /view, static files, by every path shape', { timeout: 120_000 }, async () => {
     const h = host!
     // the files the rows aim at, with contents a leak would show
+    assert.ok(existsSync(join(dataDir, 'config.json')), `config.json moved with the rest: ${readdirSync(dataDir).join(', ')}`)
     assert.ok(readFileSync(join(dataDir, 'config.json'), 'utf8').includes(CONFIG_MARK))
     const secret = readFileSync(join(dataDir, 'authsvc_secret.key'))
     const targets = ['authsvc.sqlite', 'authsvc_secret.key', 'config.json']

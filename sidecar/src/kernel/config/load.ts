@@ -11,6 +11,7 @@ import { ConfigSchema, type Config } from './schema.js'
 import { parseCidr } from '../../access/ip.js'
 import { checkNtfySettings } from '../../notify/settings-rules.js'
 import { outboundUrlProblem } from '../http/outbound.js'
+import { urlProblem } from '../../store-config/rules.js'
 
 const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', '..')
 
@@ -65,8 +66,6 @@ export function parseBoolean(raw: string): boolean | undefined {
 export const UNBUILT_KEYS: Readonly<Record<string, string>> = Object.freeze({
   model_download: 'model downloads are not built yet',
   nsfw: 'the NSFW policy is not built yet',
-  'store.postgres_url': 'the postgres backend is not built yet',
-  'store.redis_url': 'the redis backend is not built yet',
 })
 
 function unbuiltProblems(raw: Record<string, unknown>): string[] {
@@ -106,8 +105,28 @@ export function validateConfig(raw: unknown, problems: string[] = []): Config {
     const problem = outboundUrlProblem(updateUrl)
     if (problem !== null) problems.push(`/update_check/url: ${problem}`)
   }
+  problems.push(...storeProblems(withDefaults))
   if (problems.length > 0) throw new ConfigError(problems)
   return withDefaults
+}
+
+/** The store's URLs parse and a backend has the URL it needs (the lines never quote a URL: it may hold a password). */
+function storeProblems(config: Config): string[] {
+  const problems: string[] = []
+  const sections: Array<[string, unknown]> = [['/store', config.store], ['/store/tokens', config.store?.tokens]]
+  for (const [where, section] of sections) {
+    if (typeof section !== 'object' || section === null) continue
+    const s = section as Record<string, unknown>
+    for (const kind of ['postgres', 'redis'] as const) {
+      const url = s[`${kind}_url`]
+      if (typeof url === 'string' && url !== '') {
+        const problem = urlProblem(kind, url)
+        if (problem !== null) problems.push(`${where}/${kind}_url: ${problem}`)
+      }
+      if (s.backend === kind && url === '') problems.push(`${where}/backend is ${kind}: set ${where.slice(1).replace('/', '.')}.${kind}_url too`)
+    }
+  }
+  return problems
 }
 
 interface SchemaError {
