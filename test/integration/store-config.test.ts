@@ -9,8 +9,9 @@
  */
 import { describe, it, after, before } from 'node:test'
 import assert from 'node:assert/strict'
-import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join, relative } from 'node:path'
 import { adminAndUsers, openNtfySidecar, type NtfySidecar } from './ntfy-kit.js'
 import { loadConfig } from '../../sidecar/src/kernel/config/load.js'
 import { redactUrl } from '../../sidecar/src/store-config/rules.js'
@@ -33,9 +34,11 @@ async function world(): Promise<World> {
   const sc = await openNtfySidecar()
   const { admin, sessions } = await adminAndUsers(sc, 'alice')
   const events: Array<Record<string, unknown>> = []
-  sc.services.events.onAny((record) => events.push(record as unknown as Record<string, unknown>))
+  sc.services.events.onAny((record) => {
+    events.push(record as unknown as Record<string, unknown>)
+  })
   // the host's folders, as its hello reports them: a store file must stay out of them
-  const base = join(sc.dir, 'comfy')
+  const base = mkdtempSync(join(tmpdir(), 'as-storecfg-host-'))
   for (const d of ['output', 'input', 'temp', 'user', 'models/loras']) mkdirSync(join(base, d), { recursive: true })
   sc.services.host.facts = {
     output_dir: join(base, 'output'), input_dir: join(base, 'input'), temp_dir: join(base, 'temp'), user_dir: join(base, 'user'),
@@ -57,6 +60,7 @@ describe('users-db-config and token-storage-config (SPEC §5.4)', () => {
   })
   after(async () => {
     await w.sc.close()
+    rmSync(join(w.sc.services.host.facts.output_dir!, '..'), { recursive: true, force: true })
   })
   const put = (path: string, body: unknown, bearer = w.admin) => w.sc.call('PUT', path, { bearer, body })
   const get = (path: string, bearer = w.admin) => w.sc.call('GET', path, { bearer })
@@ -175,7 +179,7 @@ describe('users-db-config and token-storage-config (SPEC §5.4)', () => {
     ['a sqlite path in the input folder', USERS, { backend: 'sqlite', sqlite_path: '@input/sub/a.sqlite' }],
     ['a sqlite path in the temp folder', USERS, { backend: 'sqlite', sqlite_path: '@temp/a.sqlite' }],
     ['a sqlite path in a user\'s userdata', USERS, { backend: 'sqlite', sqlite_path: '@user/alice/a.sqlite' }],
-    ['a sqlite path out of the data dir by ..', USERS, { backend: 'sqlite', sqlite_path: '@data/../comfy/user/default/a.sqlite' }],
+    ['a sqlite path out of the data dir by .. into the user directory', USERS, { backend: 'sqlite', sqlite_path: '@data/../@userbase/default/a.sqlite' }],
     ['a sqlite path in a model folder', USERS, { backend: 'sqlite', sqlite_path: '@loras/a.sqlite' }],
     ['a NUL in a path', USERS, { backend: 'sqlite', sqlite_path: '/var/lib/a\u0000.sqlite' }],
     ['tokens: neither a backend nor same_as_users', TOKENS, {}],
@@ -190,8 +194,11 @@ describe('users-db-config and token-storage-config (SPEC §5.4)', () => {
       reset()
       const before = w.fileText()
       const f = w.sc.services.host.facts
-      const place: Record<string, string> = { '@output': f.output_dir!, '@input': f.input_dir!, '@temp': f.temp_dir!, '@user': f.user_dir!, '@loras': f.model_folders!.loras[0], '@data': w.sc.dir }
-      const body = JSON.parse(JSON.stringify(raw).replace(/@(output|input|temp|user|loras|data)/g, (m) => place[m]))
+      const place: Record<string, string> = {
+        '@output': f.output_dir!, '@input': f.input_dir!, '@temp': f.temp_dir!, '@user': f.user_dir!, '@loras': f.model_folders!.loras[0], '@data': w.sc.dir,
+        '@userbase': relative(join(w.sc.dir, '..'), f.user_dir!),
+      }
+      const body = JSON.parse(JSON.stringify(raw).replace(/@(output|input|temp|userbase|user|loras|data)/g, (m) => place[m]))
       const res = await put(route, body)
       assert.deepEqual([res.status, res.body.code], [400, 'VALIDATION_FAILED'], JSON.stringify(res.body))
       assert.equal(w.fileText(), before)
@@ -220,6 +227,8 @@ describe('users-db-config and token-storage-config (SPEC §5.4)', () => {
 
   it('token storage: its own store, the json file, and back to the users\' store', async () => {
     reset()
+    const tokenEvents = () => w.events.filter((e) => e.kind === 'settings_changed' && e.setting === 'token_storage_config').length
+    const eventsBefore = tokenEvents()
     const jsonPath = join(w.sc.dir, 'tokens', 'legacy.json')
     assert.equal((await put(TOKENS, { backend: 'json', json_path: jsonPath })).status, 200)
     assert.deepEqual(w.file().store, { tokens: { backend: 'json', json_path: jsonPath } })
@@ -230,7 +239,7 @@ describe('users-db-config and token-storage-config (SPEC §5.4)', () => {
     assert.deepEqual(w.file().store, { tokens: {} })
     const back = (await get(TOKENS)).body
     assert.deepEqual([back.backend, back.same_as_users, back.restart_required], ['sqlite', true, false])
-    assert.equal(w.events.filter((e) => e.kind === 'settings_changed' && e.setting === 'token_storage_config').length, 2)
+    assert.equal(tokenEvents() - eventsBefore, 2)
   })
 
   it('a config.json that does not parse is never overwritten: GET and PUT answer 409 CONFLICT', async () => {

@@ -123,9 +123,12 @@ function tokensAnswer(store: Store, running: Store, dataDir: string) {
     redis_url_redacted: redactUrl(same ? store.redis_url : t.redis_url),
     json_path: t.json_path || defaultTokensJson(dataDir),
     encryption_level: store.encryption_level,
-    restart_required: JSON.stringify(t) !== JSON.stringify(running.tokens) || (same && !sameUsersStore(store, running)),
+    restart_required: !sameTokenStore(t, running.tokens) || (same && !sameUsersStore(store, running)),
   }
 }
+
+const sameTokenStore = (a: TokenStore, b: TokenStore): boolean =>
+  a.backend === b.backend && a.sqlite_path === b.sqlite_path && a.postgres_url === b.postgres_url && a.redis_url === b.redis_url && a.json_path === b.json_path
 
 const sameUsersStore = (a: Store, b: Store): boolean =>
   a.backend === b.backend && a.sqlite_path === b.sqlite_path && a.postgres_url === b.postgres_url && a.redis_url === b.redis_url && a.encryption_level === b.encryption_level

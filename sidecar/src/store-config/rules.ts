@@ -18,12 +18,9 @@ export const REDACTED = '***'
  */
 export function redactUrl(raw: string): string {
   if (raw === '') return ''
-  let url: URL
-  try {
-    url = new URL(raw)
-  } catch {
-    return '(not a valid URL)'
-  }
+  const parsed = parseStoreUrl(raw)
+  if (parsed === null) return '(not a valid URL)'
+  const { url, hostless } = parsed
   const redis = url.protocol === 'redis:' || url.protocol === 'rediss:'
   let userinfo = ''
   if (url.username !== '' || url.password !== '') {
@@ -32,7 +29,26 @@ export function redactUrl(raw: string): string {
   }
   const params = [...url.searchParams.entries()].map(([k, v]) => `${encodeURIComponent(k)}=${SECRET_PARAMS.test(k) ? REDACTED : encodeURIComponent(v)}`)
   const query = params.length > 0 ? `?${params.join('&')}` : ''
-  return `${url.protocol}//${userinfo}${url.host}${url.pathname}${query}`
+  return `${url.protocol}//${userinfo}${hostless ? '' : url.host}${url.pathname}${query}`
+}
+
+/**
+ * A store URL parsed. WHATWG URL refuses credentials without a host (`postgres://u:p@/db`), which
+ * PostgreSQL uses with `?host=/socket/dir`: such a URL is parsed with a stand-in host and marked
+ * hostless. Null when it does not parse.
+ */
+function parseStoreUrl(raw: string): { url: URL; hostless: boolean } | null {
+  try {
+    return { url: new URL(raw), hostless: false }
+  } catch {
+    const withHost = raw.replace(/^([a-z][a-z0-9+.-]*:\/\/(?:[^/@?#]*@)?)(?=[/?#]|$)/i, '$1stand-in.invalid')
+    if (withHost === raw) return null
+    try {
+      return { url: new URL(withHost), hostless: true }
+    } catch {
+      return null
+    }
+  }
 }
 
 export type UrlKind = 'postgres' | 'redis'
@@ -45,16 +61,13 @@ const SCHEMES: Record<UrlKind, string[]> = {
 /** A problem with a store URL (never quoting it: it may hold a password), or null. */
 export function urlProblem(kind: UrlKind, raw: string): string | null {
   if (/[\s\u0000-\u001f\u007f]/.test(raw)) return 'must not contain spaces or control characters'
-  let url: URL
-  try {
-    url = new URL(raw)
-  } catch {
-    return 'is not a valid URL'
-  }
+  const parsed = parseStoreUrl(raw)
+  if (parsed === null) return 'is not a valid URL'
+  const { url, hostless } = parsed
   if (!SCHEMES[kind].includes(url.protocol)) return `must start with ${SCHEMES[kind].map((s) => `${s}//`).join(' or ')}`
   // PostgreSQL reaches a Unix socket by `?host=/run/postgresql` with no host in the authority
   const socketHost = kind === 'postgres' && (url.searchParams.get('host') ?? '').startsWith('/')
-  if (url.hostname === '' && !socketHost) return 'names no host'
+  if ((hostless || url.hostname === '') && !socketHost) return 'names no host'
   if (url.hash !== '') return 'must not have a #fragment'
   if (kind === 'redis' && url.pathname !== '' && url.pathname !== '/' && !/^\/\d{1,2}$/.test(url.pathname)) return 'may name only a database number as its path (/0 to /99)'
   return null
