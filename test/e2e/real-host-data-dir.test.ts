@@ -132,7 +132,6 @@ describe(`the data dir in ComfyUI's user directory, on the real ComfyUI (aiohttp
     assert.match(cli.stdout, /created administrator admin/)
     // a config with a marker a leak would show (a harmless key: a route pattern nothing matches)
     writeFileSync(join(pkg, 'users', 'config.json'), JSON.stringify({ admin_route_patterns: [`/${CONFIG_MARK}`] }), { mode: 0o600 })
-    assert.deepEqual(readdirSync(join(pkg, 'users')).sort(), ['authsvc.sqlite', 'authsvc_secret.key', 'config.json'].sort().concat(readdirSync(join(pkg, 'users')).filter((n) => n.startsWith('authsvc.sqlite-'))).sort())
   })
 
   after(async () => {
