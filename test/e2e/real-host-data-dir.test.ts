@@ -119,6 +119,7 @@ describe(`the data dir in ComfyUI's user directory, on the real ComfyUI (aiohttp
     userDir = join(dir, 'a-comfyui-user-directory-given-by-flag', 'deep-enough-for-the-socket-path', 'user')
     dataDir = join(userDir, 'authsvc')
     assert.ok(Buffer.byteLength(join(dataDir, 'authsvc.sock')) > 100, 'the user directory is deep enough for this test')
+    mkdirSync(userDir, { recursive: true }) // ComfyUI refuses a --user-directory that does not exist
     savedModules = join(dir, 'node_modules')
     execFileSync('cp', ['-al', realpathSync(join(ROOT, 'node_modules')), savedModules])
     mkdirSync(join(dir, 'pkg'))
