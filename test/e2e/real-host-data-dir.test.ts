@@ -157,7 +157,8 @@ describe(`the data dir in ComfyUI's user directory, on the real ComfyUI (aiohttp
     assert.equal(storeIno, legacyStore, 'one filesystem: a rename, the same file')
     const moved = lines(h.output(), /moved the data dir/)
     assert.equal(moved.length, 1, h.output())
-    assert.ok(moved[0].includes(join(pkg, 'users')) && moved[0].includes(dataDir), moved[0])
+    // from the package as ComfyUI loads it (custom_nodes/authsvc, a link to the clone here) to the data dir
+    assert.ok(moved[0].includes(join('custom_nodes', 'authsvc', 'users')) && moved[0].endsWith(`to ${dataDir} (it now survives reinstalling the package)`), moved[0])
     // the sockets: too long a path for sun_path in the data dir, so in this user's short /tmp folder
     const short = shortSocketDir()
     assert.equal(mode(short), 0o700)
