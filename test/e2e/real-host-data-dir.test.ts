@@ -207,7 +207,7 @@ describe(`the data dir in ComfyUI's user directory, on the real ComfyUI (aiohttp
         const typeDir = join(h.baseDir, type)
         rows.push(
           ['GET', `/view?filename=${file}&type=${type}&subfolder=${enc(relative(typeDir, dataDir))}`, 403],
-          ['GET', `/api/view?filename=${file}&type=${type}&subfolder=${enc(dots(relative(typeDir, dataDir)))}`, 403],
+          ['GET', `/api/view?filename=${file}&type=${type}&subfolder=${dots(relative(typeDir, dataDir)).split('/').join('%2F')}`, 403],
           ['GET', `/view?filename=${enc(rel(typeDir, file))}&type=${type}`, 400],
           ['GET', `/view?filename=${file}&type=${type}&subfolder=${enc(dataDir)}`, 403],
         )
