@@ -8,7 +8,8 @@
  * and deletes a shared one, a user cannot (403 WORKFLOW_DENIED); roles without
  * can_modify_workflows (the built-in guest role, a custom role) read but never write; the
  * traversal, encoded-slash, absolute, backslash, case-variant and hidden-file shapes answer
- * what the bare host answers (statuses pinned from the bare ComfyUI 0.3.64 with
+ * what the bare host answers, but for the names that leave the caller's space, which the gate
+ * refuses itself with 403 (issue 28) (statuses pinned from the bare ComfyUI 0.3.64 with
  * --multi-user and a known comfy-user, identical on aiohttp 3.8 and 3.11) and reach no
  * file outside the caller's own space; the /api/cpe family answers the SPEC §6.1 shapes
  * over the same files. Last, an admin's user-env purge empties alice's space and nothing else
@@ -458,7 +459,7 @@ for (const mode of MODES) {
       }
     })
 
-    it('traversal, encoded-slash, absolute, backslash, case-variant and hidden-file shapes answer what the bare host answers and reach nothing outside the caller\'s space', async () => {
+    it('traversal, encoded-slash, absolute, backslash, case-variant and hidden-file shapes answer what the bare host answers (the gate\'s 403 where a name leaves the caller\'s space) and reach nothing outside it', async () => {
       // alice (may write workflows) owns workflows/twin.json; bob owns workflows/clash.json
       const bobId = id.bob
       const canary = `/tmp/authsvc-canary-${randomUUID()}.json`
