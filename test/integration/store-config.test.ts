@@ -15,6 +15,7 @@ import { join, relative } from 'node:path'
 import { adminAndUsers, openNtfySidecar, type NtfySidecar } from './ntfy-kit.js'
 import { loadConfig } from '../../sidecar/src/kernel/config/load.js'
 import { redactUrl } from '../../sidecar/src/store-config/rules.js'
+import { PACKAGE_WEB_DIR } from '../../sidecar/src/store-config/routes.js'
 
 const USERS = '/authsvc/api/users-db-config'
 const TOKENS = '/authsvc/api/token-storage-config'
@@ -181,6 +182,7 @@ describe('users-db-config and token-storage-config (SPEC §5.4)', () => {
     ['a sqlite path in a user\'s userdata', USERS, { backend: 'sqlite', sqlite_path: '@user/alice/a.sqlite' }],
     ['a sqlite path out of the data dir by .. into the user directory', USERS, { backend: 'sqlite', sqlite_path: '@data/../@userbase/default/a.sqlite' }],
     ['a sqlite path in a model folder', USERS, { backend: 'sqlite', sqlite_path: '@loras/a.sqlite' }],
+    ['a sqlite path in the package\'s web/ (served at /extensions/authsvc/)', USERS, { backend: 'sqlite', sqlite_path: '@web/a.sqlite' }],
     ['a NUL in a path', USERS, { backend: 'sqlite', sqlite_path: '/var/lib/a\u0000.sqlite' }],
     ['tokens: neither a backend nor same_as_users', TOKENS, {}],
     ['tokens: same_as_users with a backend', TOKENS, { same_as_users: true, backend: 'json' }],
@@ -196,9 +198,9 @@ describe('users-db-config and token-storage-config (SPEC §5.4)', () => {
       const f = w.sc.services.host.facts
       const place: Record<string, string> = {
         '@output': f.output_dir!, '@input': f.input_dir!, '@temp': f.temp_dir!, '@user': f.user_dir!, '@loras': f.model_folders!.loras[0], '@data': w.sc.dir,
-        '@userbase': relative(join(w.sc.dir, '..'), f.user_dir!),
+        '@userbase': relative(join(w.sc.dir, '..'), f.user_dir!), '@web': PACKAGE_WEB_DIR,
       }
-      const body = JSON.parse(JSON.stringify(raw).replace(/@(output|input|temp|userbase|user|loras|data)/g, (m) => place[m]))
+      const body = JSON.parse(JSON.stringify(raw).replace(/@(output|input|temp|userbase|user|loras|data|web)/g, (m) => place[m]))
       const res = await put(route, body)
       assert.deepEqual([res.status, res.body.code], [400, 'VALIDATION_FAILED'], JSON.stringify(res.body))
       assert.equal(w.fileText(), before)

@@ -20,6 +20,7 @@ import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
 import Type from 'typebox'
 import { resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { eventContext } from '../access/request-context.js'
 import type { Config } from '../kernel/config/schema.js'
 import { AuthsvcError } from '../kernel/errors.js'
@@ -133,10 +134,14 @@ const sameTokenStore = (a: TokenStore, b: TokenStore): boolean =>
 const sameUsersStore = (a: Store, b: Store): boolean =>
   a.backend === b.backend && a.sqlite_path === b.sqlite_path && a.postgres_url === b.postgres_url && a.redis_url === b.redis_url && a.encryption_level === b.encryption_level
 
+/** The package's `web/` (sidecar/src|dist/store-config/ → <package>/web): the host serves it at /extensions/<package>/. */
+export const PACKAGE_WEB_DIR = fileURLToPath(new URL('../../../web', import.meta.url))
+
 /** The folders a store file must stay out of: what the host serves or lists. */
 function limits(live: StoreConfigLive): PathLimits {
   const f = live.host.facts
-  const served = [f.output_dir, f.input_dir, f.temp_dir, f.user_dir, ...Object.values(f.model_folders ?? {}).flat()].filter((d): d is string => typeof d === 'string' && d !== '')
+  const served = [f.output_dir, f.input_dir, f.temp_dir, f.user_dir, ...Object.values(f.model_folders ?? {}).flat(), PACKAGE_WEB_DIR]
+    .filter((d): d is string => typeof d === 'string' && d !== '')
   return { dataDir: live.dataDir, served }
 }
 
