@@ -7,7 +7,6 @@ failed setup must never mean an unprotected server.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -31,20 +30,6 @@ def _package_version() -> str:
 
 
 PLUGIN_VERSION = _package_version()
-_MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
-
-
-def _socket_path(data_dir: str) -> str:
-    path = os.path.join(data_dir, "authsvc.sock")
-    if len(path.encode()) <= _MAX_SOCKET_PATH:
-        return path
-    digest = hashlib.sha256(os.path.abspath(data_dir).encode()).hexdigest()[:12]
-    short_dir = os.path.join("/tmp", f"authsvc-{os.getuid()}-{digest}")
-    os.makedirs(short_dir, mode=0o700, exist_ok=True)
-    os.chmod(short_dir, 0o700)
-    return os.path.join(short_dir, "authsvc.sock")
-
-
 def _timeout_seconds() -> float:
     raw = os.environ.get("AUTHSVC_DECISION_TIMEOUT_MS", "2000")
     value = int(raw)  # a malformed value is a setup error: deny-all stays
@@ -79,6 +64,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
         if refuse_unsupported_platform():  # deny-all stays, with a page saying why (docs/platforms.md)
             return
         from . import host_facts, run_guard
+        from . import data_dir as data_dirs
         from .decision_client import DecisionClient
         from .gate import Gate
         from .host_events import HostEvents
@@ -86,11 +72,10 @@ def _install(app: Any, prompt_server: Any = None) -> None:
         from .protocol import PROTOCOL_VERSION
         from .sidecar_process import ExternalSidecar, SidecarSupervisor
 
-        data_dir = os.path.abspath(os.environ.get("AUTHSVC_DATA_DIR") or os.path.join(PACKAGE_ROOT, "users"))
-        os.makedirs(data_dir, mode=0o700, exist_ok=True)
-        os.chmod(data_dir, 0o700)
+        # <user_dir>/authsvc inside ComfyUI (an old <package>/users moved there once), AUTHSVC_DATA_DIR first
+        data_dir = data_dirs.prepare(os.environ, PACKAGE_ROOT)
         external = os.environ.get("AUTHSVC_SOCKET")
-        socket_path = external or _socket_path(data_dir)
+        socket_path = external or data_dirs.socket_path(data_dir)
         hello = {"protocol": PROTOCOL_VERSION, "plugin_version": PLUGIN_VERSION, "host": host_facts.collect()}
         client = DecisionClient(socket_path, _timeout_seconds(), hello, _spin_us())
         client.hold_s = _restart_hold_seconds(client.timeout)

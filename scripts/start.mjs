@@ -12,8 +12,11 @@ import { comfyArgs, comfyPort, findComfyPython, isComfyDir } from './comfyui-lau
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..')
 // `npm start -- --cpu --port 8190`: everything after `--` is the host's own flags
 const userArgs = process.argv.slice(2)
+// the stand-in demo keeps its data in <package>/users (SPEC §10); a real ComfyUI's plugin puts it
+// in ComfyUI's user directory (<user_dir>/authsvc) unless AUTHSVC_DATA_DIR says otherwise
 const dataDir = resolve(process.env.AUTHSVC_DATA_DIR || join(root, 'users'))
-const env = { ...process.env, AUTHSVC_DATA_DIR: dataDir }
+const env = { ...process.env }
+if (!process.env.COMFYUI_DIR || process.env.AUTHSVC_DATA_DIR) env.AUTHSVC_DATA_DIR = dataDir
 
 let command, args, cwd, port
 if (process.env.COMFYUI_DIR) {

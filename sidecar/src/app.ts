@@ -42,6 +42,7 @@ import { modelsFeature } from './models/feature.js'
 import { notifyFeature } from './notify/feature.js'
 import { pagesFeature } from './pages/feature.js'
 import { SERVICE_VERSION, type Services } from './services.js'
+import { storeConfigFeature } from './store-config/feature.js'
 import { updatesFeature } from './updates/feature.js'
 import { userEnvFeature } from './user-env/feature.js'
 import { workflowsFeature } from './workflows/feature.js'
@@ -62,6 +63,7 @@ export function features(services: Services, log: FastifyBaseLogger, clock: Cloc
     notifyFeature(services, log, clock),
     updatesFeature(services, log, clock),
     userEnvFeature(services),
+    storeConfigFeature(services),
   ]
 }
 

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { dataDirFromEnv, loadConfig } from './kernel/config/load.js'
+import { loadConfig, operatorDataDir } from './kernel/config/load.js'
 import { passwordProblem } from './identity/passwords.js'
 import { ADMIN_ROLE } from './identity/principal.js'
 import { usernameProblem } from './identity/users.js'
@@ -23,7 +23,8 @@ const USAGE = `usage: authsvc user <command>
   reset-mfa NAME                turn the user's MFA off (they can enrol again)
 options:
   --password-stdin              read the new password from standard input (else one is generated and printed)
-  --data-dir DIR                the data dir (default: $AUTHSVC_DATA_DIR or <package>/users)`
+  --data-dir DIR                the data dir (default: $AUTHSVC_DATA_DIR, else <ComfyUI>/user/authsvc
+                                when the package is in <ComfyUI>/custom_nodes, else <package>/users)`
 
 class UsageError extends Error {}
 
@@ -72,7 +73,7 @@ export async function runCli(argv: string[], out: (line: string) => void): Promi
   }
   const passwordStdin = flag('--password-stdin')
   const dataDirOption = option('--data-dir')
-  const dataDir = dataDirOption !== undefined ? resolve(dataDirOption) : dataDirFromEnv(process.env)
+  const dataDir = dataDirOption !== undefined ? resolve(dataDirOption) : operatorDataDir(process.env)
   const [group, command, name] = args
   if (group !== 'user' || !command) throw new UsageError(USAGE)
   const pid = sidecarAlive(dataDir)

@@ -18,7 +18,7 @@ import { MfaService, type MfaRecord } from './identity/mfa.js'
 import { Throttle } from './identity/throttle.js'
 import { FieldCipher } from './store/field-crypto.js'
 import { sealedSharedStore } from './store/sealed-kv.js'
-import { checkSecret, openSharedStore } from './store/open.js'
+import { StoreConfigError, checkSecret, openSharedStore } from './store/open.js'
 import type { SharedStore } from './store/shared-store.js'
 import { parseBoolean } from './kernel/config/load.js'
 import { UserRepository, nameKeyWith, type UserRecord } from './identity/users.js'
@@ -97,6 +97,9 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const { config, dataDir, env, log } = options
   const clock = options.clock ?? systemClock
   const keys = deriveKeys(loadMasterSecret(dataDir, env))
+  if (config.store.tokens.backend !== 'users') {
+    throw new StoreConfigError(`store.tokens.backend ${config.store.tokens.backend} is not built yet; remove it: API tokens live in the users' store`)
+  }
   const cipher = new FieldCipher(keys.encryption)
   // the local sqlite file: the audit log's table (every backend), and the records on the sqlite backend
   const rawKv = await openSqliteStore(sqlitePath(config, dataDir))

@@ -8,7 +8,8 @@
  * and deletes a shared one, a user cannot (403 WORKFLOW_DENIED); roles without
  * can_modify_workflows (the built-in guest role, a custom role) read but never write; the
  * traversal, encoded-slash, absolute, backslash, case-variant and hidden-file shapes answer
- * what the bare host answers (statuses pinned from the bare ComfyUI 0.3.64 with
+ * what the bare host answers, but for the names that leave the caller's space, which the gate
+ * refuses itself with 403 (issue 28) (statuses pinned from the bare ComfyUI 0.3.64 with
  * --multi-user and a known comfy-user, identical on aiohttp 3.8 and 3.11) and reach no
  * file outside the caller's own space; the /api/cpe family answers the SPEC §6.1 shapes
  * over the same files. Last, an admin's user-env purge empties alice's space and nothing else
@@ -458,13 +459,14 @@ for (const mode of MODES) {
       }
     })
 
-    it('traversal, encoded-slash, absolute, backslash, case-variant and hidden-file shapes answer what the bare host answers and reach nothing outside the caller\'s space', async () => {
+    it('traversal, encoded-slash, absolute, backslash, case-variant and hidden-file shapes answer what the bare host answers (the gate\'s 403 where a name leaves the caller\'s space) and reach nothing outside it', async () => {
       // alice (may write workflows) owns workflows/twin.json; bob owns workflows/clash.json
       const bobId = id.bob
       const canary = `/tmp/authsvc-canary-${randomUUID()}.json`
       const before = tree(userDir()).filter((f) => !f.startsWith(`${id.alice}/`))
       const bobClash = readFileSync(own('bob', 'workflows', 'clash.json'), 'utf8')
-      // [method, path, status the bare ComfyUI 0.3.64 answers for it (known comfy-user, --multi-user, aiohttp 3.8 and 3.11)]
+      // [method, path, status the bare ComfyUI 0.3.64 answers for it (known comfy-user, --multi-user, aiohttp 3.8 and 3.11),
+      // but for the rows the gate now refuses itself (a name that leaves the caller's space: 403)]
       const rows: Array<[string, string, number]> = [
         ['GET', '/userdata/..%2Fsecret.json', 403],
         ['GET', '/userdata/..%2Fusers.json', 403],
@@ -489,19 +491,21 @@ for (const mode of MODES) {
         ['DELETE', '/userdata/..%2Fsecret.json', 403],
         ['DELETE', `/userdata/workflows%2F..%2F..%2F${bobId}%2Fworkflows%2Fclash.json`, 403],
         ['DELETE', `/userdata/${enc(shared('workflows', 'legacy.json'))}`, 403],
-        // the host's move answers 500 when the destination leaves the user root (its dest check
-        // tests the source twice; shutil.move then fails on the error response), moving nothing
-        ['POST', `/userdata/workflows%2Ftwin.json/move/..%2F..%2Fevil.json`, 500],
-        ['POST', `/userdata/workflows%2Ftwin.json/move/workflows%2F..%2F..%2F${bobId}%2Fworkflows%2Fclash.json`, 500],
-        ['POST', `/userdata/workflows%2Ftwin.json/move/${enc(canary)}`, 500],
+        // the bare host's move answers 500 when the destination leaves the user root (its dest
+        // check tests the source twice; shutil.move then fails on the error response): the gate
+        // refuses any name that leaves the caller's space itself (issue 28), so 403
+        ['POST', `/userdata/workflows%2Ftwin.json/move/..%2F..%2Fevil.json`, 403],
+        ['POST', `/userdata/workflows%2Ftwin.json/move/workflows%2F..%2F..%2F${bobId}%2Fworkflows%2Fclash.json`, 403],
+        ['POST', `/userdata/workflows%2Ftwin.json/move/${enc(canary)}`, 403],
         ['POST', `/userdata/..%2F${bobId}%2Fworkflows%2Fclash.json/move/workflows%2Fgot-it.json`, 403],
         ['GET', '/userdata?dir=..', 403],
         ['GET', `/userdata?dir=workflows%2F..%2F..%2F${bobId}`, 403],
         ['GET', `/userdata?dir=workflows/../../${bobId}/workflows`, 403],
         ['GET', `/userdata?dir=${enc(host.userDir)}`, 403],
-        ['GET', '/v2/userdata?path=..', 400],
-        ['GET', `/v2/userdata?path=workflows%2F..%2F..%2F${bobId}`, 400],
-        ['GET', `/v2/userdata?path=${enc(host.userDir)}`, 400],
+        // the bare host answers 400 here; the gate refuses first (issue 28)
+        ['GET', '/v2/userdata?path=..', 403],
+        ['GET', `/v2/userdata?path=workflows%2F..%2F..%2F${bobId}`, 403],
+        ['GET', `/v2/userdata?path=${enc(host.userDir)}`, 403],
       ]
       const wrong: string[] = []
       for (const [method, path, want] of rows) {

@@ -5,10 +5,10 @@
  */
 import { describe, it, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { ConfigError, UNBUILT_KEYS, loadConfig, parseBoolean, validateConfig } from '../../sidecar/src/kernel/config/load.js'
+import { ConfigError, UNBUILT_KEYS, loadConfig, operatorDataDir, parseBoolean, validateConfig } from '../../sidecar/src/kernel/config/load.js'
 import { ConfigSchema } from '../../sidecar/src/kernel/config/schema.js'
 import { tempDir } from './fixtures.js'
 
@@ -285,6 +285,61 @@ describe('a value outside a union is one line naming the key, the value and what
   for (const [name, raw, expected] of rows) {
     it(name, () => {
       assert.deepEqual(problemsOf(() => validateConfig(raw)), expected)
+    })
+  }
+})
+
+// Issue 28, item 9: an operator's command finds the data dir the plugin uses inside ComfyUI.
+describe('operatorDataDir: where `npx authsvc` looks without --data-dir', () => {
+  const layout = (): { comfy: string; pkg: string } => {
+    const comfy = dataDir()
+    const pkg = join(comfy, 'custom_nodes', 'authsvc')
+    mkdirSync(pkg, { recursive: true })
+    return { comfy, pkg }
+  }
+  it('AUTHSVC_DATA_DIR first', () => {
+    const { pkg } = layout()
+    assert.equal(operatorDataDir({ AUTHSVC_DATA_DIR: '/x/y' }, pkg), '/x/y')
+  })
+  it('inside <ComfyUI>/custom_nodes with <ComfyUI>/user/authsvc present: that folder', () => {
+    const { comfy, pkg } = layout()
+    mkdirSync(join(comfy, 'user', 'authsvc'), { recursive: true })
+    assert.equal(operatorDataDir({}, pkg), join(comfy, 'user', 'authsvc'))
+  })
+  it('inside custom_nodes but no such folder (another --user-directory, or never started): <package>/users', () => {
+    const { pkg } = layout()
+    assert.equal(operatorDataDir({}, pkg), join(pkg, 'users'))
+  })
+  it('not inside custom_nodes (the stand-in demo, a checkout): <package>/users', () => {
+    const root = dataDir()
+    mkdirSync(join(root, 'user', 'authsvc'), { recursive: true })
+    const pkg = join(root, 'src', 'checkout') // <root>/user/authsvc would be its ComfyUI folder, were src custom_nodes
+    mkdirSync(pkg, { recursive: true })
+    assert.equal(operatorDataDir({}, pkg), join(pkg, 'users'))
+  })
+})
+
+// Issue 28, item 8: the store's URLs are accepted (the backends are the store's work), checked,
+// and never quoted in a problem line (they may hold a password).
+describe('store URLs and the token store in the configuration', () => {
+  it('postgres and redis URLs are accepted, and a backend with its URL', () => {
+    const c = validateConfig({ store: { backend: 'redis', redis_url: 'rediss://:pw@cache.example:6380/0', postgres_url: 'postgresql://u:pw@db.example/x', tokens: { backend: 'json', json_path: '/var/lib/authsvc/tokens.json' } } })
+    assert.deepEqual([c.store.backend, c.store.redis_url, c.store.tokens.backend, c.store.tokens.json_path], ['redis', 'rediss://:pw@cache.example:6380/0', 'json', '/var/lib/authsvc/tokens.json'])
+    assert.equal(validateConfig({}).store.tokens.backend, 'users', 'tokens stay with the users by default')
+  })
+  const rows: Array<[string, Record<string, unknown>, string[]]> = [
+    ['postgres without its URL', { store: { backend: 'postgres' } }, ['/store/backend is postgres: set store.postgres_url too']],
+    ['redis tokens without their URL', { store: { tokens: { backend: 'redis' } } }, ['/store/tokens/backend is redis: set store.tokens.redis_url too']],
+    ['a postgres URL of another scheme', { store: { postgres_url: 'mysql://u:Hidden1@db/x' } }, ['/store/postgres_url: must start with postgres:// or postgresql://']],
+    ['a redis URL without a host', { store: { redis_url: 'redis://:Hidden2@' } }, ['/store/redis_url: names no host']],
+    ['a token store URL that does not parse', { store: { tokens: { postgres_url: 'postgres://u:Hidden3@db:notaport/x' } } }, ['/store/tokens/postgres_url: is not a valid URL']],
+    ['an unknown token backend', { store: { tokens: { backend: 'mongo' } } }, ['/store/tokens/backend: got "mongo", must be one of "users", "sqlite", "postgres", "redis", "json"']],
+  ]
+  for (const [name, raw, expected] of rows) {
+    it(`refused: ${name}, without quoting the URL`, () => {
+      const problems = problemsOf(() => validateConfig(raw))
+      assert.deepEqual(problems, expected)
+      assert.ok(!problems.join('\n').includes('Hidden'), 'no password in a problem line')
     })
   }
 })

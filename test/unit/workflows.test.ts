@@ -94,7 +94,15 @@ describe('workflows: own and shared, through the gate', () => {
   it('lists outside workflows/ are the host\'s own, untouched', async () => {
     assert.equal((await decide(sc, list(aliceToken, 'dir=subgraphs'))).action, 'pass')
     assert.equal(assertPass(await decide(sc, list(aliceToken, 'dir=subgraphs'))).filter, undefined)
-    assert.equal(assertPass(await decide(sc, list(aliceToken, 'dir=workflows%2F..%2F..'))).filter, undefined, 'traversal: the host refuses it')
+  })
+
+  it('a listing that leaves the caller\'s own space is refused by the gate, not left to the host (issue 28: the data dir is a sibling)', async () => {
+    for (const query of ['dir=workflows%2F..%2F..', 'dir=..%2Fauthsvc', 'dir=%2Ftmp']) {
+      const out = await decide(sc, list(aliceToken, query))
+      assert.equal(out.action, 'respond', query)
+      assert.equal((out as { status: number }).status, 403, query)
+      assert.equal(JSON.parse((out as { body_text: string }).body_text).code, 'PERMISSION_DENIED', query)
+    }
   })
 
   const read = (token: string, file: string): DescOptions => ({ path: `/userdata/${encodeURIComponent(file)}`, pattern: '/userdata/{file}', match_info: { file }, headers: bearer(token) })

@@ -27,7 +27,7 @@ declare module '../kernel/events.js' {
     user_deleted: { subject: string }
     /** an admin's change of a user other than the role: which fields, never their values (a password) */
     user_updated: { subject: string; changes: Array<'password' | 'disabled' | 'enabled' | 'mfa_reset' | 'sfw_check'> }
-    settings_changed: { setting: 'allow_guest_jwt' | 'groups' | 'ip_lists' | 'ntfy'; value?: boolean }
+    settings_changed: { setting: 'allow_guest_jwt' | 'groups' | 'ip_lists' | 'ntfy' | 'users_db_config' | 'token_storage_config'; value?: boolean }
   }
 }
 export {}

@@ -52,6 +52,17 @@ export function userRelative(name: string): string | null {
   return decodedRelative(name.includes('%') ? unquoteOnce(name) : name)
 }
 
+/**
+ * Whether a userdata name from a request (`{file}`, `dir=`, v2's `path=` after its extra unquote)
+ * leaves the caller's own space as the host resolves it (a backslash is a plain character: the
+ * plugin refuses Windows, docs/platforms.md). Nothing outside `<user_dir>/<comfy-user>/` is any
+ * principal's: the shared set is reached by name, and the data dir (`<user_dir>/authsvc`) never
+ * (docs/decisions.md "The data dir lives in ComfyUI's user directory").
+ */
+export function leavesUserSpace(name: string): boolean {
+  return userRelative(name) === null
+}
+
 /** Whether a user-relative path is in the workflows folder (case does not count: macOS, Windows). */
 export function inWorkflows(rel: string): boolean {
   const lower = rel.toLowerCase()

@@ -3,20 +3,38 @@
  * dir, then environment overrides. Throws ConfigError listing every problem
  * at once; never starts with a partially valid configuration.
  */
-import { readFileSync } from 'node:fs'
-import { dirname, join, resolve } from 'node:path'
+import { existsSync, readFileSync } from 'node:fs'
+import { basename, dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { Value } from 'typebox/value'
 import { ConfigSchema, type Config } from './schema.js'
 import { parseCidr } from '../../access/ip.js'
 import { checkNtfySettings } from '../../notify/settings-rules.js'
 import { outboundUrlProblem } from '../http/outbound.js'
+import { urlProblem } from '../../store-config/rules.js'
 
 const PACKAGE_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', '..')
 
-/** The data dir: `AUTHSVC_DATA_DIR` when set and not empty, else `<package>/users` (SPEC §10). */
+/**
+ * The data dir: `AUTHSVC_DATA_DIR` when set and not empty, else `<package>/users` (SPEC §10).
+ * Inside ComfyUI the plugin always sets it (host-plugin/data_dir.py: `<user_dir>/authsvc`).
+ */
 export function dataDirFromEnv(env: NodeJS.ProcessEnv): string {
   return resolve(env.AUTHSVC_DATA_DIR || join(PACKAGE_ROOT, 'users'))
+}
+
+/**
+ * Where an operator's command (`npx authsvc ...`) looks when neither `--data-dir` nor
+ * `AUTHSVC_DATA_DIR` says: the plugin's default inside ComfyUI, `<ComfyUI>/user/authsvc`, when
+ * the package sits in `<ComfyUI>/custom_nodes/` and that folder exists (a ComfyUI started with
+ * `--user-directory` elsewhere needs `--data-dir`); else `<package>/users`.
+ */
+export function operatorDataDir(env: NodeJS.ProcessEnv, packageRoot: string = PACKAGE_ROOT): string {
+  if (env.AUTHSVC_DATA_DIR) return resolve(env.AUTHSVC_DATA_DIR)
+  const parent = dirname(resolve(packageRoot))
+  const inComfy = join(dirname(parent), 'user', 'authsvc')
+  if (basename(parent) === 'custom_nodes' && existsSync(inComfy)) return inComfy
+  return join(resolve(packageRoot), 'users')
 }
 
 export class ConfigError extends Error {
@@ -87,8 +105,28 @@ export function validateConfig(raw: unknown, problems: string[] = []): Config {
     const problem = outboundUrlProblem(updateUrl)
     if (problem !== null) problems.push(`/update_check/url: ${problem}`)
   }
+  problems.push(...storeProblems(withDefaults))
   if (problems.length > 0) throw new ConfigError(problems)
   return withDefaults
+}
+
+/** The store's URLs parse and a backend has the URL it needs (the lines never quote a URL: it may hold a password). */
+function storeProblems(config: Config): string[] {
+  const problems: string[] = []
+  const sections: Array<[string, unknown]> = [['/store', config.store], ['/store/tokens', config.store?.tokens]]
+  for (const [where, section] of sections) {
+    if (typeof section !== 'object' || section === null) continue
+    const s = section as Record<string, unknown>
+    for (const kind of ['postgres', 'redis'] as const) {
+      const url = s[`${kind}_url`]
+      if (typeof url === 'string' && url !== '') {
+        const problem = urlProblem(kind, url)
+        if (problem !== null) problems.push(`${where}/${kind}_url: ${problem}`)
+      }
+      if (s.backend === kind && url === '') problems.push(`${where}/backend is ${kind}: set ${where.slice(1).replace('/', '.')}.${kind}_url too`)
+    }
+  }
+  return problems
 }
 
 interface SchemaError {

@@ -53,6 +53,22 @@ export const NsfwSchema = Type.Object(
   { additionalProperties: false, default: {} },
 )
 
+/**
+ * Where API tokens are kept (SPEC §5.4 token-storage-config): `users` (the default) is the store
+ * the users are in; otherwise a store of their own, or the legacy JSON file. An empty path is the
+ * default in the data dir (sqlite: the users' `authsvc.sqlite`; json: `authsvc_tokens.json`).
+ */
+export const TokenStoreSchema = Type.Object(
+  {
+    backend: Type.Union([Type.Literal('users'), Type.Literal('sqlite'), Type.Literal('postgres'), Type.Literal('redis'), Type.Literal('json')], { default: 'users' }),
+    sqlite_path: Type.String({ default: '', maxLength: 4096 }),
+    postgres_url: Type.String({ default: '', maxLength: 2048 }),
+    redis_url: Type.String({ default: '', maxLength: 2048 }),
+    json_path: Type.String({ default: '', maxLength: 4096 }),
+  },
+  { additionalProperties: false, default: {} },
+)
+
 export const StoreSchema = Type.Object(
   {
     backend: Type.Union([Type.Literal('sqlite'), Type.Literal('postgres'), Type.Literal('redis')], { default: 'sqlite' }),
@@ -60,6 +76,7 @@ export const StoreSchema = Type.Object(
     postgres_url: Type.String({ default: '' }),
     redis_url: Type.String({ default: '' }),
     encryption_level: Type.Union([Type.Literal('fields'), Type.Literal('all')], { default: 'fields' }),
+    tokens: TokenStoreSchema,
   },
   { additionalProperties: false, default: {} },
 )

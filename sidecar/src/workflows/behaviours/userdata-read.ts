@@ -20,7 +20,7 @@
  */
 import { resolve } from 'node:path'
 import { denyDecision, jsonDecision } from '../../kernel/answers.js'
-import { inWorkflows, onHost, SHARED_HOST_USER, unquoteOnce, userRelative, type ListedFile, type V2Entry } from '../workflow-store.js'
+import { inWorkflows, leavesUserSpace, onHost, SHARED_HOST_USER, unquoteOnce, userRelative, type ListedFile, type V2Entry } from '../workflow-store.js'
 import { arrayElements, rootStart } from '../../isolation/json-spans.js'
 import type { Decision } from '../../kernel/protocol.js'
 import type { RouteBehaviour } from '../../kernel/behaviour.js'
@@ -30,6 +30,9 @@ import { hostUserOf } from '../../identity/host-user.js'
 
 const JSON_TYPE: [string, string] = ['Content-Type', 'application/json; charset=utf-8']
 const isTrue = (v: string | null): boolean => (v ?? '').toLowerCase() === 'true'
+
+/** A name that leaves the caller's own userdata space is refused here, never left to the host's own check. */
+export const outsideOwnSpace = (): Decision => denyDecision('PERMISSION_DENIED', 'This path is outside your own userdata')
 
 /** One entry in the shape the host's flags ask for. */
 function shaped(f: ListedFile, fullInfo: boolean, split: boolean): unknown {
@@ -59,6 +62,7 @@ export function userdataListBehaviour(deps: { workflows: WorkflowStore }): Route
     decide({ desc, pass, principal, host, steps }) {
       const query = new URLSearchParams(desc.query)
       const dir = query.get('dir') ?? ''
+      if (leavesUserSpace(dir)) return outsideOwnSpace()
       const rel = dir === '' ? null : userRelative(dir)
       if (rel === null || !inWorkflows(rel)) return pass
       const state: UserdataListState = { rel, recurse: isTrue(query.get('recurse')), fullInfo: isTrue(query.get('full_info')), split: isTrue(query.get('split')) }
@@ -98,6 +102,7 @@ export function userdataListV2Behaviour(deps: { workflows: WorkflowStore }): Rou
   return {
     decide({ desc, pass, principal, host, steps }) {
       const raw = new URLSearchParams(desc.query).get('path') ?? ''
+      if (leavesUserSpace(unquoteOnce(raw))) return outsideOwnSpace()
       const rel = raw === '' ? null : userRelative(unquoteOnce(raw)) // the v2 route unquotes once more itself
       if (rel === null || !inWorkflows(rel)) return pass
       // no such folder of the caller's own: the host's 404 is never filtered (2xx only), so the
@@ -135,6 +140,7 @@ export function userdataListV2Behaviour(deps: { workflows: WorkflowStore }): Rou
 export function userdataReadBehaviour(deps: { workflows: WorkflowStore }): RouteBehaviour {
   return {
     decide({ desc, pass, principal, host }) {
+      if (leavesUserSpace(desc.match_info.file ?? '')) return outsideOwnSpace()
       const rel = userRelative(desc.match_info.file ?? '')
       if (rel === null || !inWorkflows(rel)) return pass
       const own = deps.workflows.file(hostUserOf(principal), rel)

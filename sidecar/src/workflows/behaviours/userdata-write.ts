@@ -10,7 +10,8 @@
 import { denyDecision } from '../../kernel/answers.js'
 import { can } from '../../identity/principal.js'
 import type { Decision } from '../../kernel/protocol.js'
-import { decodedRelative, inWorkflows, onHost, SHARED_HOST_USER, unquoteOnce, userRelative } from '../workflow-store.js'
+import { decodedRelative, inWorkflows, leavesUserSpace, onHost, SHARED_HOST_USER, unquoteOnce, userRelative } from '../workflow-store.js'
+import { outsideOwnSpace } from './userdata-read.js'
 import type { RouteBehaviour } from '../../kernel/behaviour.js'
 import type { WorkflowStore } from '../workflow-store.js'
 import { hostUserOf } from '../../identity/host-user.js'
@@ -32,6 +33,7 @@ export function userdataWriteBehaviour(deps: { workflows: WorkflowStore }): Rout
     decide({ desc, pass, principal, host }) {
       const file = desc.match_info.file
       const touched = [file, desc.match_info.dest].filter((f): f is string => typeof f === 'string')
+      if (touched.some(leavesUserSpace)) return outsideOwnSpace()
       if (touched.some(isWorkflowsPath) && !can(principal, 'can_modify_workflows')) {
         return denyDecision('PERMISSION_DENIED', 'Your role may not modify workflows')
       }
