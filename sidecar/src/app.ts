@@ -258,6 +258,11 @@ function bindDecisions(
       if (msg.name === 'host_facts') takeHostFacts(hostFactsOf(msg.data), true)
       else for (const each of bound) each.hostEvent?.(msg)
     },
+    async preview(_msg, payload) {
+      // every feature that checks previews must allow the frame (none composed: nothing asked for checks)
+      for (const each of bound) if (each.preview && !(await each.preview(payload))) return { allow: false }
+      return { allow: true }
+    },
   })
 
   const isolation = composed.find(isIsolation)

@@ -117,6 +117,7 @@ export function nsfwFeature(services: NsfwServices, log: FastifyBaseLogger): Nsf
         hostFacts() {
           void loaded.then(() => scanner.kick())
         },
+        preview: (image) => policy.previewAllowed(image),
         hostEvent(msg) {
           if (msg.name !== 'executed') return
           for (const path of outputsOf(msg, services)) policy.learn(path)
