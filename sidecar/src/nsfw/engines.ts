@@ -81,7 +81,15 @@ export async function nsfwjsEngine(dir = classifierModulesDir()): Promise<Engine
   // nsfwjs's own ESM entry (its package's `import` export); require.resolve would name the CJS one
   const nsfwjs = (await import(pathToFileURL(join(dir, 'node_modules', 'nsfwjs', 'dist', 'esm', 'index.js')).href)) as { load(name: string): Promise<Model> }
   const sharp = (await load<{ default: SharpFn }>('sharp')).default
-  const model = await nsfwjs.load('MobileNetV2')
+  // nsfwjs prints a hint about hosting the model on every load: not a line for the host's console
+  const quiet = console.log
+  console.log = () => {}
+  let model: Model
+  try {
+    model = await nsfwjs.load('MobileNetV2')
+  } finally {
+    console.log = quiet
+  }
   return {
     async scores(bytes) {
       if (!looksLikeImage(bytes)) throw new ClassifyError('not_an_image', 'not a PNG, JPEG or WebP image')
