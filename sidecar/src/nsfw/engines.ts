@@ -58,7 +58,7 @@ interface Sharp {
   raw(): Sharp
   toBuffer(o: { resolveWithObject: true }): Promise<{ data: Buffer; info: { width: number; height: number; channels: number } }>
 }
-type SharpFn = (input: Uint8Array, options?: { limitInputPixels?: number; failOn?: string }) => Sharp
+type SharpFn = ((input: Uint8Array, options?: { limitInputPixels?: number; failOn?: string }) => Sharp) & { concurrency?(threads: number): number }
 
 const SIDE = 224
 
@@ -81,14 +81,15 @@ export async function nsfwjsEngine(dir = classifierModulesDir()): Promise<Engine
   // nsfwjs's own ESM entry (its package's `import` export); require.resolve would name the CJS one
   const nsfwjs = (await import(pathToFileURL(join(dir, 'node_modules', 'nsfwjs', 'dist', 'esm', 'index.js')).href)) as { load(name: string): Promise<Model> }
   const sharp = (await load<{ default: SharpFn }>('sharp')).default
+  sharp.concurrency?.(1) // one libvips thread: the host's prompts keep the rest of the machine
   // nsfwjs prints a hint about hosting the model on every load: not a line for the host's console
-  const quiet = console.log
-  console.log = () => {}
+  const quiet = console.info
+  console.info = () => {}
   let model: Model
   try {
     model = await nsfwjs.load('MobileNetV2')
   } finally {
-    console.log = quiet
+    console.info = quiet
   }
   return {
     async scores(bytes) {

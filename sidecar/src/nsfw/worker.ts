@@ -4,7 +4,9 @@
  * keeps the queue. Everything here is off the sidecar's event loop, so no decision waits for a
  * model load, a decode or an inference of somebody else's image.
  */
+import { readlinkSync } from 'node:fs'
 import { open } from 'node:fs/promises'
+import { setPriority } from 'node:os'
 import { parentPort, workerData } from 'node:worker_threads'
 import { ClassifyError, type Classified } from './classifier.js'
 import { nsfwjsEngine, testEngine, type Engine, type EngineName } from './engines.js'
@@ -38,9 +40,24 @@ async function readFileAndFacts(path: string): Promise<{ bytes: Uint8Array; size
   }
 }
 
+/**
+ * This thread (and the threads it starts: libvips's) runs at the lowest priority: on a machine the
+ * host's prompts keep busy, classification takes what they leave (Linux: a thread's nice value is
+ * its own, set through its thread id). Best effort: elsewhere it runs at the process's priority.
+ */
+function lowPriority(): void {
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').pop())
+    if (Number.isInteger(tid) && tid > 0) setPriority(tid, 19)
+  } catch {
+    // not Linux, or not allowed: the normal priority
+  }
+}
+
 async function main(): Promise<void> {
   const port = parentPort
   if (port === null) return
+  lowPriority()
   const name = (workerData as { engine: EngineName }).engine
   let engine: Engine
   try {

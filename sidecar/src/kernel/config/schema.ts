@@ -67,8 +67,11 @@ export const NsfwSchema = Type.Object(
       },
       { additionalProperties: false, default: {} },
     ),
-    /** how long a /view of an image not classified yet waits for its classification (then: blocked for sfw_check users) */
-    view_deadline_ms: Type.Integer({ minimum: 50, maximum: 30000, default: 3000 }),
+    /**
+     * how long a /view of an image not classified yet waits for its classification (then: blocked for
+     * sfw_check users); keep it under the plugin's decision timeout (AUTHSVC_DECISION_TIMEOUT_MS, 2000)
+     */
+    view_deadline_ms: Type.Integer({ minimum: 50, maximum: 30000, default: 1500 }),
     /** how long a preview frame of an sfw_check user's prompt may wait for its classification (then: withheld) */
     preview_deadline_ms: Type.Integer({ minimum: 50, maximum: 10000, default: 1000 }),
     /** images waiting for the classifier at most; beyond, new outputs wait for a scan and /view classifies on demand */
