@@ -135,7 +135,8 @@ export class Scanner {
       try {
         const s = await stat(path, { bigint: true })
         const existing = this.tags.current(path, Number(s.size), Number(s.mtimeNs / 1_000_000n))
-        const fresh = existing !== undefined && (!this.state.force || Date.parse(existing.at_iso) >= startedMs)
+        // with force, only what this scan tagged itself (after it started, a resumed scan included) is skipped
+        const fresh = existing !== undefined && (!this.state.force || Date.parse(existing.at_iso) > startedMs)
         const tag = fresh ? existing : await this.policy.classifyFile(path, false)
         if (this.policy.tagSaysNsfw(tag)) this.state.nsfw++
       } catch {
