@@ -189,12 +189,10 @@ CLASSIFIER_DIR = os.path.join("sidecar", "nsfw-classifier")
 
 
 def classifier_wanted(root: str, env: dict[str, str] | None = None) -> bool:
-    """The NSFW classifier's optional packages are wanted: the data dir's config.json sets
-    ``nsfw.enabled`` (the same data dir the plugin and the sidecar use), or
-    ``AUTHSVC_NSFW_INSTALL=1`` asks for them (CI, where the real classifier's tests run)."""
+    """The NSFW classifier's optional packages are wanted: the data dir's config.json (the same
+    data dir the plugin and the sidecar use) sets ``nsfw.enabled`` with the bundled classifier
+    (not the test suites' ``"test"`` one, which needs none)."""
     env = os.environ if env is None else env
-    if env.get("AUTHSVC_NSFW_INSTALL") == "1":
-        return True
     data_dir = env.get("AUTHSVC_DATA_DIR") or os.path.join(root, "users")
     try:
         with open(os.path.join(data_dir, "config.json"), encoding="utf-8") as f:
@@ -202,7 +200,7 @@ def classifier_wanted(root: str, env: dict[str, str] | None = None) -> bool:
     except (OSError, ValueError):
         return False
     nsfw = config.get("nsfw") if isinstance(config, dict) else None
-    return isinstance(nsfw, dict) and nsfw.get("enabled") is True
+    return isinstance(nsfw, dict) and nsfw.get("enabled") is True and nsfw.get("classifier", "nsfwjs") == "nsfwjs"
 
 
 def classifier_current(root: str) -> bool:

@@ -33,7 +33,8 @@ class ClassifierWanted(unittest.TestCase):
             ("a truthy string is not true", {"nsfw": {"enabled": "yes"}}, {}, False),
             ("not JSON", "{nsfw", {}, False),
             ("a JSON list", [1], {}, False),
-            ("CI asks for them", None, {"AUTHSVC_NSFW_INSTALL": "1"}, True),
+            ("the test classifier needs none", {"nsfw": {"enabled": True, "classifier": "test"}}, {}, False),
+            ("the bundled one named", {"nsfw": {"enabled": True, "classifier": "nsfwjs"}}, {}, True),
         ]
         for name, config, env, expected in rows:
             with self.subTest(name):
