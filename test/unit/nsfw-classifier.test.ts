@@ -104,6 +104,21 @@ describe('the pool, with the deterministic engine in its worker thread', () => {
     }
   })
 
+  it('while the host runs a prompt background work waits and urgent work does not', async () => {
+    pool.hold(true)
+    try {
+      let done = false
+      const background = pool.classify({ path: file('bg.png', cleanPng(21)) }).then((r) => ((done = true), r))
+      const urgent = await pool.classify({ path: file('ur.png', nsfwPng(22)) }, { urgent: true })
+      assert.ok(urgent.source === 'detector' && urgent.scores.Porn > 0.9)
+      assert.equal(done, false, 'the background job waited')
+      pool.hold(false)
+      assert.equal((await background).source, 'detector')
+    } finally {
+      pool.hold(false)
+    }
+  })
+
   it('a path asked twice at once is classified once', async () => {
     const before = pool.answered
     const path = file('twice.png', cleanPng(9))

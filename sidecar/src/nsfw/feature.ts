@@ -5,7 +5,8 @@
  *
  * - the tags are loaded at start (tags.ts), the classifier's worker starts and loads its model
  *   (pool.ts), and a scan that was running resumes once the host named its folders (scanner.ts);
- * - every image a prompt outputs (the host's `executed` events) is classified in the background;
+ * - every image a prompt outputs (the host's `executed` events) is queued for classification in
+ *   the background, which runs once the prompt ended (pool.ts `hold`: the prompt keeps the CPU);
  * - the isolation feature's /view asks `gate()` for sfw_check users (isolation/behaviours/view.ts).
  *
  * Routes: `/authsvc/api/nsfw-management` and `/authsvc-gallery/mark-nsfw` (routes.ts).
@@ -118,9 +119,14 @@ export function nsfwFeature(services: NsfwServices, log: FastifyBaseLogger): Nsf
           void loaded.then(() => scanner.kick())
         },
         preview: (image) => policy.previewAllowed(image),
+        hello(msg) {
+          // a prompt running at (re)connect: background classification waits for its end
+          pool.hold(Array.isArray(msg.running) && msg.running.length > 0)
+        },
         hostEvent(msg) {
-          if (msg.name !== 'executed') return
-          for (const path of outputsOf(msg, services)) policy.learn(path)
+          if (msg.name === 'execution_start') pool.hold(true)
+          else if (msg.name === 'execution_end') pool.hold(false)
+          else if (msg.name === 'executed') for (const path of outputsOf(msg, services)) policy.learn(path)
         },
       }
     },

@@ -3,6 +3,11 @@
  * queue in front of it. Urgent work (a /view or a preview frame that waits) goes before background
  * work (new outputs, a scan); a path already queued or being classified is not queued twice.
  *
+ * While the host runs a prompt (`hold(true)`, from its events) background work waits, so a
+ * prompt's CPU is not shared with the classification of its own outputs; urgent work never waits,
+ * and background work waiting longer than BACKGROUND_MAX_WAIT_MS runs anyway (a host that is never
+ * idle still gets its outputs tagged).
+ *
  * Guarantees: the sidecar's event loop never runs the model; a classification rejects (never
  * hangs) when its deadline passes, the queue is full (`queue_max`), the worker failed to start or
  * died (a new one starts for the next job), or the pool is closed.
@@ -28,6 +33,8 @@ interface Waiter { resolve(c: Classified): void; reject(e: Error): void }
 
 interface QueuedJob {
   id: number
+  /** when it was queued (performance.now()) */
+  at: number
   key: string | null
   target: ClassifyTarget
   urgent: boolean
@@ -36,6 +43,8 @@ interface QueuedJob {
 
 /** How many jobs the worker holds at once (the rest wait here, where urgent ones can go first). */
 const IN_WORKER = 2
+/** The longest background work waits for the host to finish its prompts. */
+export const BACKGROUND_MAX_WAIT_MS = 60_000
 
 export class ClassifierPool implements Classifier {
   private worker: Worker | null = null
@@ -45,6 +54,8 @@ export class ClassifierPool implements Classifier {
   private readonly sent = new Map<number, QueuedJob>()
   private nextId = 1
   private closed = false
+  private held = false
+  private holdTimer: NodeJS.Timeout | null = null
   /** classifications answered (tests, the bench) */
   answered = 0
 
@@ -117,7 +128,7 @@ export class ClassifierPool implements Classifier {
     let job = key === null ? undefined : this.byKey.get(key)
     if (job === undefined) {
       if (this.queue.length >= this.queueMax && !urgent) return Promise.reject(new ClassifyError('queue_full', 'the classifier queue is full'))
-      job = { id: this.nextId++, key, target, urgent, waiters: new Set() }
+      job = { id: this.nextId++, at: performance.now(), key, target, urgent, waiters: new Set() }
       if (key !== null) this.byKey.set(key, job)
       if (urgent) this.queue.splice(this.queue.findIndex((j) => !j.urgent) >>> 0, 0, job)
       else this.queue.push(job)
@@ -151,6 +162,30 @@ export class ClassifierPool implements Classifier {
     return result
   }
 
+  /** The host runs a prompt (true) or is idle again (false): background work waits meanwhile. */
+  hold(on: boolean): void {
+    this.held = on
+    if (!on) this.pump()
+  }
+
+  /** The next job to send: the first one, or while held the first urgent one or background work waiting too long. */
+  private next(): QueuedJob | undefined {
+    if (!this.held) return this.queue.shift()
+    const now = performance.now()
+    const at = this.queue.findIndex((j) => j.urgent || now - j.at >= BACKGROUND_MAX_WAIT_MS)
+    if (at >= 0) return this.queue.splice(at, 1)[0]
+    // look again when the oldest background job has waited long enough
+    const oldest = Math.min(...this.queue.map((j) => j.at))
+    if (this.holdTimer === null && Number.isFinite(oldest)) {
+      this.holdTimer = setTimeout(() => {
+        this.holdTimer = null
+        this.pump()
+      }, Math.max(0, BACKGROUND_MAX_WAIT_MS - (now - oldest)) + 10)
+      this.holdTimer.unref()
+    }
+    return undefined
+  }
+
   /** Jobs waiting, and in the worker. */
   get pending(): number {
     return this.queue.length + this.sent.size
@@ -161,7 +196,8 @@ export class ClassifierPool implements Classifier {
     this.start().then(
       () => {
         while (this.worker !== null && this.sent.size < IN_WORKER && this.queue.length > 0) {
-          const job = this.queue.shift()!
+          const job = this.next()
+          if (job === undefined) break
           if (job.waiters.size === 0) {
             if (job.key !== null) this.byKey.delete(job.key)
             continue
@@ -184,6 +220,7 @@ export class ClassifierPool implements Classifier {
 
   async close(): Promise<void> {
     this.closed = true
+    if (this.holdTimer !== null) clearTimeout(this.holdTimer)
     const error = new ClassifyError('closed', 'the classifier is closed')
     for (const job of [...this.queue.splice(0), ...this.sent.values()]) for (const w of job.waiters) w.reject(error)
     this.sent.clear()
