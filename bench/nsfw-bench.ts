@@ -15,7 +15,11 @@
  *   - the `policy` sidecar's resident memory (VmRSS of its process, the classifier loaded and
  *     warm, after the prompts).
  *
- * Environment: BENCH_NSFW_IMAGES (default 40), BENCH_NSFW_ROUNDS (default 3), BENCH_NSFW_SECONDS
+ * The prompts alternate which host goes first; after each the host collects its garbage at once
+ * (POST /free, as bench/real-host-bench.ts does) and the policy host's classifier catches up, so
+ * nothing of one prompt lands in the next one's time.
+ *
+ * Environment: BENCH_NSFW_IMAGES (default 40), BENCH_NSFW_ROUNDS (default 7), BENCH_NSFW_SECONDS
  * (wrk per round, default 3). Ends with PASS/FAIL lines; exits 1 when a target is missed.
  */
 import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs'
@@ -27,7 +31,7 @@ import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '.
 import { ensureWrk, median, printVerdicts, wrk, type Verdict } from './lib.js'
 
 const IMAGES = Number(process.env.BENCH_NSFW_IMAGES ?? 40)
-const ROUNDS = Number(process.env.BENCH_NSFW_ROUNDS ?? 3)
+const ROUNDS = Number(process.env.BENCH_NSFW_ROUNDS ?? 7)
 const SECONDS = Number(process.env.BENCH_NSFW_SECONDS ?? 3)
 const PASSWORD = 'bench-password-1'
 
@@ -91,7 +95,13 @@ async function promptMs(h: Host): Promise<number> {
     const history = await json(await fetch(`${h.host.url}/history/${id}`, { headers }), `${h.name} history`)
     const messages: Array<[string, { timestamp: number }]> = history[id]?.status?.messages ?? []
     const at = (name: string) => messages.find(([m]) => m === name)?.[1].timestamp
-    if (at('execution_success') !== undefined && at('execution_start') !== undefined) return at('execution_success')! - at('execution_start')!
+    if (at('execution_success') !== undefined && at('execution_start') !== undefined) {
+      // ComfyUI collects garbage 10 s after a prompt: now, not in the next host's prompt
+      const freed = await fetch(`${h.host.url}/free`, { method: 'POST', headers, body: JSON.stringify({ unload_models: true }) })
+      if (!freed.ok) throw new Error(`${h.name} POST /free: ${freed.status}`)
+      await freed.arrayBuffer()
+      return at('execution_success')! - at('execution_start')!
+    }
     if (history[id]?.status?.status_str === 'error') throw new Error(`${h.name}: the prompt failed`)
     if (Date.now() > until) throw new Error(`${h.name}: the prompt did not finish in 120 s`)
     await new Promise((resolve) => setTimeout(resolve, 100))
@@ -156,7 +166,7 @@ async function main(): Promise<void> {
           const headers = h.user ? [`Authorization: Bearer ${h.user}`] : []
           rps[h.name].push((await wrk(`${h.host.url}${viewPath}`, 8, headers, SECONDS)).rps)
         }
-        for (const h of [hg, hp]) {
+        for (const h of round % 2 === 0 ? [hg, hp] : [hp, hg]) {
           ms[h.name].push(await promptMs(h))
           if (h === hp) await classified(hp)
         }
