@@ -97,6 +97,20 @@ def install_dependencies(node: str, env: dict[str, str]) -> None:
         fail("npm ci finished but node_modules still does not match package-lock.json")
 
 
+def install_classifier(node: str, env: dict[str, str]) -> None:
+    """The NSFW classifier's optional packages, into their own folder with their own lockfile
+    (sidecar/nsfw-classifier; docs/decisions.md "NSFW classifier"): only when nsfw.enabled."""
+    say("installing the NSFW classifier's packages (nsfw.enabled; about 370 MB)")
+    folder = os.path.join(ROOT, state.CLASSIFIER_DIR)
+    # no install scripts: each package ships what it runs (the model, the wasm backend, sharp's prebuilt libvips)
+    command = npm_command(node) + ["ci", "--no-audit", "--no-fund", "--loglevel=error", "--prefer-offline", "--ignore-scripts"]
+    result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        fail(f"npm ci of the NSFW classifier failed (exit status {result.returncode}); the output is above", result.stdout + result.stderr)
+    if not state.classifier_current(ROOT):
+        fail("npm ci finished but the NSFW classifier's packages still do not match their package-lock.json")
+
+
 def build_sidecar(node: str, env: dict[str, str]) -> None:
     say("building the sidecar (tsc)")
     stamp = state.expected_stamp(ROOT)  # taken before compiling: a source edited meanwhile makes it stale, not wrongly fresh
@@ -132,6 +146,9 @@ def main() -> None:
         changed = False
         if not state.deps_current(ROOT):
             install_dependencies(node, env)
+            changed = True
+        if state.classifier_wanted(ROOT) and not state.classifier_current(ROOT):
+            install_classifier(node, env)
             changed = True
         if state.build_problem(ROOT) is not None:
             build_sidecar(node, env)

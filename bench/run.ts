@@ -5,8 +5,9 @@
  * when no real ComfyUI is available), then a sidecar killed under load inside it
  * (bench/restart-bench.ts), then logins and decisions with a slow, failing or dead ntfy
  * (bench/ntfy-bench.ts), then the shared store's verbs and feed on PostgreSQL
- * (bench/store-bench.ts). Each runs in its own process; exits 1 when any missed a
- * target. BENCH_ONLY=standin, isolation, real, restart, ntfy or store runs one.
+ * (bench/store-bench.ts), then the content-safety policy's cost (bench/nsfw-bench.ts). Each
+ * runs in its own process; exits 1 when any missed a target. BENCH_ONLY=standin, isolation,
+ * real, restart, ntfy, store or nsfw runs one.
  */
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
@@ -19,6 +20,7 @@ const parts = [
   ['restart', 'restart-bench.ts'],
   ['ntfy', 'ntfy-bench.ts'],
   ['store', 'store-bench.ts'],
+  ['nsfw', 'nsfw-bench.ts'],
 ].filter(([name]) => !only || only === name)
 let failed = false
 for (const [, file] of parts) {

@@ -93,6 +93,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
             events = HostEvents(client.send_event)
             events.install(prompt_server)
             gate.queue_status.install(prompt_server, events.status_seq)
+            gate.previews.install(prompt_server)
             run_guard.install(prompt_server)
             gate.on_prompts_changed = events.report_prompts
             client.hello_extra = lambda: {**events.hello_fields(), **gate.sockets.hello_fields()}

@@ -29,6 +29,7 @@ from .decision_client import DecisionClient
 from .describe import described, description_fields
 from .failsafe import unavailable_response
 from .proxy import SidecarProxy
+from .preview_check import PreviewCheck
 from .queue_status import QueueStatus
 from .refusal_log import RefusalLog
 from .request_edit import edited
@@ -53,7 +54,8 @@ class Gate:
         self.refusals = RefusalLog()  # per gate: "before the first ready" is this gate's start
         self.queue_status = QueueStatus()
         client.push_handlers["queue_counts"] = self.queue_status.pushed
-        self.sockets = OpenSockets(client, self.queue_status)
+        self.previews = PreviewCheck(client)
+        self.sockets = OpenSockets(client, self.queue_status, self.previews)
         self.proxy = SidecarProxy(client)
         self.filter = ResponseFilter(client)
         # called after the handler of a pass with report_prompts (a delete in the queue or history)

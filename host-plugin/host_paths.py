@@ -98,7 +98,16 @@ def _view(fp: Any, item: dict[str, Any], whole: bool) -> dict[str, Any]:
         if not _inside(folder, joined):
             return {"status": 403}
         folder = joined
-    return _real(os.path.join(folder, name if whole else os.path.basename(name)))
+    place = _real(os.path.join(folder, name if whole else os.path.basename(name)))
+    if not whole and place.get("file"):
+        # the content-safety policy keys its tags on the file as it is now (sidecar/src/nsfw/tags.ts)
+        try:
+            st = os.stat(place["path"])
+            place["size"] = st.st_size
+            place["mtime_ms"] = st.st_mtime_ns // 1_000_000
+        except OSError:
+            pass
+    return place
 
 
 def _query_item(raw: Any) -> dict[str, Any]:

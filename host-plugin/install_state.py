@@ -185,6 +185,29 @@ def read_stamp(dist: str) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- dependencies and build
 
 
+CLASSIFIER_DIR = os.path.join("sidecar", "nsfw-classifier")
+
+
+def classifier_wanted(root: str, env: dict[str, str] | None = None) -> bool:
+    """The NSFW classifier's optional packages are wanted: the data dir's config.json (the same
+    data dir the plugin and the sidecar use) sets ``nsfw.enabled`` with the bundled classifier
+    (not the test suites' ``"test"`` one, which needs none)."""
+    env = os.environ if env is None else env
+    data_dir = env.get("AUTHSVC_DATA_DIR") or os.path.join(root, "users")
+    try:
+        with open(os.path.join(data_dir, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return False
+    nsfw = config.get("nsfw") if isinstance(config, dict) else None
+    return isinstance(nsfw, dict) and nsfw.get("enabled") is True and nsfw.get("classifier", "nsfwjs") == "nsfwjs"
+
+
+def classifier_current(root: str) -> bool:
+    """The classifier's packages are installed as its own lockfile says (sidecar/nsfw-classifier)."""
+    return deps_current(os.path.join(root, CLASSIFIER_DIR))
+
+
 def deps_current(root: str) -> bool:
     """npm's hidden lockfile holds exactly the lockfile's packages (optional ones may be absent:
     npm skips those for other platforms, e.g. esbuild's 25 native builds)."""
@@ -228,6 +251,9 @@ def build_problem(root: str) -> Problem | None:
                        detail=f"{type(exc).__name__}: {exc}")
     if {k: stamp.get(k) for k in ("version", "lockfile_sha256", "sources_sha256")} != expected:
         return Problem("stale_build", "the sidecar build is older than this package's sources (an update that was not installed)",
+                       fix, installable=True)
+    if classifier_wanted(root) and not classifier_current(root):
+        return Problem("no_classifier", "the NSFW policy is enabled but its classifier's packages are not installed",
                        fix, installable=True)
     return None
 

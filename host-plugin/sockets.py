@@ -22,6 +22,7 @@ import aiohttp
 from aiohttp import web
 
 from .decision_client import DecisionClient
+from .preview_check import PreviewCheck
 from .queue_status import QueueStatus
 
 log = logging.getLogger("authsvc")
@@ -30,6 +31,7 @@ _WS_TAG_KEY = "authsvc_ws_tag"
 _WS_KEY = "authsvc_ws"
 _WS_ENTRY_KEY = "authsvc_ws_entry"
 _WS_QUEUE_OWNER_KEY = "authsvc_ws_queue_owner"
+_WS_PREVIEW_KEY = "authsvc_ws_preview_check"
 
 # Before 3.10.4, aiohttp's close() first wakes the handler, whose return makes aiohttp close the
 # socket with 1000 before our code is sent (aio-libs/aiohttp#3448); from 3.10.4 it sends the close
@@ -38,9 +40,10 @@ _CLOSE_WAKES_HANDLER_FIRST = tuple(int(n) for n in re.findall(r"\d+", aiohttp.__
 
 
 class OpenSockets:
-    def __init__(self, client: DecisionClient, queue_status: QueueStatus) -> None:
+    def __init__(self, client: DecisionClient, queue_status: QueueStatus, previews: PreviewCheck | None = None) -> None:
         self.client = client
         self.queue_status = queue_status
+        self.previews = previews
         # open WebSockets by the tag of their pass decision, so the sidecar can close them (close_ws)
         self._sockets: dict[str, set[web.WebSocketResponse]] = {}
         # what the sidecar said about each open socket, handed back to it after a restart
@@ -60,6 +63,8 @@ class OpenSockets:
         queue_owner = decision.get("ws_queue_owner")
         if isinstance(queue_owner, str):
             request[_WS_QUEUE_OWNER_KEY] = queue_owner
+        if decision.get("ws_preview_check") is True:
+            request[_WS_PREVIEW_KEY] = True
         return tag
 
     async def on_response_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
@@ -68,6 +73,8 @@ class OpenSockets:
             self._sockets.setdefault(tag, set()).add(response)
             request[_WS_KEY] = response
             self.queue_status.socket_opened(response, request.get(_WS_QUEUE_OWNER_KEY))
+            if self.previews is not None:
+                self.previews.socket_opened(response, request.get(_WS_PREVIEW_KEY) is True)
             entry = request.get(_WS_ENTRY_KEY)
             if isinstance(entry, dict):
                 self._entries[tag] = entry
@@ -76,6 +83,8 @@ class OpenSockets:
         ws = request.get(_WS_KEY)
         if ws is not None:
             self.queue_status.socket_closed(ws)
+            if self.previews is not None:
+                self.previews.socket_closed(ws)
         sockets = self._sockets.get(tag)
         if sockets is not None and ws is not None:
             sockets.discard(ws)

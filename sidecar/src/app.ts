@@ -40,6 +40,7 @@ import { PROTOCOL_VERSION, type PushMessage, type HelloMessage } from './kernel/
 import type { DecisionHandlers } from './kernel/server.js'
 import { modelsFeature } from './models/feature.js'
 import { notifyFeature } from './notify/feature.js'
+import { nsfwFeature } from './nsfw/feature.js'
 import { pagesFeature } from './pages/feature.js'
 import { SERVICE_VERSION, type Services } from './services.js'
 import { storeConfigFeature } from './store-config/feature.js'
@@ -53,10 +54,12 @@ import { workflowsFeature } from './workflows/feature.js'
  */
 export function features(services: Services, log: FastifyBaseLogger, clock: Clock): Feature[] {
   const models = modelsFeature(services, log, clock)
+  const nsfw = nsfwFeature(services, log)
   return [
     identityFeature(services),
     models,
-    isolationFeature(services, log, () => models.access()),
+    isolationFeature(services, log, () => models.access(), () => nsfw.gate()),
+    nsfw,
     workflowsFeature(services),
     pagesFeature(services),
     auditFeature(services),
@@ -256,6 +259,11 @@ function bindDecisions(
     event(msg) {
       if (msg.name === 'host_facts') takeHostFacts(hostFactsOf(msg.data), true)
       else for (const each of bound) each.hostEvent?.(msg)
+    },
+    async preview(_msg, payload) {
+      // every feature that checks previews must allow the frame (none composed: nothing asked for checks)
+      for (const each of bound) if (each.preview && !(await each.preview(payload))) return { allow: false }
+      return { allow: true }
     },
   })
 

@@ -23,7 +23,7 @@ import { websocketBehaviour } from './behaviours/websocket.js'
 import { credentialState } from './credential-state.js'
 import { HostFileWatcher } from './file-watcher.js'
 import { FilterPool } from './filter-pool.js'
-import type { BehaviourDeps } from './behaviours/deps.js'
+import type { BehaviourDeps, ContentGate } from './behaviours/deps.js'
 import { applyHostEvent, hostPromptsReport } from './host-events.js'
 import { LiveSockets } from './live-sockets.js'
 import './events.js'
@@ -37,7 +37,8 @@ export interface IsolationFeature extends Feature {
   hostFiles(): HostFileWatcher
 }
 
-export function isolationFeature(services: IsolationServices, log: FastifyBaseLogger, models: () => ModelAccess): IsolationFeature {
+/** `contentGate`: the content-safety policy's say on /view and previews (nsfw/feature.ts), when composed. */
+export function isolationFeature(services: IsolationServices, log: FastifyBaseLogger, models: () => ModelAccess, contentGate?: () => ContentGate | null): IsolationFeature {
   let bound: { liveSockets: LiveSockets; hostFiles: HostFileWatcher } | undefined
   const live = () => {
     if (bound === undefined) throw new Error('isolation is used before the store was opened')
@@ -63,6 +64,7 @@ export function isolationFeature(services: IsolationServices, log: FastifyBaseLo
       const queueChanged = (seq: number): void => kernel.push({ type: 'queue_counts', seq, counts: ownership.remainingByOwner() })
       const deps: BehaviourDeps & ModelDeps = {
         config: services.config, clock: services.clock, events: services.events, ownership, clientIds: services.clientIds, liveSockets, host: services.host, filters, models: models(),
+        ...(contentGate !== undefined ? { contentGate } : {}),
       }
       return {
         behaviours: [

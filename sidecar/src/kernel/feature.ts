@@ -45,4 +45,6 @@ export interface BoundFeature {
   hostFacts?(facts: HostFacts): void
   /** a host event other than `host_facts` */
   hostEvent?(msg: EventMessage): void
+  /** a preview frame (its image bytes) for a socket whose pass said `ws_preview_check`: whether it may be sent */
+  preview?(image: Buffer): Promise<boolean>
 }

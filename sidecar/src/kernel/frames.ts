@@ -16,6 +16,7 @@ import {
   type HelloMessage,
   type HostFacts,
   type MatchedRoute,
+  type PreviewMessage,
   type RequestDescription,
   type ResolvedMessage,
 } from './protocol.js'
@@ -92,7 +93,7 @@ const isStringListMap = (v: unknown): v is Record<string, string[]> =>
   isRecord(v) && Object.values(v).every((list) => Array.isArray(list) && list.every(isString))
 
 /** What the plugin may send: each message as its type says, checked (frames.ts `parseMessage`). */
-export type Incoming = HelloMessage | RequestDescription | BodyMessage | FormMessage | FilterMessage | EventMessage | ResolvedMessage
+export type Incoming = HelloMessage | RequestDescription | BodyMessage | FormMessage | FilterMessage | EventMessage | ResolvedMessage | PreviewMessage
 
 /**
  * The host facts of a hello: the fields this side types are kept only when of their type (a wrong
@@ -181,6 +182,8 @@ export function parseMessage(msg: Record<string, unknown>): { message: Incoming 
     }
     case 'body':
       return { message: { type, id, ctx: msg.ctx } }
+    case 'preview':
+      return { message: { type, id } }
     case 'form':
       return isStringMap(msg.fields) && isStringMap(msg.files)
         ? { message: { type, id, ctx: msg.ctx, fields: msg.fields, files: msg.files } }

@@ -36,6 +36,9 @@ export interface Place {
   status?: number
   /** for a `name`: how it got there (`annotated`: the input folder or an annotation; `output`, `temp`: joined there; `cwd`: as given) */
   via?: 'annotated' | 'output' | 'temp' | 'cwd'
+  /** for a `view` of a file: its size and mtime (whole ms), which the content-safety tags are keyed on */
+  size?: number
+  mtime_ms?: number
 }
 
 /** What a `userdata` item answers besides `path`, `file` and `dir` (host-plugin/host_paths.py). */

@@ -64,6 +64,19 @@ export interface FilterMessage {
   too_large?: true
 }
 
+/**
+ * A preview frame the host is about to send to a socket whose pass said `ws_preview_check`: its
+ * image bytes are the payload. Answer `{allow}`: false withholds the frame (nsfw/, issue 23).
+ */
+export interface PreviewMessage {
+  type: 'preview'
+  id: number
+}
+
+export interface PreviewAnswer {
+  allow: boolean
+}
+
 /** A host fact as it happened; never answered. */
 export interface EventMessage {
   type: 'event'
@@ -134,6 +147,8 @@ export interface PassDecision {
    * plugin edits them with the newest `queue_counts`); absent: the host's own number
    */
   ws_queue_owner?: string
+  /** this WebSocket's preview frames are sent only once the sidecar allowed them (a `preview` message each; nsfw/) */
+  ws_preview_check?: true
   /** after the handler ran, the plugin reports the host's prompts again (`host_prompts`): a delete changes them without a queue event */
   report_prompts?: true
   /** the user named in comfy-user, for hosts that must know their users (ComfyUI --multi-user) */

@@ -28,6 +28,8 @@ import {
   type FilterMessage,
   type FormMessage,
   type HelloMessage,
+  type PreviewAnswer,
+  type PreviewMessage,
   type RequestDescription,
   type ResolvedMessage,
   type WithPayload,
@@ -40,6 +42,8 @@ export interface DecisionHandlers {
   form(msg: FormMessage, host?: HostLink): Decision | Promise<Decision>
   filter(msg: FilterMessage, payload: Buffer, host?: HostLink): FilterAnswer | WithPayload<FilterAnswer> | Promise<FilterAnswer | WithPayload<FilterAnswer>>
   event(msg: EventMessage): void
+  /** a preview frame for a socket that asked for checks: whether it may go */
+  preview(msg: PreviewMessage, payload: Buffer): PreviewAnswer | Promise<PreviewAnswer>
 }
 
 type Answer = object | WithPayload<object>
@@ -87,6 +91,8 @@ export function dispatch(handlers: DecisionHandlers, msg: Exclude<Incoming, Reso
     case 'event':
       handlers.event(msg)
       return undefined
+    case 'preview':
+      return handlers.preview(msg, payload)
   }
 }
 

@@ -1,8 +1,9 @@
 /** What the isolation behaviours are built from (isolation/feature.ts builds it once the store is open). */
+import type { Principal } from '../../identity/principal.js'
 import type { Config } from '../../kernel/config/schema.js'
 import type { Clock } from '../../kernel/clock.js'
 import type { Events } from '../../kernel/events.js'
-import type { HostFacts } from '../../kernel/protocol.js'
+import type { Decision, HostFacts } from '../../kernel/protocol.js'
 import type { ClientIdBindings } from '../client-ids.js'
 import type { FilterPool } from '../filter-pool.js'
 import type { LiveSockets } from '../live-sockets.js'
@@ -19,4 +20,16 @@ export interface BehaviourDeps {
   host: { facts: HostFacts }
   /** where large host answers are edited (off the event loop) */
   filters: FilterPool
+  /** the content-safety policy's gate on /view, when that feature is composed and enabled */
+  contentGate?: () => ContentGate | null
+}
+
+/**
+ * Another feature's say on an image a caller may read (the content-safety policy, nsfw/): whether
+ * it looks at this principal at all (`applies`: no resolve is asked for a caller it never blocks),
+ * and its decision for the resolved file (null: pass).
+ */
+export interface ContentGate {
+  applies(principal: Principal): boolean
+  view(principal: Principal, file: { path: string; size?: number; mtime_ms?: number }, ip: string): Promise<Decision | null>
 }

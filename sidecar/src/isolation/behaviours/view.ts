@@ -7,6 +7,9 @@
  * (its 400 for a name with `..`, an unknown type or an unreadable name such as one with NUL, on
  * which the handler would fail with a 500; its 403 for a subfolder leaving its folder) gets the
  * gate's JSON error with the same status.
+ *
+ * For a caller the content-safety policy looks at (an sfw_check user, nsfw/), the resolved file
+ * then goes to its gate (deps.contentGate), which may answer 403 "NSFW content blocked".
  */
 import { denyDecision } from '../../kernel/answers.js'
 import { mayReadFile } from '../user-folders.js'
@@ -15,14 +18,23 @@ import type { BehaviourDeps } from './deps.js'
 
 export function viewBehaviour(deps: BehaviourDeps): RouteBehaviour {
   return {
-    async decide({ desc, pass, owner, seesAll, host }) {
-      if (seesAll) return pass
+    async decide({ desc, pass, principal, owner, seesAll, host, ip }) {
+      // the content-safety policy (nsfw/) looks at the file for its sfw_check users only
+      const gate = deps.contentGate?.() ?? null
+      const checks = gate !== null && gate.applies(principal)
+      if (seesAll && !checks) return pass
       const { results, roots } = await host.resolve([{ op: 'view', query: desc.query }])
       const place = results[0]
       if (place?.status === 404) return pass // no file named at all: the host's own 404
       if (place?.status === 403) return denyDecision('PERMISSION_DENIED', 'The subfolder leaves its folder')
       if (place?.status === 400) return denyDecision('VALIDATION_FAILED', 'Not a file name the host reads')
-      return mayReadFile(place, roots, owner, deps.ownership) ? pass : denyDecision('NOT_FOUND')
+      if (!seesAll && !mayReadFile(place, roots, owner, deps.ownership)) return denyDecision('NOT_FOUND')
+      if (checks && place?.file === true && place.path !== undefined) {
+        const file = { path: place.path, ...(place.size !== undefined ? { size: place.size } : {}), ...(place.mtime_ms !== undefined ? { mtime_ms: place.mtime_ms } : {}) }
+        const refused = await gate.view(principal, file, ip)
+        if (refused !== null) return refused
+      }
+      return pass
     },
   }
 }

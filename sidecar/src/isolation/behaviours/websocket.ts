@@ -27,7 +27,9 @@ export function websocketBehaviour(deps: BehaviourDeps): RouteBehaviour {
       if (!deps.liveSockets.register(entry)) return denyDecision('TOO_MANY_ATTEMPTS', 'Too many open WebSockets; close some first', [['Retry-After', '5']])
       // the plugin keeps the entry and hands it back after a sidecar restart (live-sockets.ts)
       // its `status` frames count only the owner's prompts, unless the caller sees everything (issue 21)
-      return { ...pass, ws_tag: entry.tag, ws_entry: entry, ...(seesAll ? {} : { ws_queue_owner: owner }) }
+      // its preview frames wait for the content-safety policy's word (an sfw_check user, nsfw/)
+      const previews = deps.contentGate?.()?.applies(principal) === true ? { ws_preview_check: true as const } : {}
+      return { ...pass, ws_tag: entry.tag, ws_entry: entry, ...(seesAll ? {} : { ws_queue_owner: owner }), ...previews }
     },
   }
 }

@@ -65,7 +65,6 @@ export function parseBoolean(raw: string): boolean | undefined {
  */
 export const UNBUILT_KEYS: Readonly<Record<string, string>> = Object.freeze({
   model_download: 'model downloads are not built yet',
-  nsfw: 'the NSFW policy is not built yet',
 })
 
 function unbuiltProblems(raw: Record<string, unknown>): string[] {
@@ -106,6 +105,10 @@ export function validateConfig(raw: unknown, problems: string[] = []): Config {
     if (problem !== null) problems.push(`/update_check/url: ${problem}`)
   }
   problems.push(...storeProblems(withDefaults))
+  // the deterministic classifier decides by markers a test writes: never by accident in production
+  if (withDefaults.nsfw?.classifier === 'test' && process.env.AUTHSVC_NSFW_TEST_CLASSIFIER !== '1') {
+    problems.push('/nsfw/classifier: "test" is the test suites\' classifier; it needs AUTHSVC_NSFW_TEST_CLASSIFIER=1 in the environment')
+  }
   if (problems.length > 0) throw new ConfigError(problems)
   return withDefaults
 }

@@ -46,9 +46,36 @@ export const ModelDownloadSchema = Type.Object(
   { additionalProperties: false, default: {} },
 )
 
+/** A class score (0..1) at or above which the detector calls an image NSFW (nsfw/classifier.ts). */
+const Threshold = (d: number) => Type.Number({ minimum: 0, maximum: 1.01, default: d })
+
+/**
+ * The content-safety policy (nsfw/, SPEC §11). Off by default: its classifier's packages are
+ * installed only when `enabled` is set (sidecar/nsfw-classifier/, docs/decisions.md).
+ */
 export const NsfwSchema = Type.Object(
   {
-    enabled: Bool(true),
+    enabled: Bool(false),
+    /** `nsfwjs`: the bundled MobileNetV2 model; `test`: the deterministic test classifier (refused unless AUTHSVC_NSFW_TEST_CLASSIFIER=1) */
+    classifier: Type.Union([Type.Literal('nsfwjs'), Type.Literal('test')], { default: 'nsfwjs' }),
+    /** an image is NSFW when any class reaches its threshold (1.01: never) */
+    thresholds: Type.Object(
+      {
+        Porn: Threshold(0.6),
+        Hentai: Threshold(0.6),
+        Sexy: Threshold(0.8),
+      },
+      { additionalProperties: false, default: {} },
+    ),
+    /**
+     * how long a /view of an image not classified yet waits for its classification (then: blocked for
+     * sfw_check users); keep it under the plugin's decision timeout (AUTHSVC_DECISION_TIMEOUT_MS, 2000)
+     */
+    view_deadline_ms: Type.Integer({ minimum: 50, maximum: 30000, default: 1500 }),
+    /** how long a preview frame of an sfw_check user's prompt may wait for its classification (then: withheld) */
+    preview_deadline_ms: Type.Integer({ minimum: 50, maximum: 10000, default: 1000 }),
+    /** images waiting for the classifier at most; beyond, new outputs wait for a scan and /view classifies on demand */
+    queue_max: Type.Integer({ minimum: 1, maximum: 100000, default: 1000 }),
   },
   { additionalProperties: false, default: {} },
 )

@@ -1,0 +1,191 @@
+/**
+ * The content-safety policy's cost (issue 23), `BENCH_ONLY=nsfw npm run bench`:
+ *
+ * - images classified per second by the real classifier (nsfwjs MobileNetV2 on wasm, in its
+ *   worker thread, one at a time as the pool runs them), on 512×512 PNGs made here;
+ * - inside the REAL ComfyUI (skipped with one line when it is not available): three hosts side by
+ *   side, `bare` (no package), `gated` (this package, policy off) and `policy` (nsfw.enabled, the
+ *   real classifier), measured in alternating rounds:
+ *   - GET /view of an image already classified, for an sfw_check user (the check is a tag read
+ *     from memory after the resolve isolation does anyway), wrk at 8 connections: req/s of
+ *     `policy` against `bare` (the issue's target) and against `gated` (printed);
+ *   - a CPU-bound prompt with 20 outputs (EmptyImage 512×512 → ImageBlur → 20 SaveImage), every
+ *     output classified as it appears: its execution time (the host's own timestamps) on `policy`
+ *     against `gated`;
+ *   - the `policy` sidecar's resident memory (VmRSS of its process, the classifier loaded and
+ *     warm, after the prompts).
+ *
+ * The prompts alternate which host goes first; after each the host collects its garbage at once
+ * (POST /free, as bench/real-host-bench.ts does) and the policy host's classifier catches up, so
+ * nothing of one prompt lands in the next one's time.
+ *
+ * Environment: BENCH_NSFW_IMAGES (default 40), BENCH_NSFW_ROUNDS (default 7), BENCH_NSFW_SECONDS
+ * (wrk per round, default 3). Ends with PASS/FAIL lines; exits 1 when a target is missed.
+ */
+import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { ClassifierPool } from '../sidecar/src/nsfw/pool.js'
+import { testPng } from '../test/helpers/nsfw-images.js'
+import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../test/helpers/real-host.js'
+import { ensureWrk, median, printVerdicts, wrk, type Verdict } from './lib.js'
+
+const IMAGES = Number(process.env.BENCH_NSFW_IMAGES ?? 40)
+const ROUNDS = Number(process.env.BENCH_NSFW_ROUNDS ?? 7)
+const SECONDS = Number(process.env.BENCH_NSFW_SECONDS ?? 3)
+const PASSWORD = 'bench-password-1'
+
+async function imagesPerSecond(): Promise<number> {
+  const dir = mkdtempSync(join(tmpdir(), 'nsfw-bench-'))
+  const paths = Array.from({ length: IMAGES }, (_, i) => {
+    const path = join(dir, `img${i}.png`)
+    writeFileSync(path, testPng(i, { size: 512 }))
+    return path
+  })
+  const pool = new ClassifierPool('nsfwjs', IMAGES + 1)
+  try {
+    await pool.warm()
+    await pool.classify({ path: paths[0] }) // the first inference compiles the graph
+    const started = performance.now()
+    await Promise.all(paths.map((path) => pool.classify({ path })))
+    return (IMAGES / (performance.now() - started)) * 1000
+  } finally {
+    await pool.close()
+  }
+}
+
+interface Host {
+  name: string
+  host: RealHost
+  /** an sfw_check user's token (every new user has sfw_check) */
+  user: string
+  admin: string
+}
+
+async function json(res: Response, what: string): Promise<any> {
+  const text = await res.text()
+  if (!res.ok) throw new Error(`${what}: ${res.status} ${text.slice(0, 300)}`)
+  return JSON.parse(text)
+}
+
+async function users(url: string): Promise<{ user: string; admin: string }> {
+  const post = (path: string, body: unknown, token?: string) => fetch(`${url}${path}`, { method: 'POST', headers: { 'Content-Type': 'application/json', ...(token ? { Authorization: `Bearer ${token}` } : {}) }, body: JSON.stringify(body) })
+  await json(await post('/register', { username: 'root', password: PASSWORD }), 'register root')
+  const admin = (await json(await post('/authsvc/generate_token', { username: 'root', password: PASSWORD, label: 'bench' }), 'token root')).token
+  await json(await post('/register', { username: 'viewer', password: PASSWORD }, admin), 'register viewer')
+  const user = (await json(await post('/authsvc/generate_token', { username: 'viewer', password: PASSWORD, label: 'bench' }), 'token viewer')).token
+  return { user, admin }
+}
+
+let colour = 1
+function twentyOutputs(prefix: string): Record<string, unknown> {
+  const graph: Record<string, unknown> = {
+    '1': { class_type: 'EmptyImage', inputs: { width: 512, height: 512, batch_size: 1, color: colour++ * 997 } },
+    '2': { class_type: 'ImageBlur', inputs: { image: ['1', 0], blur_radius: 10, sigma: 1 } },
+  }
+  for (let i = 0; i < 20; i++) graph[`s${i}`] = { class_type: 'SaveImage', inputs: { images: ['2', 0], filename_prefix: `${prefix}-${i}` } }
+  return graph
+}
+
+async function promptMs(h: Host): Promise<number> {
+  const headers = { 'Content-Type': 'application/json', Authorization: `Bearer ${h.admin}` }
+  const { prompt_id: id } = await json(await fetch(`${h.host.url}/prompt`, { method: 'POST', headers, body: JSON.stringify({ prompt: twentyOutputs(`bench-${h.name}`) }) }), `${h.name} prompt`)
+  const until = Date.now() + 120_000
+  for (;;) {
+    const history = await json(await fetch(`${h.host.url}/history/${id}`, { headers }), `${h.name} history`)
+    const messages: Array<[string, { timestamp: number }]> = history[id]?.status?.messages ?? []
+    const at = (name: string) => messages.find(([m]) => m === name)?.[1].timestamp
+    if (at('execution_success') !== undefined && at('execution_start') !== undefined) {
+      // ComfyUI collects garbage 10 s after a prompt: now, not in the next host's prompt
+      const freed = await fetch(`${h.host.url}/free`, { method: 'POST', headers, body: JSON.stringify({ unload_models: true }) })
+      if (!freed.ok) throw new Error(`${h.name} POST /free: ${freed.status}`)
+      await freed.arrayBuffer()
+      return at('execution_success')! - at('execution_start')!
+    }
+    if (history[id]?.status?.status_str === 'error') throw new Error(`${h.name}: the prompt failed`)
+    if (Date.now() > until) throw new Error(`${h.name}: the prompt did not finish in 120 s`)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+}
+
+/** Until the policy host's classifier has nothing queued (its outputs are tagged): the next round starts quiet. */
+async function classified(h: Host): Promise<void> {
+  const until = Date.now() + 120_000
+  for (;;) {
+    const res = await fetch(`${h.host.url}/authsvc/api/nsfw-management`, { method: 'POST', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${h.admin}` }, body: JSON.stringify({ action: 'list_tags' }) })
+    const stats = (await json(res, 'list_tags')).stats
+    if (stats.classifier.pending === 0) return
+    if (Date.now() > until) throw new Error('the classifier did not catch up in 120 s')
+    await new Promise((resolve) => setTimeout(resolve, 200))
+  }
+}
+
+function rssMb(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
+  return m ? Number(m[1]) / 1024 : NaN
+}
+
+async function main(): Promise<void> {
+  const verdicts: Verdict[] = []
+  const perSecond = await imagesPerSecond()
+  console.log(`classifier: ${perSecond.toFixed(1)} images/s (${(1000 / perSecond).toFixed(0)} ms an image, 512×512 PNG, ${IMAGES} images)`)
+  verdicts.push({ name: 'images classified per second (512×512, worker thread)', value: perSecond.toFixed(1), target: '>= 4', ok: perSecond >= 4 })
+
+  if (REAL_HOST_SKIP) {
+    console.log(`nsfw bench on the real ComfyUI skipped: ${REAL_HOST_SKIP}`)
+  } else {
+    ensureWrk()
+    const image = testPng(42, { size: 512 })
+    const files = { 'input/bench.png': image }
+    const [bare, gated, policy] = await Promise.all([
+      startRealHost({ gate: false, files }),
+      startRealHost({ files }),
+      startRealHost({ files, config: { nsfw: { enabled: true } } }),
+    ])
+    try {
+      const hosts: Host[] = []
+      for (const [name, host] of [['bare', bare], ['gated', gated], ['policy', policy]] as const) {
+        if (name === 'bare') hosts.push({ name, host, user: '', admin: '' })
+        else hosts.push({ name, host, ...(await users(host.url)) })
+      }
+      const [hb, hg, hp] = hosts
+      const viewPath = '/view?filename=bench.png&type=input'
+      // classified once (the first view waits for it), then every view reads the tag
+      // (while the model still loads at start the view is blocked: fail safe; asked again until classified)
+      const until = Date.now() + 60_000
+      for (;;) {
+        const first = await fetch(`${policy.url}${viewPath}`, { headers: { Authorization: `Bearer ${hp.user}` } })
+        if (first.status === 200) break
+        if (Date.now() > until) throw new Error(`the policy host's first view: ${first.status} ${await first.text()}`)
+        await new Promise((resolve) => setTimeout(resolve, 500))
+      }
+      const rps: Record<string, number[]> = { bare: [], gated: [], policy: [] }
+      const ms: Record<string, number[]> = { gated: [], policy: [] }
+      for (let round = 0; round < ROUNDS; round++) {
+        for (const h of hosts) {
+          const headers = h.user ? [`Authorization: Bearer ${h.user}`] : []
+          rps[h.name].push((await wrk(`${h.host.url}${viewPath}`, 8, headers, SECONDS)).rps)
+        }
+        for (const h of round % 2 === 0 ? [hg, hp] : [hp, hg]) {
+          ms[h.name].push(await promptMs(h))
+          if (h === hp) await classified(hp)
+        }
+      }
+      const memory = rssMb(policy.sidecarPid())
+      const viewRatio = median(rps.policy) / median(rps.bare)
+      const viewGated = median(rps.policy) / median(rps.gated)
+      const promptRatio = median(ms.policy) / median(ms.gated)
+      console.log(`GET /view req/s (median of ${ROUNDS}): bare ${median(rps.bare).toFixed(0)}, gated ${median(rps.gated).toFixed(0)}, policy ${median(rps.policy).toFixed(0)}; policy/gated ${viewGated.toFixed(3)}`)
+      console.log(`prompt with 20 outputs, ms (median of ${ROUNDS}): gated ${median(ms.gated).toFixed(0)} ${JSON.stringify(ms.gated.map(Math.round))}, policy ${median(ms.policy).toFixed(0)} ${JSON.stringify(ms.policy.map(Math.round))}`)
+      verdicts.push({ name: '/view of a classified image, sfw_check user: policy / bare req/s', value: viewRatio.toFixed(3), target: '>= 0.95', ok: viewRatio >= 0.95 })
+      verdicts.push({ name: 'CPU-bound prompt, 20 outputs classified: policy / no policy', value: promptRatio.toFixed(3), target: '<= 1.05', ok: promptRatio <= 1.05 })
+      verdicts.push({ name: 'sidecar memory with the classifier loaded (MB)', value: memory.toFixed(0), target: '<= 400', ok: memory <= 400 })
+    } finally {
+      await Promise.all([bare, gated, policy].map((h) => destroyRealHost(h)))
+    }
+  }
+  printVerdicts('NSFW policy', verdicts)
+  process.exitCode = verdicts.every((v) => v.ok) ? 0 : 1
+}
+
+await main()

@@ -1,0 +1,80 @@
+/**
+ * The Content safety section of the admin panel (issue 23), clicked in chromium through the real
+ * stack (the stand-in host, the real plugin and sidecar, the deterministic test classifier): the
+ * admin marks an input image NSFW by name, sees its row, unmarks it from the row, starts a scan and
+ * sees its finished count and the detector's tags. No CSP violation, no serious axe finding.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { mkdirSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import type { Browser, BrowserContext, Page } from 'playwright-core'
+import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
+import { PASSWORD, register } from '../helpers/client.js'
+import { cleanPng, nsfwPng } from '../helpers/nsfw-images.js'
+import { adminContext, axeViolations, launchChromium, watchCsp } from './browser-kit.js'
+
+describe('the Content safety section of the admin panel, in chromium', { concurrency: false }, () => {
+  let stack: Stack
+  let browser: Browser
+  let context: BrowserContext
+  let page: Page
+  let csp: string[]
+
+  before(async () => {
+    ;[stack, browser] = await Promise.all([
+      startStack({ env: { AUTHSVC_NSFW_TEST_CLASSIFIER: '1' }, config: { nsfw: { enabled: true, classifier: 'test' } } }),
+      launchChromium(),
+    ])
+    const input = join(stack.baseDir, 'input')
+    mkdirSync(input, { recursive: true })
+    writeFileSync(join(input, 'beach.png'), cleanPng(1))
+    writeFileSync(join(input, 'flagged.png'), nsfwPng(2))
+    assert.equal((await register(stack, 'root')).status, 201)
+    context = await adminContext(browser, stack.url, 'root', PASSWORD)
+    page = await context.newPage()
+    csp = watchCsp(page)
+    await page.goto(`${stack.url}/authsvc/admin#content-safety`)
+  })
+  after(async () => {
+    await context?.close()
+    await browser?.close()
+    if (stack) await destroyStack(stack)
+  })
+
+  const section = () => page.locator('#content-safety')
+
+  it('marks an image by name, shows it, and unmarks it from its row', async () => {
+    await section().getByText('No image is tagged yet.').waitFor()
+    await section().getByLabel('Folder', { exact: true }).selectOption('input')
+    await section().getByLabel('File name').fill('beach.png')
+    await section().getByRole('button', { name: 'Mark NSFW', exact: true }).click()
+    await section().getByText('beach.png is now marked NSFW.').waitFor()
+    const row = section().locator('tr[data-file="input/beach.png"]')
+    assert.deepEqual(await row.locator('td').allInnerTexts(), ['NSFW', 'marked (root)', '', 'Mark safe'])
+    await row.getByRole('button', { name: 'Mark safe: input/beach.png' }).click()
+    await section().getByText('input/beach.png is now marked safe.').waitFor()
+    assert.equal(await row.locator('td').first().innerText(), 'safe')
+  })
+
+  it('an unknown file is refused at its field', async () => {
+    await section().getByLabel('File name').fill('nothing-here.png')
+    await section().getByRole('button', { name: 'Mark NSFW', exact: true }).click()
+    await section().locator('#nsfw-filename[aria-invalid="true"]').waitFor()
+  })
+
+  it('a scan tags every image and shows its count', async () => {
+    await section().getByRole('button', { name: 'Scan all images' }).click()
+    await section().getByText(/Last scan: 2 images, 1 NSFW, 0 unreadable\./).waitFor({ timeout: 20_000 })
+    const flagged = section().locator('tr[data-file="input/flagged.png"]')
+    assert.deepEqual((await flagged.locator('td').allInnerTexts()).slice(0, 3), ['NSFW', 'detector', 'Porn 97%'])
+    // the manual "safe" of the row before stays
+    assert.equal(await section().locator('tr[data-file="input/beach.png"] td').first().innerText(), 'safe')
+  })
+
+  it('no CSP violation, no serious accessibility finding', async () => {
+    assert.deepEqual(csp, [])
+    const serious = (await axeViolations(page)).map((v) => `${v.id}: ${v.help}`)
+    assert.deepEqual(serious, [])
+  })
+})

@@ -1,0 +1,54 @@
+/**
+ * Images for the content-safety tests, made in the test (no binaries committed): PNGs with text
+ * chunks (the deterministic classifier's markers, the `authsvc:nsfw` metadata tag), and pixels
+ * that vary with a seed so every image is a different file.
+ */
+import { crc32, deflateSync } from 'node:zlib'
+import { PNG_SIGNATURE } from './png.js'
+import { TEST_MARKERS } from '../../sidecar/src/nsfw/engines.js'
+
+function chunk(type: string, data: Buffer): Buffer {
+  const len = Buffer.alloc(4)
+  len.writeUInt32BE(data.length)
+  const body = Buffer.concat([Buffer.from(type, 'latin1'), data])
+  const crc = Buffer.alloc(4)
+  crc.writeUInt32BE(crc32(body))
+  return Buffer.concat([len, body, crc])
+}
+
+export interface PngOptions {
+  size?: number
+  /** tEXt chunks before the pixels */
+  text?: Record<string, string>
+  /** uncompressed iTXt chunks before the pixels */
+  itxt?: Record<string, string>
+  /** tEXt chunks after the pixels (where the tag is not read) */
+  textAfter?: Record<string, string>
+}
+
+/** An RGB PNG whose pixels depend on `seed`: smooth gradients, so it also decodes to a plausible picture. */
+export function testPng(seed: number, options: PngOptions = {}): Buffer {
+  const size = options.size ?? 16
+  const ihdr = Buffer.alloc(13)
+  ihdr.writeUInt32BE(size, 0)
+  ihdr.writeUInt32BE(size, 4)
+  ihdr.set([8, 2, 0, 0, 0], 8) // 8 bits, RGB
+  const rows: number[] = []
+  for (let y = 0; y < size; y++) {
+    rows.push(0)
+    for (let x = 0; x < size; x++) rows.push((seed * 31 + x * 8) & 255, (seed * 17 + y * 8) & 255, (seed * 5 + x + y) & 255)
+  }
+  const texts = Object.entries(options.text ?? {}).map(([k, v]) => chunk('tEXt', Buffer.concat([Buffer.from(k, 'latin1'), Buffer.from([0]), Buffer.from(v, 'latin1')])))
+  const itxts = Object.entries(options.itxt ?? {}).map(([k, v]) => chunk('iTXt', Buffer.concat([Buffer.from(k, 'latin1'), Buffer.from([0, 0, 0]), Buffer.from('en', 'latin1'), Buffer.from([0]), Buffer.from([0]), Buffer.from(v, 'utf8')])))
+  const after = Object.entries(options.textAfter ?? {}).map(([k, v]) => chunk('tEXt', Buffer.concat([Buffer.from(k, 'latin1'), Buffer.from([0]), Buffer.from(v, 'latin1')])))
+  return Buffer.concat([PNG_SIGNATURE, chunk('IHDR', ihdr), ...texts, ...itxts, chunk('IDAT', deflateSync(Buffer.from(rows))), ...after, chunk('IEND', Buffer.alloc(0))])
+}
+
+/** What the deterministic classifier calls NSFW (a marker in a text chunk). */
+export const nsfwPng = (seed: number): Buffer => testPng(seed, { text: { Comment: TEST_MARKERS.nsfw } })
+/** What the deterministic classifier answers only after every deadline. */
+export const slowPng = (seed: number): Buffer => testPng(seed, { text: { Comment: TEST_MARKERS.slow } })
+/** A clean image. */
+export const cleanPng = (seed: number): Buffer => testPng(seed)
+/** Not an image at all, named like one. */
+export const corruptPng = (): Buffer => Buffer.from('this is not a PNG, whatever its name says')

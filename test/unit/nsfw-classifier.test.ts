@@ -1,0 +1,151 @@
+/**
+ * The classifier behind its interface (sidecar/src/nsfw/): the metadata tag rows, the pool's
+ * guarantees (deadline, bounded queue, a path queued once, urgent work first) with the
+ * deterministic test engine in a real worker thread, and the real engine (nsfwjs) when its
+ * optional packages are installed (CI installs them: there a missing install fails).
+ */
+import { describe, it, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { existsSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { pngTag, looksLikeImage } from '../../sidecar/src/nsfw/png-tag.js'
+import { ClassifierPool } from '../../sidecar/src/nsfw/pool.js'
+import { ClassifyError, isNsfw, reachesThreshold } from '../../sidecar/src/nsfw/classifier.js'
+import { classifierModulesDir, nsfwjsEngine } from '../../sidecar/src/nsfw/engines.js'
+import { cleanPng, corruptPng, nsfwPng, slowPng, testPng } from '../helpers/nsfw-images.js'
+
+const dir = mkdtempSync(join(tmpdir(), 'nsfw-unit-'))
+const file = (name: string, bytes: Buffer): string => {
+  const path = join(dir, name)
+  writeFileSync(path, bytes)
+  return path
+}
+
+describe('the metadata tag (authsvc:nsfw in a PNG text chunk)', () => {
+  const rows: Array<[string, Buffer, boolean | null]> = [
+    ['tEXt true', testPng(1, { text: { 'authsvc:nsfw': 'true' } }), true],
+    ['tEXt false', testPng(1, { text: { 'authsvc:nsfw': 'false' } }), false],
+    ['tEXt NSFW (any case)', testPng(1, { text: { 'authsvc:nsfw': 'NSFW' } }), true],
+    ['tEXt 0', testPng(1, { text: { 'authsvc:nsfw': '0' } }), false],
+    ['tEXt with another value', testPng(1, { text: { 'authsvc:nsfw': 'maybe' } }), null],
+    ['iTXt true', testPng(1, { itxt: { 'authsvc:nsfw': 'true' } }), true],
+    ['another keyword', testPng(1, { text: { parameters: 'authsvc:nsfw true' } }), null],
+    ['after the pixels (not read)', testPng(1, { textAfter: { 'authsvc:nsfw': 'true' } }), null],
+    ['no text', testPng(1), null],
+    ['not a PNG', corruptPng(), null],
+    ['a truncated PNG', testPng(1, { text: { 'authsvc:nsfw': 'true' } }).subarray(0, 30), null],
+  ]
+  for (const [name, bytes, expected] of rows) {
+    it(name, () => assert.equal(pngTag(bytes), expected))
+  }
+  it('knows PNG, JPEG and WebP by their first bytes', () => {
+    assert.equal(looksLikeImage(testPng(2)), true)
+    assert.equal(looksLikeImage(Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0, 0])), true)
+    assert.equal(looksLikeImage(Buffer.from('RIFF\0\0\0\0WEBPVP8 ', 'latin1')), true)
+    assert.equal(looksLikeImage(corruptPng()), false)
+  })
+})
+
+describe('thresholds', () => {
+  const scores = { Drawing: 0, Hentai: 0.1, Neutral: 0.2, Porn: 0.65, Sexy: 0.05 }
+  it('an image is NSFW when any class reaches its threshold', () => {
+    assert.equal(reachesThreshold(scores, { Porn: 0.6 }), true)
+    assert.equal(reachesThreshold(scores, { Porn: 0.7, Sexy: 0.05 }), true)
+    assert.equal(reachesThreshold(scores, { Porn: 0.7, Hentai: 0.5 }), false)
+    assert.equal(reachesThreshold(scores, {}), false)
+  })
+  it('a metadata tag says it itself', () => {
+    assert.equal(isNsfw({ source: 'metadata', is_nsfw: true }, {}), true)
+    assert.equal(isNsfw({ source: 'metadata', is_nsfw: false }, { Porn: 0 }), false)
+  })
+})
+
+describe('the pool, with the deterministic engine in its worker thread', () => {
+  const pool = new ClassifierPool('test', 3)
+  after(() => pool.close())
+
+  it('answers scores, a metadata tag, and the file\'s size and mtime', async () => {
+    const nsfw = await pool.classify({ path: file('n.png', nsfwPng(1)) })
+    assert.equal(nsfw.source, 'detector')
+    assert.ok(nsfw.source === 'detector' && nsfw.scores.Porn > 0.9)
+    assert.equal(nsfw.size, nsfwPng(1).length)
+    assert.equal(typeof nsfw.mtime_ms, 'number')
+    const clean = await pool.classify({ path: file('c.png', cleanPng(1)) })
+    assert.ok(clean.source === 'detector' && clean.scores.Neutral > 0.9)
+    const tagged = await pool.classify({ path: file('t.png', testPng(1, { text: { 'authsvc:nsfw': 'true' } })) })
+    assert.deepEqual({ source: tagged.source, is_nsfw: tagged.source === 'metadata' && tagged.is_nsfw }, { source: 'metadata', is_nsfw: true })
+    const bytes = await pool.classify({ bytes: nsfwPng(2) })
+    assert.ok(bytes.source === 'detector' && bytes.scores.Porn > 0.9)
+  })
+
+  it('rejects what it cannot classify: not an image, a missing file, a deadline passed', async () => {
+    await assert.rejects(pool.classify({ path: file('bad.png', corruptPng()) }), (e: unknown) => e instanceof ClassifyError && e.reason === 'not_an_image')
+    await assert.rejects(pool.classify({ path: join(dir, 'missing.png') }), (e: unknown) => e instanceof ClassifyError && e.reason === 'unreadable')
+    await assert.rejects(pool.classify({ path: file('slow.png', slowPng(1)) }, { deadlineMs: 200 }), (e: unknown) => e instanceof ClassifyError && e.reason === 'timeout')
+  })
+
+  it('holds a bounded queue: background work beyond it is refused, urgent work is not', async () => {
+    const small = new ClassifierPool('test', 2)
+    try {
+      await small.warm()
+      // two slow ones fill the worker, two more wait in the queue, the fifth finds it full
+      const slow = (i: number) => small.classify({ path: file(`s${i}.png`, slowPng(i)) }, { deadlineMs: 1500 }).catch(() => 'gone')
+      const held = [slow(1), slow(2)]
+      await new Promise((resolve) => setImmediate(resolve))
+      held.push(slow(3), slow(4))
+      assert.equal(small.pending, 4)
+      await assert.rejects(small.classify({ path: file('c2.png', cleanPng(2)) }), (e: unknown) => e instanceof ClassifyError && e.reason === 'queue_full')
+      const urgent = small.classify({ path: file('c3.png', cleanPng(3)) }, { urgent: true, deadlineMs: 1000 })
+      await assert.rejects(urgent, (e: unknown) => e instanceof ClassifyError && e.reason === 'timeout') // queued, not refused: the worker is busy
+      await Promise.all(held)
+    } finally {
+      await small.close()
+    }
+  })
+
+  it('while the host runs a prompt background work waits and urgent work does not', async () => {
+    pool.hold(true)
+    try {
+      let done = false
+      const background = pool.classify({ path: file('bg.png', cleanPng(21)) }).then((r) => ((done = true), r))
+      const urgent = await pool.classify({ path: file('ur.png', nsfwPng(22)) }, { urgent: true })
+      assert.ok(urgent.source === 'detector' && urgent.scores.Porn > 0.9)
+      assert.equal(done, false, 'the background job waited')
+      pool.hold(false)
+      assert.equal((await background).source, 'detector')
+    } finally {
+      pool.hold(false)
+    }
+  })
+
+  it('a path asked twice at once is classified once', async () => {
+    const before = pool.answered
+    const path = file('twice.png', cleanPng(9))
+    const [a, b] = await Promise.all([pool.classify({ path }), pool.classify({ path }, { urgent: true })])
+    assert.deepEqual(a, b)
+    assert.equal(pool.answered - before, 1)
+  })
+})
+
+const installed = existsSync(join(classifierModulesDir(), 'node_modules', 'nsfwjs', 'package.json'))
+describe('the real engine (nsfwjs, MobileNetV2 on the wasm backend)', { skip: !installed && !process.env.CI ? 'the optional packages are not installed (sidecar/nsfw-classifier)' : false }, () => {
+  it('classifies PNGs offline into the five classes, the same bytes the same way, in the worker as directly', async () => {
+    const engine = await nsfwjsEngine()
+    const bytes = testPng(7, { size: 64 })
+    const direct = await engine.scores(bytes)
+    assert.deepEqual(Object.keys(direct).sort(), ['Drawing', 'Hentai', 'Neutral', 'Porn', 'Sexy'])
+    const sum = Object.values(direct).reduce((a, b) => a + b, 0)
+    assert.ok(Math.abs(sum - 1) < 0.01, `scores sum to 1 (${sum})`)
+    assert.deepEqual(await engine.scores(bytes), direct)
+    const pool = new ClassifierPool('nsfwjs', 10)
+    try {
+      const viaWorker = await pool.classify({ path: file('real.png', bytes) })
+      assert.ok(viaWorker.source === 'detector')
+      assert.deepEqual(viaWorker.scores, direct)
+      await assert.rejects(pool.classify({ path: file('real-bad.png', Buffer.concat([testPng(1).subarray(0, 40), Buffer.alloc(100)])) }), (e: unknown) => e instanceof ClassifyError && e.reason === 'not_an_image')
+    } finally {
+      await pool.close()
+    }
+  })
+})

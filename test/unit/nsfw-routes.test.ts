@@ -1,0 +1,145 @@
+/**
+ * The content-safety routes through the sidecar's real app and store (issue 23): mark-nsfw's
+ * attack table (names that leave their folder, links out of it, what is not an image, malformed
+ * bodies: each a 4xx with a stable code, never a 500 and never a tag), who may mark what, and
+ * nsfw-management (admin only; list, clear, scan with and without force_rescan; 409 while the
+ * policy is off). The classifier is the deterministic test one (a worker thread, as in production).
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
+import type { NsfwFeature } from '../../sidecar/src/nsfw/feature.js'
+import { poll } from '../helpers/stack.js'
+import { cleanPng, nsfwPng } from '../helpers/nsfw-images.js'
+import { addUser, assertError, bootstrapAdmin, call, openSidecar, sessionJwt, tempDir, type Sidecar } from './fixtures.js'
+import { userFolder } from '../../sidecar/src/isolation/user-folders.js'
+
+process.env.AUTHSVC_NSFW_TEST_CLASSIFIER = '1'
+
+describe('mark-nsfw and nsfw-management', () => {
+  let sc: Sidecar
+  let admin: string
+  let alice: string
+  let bob: string
+  let aliceId: string
+  const outside = tempDir('nsfw-outside-')
+  const host = () => join(sc.dir, 'host')
+  const nsfw = () => (sc.built.features.find((f) => f.name === 'nsfw') as NsfwFeature).bound()!
+
+  before(async () => {
+    sc = await openSidecar({ host: true, config: { nsfw: { enabled: true, classifier: 'test' } } })
+    sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { output_dir: join(host(), 'output'), input_dir: join(host(), 'input'), temp_dir: join(host(), 'temp') } })
+    admin = (await bootstrapAdmin(sc)).jwt
+    const a = await addUser(sc, 'alice', 'alice-password-1')
+    aliceId = a.user_id
+    alice = await sessionJwt(sc, a)
+    bob = await sessionJwt(sc, await addUser(sc, 'bob', 'bob-password-11'))
+    writeFileSync(join(host(), 'input', 'shared.png'), cleanPng(1))
+    writeFileSync(join(host(), 'input', 'notes.txt'), 'text')
+    mkdirSync(join(host(), 'input', 'dir.png'))
+    writeFileSync(join(outside, 'secret.png'), cleanPng(2))
+    symlinkSync(join(outside, 'secret.png'), join(host(), 'input', 'link.png'))
+    mkdirSync(join(host(), 'output', userFolder(aliceId)), { recursive: true })
+    writeFileSync(join(host(), 'output', userFolder(aliceId), 'mine.png'), cleanPng(3))
+    writeFileSync(join(host(), 'output', 'flagged.png'), nsfwPng(4))
+    await nsfw().loaded
+  })
+  after(async () => {
+    await sc?.close()
+  })
+
+  const mark = (token: string | undefined, body: unknown) => call(sc, { method: 'POST', url: '/authsvc-gallery/mark-nsfw', ...(token ? { bearer: token } : {}), body })
+  const manage = (token: string, body: unknown) => call(sc, { method: 'POST', url: '/authsvc/api/nsfw-management', bearer: token, body })
+
+  it('refuses every name that leaves its folder or is not an image, and every malformed body, with a stable 4xx', async () => {
+    const rows: Array<[string, unknown, number, string]> = [
+      ['a subfolder climbing out', { filename: 'x.png', subfolder: '../output', type: 'input', is_nsfw: true }, 400, 'VALIDATION_FAILED'],
+      ['a subfolder climbing out deeper', { filename: 'x.png', subfolder: 'a/../../..', type: 'input', is_nsfw: true }, 400, 'VALIDATION_FAILED'],
+      ['a file name climbing out', { filename: '../../etc/passwd.png', type: 'input', is_nsfw: true }, 400, 'VALIDATION_FAILED'],
+      ['backslashes climbing out', { filename: '..\\..\\x.png', type: 'input', is_nsfw: true }, 400, 'VALIDATION_FAILED'],
+      ['an absolute name (stays inside: no such file)', { filename: '/etc/x.png', type: 'input', is_nsfw: true }, 404, 'NOT_FOUND'],
+      ['a link leading out of the folder', { filename: 'link.png', type: 'input', is_nsfw: true }, 404, 'NOT_FOUND'],
+      ['a folder named like an image', { filename: 'dir.png', type: 'input', is_nsfw: true }, 404, 'NOT_FOUND'],
+      ['a NUL in the name', { filename: 'sha\u0000red.png', type: 'input', is_nsfw: true }, 404, 'NOT_FOUND'],
+      ['not an image', { filename: 'notes.txt', type: 'input', is_nsfw: true }, 400, 'VALIDATION_FAILED'],
+      ['an unknown folder type', { filename: 'shared.png', type: 'models', is_nsfw: true }, 400, 'VALIDATION_FAILED'],
+      ['no is_nsfw', { filename: 'shared.png', type: 'input' }, 400, 'VALIDATION_FAILED'],
+      ['is_nsfw not a boolean', { filename: 'shared.png', type: 'input', is_nsfw: 'yes' }, 400, 'VALIDATION_FAILED'],
+      ['an unknown key', { filename: 'shared.png', type: 'input', is_nsfw: true, path: '/etc/passwd' }, 400, 'VALIDATION_FAILED'],
+      ['an empty name', { filename: '', type: 'input', is_nsfw: true }, 400, 'VALIDATION_FAILED'],
+      ['a subfolder too long', { filename: 'shared.png', subfolder: 'a/'.repeat(3000), type: 'input', is_nsfw: true }, 400, 'VALIDATION_FAILED'],
+    ]
+    for (const [name, body, status, code] of rows) assertError(await mark(admin, body), status, code, name)
+    const notJson = await call(sc, { method: 'POST', url: '/authsvc-gallery/mark-nsfw', bearer: admin, headers: { 'content-type': 'application/json' }, body: '{"filename":' })
+    assertError(notJson, 400, 'VALIDATION_FAILED', 'not JSON')
+    assert.equal(nsfw().tags.size, 0, 'no row left a tag')
+  })
+
+  it('who may mark: nobody without a credential, an admin anything, the owner their own, another user nothing', async () => {
+    assertError(await mark(undefined, { filename: 'shared.png', type: 'input', is_nsfw: true }), 401, 'AUTH_REQUIRED')
+    const own = { filename: 'mine.png', subfolder: userFolder(aliceId), type: 'output', is_nsfw: true }
+    assertError(await mark(bob, own), 404, 'NOT_FOUND', 'bob may not even read alice\'s file')
+    assertError(await mark(bob, { filename: 'shared.png', type: 'input', is_nsfw: true }), 403, 'PERMISSION_DENIED', 'a shared input bob reads but does not own')
+    assertError(await mark(alice, { filename: 'flagged.png', type: 'output', is_nsfw: false }), 404, 'NOT_FOUND', 'an admin-only output')
+    const res = await mark(alice, own)
+    assert.equal(res.statusCode, 200, res.body)
+    assert.deepEqual(JSON.parse(res.body), { status: 'ok', filename: 'mine.png', is_nsfw: true })
+    const tag = nsfw().tags.get(join(host(), 'output', userFolder(aliceId), 'mine.png'))
+    assert.deepEqual([tag?.source, tag?.is_nsfw, tag?.by, tag?.type, tag?.subfolder], ['manual', true, 'alice', 'output', userFolder(aliceId)])
+    assert.equal((await mark(admin, { filename: 'shared.png', type: 'input', is_nsfw: false })).statusCode, 200)
+  })
+
+  it('nsfw-management: admins only; list_tags, scan_all (force_rescan classifies again), clear_all_tags keeps manual tags', async () => {
+    assertError(await manage(alice, { action: 'list_tags' }), 403, 'ADMIN_REQUIRED')
+    assertError(await manage(admin, { action: 'drop_tables' }), 400, 'VALIDATION_FAILED')
+    const started = await manage(admin, { action: 'scan_all' })
+    assert.equal(started.statusCode, 200, started.body)
+    assert.equal(JSON.parse(started.body).status, 'ok')
+    await nsfw().scanner.settled()
+    let listed = JSON.parse((await manage(admin, { action: 'list_tags' })).body)
+    // shared.png, mine.png (manual), flagged.png; link.png's target is outside: not scanned as its own; dir.png is a folder
+    assert.deepEqual(listed.stats.scan.running, false)
+    const files = listed.tags.map((t: { type: string; subfolder: string; filename: string; source: string; is_nsfw: boolean }) => [t.type, t.filename, t.source, t.is_nsfw])
+    assert.deepEqual(files, [['input', 'shared.png', 'manual', false], ['output', 'flagged.png', 'detector', true], ['output', 'mine.png', 'manual', true]])
+    assert.equal(listed.stats.tags_nsfw, 2)
+    // without force nothing is classified again; with it everything is
+    const before = nsfw().pool.answered
+    await manage(admin, { action: 'scan_all' })
+    await nsfw().scanner.settled()
+    assert.equal(nsfw().pool.answered, before)
+    await manage(admin, { action: 'scan_all', force_rescan: true })
+    await nsfw().scanner.settled()
+    assert.ok(nsfw().pool.answered - before >= 3, `classified again: ${nsfw().pool.answered - before}`)
+    const cleared = JSON.parse((await manage(admin, { action: 'clear_all_tags' })).body)
+    assert.equal(cleared.stats.cleared, 1)
+    listed = JSON.parse((await manage(admin, { action: 'list_tags' })).body)
+    assert.deepEqual(listed.tags.map((t: { source: string }) => t.source), ['manual', 'manual'])
+    assert.equal(JSON.parse((await manage(admin, { action: 'clear_all_tags', include_manual: true })).body).stats.cleared, 2)
+  })
+
+  it('tags are stored: a restarted sidecar has them', async () => {
+    assert.equal((await mark(admin, { filename: 'flagged.png', type: 'output', is_nsfw: true })).statusCode, 200)
+    const dir = sc.dir
+    await sc.close({ keepDir: true })
+    sc = await openSidecar({ dir, config: { nsfw: { enabled: true, classifier: 'test' } } })
+    await nsfw().loaded
+    assert.ok(await poll(async () => nsfw().tags.size === 1, 5000))
+    assert.equal(nsfw().tags.all()[0].filename, 'flagged.png')
+  })
+})
+
+describe('with the policy off', () => {
+  it('both routes answer 409 CONFLICT, and nothing is classified', async () => {
+    const sc = await openSidecar()
+    try {
+      const { jwt } = await bootstrapAdmin(sc)
+      assertError(await call(sc, { method: 'POST', url: '/authsvc/api/nsfw-management', bearer: jwt, body: { action: 'list_tags' } }), 409, 'CONFLICT')
+      assertError(await call(sc, { method: 'POST', url: '/authsvc-gallery/mark-nsfw', bearer: jwt, body: { filename: 'x.png', is_nsfw: true } }), 409, 'CONFLICT')
+      assert.equal((sc.built.features.find((f) => f.name === 'nsfw') as NsfwFeature).bound(), null)
+    } finally {
+      await sc.close()
+    }
+  })
+})
