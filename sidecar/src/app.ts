@@ -38,6 +38,7 @@ import { sharedSchemaCompilers } from './kernel/http/schema-compilers.js'
 import { Jobs } from './kernel/jobs.js'
 import { PROTOCOL_VERSION, type PushMessage, type HelloMessage } from './kernel/protocol.js'
 import type { DecisionHandlers } from './kernel/server.js'
+import { downloadsFeature } from './downloads/feature.js'
 import { modelsFeature } from './models/feature.js'
 import { notifyFeature } from './notify/feature.js'
 import { pagesFeature } from './pages/feature.js'
@@ -62,6 +63,7 @@ export function features(services: Services, log: FastifyBaseLogger, clock: Cloc
     notifyFeature(services, log, clock),
     updatesFeature(services, log, clock),
     userEnvFeature(services),
+    downloadsFeature(services, log, () => models.landed),
   ]
 }
 

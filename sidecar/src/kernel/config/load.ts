@@ -46,7 +46,6 @@ export function parseBoolean(raw: string): boolean | undefined {
  * test fails when any other schema key is read by nothing).
  */
 export const UNBUILT_KEYS: Readonly<Record<string, string>> = Object.freeze({
-  model_download: 'model downloads are not built yet',
   nsfw: 'the NSFW policy is not built yet',
   'store.postgres_url': 'the postgres backend is not built yet',
   'store.redis_url': 'the redis backend is not built yet',
