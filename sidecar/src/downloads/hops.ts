@@ -50,7 +50,7 @@ export function isPrivateAddress(address: string): boolean {
   return NOT_PUBLIC.has(mapped ? mapped[1] : address)
 }
 
-const bare = (hostname: string) => hostname.replace(/^\[|\]$/g, '')
+const bare = (hostname: string) => hostname.replace(/^\[|\]$/g, '').replace(/\.+$/, '').toLowerCase()
 
 /** Why the first request may not go to `url`, or null. */
 export function firstProblem(url: string, base: string): string | null {

@@ -45,6 +45,68 @@ function startWorker(): Worker {
   return new Worker(new URL(`data:text/javascript,${encodeURIComponent(code)}`))
 }
 
+type Tagged = TransferReport & { id: number }
+
+/**
+ * Transfer threads, kept between transfers (starting one costs tens of milliseconds, from the
+ * TypeScript sources much more); one transfer per thread at a time; an idle thread does not keep
+ * the process alive; a thread that dies is replaced on the next transfer.
+ */
+class TransferThreads {
+  private readonly idle: Worker[] = []
+  private readonly all = new Set<Worker>()
+  private nextId = 1
+
+  run(order: TransferOrder, onReport: (report: TransferReport) => void, signal: AbortSignal): Promise<TransferReport & { type: 'done' | 'error' }> {
+    const worker = this.idle.pop() ?? this.spawn()
+    worker.ref()
+    const id = this.nextId++
+    return new Promise((resolve) => {
+      let settled = false
+      const finish = (report: TransferReport & { type: 'done' | 'error' }, reusable: boolean) => {
+        if (settled) return
+        settled = true
+        worker.off('message', onMessage)
+        worker.off('exit', onExit)
+        signal.removeEventListener('abort', onAbort)
+        if (reusable) {
+          worker.unref()
+          this.idle.push(worker)
+        }
+        resolve(report)
+      }
+      const onMessage = (report: Tagged) => {
+        if (report.id !== id) return
+        if (report.type === 'done' || report.type === 'error') finish(report, true)
+        else onReport(report)
+      }
+      const onExit = () => finish({ type: 'error', message: 'The transfer thread ended without an answer', retryable: true, restart: false }, false)
+      const onAbort = () => worker.postMessage({ type: 'abort', id })
+      worker.on('message', onMessage)
+      worker.once('exit', onExit)
+      signal.addEventListener('abort', onAbort, { once: true })
+      worker.postMessage({ type: 'start', id, order })
+      if (signal.aborted) onAbort()
+    })
+  }
+
+  private spawn(): Worker {
+    const worker = startWorker()
+    this.all.add(worker)
+    worker.on('error', () => {}) // 'exit' follows and fails the transfer it ran
+    worker.once('exit', () => {
+      this.all.delete(worker)
+      const at = this.idle.indexOf(worker)
+      if (at >= 0) this.idle.splice(at, 1)
+    })
+    return worker
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.all].map((w) => w.terminate()))
+  }
+}
+
 export const PARTIAL_SUFFIX = '.authsvc-partial'
 const MAX_BACKOFF_MS = 5 * 60_000
 
@@ -55,7 +117,6 @@ export interface Landing {
 
 interface Running {
   aborter: AbortController
-  worker?: Worker
   cancelled: boolean
   /** settles when the job's run is over */
   done: Promise<void>
@@ -70,6 +131,7 @@ type QueueServices = Pick<Services, 'config' | 'host' | 'clock' | 'events'>
 
 export class DownloadQueue {
   private readonly running = new Map<string, Running>()
+  private readonly threads = new TransferThreads()
   private stopping = false
   /** changes of any job (the page polls; tests wait on this) */
   onChange: (job: DownloadJobRecord) => void = () => {}
@@ -105,6 +167,7 @@ export class DownloadQueue {
     this.stopping = true
     for (const run of this.running.values()) run.aborter.abort()
     await Promise.allSettled([...this.running.values()].map((r) => r.done))
+    await this.threads.close()
     await this.jobs.flush()
   }
 
@@ -165,7 +228,6 @@ export class DownloadQueue {
     if (run === undefined) throw new AuthsvcError('CONFLICT', `The job has ${job.status}; only a queued or running job can be cancelled`)
     run.cancelled = true
     run.aborter.abort()
-    run.worker?.postMessage({ type: 'abort' })
     await run.done
     return this.jobs.get(jobId) ?? job
   }
@@ -277,60 +339,35 @@ export class DownloadQueue {
     })
   }
 
-  private runWorker(jobId: string, order: TransferOrder, run: Running): Promise<{ sha256: string; bytes: number }> {
-    return new Promise((resolveRun, reject) => {
-      const worker = startWorker()
-      run.worker = worker
-      let settled = false
-      const onAbort = () => worker.postMessage({ type: 'abort' })
-      run.aborter.signal.addEventListener('abort', onAbort, { once: true })
-      const finish = (fn: () => void) => {
-        if (settled) return
-        settled = true
-        run.aborter.signal.removeEventListener('abort', onAbort)
-        fn()
-      }
-      worker.on('message', (report: TransferReport) => {
-        switch (report.type) {
-          case 'started': {
-            run.speed = { at: Date.now(), bytes: report.resumed ? order.resumeFrom : 0, bps: 0 }
-            const fields: Partial<DownloadJobRecord> = { etag: report.validator, total_bytes: report.total, bytes_done: report.resumed ? order.resumeFrom : 0 }
-            const job = this.jobs.get(jobId)
-            if (report.linkedSha256 !== '' && job?.expected_sha256 === '') fields.expected_sha256 = report.linkedSha256
-            void this.jobs.update(jobId, fields).then((j) => j && this.onChange(j), () => {})
-            break
-          }
-          case 'progress': {
-            const now = Date.now()
-            const dt = now - run.speed.at
-            if (dt >= 500) {
-              const bps = ((report.bytes - run.speed.bytes) * 1000) / dt
-              run.speed = { at: now, bytes: report.bytes, bps: run.speed.bps === 0 ? bps : run.speed.bps * 0.6 + bps * 0.4 }
-            }
-            const job = this.jobs.get(jobId)
-            this.jobs.progress(jobId, report.bytes, job?.total_bytes ?? 0)
-            if (job) this.onChange({ ...job, bytes_done: report.bytes })
-            break
-          }
-          case 'done':
-            finish(() => resolveRun({ sha256: report.sha256, bytes: report.bytes }))
-            break
-          case 'error':
-            finish(() => reject(Object.assign(new SourceError(report.message, report.retryable), { restart: report.restart })))
-            break
+  private async runWorker(jobId: string, order: TransferOrder, run: Running): Promise<{ sha256: string; bytes: number }> {
+    const end = await this.threads.run(order, (report) => {
+      switch (report.type) {
+        case 'started': {
+          run.speed = { at: Date.now(), bytes: report.resumed ? order.resumeFrom : 0, bps: 0 }
+          const fields: Partial<DownloadJobRecord> = { etag: report.validator, total_bytes: report.total, bytes_done: report.resumed ? order.resumeFrom : 0 }
+          const job = this.jobs.get(jobId)
+          if (report.linkedSha256 !== '' && job?.expected_sha256 === '') fields.expected_sha256 = report.linkedSha256
+          void this.jobs.update(jobId, fields).then((j) => j && this.onChange(j), () => {})
+          break
         }
-      })
-      worker.once('error', (err) => finish(() => reject(new SourceError(`The transfer thread failed (${err.message})`, true))))
-      worker.once('exit', () => finish(() => reject(new SourceError('The transfer thread ended without an answer', true))))
-      worker.postMessage({ type: 'start', order })
-    }).then(
-      (value) => value as { sha256: string; bytes: number },
-      async (err: unknown) => {
-        // a source now serving other bytes: the partial is dropped, the next try starts at 0
-        if ((err as { restart?: boolean }).restart) await this.jobs.update(jobId, { etag: '', bytes_done: 0 })
-        throw err
-      },
-    )
+        case 'progress': {
+          const now = Date.now()
+          const dt = now - run.speed.at
+          if (dt >= 500) {
+            const bps = ((report.bytes - run.speed.bytes) * 1000) / dt
+            run.speed = { at: now, bytes: report.bytes, bps: run.speed.bps === 0 ? bps : run.speed.bps * 0.6 + bps * 0.4 }
+          }
+          const job = this.jobs.get(jobId)
+          this.jobs.progress(jobId, report.bytes, job?.total_bytes ?? 0)
+          if (job) this.onChange({ ...job, bytes_done: report.bytes })
+          break
+        }
+      }
+    }, run.aborter.signal)
+    if (end.type === 'done') return { sha256: end.sha256, bytes: end.bytes }
+    // a source now serving other bytes: the partial is dropped, the next try starts at 0
+    if (end.restart) await this.jobs.update(jobId, { etag: '', bytes_done: 0 })
+    throw new SourceError(end.message, end.retryable)
   }
 
   private async endCancelled(jobId: string): Promise<void> {

@@ -169,23 +169,32 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
   post({ type: 'done', sha256: hash.digest('hex'), bytes: tap.bytes })
 }
 
-// as a worker thread: one order in, reports out, an 'abort' message stops it
+// as a worker thread: orders in (one at a time), reports out tagged with the order's id; an
+// 'abort' message stops the order running; the thread stays for the next order
 if (parentPort !== null) {
   const port = parentPort
-  const aborter = new AbortController()
-  port.on('message', (message: { type: 'start'; order: TransferOrder } | { type: 'abort' }) => {
-    if (message.type === 'abort') return aborter.abort()
-    transfer(message.order, (report) => port.postMessage(report), aborter.signal)
+  let current: { id: number; aborter: AbortController } | undefined
+  port.on('message', (message: { type: 'start'; id: number; order: TransferOrder } | { type: 'abort'; id: number }) => {
+    if (message.type === 'abort') {
+      if (current?.id === message.id) current.aborter.abort()
+      return
+    }
+    const mine = { id: message.id, aborter: new AbortController() }
+    current = mine
+    const post = (report: TransferReport) => port.postMessage({ ...report, id: mine.id })
+    transfer(message.order, post, mine.aborter.signal)
       .catch((err: unknown) => {
-        if (aborter.signal.aborted) return port.postMessage({ type: 'error', message: 'cancelled', retryable: false, restart: false })
+        if (mine.aborter.signal.aborted) return post({ type: 'error', message: 'cancelled', retryable: false, restart: false })
         const known = err instanceof SourceError
-        port.postMessage({
+        post({
           type: 'error',
           message: known ? err.message : `The transfer failed (${(err as { code?: string }).code ?? (err as Error).message})`,
           retryable: known ? err.retryable : true,
           restart: (err as { restart?: boolean }).restart === true,
         })
       })
-      .finally(() => port.close())
+      .finally(() => {
+        if (current === mine) current = undefined
+      })
   })
 }
