@@ -67,8 +67,9 @@ async function openWorld(src: DownloadStandins, config: Record<string, unknown> 
   const plain = await ensure('plain', 'user')
   sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: facts(modelsDir) })
   const changes = new EventEmitter()
+  if (process.env.DL_DEBUG) sc.services.events.onAny((r) => console.error(JSON.stringify(r)))
   const queue = await (sc.built.features.find((f) => f.name === 'downloads') as DownloadsFeature).queue()
-  queue.onChange = (job) => changes.emit(job.job_id, job)
+  queue.onChange = (job) => { if (process.env.DL_DEBUG) console.error(Date.now() % 100000, job.status, job.bytes_done, job.attempts, job.error); changes.emit(job.job_id, job) }
   return { sc, src, modelsDir, dir, changes, adminJwt: admin.jwt, aliceJwt: await sessionJwt(sc, alice), aliceId: alice.user_id, bobJwt: await apiToken(sc, bob), plainJwt: await sessionJwt(sc, plain) }
 }
 
@@ -83,6 +84,7 @@ function progressed(w: World, jobId: string): Promise<void> {
       resolve()
     }
     w.changes.on(jobId, check)
+    void jobOf(w, jobId, w.adminJwt).then((j) => j && check(j as DownloadJobRecord))
   })
 }
 
@@ -268,7 +270,7 @@ describe('model downloads against the stand-ins', () => {
       src.civitai.set(620, [f])
       const paused = once(src.events, 'paused')
       const jobId = await start(w, { source: 'civitai', model_version_id: 620 }, w.bobJwt)
-      await paused
+      await Promise.all([paused, progressed(w, jobId)])
       assert.equal(await jobOf(w, jobId, w.aliceJwt), undefined)
       const cancel = await call(w.sc, { method: 'POST', url: `/authsvc/api/model-download/jobs/${jobId}/cancel`, bearer: w.aliceJwt })
       assert.equal(cancel.statusCode, 404)

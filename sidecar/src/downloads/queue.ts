@@ -325,15 +325,16 @@ export class DownloadQueue {
     }
     if (run.cancelled) throw new SourceError('cancelled', false)
     await place(partialPath, finalPath, folder.name, resolved.filename)
+    // usable by the requester before the job says it is done
+    try {
+      await this.landing.landed(job, folder.name, resolved.filename)
+    } catch (err) {
+      this.log.error({ err, job_id: job.job_id }, 'a downloaded model could not be granted to its requester')
+    }
     const done = await this.jobs.finish(job.job_id, {
       status: 'completed', sha256: result.sha256, bytes_done: result.bytes, total_bytes: result.bytes, partial_path: '', final_path: finalPath, finished_at_iso: this.now(), error: '',
     })
     if (done) this.onChange(done)
-    try {
-      await this.landing.landed(done ?? job, folder.name, resolved.filename)
-    } catch (err) {
-      this.log.error({ err, job_id: job.job_id }, 'a downloaded model could not be granted to its requester')
-    }
     this.services.events.emit('download_completed', {
       actor: job.username, subject: job.username, job_id: job.job_id, source: job.source, folder: folder.name, filename: resolved.filename, bytes: result.bytes, sha256: result.sha256,
     })
