@@ -2,7 +2,8 @@
  * One transfer, in its own thread (so neither the hashing nor the copying ever runs on the
  * sidecar's event loop, where every user's decisions are made): GET the URL under the rules of
  * hops.ts, stream the body into the partial file while the SHA-256 is fed the same chunks
- * (stream.pipeline, so a slow disk slows the socket: backpressure, bounded memory), and report.
+ * (stream.pipeline into a sink that hashes and writes each chunk, so a slow disk slows the socket:
+ * backpressure, bounded memory), and report.
  *
  * Resume: with `resumeFrom` > 0 and the validator the partial was started under, the request
  * carries `Range: bytes=N-` and `If-Range: <validator>`; a 206 whose Content-Range starts at N
@@ -15,9 +16,9 @@
  * (retryable); ENOSPC is "the disk is full" (not retryable).
  */
 import { createHash, type Hash } from 'node:crypto'
-import { createReadStream, createWriteStream } from 'node:fs'
-import { open, stat, truncate } from 'node:fs/promises'
-import { Transform, type TransformCallback } from 'node:stream'
+import { createReadStream } from 'node:fs'
+import { open, stat, truncate, type FileHandle } from 'node:fs/promises'
+import { Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { parentPort } from 'node:worker_threads'
 import { openFollowing, SourceError, type HopPolicy } from './hops.js'
@@ -47,33 +48,73 @@ const PROGRESS_MS = 250
 
 class StallError extends Error {}
 
-/** Counts and hashes the chunks that pass, and notices when none comes for `stallMs`. */
-class Tap extends Transform {
+/**
+ * The end of the pipeline: feeds each chunk to the hash and writes it to the partial file, and
+ * counts a byte only once it is written (so a reported count is on disk: a resume after a kill
+ * starts from what the file holds). No chunk for `stallMs` calls `onStall`. Progress is reported
+ * at most every PROGRESS_MS, and once more after the last chunk of a burst.
+ */
+class Sink extends Writable {
   bytes: number
-  private timer: NodeJS.Timeout
+  private readonly timer: NodeJS.Timeout
   private lastReport = 0
-  constructor(private readonly hash: Hash, start: number, stallMs: number, private readonly report: (bytes: number) => void, onStall: () => void) {
-    super()
+  private trailing: NodeJS.Timeout | undefined
+  constructor(private readonly file: FileHandle, private readonly hash: Hash, start: number, stallMs: number, private readonly report: (bytes: number) => void, onStall: () => void) {
+    super({ highWaterMark: 1024 * 1024 })
     this.bytes = start
     this.timer = setTimeout(onStall, stallMs)
   }
-  override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback): void {
+  override _writev(chunks: Array<{ chunk: Buffer }>, done: (error?: Error | null) => void): void {
     this.timer.refresh()
-    this.hash.update(chunk)
-    this.bytes += chunk.length
+    const buffers = chunks.map((c) => c.chunk)
+    for (const b of buffers) this.hash.update(b)
+    this.writeAll(buffers).then(() => {
+      this.progress()
+      done()
+    }, done)
+  }
+  private async writeAll(buffers: Buffer[]): Promise<void> {
+    let left = buffers
+    while (left.length > 0) {
+      const { bytesWritten } = await this.file.writev(left)
+      this.bytes += bytesWritten
+      let skip = bytesWritten
+      const rest: Buffer[] = []
+      for (const b of left) {
+        if (skip >= b.length) skip -= b.length
+        else {
+          rest.push(skip > 0 ? b.subarray(skip) : b)
+          skip = 0
+        }
+      }
+      left = rest
+    }
+  }
+  private progress(): void {
     const now = Date.now()
     if (now - this.lastReport >= PROGRESS_MS) {
       this.lastReport = now
       this.report(this.bytes)
+      return
     }
-    done(null, chunk)
+    if (this.trailing === undefined) {
+      this.trailing = setTimeout(() => {
+        this.trailing = undefined
+        this.lastReport = Date.now()
+        this.report(this.bytes)
+      }, PROGRESS_MS)
+    }
   }
-  override _flush(done: TransformCallback): void {
+  private stopTimers(): void {
     clearTimeout(this.timer)
+    clearTimeout(this.trailing)
+  }
+  override _final(done: (error?: Error | null) => void): void {
+    this.stopTimers()
     done()
   }
   override _destroy(err: Error | null, done: (error: Error | null) => void): void {
-    clearTimeout(this.timer)
+    this.stopTimers()
     done(err)
   }
 }
@@ -149,9 +190,10 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
     // a fresh start: an empty partial (created 0600? the host must read it: 0644 as a model file)
     await (await open(order.partialPath, 'w', 0o644)).close()
   }
-  const tap = new Tap(hash, start, order.stallMs, (bytes) => post({ type: 'progress', bytes }), () => tap.destroy(new StallError()))
+  const file = await open(order.partialPath, 'a')
+  const sink = new Sink(file, hash, start, order.stallMs, (bytes) => post({ type: 'progress', bytes }), () => sink.destroy(new StallError()))
   try {
-    await pipeline(response, tap, createWriteStream(order.partialPath, { flags: 'a', highWaterMark: 1024 * 1024 }), { signal })
+    await pipeline(response, sink, { signal })
   } catch (err) {
     if (signal.aborted) throw err
     if (err instanceof StallError) throw new SourceError(`The transfer stalled: nothing arrived for ${Math.round(order.stallMs / 1000)} s`, true)
@@ -162,11 +204,13 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
       throw new SourceError(`The file could not be written (${code})`, false)
     }
     throw new SourceError(`The transfer broke off (${code ?? (err as Error).message})`, true)
+  } finally {
+    await file.close().catch(() => {})
   }
   const written = (await stat(order.partialPath)).size
-  if (tap.bytes !== total || written !== total) throw new SourceError(`The source sent ${tap.bytes} bytes of the ${total} it announced`, true)
-  post({ type: 'progress', bytes: tap.bytes })
-  post({ type: 'done', sha256: hash.digest('hex'), bytes: tap.bytes })
+  if (sink.bytes !== total || written !== total) throw new SourceError(`The source sent ${sink.bytes} bytes of the ${total} it announced`, true)
+  post({ type: 'progress', bytes: sink.bytes })
+  post({ type: 'done', sha256: hash.digest('hex'), bytes: sink.bytes })
 }
 
 // as a worker thread: orders in (one at a time), reports out tagged with the order's id; an
