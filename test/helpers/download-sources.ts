@@ -33,6 +33,8 @@ export interface StandinFile {
   name: string
   size: number
   seed: number
+  /** the bytes themselves (a loadable model for the real host) instead of the seed's; `size` must be its length */
+  content?: Buffer
   /** Civitai metadata */
   type?: string
   format?: string
@@ -151,7 +153,8 @@ export async function startDownloadStandins(): Promise<DownloadStandins> {
   const record = (server: SeenRequest['server'], req: IncomingMessage) => {
     seen.push({ server, method: req.method ?? '', path: req.url ?? '', authorization: req.headers.authorization, range: req.headers.range, ifRange: req.headers['if-range'] as string | undefined })
   }
-  const published = (f: StandinFile) => (f.wrongHash ? createHash('sha256').update(`not ${f.id}`).digest('hex') : sha256Of(f.seed, f.size))
+  const trueSha = (f: StandinFile) => (f.content ? createHash('sha256').update(f.content).digest('hex') : sha256Of(f.seed, f.size))
+  const published = (f: StandinFile) => (f.wrongHash ? createHash('sha256').update(`not ${f.id}`).digest('hex') : trueSha(f))
   const json = (res: ServerResponse, status: number, body: unknown) => {
     const text = JSON.stringify(body)
     res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) }).end(text)
@@ -265,7 +268,7 @@ export async function startDownloadStandins(): Promise<DownloadStandins> {
       if (f.pauseAt !== undefined && pos < f.pauseAt && pos + chunk >= f.pauseAt && (pausesLeft.get(f.id) ?? f.pauses ?? 1) > 0 && !released.has(f.id)) {
         // send up to the pause point, then wait for release()
         const upTo = f.pauseAt
-        res.write(bytesOf(f.seed, pos, upTo))
+        res.write(f.content ? f.content.subarray(pos, upTo) : bytesOf(f.seed, pos, upTo))
         pos = upTo
         pausesLeft.set(f.id, (pausesLeft.get(f.id) ?? f.pauses ?? 1) - 1)
         events.emit('paused', f.id, pos)
@@ -289,7 +292,7 @@ export async function startDownloadStandins(): Promise<DownloadStandins> {
       let end = Math.min(f.size, pos + chunk)
       for (const stop of [f.stallAt, f.truncateAt]) if (stop !== undefined && pos < stop && end > stop) end = stop
       const at = pos % BLOCK
-      const piece = at + (end - pos) <= BLOCK ? block.subarray(at, at + (end - pos)) : bytesOf(f.seed, pos, end)
+      const piece = f.content ? f.content.subarray(pos, end) : at + (end - pos) <= BLOCK ? block.subarray(at, at + (end - pos)) : bytesOf(f.seed, pos, end)
       pos = end
       if (!res.write(piece)) await Promise.race([once(res, 'drain'), once(res, 'close')])
       if (f.slowBps) {
@@ -310,7 +313,7 @@ export async function startDownloadStandins(): Promise<DownloadStandins> {
       res.writeHead(403, { 'content-type': 'application/xml' }).end('<Error><Code>AccessDenied</Code></Error>')
       return
     }
-    serveFile(f, req, res, `"${sha256Of(f.seed, f.size)}"`)
+    serveFile(f, req, res, `"${trueSha(f)}"`)
   })
   cdnUrl = cdn.url
 
@@ -333,7 +336,7 @@ export async function startDownloadStandins(): Promise<DownloadStandins> {
       events.emit(`release:${fileId}`, fileId)
     },
     publishedSha256: published,
-    trueSha256: (f) => sha256Of(f.seed, f.size),
+    trueSha256: trueSha,
     async close() {
       for (const s of [civ, hf, cdn]) {
         for (const socket of s.sockets) socket.destroy()
