@@ -4,8 +4,9 @@
  * inside the real ComfyUI (bench/real-host-bench.ts, which skips with one line
  * when no real ComfyUI is available), then a sidecar killed under load inside it
  * (bench/restart-bench.ts), then logins and decisions with a slow, failing or dead ntfy
- * (bench/ntfy-bench.ts). Each runs in its own process; exits 1 when any missed a
- * target. BENCH_ONLY=standin, isolation, real, restart or ntfy runs one.
+ * (bench/ntfy-bench.ts), then model downloads against curl, with the sidecar's memory and another
+ * user's decisions (bench/downloads-bench.ts). Each runs in its own process; exits 1 when any missed a
+ * target. BENCH_ONLY=standin, isolation, real, restart, ntfy or downloads runs one.
  */
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
@@ -17,6 +18,7 @@ const parts = [
   ['real', 'real-host-bench.ts'],
   ['restart', 'restart-bench.ts'],
   ['ntfy', 'ntfy-bench.ts'],
+  ['downloads', 'downloads-bench.ts'],
 ].filter(([name]) => !only || only === name)
 let failed = false
 for (const [, file] of parts) {
