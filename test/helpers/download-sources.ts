@@ -129,6 +129,19 @@ export interface DownloadStandins {
   close(): Promise<void>
 }
 
+/** Resolves on the first of 'drain' and 'close', leaving no listener behind. */
+function drainOrClose(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done)
+      res.off('close', done)
+      resolve()
+    }
+    res.on('drain', done)
+    res.on('close', done)
+  })
+}
+
 function listen(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<{ server: Server; url: string; sockets: Set<Socket> }> {
   const server = createServer(handler)
   const sockets = new Set<Socket>()
@@ -294,7 +307,7 @@ export async function startDownloadStandins(): Promise<DownloadStandins> {
       const at = pos % BLOCK
       const piece = f.content ? f.content.subarray(pos, end) : at + (end - pos) <= BLOCK ? block.subarray(at, at + (end - pos)) : bytesOf(f.seed, pos, end)
       pos = end
-      if (!res.write(piece)) await Promise.race([once(res, 'drain'), once(res, 'close')])
+      if (!res.write(piece)) await drainOrClose(res)
       if (f.slowBps) {
         const due = startedAt + ((pos - start) / f.slowBps) * 1000
         const wait = due - Date.now()

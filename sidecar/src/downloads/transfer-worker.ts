@@ -16,7 +16,8 @@
  * (retryable); ENOSPC is "the disk is full" (not retryable).
  */
 import { createHash, type Hash } from 'node:crypto'
-import { createReadStream } from 'node:fs'
+import { createReadStream, readlinkSync } from 'node:fs'
+import { setPriority } from 'node:os'
 import { open, stat, truncate, type FileHandle } from 'node:fs/promises'
 import { Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
@@ -213,10 +214,25 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
   post({ type: 'done', sha256: hash.digest('hex'), bytes: sink.bytes })
 }
 
+/**
+ * On Linux, this thread (only: a nice value is per thread there) runs at nice 10, so when the
+ * CPU is short the sidecar's event loop, which answers every user's decisions, goes first and a
+ * transfer takes what is left.
+ */
+function lowerOwnPriority(): void {
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').pop())
+    if (Number.isInteger(tid) && tid > 0) setPriority(tid, 10)
+  } catch {
+    // not Linux, or not allowed: the transfer runs at the process's priority
+  }
+}
+
 // as a worker thread: orders in (one at a time), reports out tagged with the order's id; an
 // 'abort' message stops the order running; the thread stays for the next order
 if (parentPort !== null) {
   const port = parentPort
+  lowerOwnPriority()
   let current: { id: number; aborter: AbortController } | undefined
   port.on('message', (message: { type: 'start'; id: number; order: TransferOrder } | { type: 'abort'; id: number }) => {
     if (message.type === 'abort') {
