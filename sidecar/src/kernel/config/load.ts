@@ -88,6 +88,13 @@ export function validateConfig(raw: unknown, problems: string[] = []): Config {
     const problem = outboundUrlProblem(updateUrl)
     if (problem !== null) problems.push(`/update_check/url: ${problem}`)
   }
+  // where a download's first request goes (the user's key goes there): https, or http to this machine
+  for (const key of ['civitai_base_url', 'huggingface_base_url'] as const) {
+    const url: unknown = withDefaults.model_download?.[key]
+    if (typeof url !== 'string') continue
+    const problem = outboundUrlProblem(url)
+    if (problem !== null) problems.push(`/model_download/${key}: ${problem}`)
+  }
   if (problems.length > 0) throw new ConfigError(problems)
   return withDefaults
 }
