@@ -38,6 +38,7 @@ import { sharedSchemaCompilers } from './kernel/http/schema-compilers.js'
 import { Jobs } from './kernel/jobs.js'
 import { PROTOCOL_VERSION, type PushMessage, type HelloMessage } from './kernel/protocol.js'
 import type { DecisionHandlers } from './kernel/server.js'
+import { downloadsFeature } from './downloads/feature.js'
 import { modelsFeature } from './models/feature.js'
 import { notifyFeature } from './notify/feature.js'
 import { nsfwFeature } from './nsfw/feature.js'
@@ -67,6 +68,7 @@ export function features(services: Services, log: FastifyBaseLogger, clock: Cloc
     updatesFeature(services, log, clock),
     userEnvFeature(services),
     storeConfigFeature(services),
+    downloadsFeature(services, log, () => models.landed),
   ]
 }
 

@@ -340,6 +340,20 @@ describe('store URLs and the token store in the configuration', () => {
       const problems = problemsOf(() => validateConfig(raw))
       assert.deepEqual(problems, expected)
       assert.ok(!problems.join('\n').includes('Hidden'), 'no password in a problem line')
+
+// Issue 22: the source base URLs are where a user's key goes; the first request of a download goes nowhere else.
+describe('model_download base URLs: https, or http to this machine', () => {
+  const rows: Array<[string, Record<string, unknown>, string[]]> = [
+    ['the defaults', {}, []],
+    ['a loopback stand-in over http', { civitai_base_url: 'http://127.0.0.1:9000' }, []],
+    ['plain http elsewhere', { civitai_base_url: 'http://civitai.example' }, ['/model_download/civitai_base_url: plain http is allowed only to this machine (127.0.0.1, ::1, localhost); use https']],
+    ['a user name in the URL', { huggingface_base_url: 'https://me:pw@huggingface.co' }, ['/model_download/huggingface_base_url: a URL may not carry a user name or password']],
+    ['not a URL', { huggingface_base_url: 'huggingface.co' }, ['/model_download/huggingface_base_url: not an absolute URL']],
+  ]
+  for (const [name, section, expected] of rows) {
+    it(name, () => {
+      if (expected.length === 0) assert.doesNotThrow(() => validateConfig({ model_download: section }))
+      else assert.deepEqual(problemsOf(() => validateConfig({ model_download: section })), expected)
     })
   }
 })

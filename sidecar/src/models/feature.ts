@@ -18,6 +18,12 @@ import { modelGrantRoutes } from './routes.js'
 export interface ModelsFeature extends Feature {
   /** the model lists and grants as decisions read them; from bind on */
   access(): ModelAccess
+  /**
+   * A file that just landed in a model folder (downloads/): the cache is walked again now and the
+   * item granted to `userId`, so it is in their lists and usable at once (the same service code as
+   * the admin's refresh and grant routes).
+   */
+  landed(userId: string, username: string, folder: string, item: string): Promise<void>
 }
 
 export function modelsFeature(services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock' | 'accessEpoch' | 'events'>, log: FastifyBaseLogger, clock: Clock): ModelsFeature {
@@ -28,6 +34,11 @@ export function modelsFeature(services: Pick<Services, 'users' | 'modelGrants' |
     name: 'models',
     routes: async (family) => {
       await family.register(modelGrantRoutes(services, cache))
+    },
+    async landed(userId, username, folder, item) {
+      await cache.refresh()
+      await services.modelGrants.grant({ user_id: userId, folder, item_name: item, granted_by: username, created_at_iso: new Date(services.clock()).toISOString() })
+      services.events.emit('model_granted', { actor: username, subject: username, folder, item_name: item })
     },
     access() {
       if (access === undefined) throw new Error('the model lists are read before the store was opened')

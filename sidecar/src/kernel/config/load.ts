@@ -64,7 +64,6 @@ export function parseBoolean(raw: string): boolean | undefined {
  * test fails when any other schema key is read by nothing).
  */
 export const UNBUILT_KEYS: Readonly<Record<string, string>> = Object.freeze({
-  model_download: 'model downloads are not built yet',
 })
 
 function unbuiltProblems(raw: Record<string, unknown>): string[] {
@@ -108,6 +107,13 @@ export function validateConfig(raw: unknown, problems: string[] = []): Config {
   // the deterministic classifier decides by markers a test writes: never by accident in production
   if (withDefaults.nsfw?.classifier === 'test' && process.env.AUTHSVC_NSFW_TEST_CLASSIFIER !== '1') {
     problems.push('/nsfw/classifier: "test" is the test suites\' classifier; it needs AUTHSVC_NSFW_TEST_CLASSIFIER=1 in the environment')
+  }
+  // where a download's first request goes (the user's key goes there): https, or http to this machine
+  for (const key of ['civitai_base_url', 'huggingface_base_url'] as const) {
+    const url: unknown = withDefaults.model_download?.[key]
+    if (typeof url !== 'string') continue
+    const problem = outboundUrlProblem(url)
+    if (problem !== null) problems.push(`/model_download/${key}: ${problem}`)
   }
   if (problems.length > 0) throw new ConfigError(problems)
   return withDefaults

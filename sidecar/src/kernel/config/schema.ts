@@ -42,6 +42,14 @@ export const ModelDownloadSchema = Type.Object(
     huggingface_base_url: Type.String({ default: 'https://huggingface.co' }),
     max_active_total: Type.Integer({ minimum: 1, maximum: 32, default: 3 }),
     max_active_per_source: Type.Integer({ minimum: 1, maximum: 32, default: 2 }),
+    /** redirects (and base URLs) may reach loopback, private and link-local hosts, over http too: test stand-ins only */
+    allow_private_hosts: Bool(false),
+    /** a transfer that receives nothing for this long is aborted and retried */
+    stall_timeout_seconds: Type.Integer({ minimum: 1, maximum: 3600, default: 60 }),
+    /** how many times a failed transfer (network, stall, 429, 5xx) is tried again before the job fails */
+    max_retries: Type.Integer({ minimum: 0, maximum: 20, default: 4 }),
+    /** the first retry's delay; each next one doubles (capped at 5 minutes) */
+    retry_base_seconds: Type.Number({ minimum: 0, maximum: 600, default: 5 }),
   },
   { additionalProperties: false, default: {} },
 )

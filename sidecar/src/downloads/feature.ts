@@ -1,0 +1,70 @@
+/**
+ * Model downloads (SPEC §9, issue 22): a user with `can_download_models` fetches a model from
+ * Civitai or Hugging Face into one of the host's model folders, with their own stored key; the
+ * file is verified and placed atomically, then granted to them (so it is in their lists at once).
+ *
+ * The job store and the keys are opened when the store is (the queue's job `start`); a request
+ * that comes before waits for them.
+ */
+import type { FastifyBaseLogger } from 'fastify'
+import type { Feature } from '../kernel/feature.js'
+import type { Services } from '../services.js'
+import { Collection } from '../store/collection.js'
+import { DownloadQueue, type Landing } from './queue.js'
+import { downloadRoutes } from './routes.js'
+import { CollectionDownloadJobs, CollectionSourceKeys, type DownloadJobRecord, type DownloadJobs, type SourceKeys } from './store.js'
+import './events.js'
+
+/** What the models feature does with a landed file (models/feature.ts `landed`). */
+export type LandedHook = (userId: string, grantedBy: string, folder: string, item: string) => Promise<void>
+
+export interface DownloadsFeature extends Feature {
+  /** the queue once the store is open (tests wait on its changes) */
+  queue(): Promise<DownloadQueue>
+}
+
+type DownloadServices = Pick<Services, 'config' | 'host' | 'clock' | 'events' | 'kv' | 'fieldCipher' | 'log'>
+
+export function downloadsFeature(services: DownloadServices, log: FastifyBaseLogger, landed: () => LandedHook): DownloadsFeature {
+  let opened: { queue: DownloadQueue; jobs: DownloadJobs; keys: SourceKeys } | undefined
+  let resolveReady: (value: { queue: DownloadQueue; jobs: DownloadJobs; keys: SourceKeys }) => void = () => {}
+  const ready = new Promise<{ queue: DownloadQueue; jobs: DownloadJobs; keys: SourceKeys }>((r) => (resolveReady = r))
+  const handle = {
+    queue: async () => (await ready).queue,
+    list: () => opened?.jobs.list() ?? [],
+    get: (jobId: string) => opened?.jobs.get(jobId),
+    keys: async () => (await ready).keys,
+  }
+  return {
+    name: 'downloads',
+    routes: async (family) => {
+      await family.register(downloadRoutes(services, handle))
+    },
+    queue: handle.queue,
+    bind() {
+      return {
+        jobs: [{
+          name: 'model-downloads',
+          async start() {
+            const [jobRecords, keyRecords] = await Promise.all([
+              Collection.load<DownloadJobRecord>(services.kv, 'download_job', { log }),
+              Collection.load<{ user_id: string; source: 'civitai' | 'huggingface'; sealed: string }>(services.kv, 'download_key', { log }),
+            ])
+            const jobs = new CollectionDownloadJobs(jobRecords, services.clock)
+            const keys = new CollectionSourceKeys(keyRecords, services.fieldCipher)
+            const landing: Landing = {
+              landed: (job, folder, item) => landed()(job.user_id, job.username, folder, item),
+            }
+            const queue = new DownloadQueue(services, jobs, keys, landing, log)
+            opened = { queue, jobs, keys }
+            resolveReady(opened)
+            await queue.start()
+          },
+          async stop() {
+            await opened?.queue.stop()
+          },
+        }],
+      }
+    },
+  }
+}

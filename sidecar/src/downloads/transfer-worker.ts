@@ -1,0 +1,260 @@
+/**
+ * One transfer, in its own thread (so neither the hashing nor the copying ever runs on the
+ * sidecar's event loop, where every user's decisions are made): GET the URL under the rules of
+ * hops.ts, stream the body into the partial file while the SHA-256 is fed the same chunks
+ * (stream.pipeline into a sink that hashes and writes each chunk, so a slow disk slows the socket:
+ * backpressure, bounded memory), and report.
+ *
+ * Resume: with `resumeFrom` > 0 and the validator the partial was started under, the request
+ * carries `Range: bytes=N-` and `If-Range: <validator>`; a 206 whose Content-Range starts at N
+ * and whose total is the one known appends (the partial's first N bytes are read once to bring
+ * the hash up to date: the hash state of a killed process is gone); anything else (200, another
+ * validator or size) starts again from byte 0, truncating the partial.
+ *
+ * Checks: the body must be exactly as long as announced (Content-Length / Content-Range, and
+ * X-Linked-Size on a Hugging Face redirect); no chunk for `stallMs` aborts the transfer
+ * (retryable); ENOSPC is "the disk is full" (not retryable).
+ */
+import { createHash, type Hash } from 'node:crypto'
+import { createReadStream, readlinkSync } from 'node:fs'
+import { setPriority } from 'node:os'
+import { open, stat, truncate, type FileHandle } from 'node:fs/promises'
+import { Writable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
+import { parentPort } from 'node:worker_threads'
+import { openFollowing, SourceError, type HopPolicy } from './hops.js'
+import { answerError } from './sources.js'
+import type { SourceName } from './store.js'
+
+export interface TransferOrder {
+  source: SourceName
+  url: string
+  policy: HopPolicy
+  partialPath: string
+  /** bytes already in the partial under `validator`, 0 for a fresh start */
+  resumeFrom: number
+  validator: string
+  /** the total known from an earlier start (a resume must see the same), 0 when none */
+  knownTotal: number
+  stallMs: number
+}
+
+export type TransferReport =
+  | { type: 'started'; total: number; validator: string; linkedSha256: string; resumed: boolean }
+  | { type: 'progress'; bytes: number }
+  | { type: 'done'; sha256: string; bytes: number }
+  | { type: 'error'; message: string; retryable: boolean; restart: boolean }
+
+const PROGRESS_MS = 250
+
+class StallError extends Error {}
+
+/**
+ * The end of the pipeline: feeds each chunk to the hash and writes it to the partial file, and
+ * counts a byte only once it is written (so a reported count is on disk: a resume after a kill
+ * starts from what the file holds). No chunk for `stallMs` calls `onStall`. Progress is reported
+ * at most every PROGRESS_MS, and once more after the last chunk of a burst.
+ */
+class Sink extends Writable {
+  bytes: number
+  private readonly timer: NodeJS.Timeout
+  private lastReport = 0
+  private trailing: NodeJS.Timeout | undefined
+  constructor(private readonly file: FileHandle, private readonly hash: Hash, start: number, stallMs: number, private readonly report: (bytes: number) => void, onStall: () => void) {
+    super({ highWaterMark: 1024 * 1024 })
+    this.bytes = start
+    this.timer = setTimeout(onStall, stallMs)
+  }
+  override _writev(chunks: Array<{ chunk: Buffer }>, done: (error?: Error | null) => void): void {
+    this.timer.refresh()
+    const buffers = chunks.map((c) => c.chunk)
+    for (const b of buffers) this.hash.update(b)
+    this.writeAll(buffers).then(() => {
+      this.progress()
+      done()
+    }, done)
+  }
+  private async writeAll(buffers: Buffer[]): Promise<void> {
+    let left = buffers
+    while (left.length > 0) {
+      const { bytesWritten } = await this.file.writev(left)
+      this.bytes += bytesWritten
+      let skip = bytesWritten
+      const rest: Buffer[] = []
+      for (const b of left) {
+        if (skip >= b.length) skip -= b.length
+        else {
+          rest.push(skip > 0 ? b.subarray(skip) : b)
+          skip = 0
+        }
+      }
+      left = rest
+    }
+  }
+  private progress(): void {
+    const now = Date.now()
+    if (now - this.lastReport >= PROGRESS_MS) {
+      this.lastReport = now
+      this.report(this.bytes)
+      return
+    }
+    if (this.trailing === undefined) {
+      this.trailing = setTimeout(() => {
+        this.trailing = undefined
+        this.lastReport = Date.now()
+        this.report(this.bytes)
+      }, PROGRESS_MS)
+    }
+  }
+  private stopTimers(): void {
+    clearTimeout(this.timer)
+    clearTimeout(this.trailing)
+  }
+  override _final(done: (error?: Error | null) => void): void {
+    this.stopTimers()
+    done()
+  }
+  override _destroy(err: Error | null, done: (error: Error | null) => void): void {
+    this.stopTimers()
+    done(err)
+  }
+}
+
+const header = (value: string | string[] | undefined): string => (Array.isArray(value) ? value[0] : value) ?? ''
+const unquote = (etag: string): string => etag.replace(/^W\//, '').replace(/^"|"$/g, '')
+
+async function hashPrefix(hash: Hash, path: string, bytes: number): Promise<void> {
+  if (bytes === 0) return
+  for await (const chunk of createReadStream(path, { start: 0, end: bytes - 1, highWaterMark: 1024 * 1024 })) hash.update(chunk as Buffer)
+}
+
+export async function transfer(order: TransferOrder, post: (report: TransferReport) => void, signal: AbortSignal): Promise<void> {
+  const resumeFrom = order.resumeFrom > 0 && order.validator !== '' ? order.resumeFrom : 0
+  const headers: Record<string, string> = resumeFrom > 0 ? { range: `bytes=${resumeFrom}-`, 'if-range': `"${order.validator}"` } : {}
+  const stall = new AbortController()
+  const both = AbortSignal.any([signal, stall.signal])
+  // the stall timer also covers the wait for the first headers
+  const headerTimer = setTimeout(() => stall.abort(new StallError()), order.stallMs)
+  let opened
+  try {
+    opened = await openFollowing(order.url, order.policy, headers, both)
+  } catch (err) {
+    if (stall.signal.aborted && !signal.aborted) throw new SourceError(`No answer from the source for ${Math.round(order.stallMs / 1000)} s`, true)
+    throw err
+  } finally {
+    clearTimeout(headerTimer)
+  }
+  const { response, hops } = opened
+  const status = response.statusCode ?? 0
+  if (status !== 200 && status !== 206) throw await answerError(order.source, response)
+
+  // what the source published about the bytes: Hugging Face puts it on its redirect
+  const linked = hops.find((h) => h.headers['x-linked-etag'] !== undefined || h.headers['x-linked-size'] !== undefined)
+  const linkedSha = unquote(header(linked?.headers['x-linked-etag'])).toLowerCase()
+  const linkedSha256 = /^[0-9a-f]{64}$/.test(linkedSha) ? linkedSha : ''
+  const linkedSize = Number(header(linked?.headers['x-linked-size']) || NaN)
+  const validator = linkedSha256 || unquote(header(response.headers.etag))
+
+  let start = 0
+  let total: number
+  const length = Number(header(response.headers['content-length']) || NaN)
+  if (status === 206) {
+    const range = /^bytes (\d+)-(\d+)\/(\d+)$/.exec(header(response.headers['content-range']))
+    if (!range || Number(range[1]) !== resumeFrom || (order.knownTotal > 0 && Number(range[3]) !== order.knownTotal) || (validator !== '' && validator !== order.validator)) {
+      response.destroy()
+      throw Object.assign(new SourceError('The source now serves other bytes; starting again', true), { restart: true })
+    }
+    start = resumeFrom
+    total = Number(range[3])
+    if (Number.isFinite(length) && length !== total - start) {
+      response.destroy()
+      throw new SourceError('The source announced a part of another size than its range', false)
+    }
+  } else {
+    total = length
+  }
+  if (!Number.isFinite(total)) {
+    response.destroy()
+    throw new SourceError('The source did not announce the file size', false)
+  }
+  if (Number.isFinite(linkedSize) && linkedSize !== total) {
+    response.destroy()
+    throw new SourceError(`The source announced ${linkedSize} bytes but serves ${total}`, false)
+  }
+  post({ type: 'started', total, validator, linkedSha256, resumed: start > 0 })
+
+  const hash = createHash('sha256')
+  if (start > 0) {
+    await truncate(order.partialPath, start)
+    await hashPrefix(hash, order.partialPath, start)
+  } else {
+    // a fresh start: an empty partial (created 0600? the host must read it: 0644 as a model file)
+    await (await open(order.partialPath, 'w', 0o644)).close()
+  }
+  const file = await open(order.partialPath, 'a')
+  const sink = new Sink(file, hash, start, order.stallMs, (bytes) => post({ type: 'progress', bytes }), () => sink.destroy(new StallError()))
+  try {
+    await pipeline(response, sink, { signal })
+  } catch (err) {
+    if (signal.aborted) throw err
+    if (err instanceof StallError) throw new SourceError(`The transfer stalled: nothing arrived for ${Math.round(order.stallMs / 1000)} s`, true)
+    const code = (err as { code?: string }).code
+    if (code === 'ENOSPC') throw new SourceError('The disk is full', false)
+    if (code === 'EDQUOT') throw new SourceError('The disk quota is used up', false)
+    if (code !== undefined && /^E[A-Z]+$/.test(code) && (err as { syscall?: string }).syscall !== undefined && !['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNREFUSED'].includes(code)) {
+      throw new SourceError(`The file could not be written (${code})`, false)
+    }
+    throw new SourceError(`The transfer broke off (${code ?? (err as Error).message})`, true)
+  } finally {
+    await file.close().catch(() => {})
+  }
+  const written = (await stat(order.partialPath)).size
+  if (sink.bytes !== total || written !== total) throw new SourceError(`The source sent ${sink.bytes} bytes of the ${total} it announced`, true)
+  post({ type: 'progress', bytes: sink.bytes })
+  post({ type: 'done', sha256: hash.digest('hex'), bytes: sink.bytes })
+}
+
+/**
+ * On Linux, this thread (only: a nice value is per thread there) runs at nice 10, so when the
+ * CPU is short the sidecar's event loop, which answers every user's decisions, goes first and a
+ * transfer takes what is left.
+ */
+function lowerOwnPriority(): void {
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').pop())
+    if (Number.isInteger(tid) && tid > 0) setPriority(tid, 10)
+  } catch {
+    // not Linux, or not allowed: the transfer runs at the process's priority
+  }
+}
+
+// as a worker thread: orders in (one at a time), reports out tagged with the order's id; an
+// 'abort' message stops the order running; the thread stays for the next order
+if (parentPort !== null) {
+  const port = parentPort
+  lowerOwnPriority()
+  let current: { id: number; aborter: AbortController } | undefined
+  port.on('message', (message: { type: 'start'; id: number; order: TransferOrder } | { type: 'abort'; id: number }) => {
+    if (message.type === 'abort') {
+      if (current?.id === message.id) current.aborter.abort()
+      return
+    }
+    const mine = { id: message.id, aborter: new AbortController() }
+    current = mine
+    const post = (report: TransferReport) => port.postMessage({ ...report, id: mine.id })
+    transfer(message.order, post, mine.aborter.signal)
+      .catch((err: unknown) => {
+        if (mine.aborter.signal.aborted) return post({ type: 'error', message: 'cancelled', retryable: false, restart: false })
+        const known = err instanceof SourceError
+        post({
+          type: 'error',
+          message: known ? err.message : `The transfer failed (${(err as { code?: string }).code ?? (err as Error).message})`,
+          retryable: known ? err.retryable : true,
+          restart: (err as { restart?: boolean }).restart === true,
+        })
+      })
+      .finally(() => {
+        if (current === mine) current = undefined
+      })
+  })
+}

@@ -1,0 +1,497 @@
+/**
+ * Model downloads (issue 22) against the local stand-ins of Civitai, Hugging Face and their CDN
+ * (test/helpers/download-sources.ts, real HTTP servers): a real sidecar on a temp data dir and a
+ * real sqlite file, routes called as the plugin forwards them. Waits are on the queue's changes
+ * and the stand-ins' events (paused, stalled), never on a fixed time.
+ */
+import assert from 'node:assert/strict'
+import { execFileSync } from 'node:child_process'
+import { EventEmitter, once } from 'node:events'
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { createHash } from 'node:crypto'
+import { join } from 'node:path'
+import { after, before, describe, it } from 'node:test'
+import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
+import type { DownloadsFeature } from '../../sidecar/src/downloads/feature.js'
+import type { DownloadJobRecord } from '../../sidecar/src/downloads/store.js'
+import { DEFAULT_GROUPS } from '../../sidecar/src/access/roles.js'
+import { addUser, apiToken, bootstrapAdmin, call, openSidecar, sessionJwt, tempDir, type Sidecar } from '../unit/fixtures.js'
+import { startDownloadStandins, type DownloadStandins, type StandinFile } from '../helpers/download-sources.js'
+
+const FOLDERS = ['checkpoints', 'loras']
+
+function facts(modelsDir: string) {
+  return {
+    model_folders: Object.fromEntries(FOLDERS.map((f) => [f, [join(modelsDir, f)]])),
+    model_folder_extensions: Object.fromEntries(FOLDERS.map((f) => [f, ['.safetensors', '.ckpt', '.pt']])),
+    model_paths: { sep: '/', case_insensitive: false },
+  }
+}
+
+interface World {
+  sc: Sidecar
+  src: DownloadStandins
+  modelsDir: string
+  adminJwt: string
+  aliceJwt: string
+  aliceId: string
+  bobJwt: string
+  plainJwt: string
+  changes: EventEmitter
+  dir: string
+}
+
+let nextId = 1000
+function file(over: Partial<StandinFile> = {}): StandinFile {
+  const id = nextId++
+  return { id, name: `model-${id}.safetensors`, size: 300 * 1024 + (id % 7), seed: id, ...over }
+}
+
+async function openWorld(src: DownloadStandins, config: Record<string, unknown> = {}, dir = tempDir('as-dl-')): Promise<World> {
+  const modelsDir = join(dir, 'models')
+  for (const f of FOLDERS) mkdirSync(join(modelsDir, f), { recursive: true })
+  const sc = await openSidecar({
+    dir,
+    config: {
+      model_download: {
+        civitai_base_url: src.civitaiUrl, huggingface_base_url: src.huggingfaceUrl, allow_private_hosts: true,
+        retry_base_seconds: 0, max_retries: 1, stall_timeout_seconds: 60, ...config,
+      },
+    },
+  })
+  sc.services.roles.replace({ ...DEFAULT_GROUPS, downloader: { ...DEFAULT_GROUPS.user, can_download_models: true } })
+  const ensure = async (name: string, role: string) => sc.services.users.byUsername(name) ?? addUser(sc, name, 'Passw0rd-long-enough', role)
+  const admin = sc.services.users.byUsername('root-admin') ? { jwt: await sessionJwt(sc, sc.services.users.byUsername('root-admin')!) } : await bootstrapAdmin(sc)
+  const alice = await ensure('alice', 'downloader')
+  const bob = await ensure('bob', 'downloader')
+  const plain = await ensure('plain', 'user')
+  sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: facts(modelsDir) })
+  const changes = new EventEmitter()
+  if (process.env.DL_DEBUG) sc.services.events.onAny((r) => console.error(JSON.stringify(r)))
+  const queue = await (sc.built.features.find((f) => f.name === 'downloads') as DownloadsFeature).queue()
+  queue.onChange = (job) => { if (process.env.DL_DEBUG) console.error(Date.now() % 100000, job.status, job.bytes_done, job.attempts, job.error); changes.emit(job.job_id, job) }
+  return { sc, src, modelsDir, dir, changes, adminJwt: admin.jwt, aliceJwt: await sessionJwt(sc, alice), aliceId: alice.user_id, bobJwt: await apiToken(sc, bob), plainJwt: await sessionJwt(sc, plain) }
+}
+
+const FINAL = new Set(['completed', 'failed', 'cancelled'])
+
+/** Resolves once the job has written `bytes` (at least one) to its partial file. */
+function progressed(w: World, jobId: string, bytes = 1): Promise<void> {
+  return new Promise((resolve) => {
+    const check = (job: DownloadJobRecord) => {
+      if (job.bytes_done < bytes) return
+      w.changes.off(jobId, check)
+      resolve()
+    }
+    w.changes.on(jobId, check)
+    void jobOf(w, jobId, w.adminJwt).then((j) => j && check(j as DownloadJobRecord))
+  })
+}
+
+/** Resolves with the job once it reaches a final state (told by the queue, never polled on a timer). */
+function ended(w: World, jobId: string): Promise<DownloadJobRecord> {
+  return new Promise((resolve) => {
+    const check = (job: DownloadJobRecord) => {
+      if (!FINAL.has(job.status)) return
+      w.changes.off(jobId, check)
+      resolve(job)
+    }
+    w.changes.on(jobId, check)
+    void jobOf(w, jobId).then((j) => j && FINAL.has(j.status) && check(j as DownloadJobRecord))
+  })
+}
+
+async function jobOf(w: World, jobId: string, jwt = w.aliceJwt): Promise<any> {
+  const res = await call(w.sc, { url: `/authsvc/api/model-download/jobs/${jobId}`, bearer: jwt })
+  return res.statusCode === 200 ? JSON.parse(res.body).job : undefined
+}
+
+async function start(w: World, body: Record<string, unknown>, jwt = w.aliceJwt): Promise<string> {
+  const res = await call(w.sc, { method: 'POST', url: '/authsvc/api/model-download/download', bearer: jwt, body })
+  assert.equal(res.statusCode, 202, res.body)
+  return JSON.parse(res.body).job_id as string
+}
+
+const sha = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex')
+/** Every name in a model folder, partial files included. */
+const listing = (w: World, folder: string) => readdirSync(join(w.modelsDir, folder)).sort()
+
+describe('model downloads against the stand-ins', () => {
+  let src: DownloadStandins
+  let w: World
+  before(async () => {
+    src = await startDownloadStandins()
+    w = await openWorld(src)
+  })
+  after(async () => {
+    await w.sc.close()
+    await src.close()
+  })
+
+  it('a Civitai version lands in its folder with the published SHA-256, granted to the requester; the key went to Civitai only', async () => {
+    const put = await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'civitai', api_key: 'civ-secret-key-123' } })
+    assert.equal(put.statusCode, 200, put.body)
+    const f = file()
+    src.civitai.set(501, [f])
+    const jobId = await start(w, { source: 'civitai', model_version_id: 501, folder_type: 'checkpoints' })
+    const job = await ended(w, jobId)
+    assert.equal(job.status, 'completed', job.error)
+    const path = join(w.modelsDir, 'checkpoints', f.name)
+    assert.equal(sha(path), src.trueSha256(f))
+    assert.equal((await jobOf(w, jobId)).sha256, src.trueSha256(f))
+    assert.deepEqual(listing(w, 'checkpoints'), [f.name])
+    assert.ok(w.sc.services.modelGrants.list(w.aliceId).some((g) => g.folder === 'checkpoints' && g.item_name === f.name))
+    const seen = src.seen.filter((s) => s.path.includes(String(f.id)) || s.path.includes('/501'))
+    assert.ok(seen.some((s) => s.server === 'civitai' && s.authorization === 'Bearer civ-secret-key-123'))
+    assert.ok(seen.some((s) => s.server === 'cdn'))
+    assert.equal(seen.filter((s) => s.server === 'cdn' && s.authorization !== undefined).length, 0, 'the key never goes to the CDN')
+    await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'civitai', api_key: '' } })
+  })
+
+  it('a Civitai file other than the primary is picked by type/format/fp, and a model page URL takes its newest version', async () => {
+    const primary = file({ primary: true })
+    const vae = file({ type: 'VAE', name: `vae-${nextId}.safetensors` })
+    src.civitai.set(502, [primary, vae])
+    src.civitaiModels.set(77, [502, 400])
+    const byType = await ended(w, await start(w, { source: 'civitai', model_version_id: 502, type: 'VAE', folder_type: 'loras' }))
+    assert.equal(byType.status, 'completed', byType.error)
+    assert.equal(byType.filename, vae.name)
+    const byPage = await ended(w, await start(w, { url: `${src.civitaiUrl}/models/77/some-slug`, folder_type: 'checkpoints' }))
+    assert.equal(byPage.status, 'completed', byPage.error)
+    assert.equal(byPage.filename, primary.name)
+  })
+
+  it('a Hugging Face LFS file lands with the X-Linked-Etag SHA-256; a small file lands with no hash published', async () => {
+    src.repos.add('org/repo')
+    const lfs = file({ name: 'unet.safetensors' })
+    const small = { ...file({ name: 'tiny.safetensors', size: 1234 }), lfs: false }
+    src.huggingface.set('org/repo@main/sub/unet.safetensors', lfs)
+    src.huggingface.set('org/repo@main/tiny.safetensors', small)
+    await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'huggingface', api_key: 'hf_abcdef' } })
+    const a = await ended(w, await start(w, { url: `${src.huggingfaceUrl}/org/repo/blob/main/sub/unet.safetensors`, folder_type: 'loras' }))
+    assert.equal(a.status, 'completed', a.error)
+    assert.equal(a.expected_sha256, src.trueSha256(lfs))
+    assert.equal(sha(join(w.modelsDir, 'loras', 'unet.safetensors')), src.trueSha256(lfs))
+    const b = await ended(w, await start(w, { source: 'huggingface', repo_id: 'org/repo', filename: 'tiny.safetensors', folder_type: 'loras' }))
+    assert.equal(b.status, 'completed', b.error)
+    assert.equal(b.expected_sha256, '')
+    assert.equal(sha(join(w.modelsDir, 'loras', 'tiny.safetensors')), src.trueSha256(small))
+    const hf = src.seen.filter((s) => s.path.includes('unet.safetensors') || s.path.includes(`/files/${lfs.id}/`))
+    assert.ok(hf.some((s) => s.server === 'huggingface' && s.authorization === 'Bearer hf_abcdef'))
+    assert.ok(hf.some((s) => s.server === 'cdn' && s.authorization === undefined))
+    assert.equal(hf.filter((s) => s.server === 'cdn' && s.authorization !== undefined).length, 0)
+    await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'huggingface', api_key: '' } })
+  })
+
+  describe('each error answer of a source is a failed job with a clear message and no file', () => {
+    const rows: Array<[string, () => Record<string, unknown>, RegExp]> = [
+      ['Civitai 401 (login required)', () => (src.civitai.set(601, [file({ error: { status: 401 } })]), { source: 'civitai', model_version_id: 601 }), /signed-in key.*Civitai API key/],
+      ['Civitai 403 (early access)', () => (src.civitai.set(602, [file({ error: { status: 403 } })]), { source: 'civitai', model_version_id: 602 }), /early access/],
+      ['Civitai 404 (no such version)', () => ({ source: 'civitai', model_version_id: 99999 }), /Civitai: not found/],
+      ['Civitai 410 (archived)', () => (src.civitai.set(604, [file({ error: { status: 410 } })]), { source: 'civitai', model_version_id: 604 }), /archived/],
+      ['Civitai 429 after the retries', () => (src.civitai.set(605, [file({ failTimes: 5, failStatus: 429 })]), { source: 'civitai', model_version_id: 605 }), /rate limiting/],
+      ['Hugging Face RepoNotFound', () => ({ source: 'huggingface', repo_id: 'nobody/none', filename: 'x.safetensors' }), /repository does not exist/],
+      ['Hugging Face EntryNotFound', () => (src.repos.add('org/e'), src.huggingface.set('org/e@main/a.safetensors', file()), { source: 'huggingface', repo_id: 'org/e', filename: 'b.safetensors' }), /no such file/],
+      ['Hugging Face RevisionNotFound', () => (src.repos.add('org/r'), { source: 'huggingface', repo_id: 'org/r', filename: 'a.safetensors', revision: 'v9' }), /no such revision/],
+      ['Hugging Face GatedRepo', () => (src.repos.add('org/g'), src.huggingface.set('org/g@main/m.safetensors', file({ error: { status: 403, code: 'GatedRepo', message: 'Access to model org/g is restricted' } })), { source: 'huggingface', repo_id: 'org/g', filename: 'm.safetensors' }), /gated/],
+      ['a published SHA-256 that does not match the bytes', () => { const f = file({ wrongHash: true }); src.civitai.set(606, [f]); return { source: 'civitai', model_version_id: 606 } }, /SHA-256 is [0-9a-f]{64}, not the/],
+      ['a Hugging Face X-Linked-Size other than the bytes served', () => (src.repos.add('org/l'), src.huggingface.set('org/l@main/l.safetensors', file({ lieSize: 12 })), { source: 'huggingface', repo_id: 'org/l', filename: 'l.safetensors' }), /announced 12 bytes/],
+      ['a file type the folder does not list', () => (src.civitai.set(607, [file({ name: 'readme.txt' })]), { source: 'civitai', model_version_id: 607 }), /does not list \.txt files/],
+      ['a connection cut before the end (then the retry too)', () => (src.civitai.set(608, [file({ truncateAt: 100_000 })]), { source: 'civitai', model_version_id: 608 }), /sent 100000 bytes of the|broke off/],
+    ]
+    for (const [name, setup, message] of rows) {
+      it(name, async () => {
+        const before = listing(w, 'checkpoints')
+        const job = await ended(w, await start(w, { folder_type: 'checkpoints', ...setup() }))
+        assert.equal(job.status, 'failed')
+        assert.match(job.error, message)
+        assert.deepEqual(listing(w, 'checkpoints'), before, 'nothing is left in the folder, not even a partial file')
+      })
+    }
+  })
+
+  it('a 503 once is tried again and the job completes', async () => {
+    const f = file({ failTimes: 1, failStatus: 503 })
+    src.civitai.set(610, [f])
+    const job = await ended(w, await start(w, { source: 'civitai', model_version_id: 610 }))
+    assert.equal(job.status, 'completed', job.error)
+    assert.equal(job.attempts, 1)
+  })
+
+  it('a cancel mid-way stops the transfer and leaves no file; a finished job cannot be cancelled (409)', async () => {
+    const f = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
+    src.civitai.set(611, [f])
+    const paused = once(src.events, 'paused')
+    const jobId = await start(w, { source: 'civitai', model_version_id: 611 })
+    await Promise.all([paused, progressed(w, jobId)])
+    assert.ok(listing(w, 'checkpoints').some((n) => n.endsWith('.authsvc-partial')), 'the partial file exists while it runs')
+    const res = await call(w.sc, { method: 'POST', url: `/authsvc/api/model-download/jobs/${jobId}/cancel`, bearer: w.aliceJwt })
+    assert.equal(res.statusCode, 200, res.body)
+    assert.equal(JSON.parse(res.body).job.status, 'cancelled')
+    assert.ok(!listing(w, 'checkpoints').some((n) => n.includes(f.name)), 'neither the model nor its partial file')
+    const again = await call(w.sc, { method: 'POST', url: `/authsvc/api/model-download/jobs/${jobId}/cancel`, bearer: w.aliceJwt })
+    assert.equal(again.statusCode, 409)
+    assert.equal(JSON.parse(again.body).code, 'CONFLICT')
+  })
+
+  it('an existing model of the same name is never overwritten', async () => {
+    const f = file()
+    writeFileSync(join(w.modelsDir, 'checkpoints', f.name), 'mine')
+    src.civitai.set(612, [f])
+    const job = await ended(w, await start(w, { source: 'civitai', model_version_id: 612 }))
+    assert.equal(job.status, 'failed')
+    assert.match(job.error, /already has a file named .* never overwritten/)
+    assert.equal(readFileSync(join(w.modelsDir, 'checkpoints', f.name), 'utf8'), 'mine')
+  })
+
+  it('a name with path parts lands as its last part, inside the folder', async () => {
+    const f = file({ name: '../../escape/..\\evil.safetensors' })
+    src.civitai.set(613, [f])
+    const job = await ended(w, await start(w, { source: 'civitai', model_version_id: 613 }))
+    assert.equal(job.status, 'completed', job.error)
+    assert.equal(job.filename, 'evil.safetensors')
+    assert.ok(existsSync(join(w.modelsDir, 'checkpoints', 'evil.safetensors')))
+    assert.ok(!existsSync(join(w.modelsDir, 'escape')))
+  })
+
+  describe('who may do what', () => {
+    it('a user without can_download_models is refused (403); no credential is 401', async () => {
+      for (const url of ['/authsvc/api/model-download/sources', '/authsvc/api/model-download/jobs', '/authsvc/api/model-download/folders']) {
+        assert.equal((await call(w.sc, { url, bearer: w.plainJwt })).statusCode, 403, url)
+        assert.equal((await call(w.sc, { url })).statusCode, 401, url)
+      }
+      const post = await call(w.sc, { method: 'POST', url: '/authsvc/api/model-download/download', bearer: w.plainJwt, body: { source: 'civitai', model_version_id: 1 } })
+      assert.equal(post.statusCode, 403)
+    })
+
+    it('owners see their own jobs; another user\'s job is 404 to read and to cancel; an admin sees all', async () => {
+      const f = file({ size: 2 * 1024 * 1024, pauseAt: 512 * 1024 })
+      src.civitai.set(620, [f])
+      const paused = once(src.events, 'paused')
+      const jobId = await start(w, { source: 'civitai', model_version_id: 620 }, w.bobJwt)
+      await Promise.all([paused, progressed(w, jobId)])
+      assert.equal(await jobOf(w, jobId, w.aliceJwt), undefined)
+      const cancel = await call(w.sc, { method: 'POST', url: `/authsvc/api/model-download/jobs/${jobId}/cancel`, bearer: w.aliceJwt })
+      assert.equal(cancel.statusCode, 404)
+      const aliceList = JSON.parse((await call(w.sc, { url: '/authsvc/api/model-download/jobs', bearer: w.aliceJwt })).body)
+      assert.ok(!aliceList.jobs.some((j: { job_id: string }) => j.job_id === jobId))
+      assert.ok(aliceList.jobs.every((j: { username: string }) => j.username === 'alice'))
+      const adminList = JSON.parse((await call(w.sc, { url: '/authsvc/api/model-download/jobs', bearer: w.adminJwt })).body)
+      assert.ok(adminList.jobs.some((j: { job_id: string; username: string }) => j.job_id === jobId && j.username === 'bob'))
+      const running = await jobOf(w, jobId, w.bobJwt)
+      assert.equal(running.status, 'running')
+      assert.ok(running.bytes_done > 0 && running.total_bytes === f.size, JSON.stringify(running))
+      src.release(f.id)
+      const done = await ended(w, jobId)
+      assert.equal(done.status, 'completed', done.error)
+      // bob's model is granted to bob, not to alice
+      assert.ok(!w.sc.services.modelGrants.list(w.aliceId).some((g) => g.item_name === f.name))
+    })
+
+    it('a key is stored sealed, never returned: sources_with_keys names the source only', async () => {
+      const secret = 'hf_never-shown-0123456789'
+      await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'huggingface', api_key: secret } })
+      const res = await call(w.sc, { url: '/authsvc/api/model-download/sources', bearer: w.aliceJwt })
+      assert.equal(res.statusCode, 200)
+      assert.ok(!res.body.includes(secret))
+      assert.deepEqual(JSON.parse(res.body).sources_with_keys, ['huggingface'])
+      assert.deepEqual(JSON.parse(res.body).capabilities.limits, { active_total: 3, active_civitai: 2, active_huggingface: 2 })
+      const stored = await w.sc.services.kv.entries<{ sealed: string }>('download_key')
+      assert.equal(stored.length, 1)
+      assert.match(stored[0][1].sealed, /^enc:v1:/)
+      assert.ok(!JSON.stringify(stored).includes(secret))
+      await w.sc.services.flush()
+      assert.ok(!readFileSync(join(w.dir, 'authsvc.sqlite')).includes(secret), 'not in the sqlite file in clear')
+      const clear = await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'huggingface', api_key: '' } })
+      assert.equal(clear.statusCode, 200)
+      assert.deepEqual(JSON.parse((await call(w.sc, { url: '/authsvc/api/model-download/sources', bearer: w.aliceJwt })).body).sources_with_keys, [])
+    })
+
+    it('bad requests are 400 VALIDATION_FAILED, never queued', async () => {
+      const rows: Array<Record<string, unknown>> = [
+        {},
+        { source: 'civitai' },
+        { source: 'civitai', model_version_id: 1, repo_id: 'a/b' },
+        { source: 'huggingface', repo_id: 'a', filename: 'x.safetensors' },
+        { source: 'huggingface', repo_id: 'a/b', filename: '../x.safetensors' },
+        { source: 'huggingface', repo_id: 'a/b', filename: 'x.safetensors', revision: '../../x' },
+        { source: 'civitai', model_version_id: 1, folder_type: 'custom_nodes' },
+        { source: 'civitai', model_version_id: 1, folder_type: 'nope' },
+        { source: 'civitai', model_version_id: -1 },
+        { source: 'ftp', model_version_id: 1 },
+        { url: 'https://example.com/models/1' },
+        { url: 'not a url' },
+        { url: `${src.civitaiUrl}/models/1`, source: 'huggingface' },
+        { source: 'civitai', model_version_id: 1, extra: true },
+      ]
+      for (const body of rows) {
+        const res = await call(w.sc, { method: 'POST', url: '/authsvc/api/model-download/download', bearer: w.aliceJwt, body })
+        assert.equal(res.statusCode, 400, `${JSON.stringify(body)} → ${res.body}`)
+        assert.equal(JSON.parse(res.body).code, 'VALIDATION_FAILED')
+      }
+      const jobs = [`/authsvc/api/model-download/jobs/not-a-uuid`, `/authsvc/api/model-download/jobs/00000000-0000-4000-8000-000000000000`]
+      assert.equal((await call(w.sc, { url: jobs[0], bearer: w.aliceJwt })).statusCode, 400)
+      assert.equal((await call(w.sc, { url: jobs[1], bearer: w.aliceJwt })).statusCode, 404)
+    })
+  })
+})
+
+describe('a stalled transfer times out, is tried again from where it stopped, then fails', () => {
+  it('stall_timeout_seconds 1: two stalls, the second asked with Range, then a failed job and no file', async () => {
+    const src = await startDownloadStandins()
+    const w = await openWorld(src, { stall_timeout_seconds: 1 })
+    try {
+      const f = file({ stallAt: 50_000 })
+      src.civitai.set(609, [f])
+      const job = await ended(w, await start(w, { source: 'civitai', model_version_id: 609 }))
+      assert.equal(job.status, 'failed')
+      assert.match(job.error, /stalled: nothing arrived for 1 s/)
+      assert.equal(job.attempts, 1)
+      const cdn = src.seen.filter((s) => s.server === 'cdn')
+      assert.deepEqual(cdn.map((s) => s.range), [undefined, 'bytes=50000-'])
+      assert.deepEqual(listing(w, 'checkpoints'), [])
+    } finally {
+      await w.sc.close()
+      await src.close()
+    }
+  })
+})
+
+describe('the queue\'s limits: one source full never holds back the other', () => {
+  it('with one slot per source, a Hugging Face job finishes while a second Civitai job waits behind a paused one', async () => {
+    const src = await startDownloadStandins()
+    const w = await openWorld(src, { max_active_per_source: 1, max_active_total: 2 })
+    try {
+      const slow = file({ size: 1024 * 1024, pauseAt: 256 * 1024 })
+      const second = file()
+      src.civitai.set(701, [slow])
+      src.civitai.set(702, [second])
+      src.repos.add('o/r')
+      const hfFile = file({ name: 'fast.safetensors' })
+      src.huggingface.set('o/r@main/fast.safetensors', hfFile)
+      const paused = once(src.events, 'paused')
+      const a = await start(w, { source: 'civitai', model_version_id: 701 })
+      await paused
+      const b = await start(w, { source: 'civitai', model_version_id: 702 })
+      const c = await ended(w, await start(w, { source: 'huggingface', repo_id: 'o/r', filename: 'fast.safetensors' }))
+      assert.equal(c.status, 'completed', c.error)
+      assert.equal((await jobOf(w, b)).status, 'queued')
+      assert.equal((await jobOf(w, a)).status, 'running')
+      src.release(slow.id)
+      assert.equal((await ended(w, a)).status, 'completed')
+      assert.equal((await ended(w, b)).status, 'completed')
+    } finally {
+      await w.sc.close()
+      await src.close()
+    }
+  })
+})
+
+describe('a restart mid-way resumes with Range and finishes with the right hash', () => {
+  it('the partial file is kept across a stop; the next start asks for the rest only', async () => {
+    const src = await startDownloadStandins()
+    const dir = tempDir('as-dl-restart-')
+    let w = await openWorld(src, {}, dir)
+    try {
+      const f = file({ size: 4 * 1024 * 1024, pauseAt: 2 * 1024 * 1024 })
+      src.civitai.set(801, [f])
+      const paused = once(src.events, 'paused')
+      const jobId = await start(w, { source: 'civitai', model_version_id: 801 })
+      await Promise.all([paused, progressed(w, jobId, 2 * 1024 * 1024)])
+      await w.sc.close({ keepDir: true })
+      assert.ok(readdirSync(join(w.modelsDir, 'checkpoints')).some((n) => n.endsWith('.authsvc-partial')))
+      w = await openWorld(src, {}, dir)
+      const job = await ended(w, jobId)
+      assert.equal(job.status, 'completed', job.error)
+      assert.equal(sha(join(w.modelsDir, 'checkpoints', f.name)), src.trueSha256(f))
+      const ranged = src.seen.filter((s) => s.server === 'cdn' && s.path.startsWith(`/files/${f.id}/`))
+      assert.equal(ranged.length, 2)
+      assert.match(ranged[1].range ?? '', /^bytes=\d+-$/)
+      assert.equal(ranged[1].range, `bytes=${2 * 1024 * 1024}-`, 'the resume asked for the rest, not the start')
+      assert.equal(ranged[1].ifRange, `"${src.trueSha256(f)}"`)
+    } finally {
+      await w.sc.close()
+      await src.close()
+    }
+  })
+})
+
+describe('outbound rules: the SSRF rows refuse (allow_private_hosts off)', () => {
+  const targets: Array<[string, string, RegExp]> = [
+    ['plain http (the loopback CDN)', 'http://127.0.0.1:9/files/1/x?sig=secret-signature-1', /must go to https/],
+    ['https to a loopback literal', 'https://127.0.0.1:9/x', /this machine or a private/],
+    ['https to loopback written in hex', 'https://0x7f000001/x', /this machine or a private/],
+    ['https to ::1', 'https://[::1]/x', /this machine or a private/],
+    ['https to an IPv4-mapped loopback', 'https://[::ffff:127.0.0.1]/x', /this machine or a private/],
+    ['https to localhost', 'https://localhost/x', /this machine/],
+    ['https to a .localhost name', 'https://a.localhost/x', /this machine/],
+    ['https to the cloud metadata address', 'https://169.254.169.254/latest/meta-data/', /this machine or a private/],
+    ['https to a private 10/8 address', 'https://10.1.2.3/x', /this machine or a private/],
+    ['https to a private 192.168/16 address', 'https://192.168.0.1/x', /this machine or a private/],
+    ['https to a shared 100.64/10 address', 'https://100.64.0.1/x', /this machine or a private/],
+    ['https to an IPv6 link-local address', 'https://[fe80::1]/x', /this machine or a private/],
+    ['https to an IPv6 unique-local address', 'https://[fd00::1]/x', /this machine or a private/],
+    ['a file: URL', 'file:///etc/passwd', /scheme file is not allowed/],
+    ['an ftp: URL', 'ftp://example.com/x', /scheme ftp is not allowed/],
+    ['a URL with a user name', 'https://user:pw@example.com/x', /user name or password/],
+  ]
+  let src: DownloadStandins
+  let w: World
+  before(async () => {
+    src = await startDownloadStandins()
+    w = await openWorld(src, { allow_private_hosts: false, max_retries: 0 })
+  })
+  after(async () => {
+    await w.sc.close()
+    await src.close()
+  })
+  let version = 900
+  for (const [name, target, message] of targets) {
+    it(`a redirect to ${name} is refused`, async () => {
+      const f = file({ redirectTo: target })
+      const id = version++
+      src.civitai.set(id, [f])
+      const before = src.seen.length
+      const job = await ended(w, await start(w, { source: 'civitai', model_version_id: id }))
+      assert.equal(job.status, 'failed')
+      assert.match(job.error, /was refused/)
+      assert.match(job.error, message)
+      assert.ok(!job.error.includes('sig='), 'a refused URL is shown without its query')
+      assert.ok(src.seen.slice(before).every((s) => s.server === 'civitai'), 'nothing past the source was asked')
+      assert.deepEqual(listing(w, 'checkpoints'), [])
+    })
+  }
+  it('a redirect loop ends after 5 hops', async () => {
+    const id = version++
+    src.civitai.set(id, [file({ redirectTo: `${src.civitaiUrl}/api/download/models/${id}` })])
+    const job = await ended(w, await start(w, { source: 'civitai', model_version_id: id }))
+    assert.equal(job.status, 'failed')
+    assert.match(job.error, /redirected more than 5 times|was refused/)
+  })
+})
+
+describe('a full disk fails the job cleanly', { skip: process.getuid?.() !== 0 ? 'mounting a tmpfs needs root' : false }, () => {
+  it('a 2 MB tmpfs folder: the job fails with "The disk is full" and nothing is left in it', async () => {
+    const src = await startDownloadStandins()
+    const dir = tempDir('as-dl-full-')
+    mkdirSync(join(dir, 'models', 'checkpoints'), { recursive: true })
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', join(dir, 'models', 'checkpoints')])
+    let w: World | undefined
+    try {
+      w = await openWorld(src, {}, dir)
+      src.civitai.set(1001, [file({ size: 4 * 1024 * 1024 })])
+      const job = await ended(w, await start(w, { source: 'civitai', model_version_id: 1001 }))
+      assert.equal(job.status, 'failed')
+      assert.equal(job.error, 'The disk is full')
+      assert.deepEqual(listing(w, 'checkpoints'), [])
+      // the folder is usable again at once: a small file still fits
+      src.civitai.set(1002, [file({ size: 100 * 1024 })])
+      assert.equal((await ended(w, await start(w, { source: 'civitai', model_version_id: 1002 }))).status, 'completed')
+    } finally {
+      await w?.sc.close({ keepDir: true })
+      execFileSync('umount', [join(dir, 'models', 'checkpoints')])
+      execFileSync('rm', ['-rf', dir])
+      await src.close()
+    }
+  })
+})
