@@ -340,6 +340,9 @@ describe('store URLs and the token store in the configuration', () => {
       const problems = problemsOf(() => validateConfig(raw))
       assert.deepEqual(problems, expected)
       assert.ok(!problems.join('\n').includes('Hidden'), 'no password in a problem line')
+    })
+  }
+})
 
 // Issue 22: the source base URLs are where a user's key goes; the first request of a download goes nowhere else.
 describe('model_download base URLs: https, or http to this machine', () => {
