@@ -106,7 +106,16 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const shared = await openSharedStore(config, dataDir, log, clock)
   // a shared store only: on the embedded one a changed secret is the operator's own rotation (every
   // JWT ends, API tokens stay: they are hashes), with no other instance to disagree with
-  if (config.store.backend !== 'sqlite') await checkSecret(shared, keys.storeCheck, config.store.backend)
+  if (config.store.backend !== 'sqlite') {
+    try {
+      await checkSecret(shared, keys.storeCheck, config.store.backend)
+    } catch (err) {
+      // not starting: nothing may stay open behind the refusal
+      await shared.close().catch(() => {})
+      await rawKv.close().catch(() => {})
+      throw err
+    }
+  }
   const store = config.store.encryption_level === 'all' ? sealedSharedStore(shared, cipher) : shared
   const kv = options.wrapStore ? options.wrapStore(store) : store
   const storeLog = { log }
