@@ -19,6 +19,7 @@ import { Throttle } from './identity/throttle.js'
 import { FieldCipher } from './store/field-crypto.js'
 import { sealedSharedStore } from './store/sealed-kv.js'
 import { StoreConfigError, checkSecret, openSharedStore } from './store/open.js'
+import { openSqliteSharedStore } from './store/sqlite-store.js'
 import type { SharedStore } from './store/shared-store.js'
 import { parseBoolean } from './kernel/config/load.js'
 import { UserRepository, nameKeyWith, type UserRecord } from './identity/users.js'
@@ -49,6 +50,12 @@ export interface Services {
   kv: KeyValueStore
   /** the store under `kv` (sqlite, postgres or redis): its atomic verbs and its feed */
   store: SharedStore
+  /**
+   * This host's own records (which prompt and file is whose, client ids, download jobs, content
+   * tags, the update check): the sqlite file in the data dir whatever the backend, since two
+   * ComfyUIs' `output/ComfyUI_00001_.png` are two files. On the sqlite backend the same store as `kv`.
+   */
+  localKv: KeyValueStore
   net: NetworkPolicy
   users: UserRepository
   sessions: SessionService
@@ -118,6 +125,11 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   }
   const store = config.store.encryption_level === 'all' ? sealedSharedStore(shared, cipher) : shared
   const kv = options.wrapStore ? options.wrapStore(store) : store
+  let localKv: KeyValueStore = kv
+  if (config.store.backend !== 'sqlite') {
+    const local = await openSqliteSharedStore(sqlitePath(config, dataDir), clock)
+    localKv = config.store.encryption_level === 'all' ? sealedSharedStore(local, cipher) : local
+  }
   const storeLog = { log }
   const accessEpoch = new AccessEpoch()
   const events = new Events(clock, log)
@@ -134,9 +146,9 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     Collection.load<MfaRecord>(kv, 'mfa', accessLog),
   ])
   const [promptRecords, fileRecords, clientIdRecords] = await Promise.all([
-    Collection.load<PromptRecord>(kv, 'prompt'),
-    Collection.load<FileRecord>(kv, 'file'),
-    Collection.load<ClientIdRecord>(kv, 'client_id'),
+    Collection.load<PromptRecord>(localKv, 'prompt'),
+    Collection.load<FileRecord>(localKv, 'file'),
+    Collection.load<ClientIdRecord>(localKv, 'client_id'),
   ])
   const ownership = new Ownership(promptRecords, fileRecords, clock)
   const clientIds = new ClientIdBindings(clientIdRecords, clock)
@@ -186,7 +198,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     await Promise.all([...all.map((c) => c.flush()), throttle.flush(), audit.flush().catch(() => {})])
   }
   return {
-    config, accessEpoch, events, audit, fieldCipher: cipher, dataDir, clock, log, kv, store, net, users, sessions, tokens, roles, settings, ipGate,
+    config, accessEpoch, events, audit, fieldCipher: cipher, dataDir, clock, log, kv, store, localKv, net, users, sessions, tokens, roles, settings, ipGate,
     passwords,
     resolver,
     mfa,
@@ -208,6 +220,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
       passwords.close()
       await flushAll()
       await kv.close()
+      if (localKv !== kv) await localKv.close()
       await rawKv.close()
     },
   }

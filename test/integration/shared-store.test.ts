@@ -160,6 +160,15 @@ for (const backend of backends) {
       assert.equal(stillAdmin.length, 1)
     })
 
+    it('each instance keeps its own host records (whose prompt and file is whose) in its own data dir', async () => {
+      // two ComfyUIs' output/ComfyUI_00001_.png are two files: their owners must never meet in one record
+      assert.notEqual(a.services.localKv, a.services.kv)
+      await a.services.localKv.set('file:output/ComfyUI_00001_.png', { owner: 'on-a' })
+      assert.equal(await b.services.localKv.get('file:output/ComfyUI_00001_.png'), undefined)
+      assert.equal(await b.services.kv.get('file:output/ComfyUI_00001_.png'), undefined)
+      assert.deepEqual(await a.services.localKv.get('file:output/ComfyUI_00001_.png'), { owner: 'on-a' })
+    })
+
     it('an instance started with another AUTHSVC_SECRET refuses to start, naming AUTHSVC_SECRET', async () => {
       await assert.rejects(open({ AUTHSVC_SECRET: 'another-secret-0123456789abcdefghijkl' }), (err: unknown) => err instanceof SecretMismatchError && /AUTHSVC_SECRET/.test(err.message))
     })

@@ -23,7 +23,7 @@ export interface DownloadsFeature extends Feature {
   queue(): Promise<DownloadQueue>
 }
 
-type DownloadServices = Pick<Services, 'config' | 'host' | 'clock' | 'events' | 'kv' | 'fieldCipher' | 'log'>
+type DownloadServices = Pick<Services, 'config' | 'host' | 'clock' | 'events' | 'kv' | 'localKv' | 'fieldCipher' | 'log'>
 
 export function downloadsFeature(services: DownloadServices, log: FastifyBaseLogger, landed: () => LandedHook): DownloadsFeature {
   let opened: { queue: DownloadQueue; jobs: DownloadJobs; keys: SourceKeys } | undefined
@@ -47,7 +47,7 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
           name: 'model-downloads',
           async start() {
             const [jobRecords, keyRecords] = await Promise.all([
-              Collection.load<DownloadJobRecord>(services.kv, 'download_job', { log }),
+              Collection.load<DownloadJobRecord>(services.localKv, 'download_job', { log }),
               Collection.load<{ user_id: string; source: 'civitai' | 'huggingface'; sealed: string }>(services.kv, 'download_key', { log }),
             ])
             const jobs = new CollectionDownloadJobs(jobRecords, services.clock)

@@ -40,7 +40,7 @@ export interface NsfwFeature extends Feature {
   bound(): NsfwBound | null
 }
 
-type NsfwServices = Pick<Services, 'config' | 'kv' | 'host' | 'ownership' | 'events' | 'clock'>
+type NsfwServices = Pick<Services, 'config' | 'localKv' | 'host' | 'ownership' | 'events' | 'clock'>
 
 /** The images an `executed` event names (`output.images: [{filename, subfolder, type}]`), as real-ish paths under the host's folders. */
 function outputsOf(msg: EventMessage, services: Pick<Services, 'host'>): string[] {
@@ -75,7 +75,7 @@ export function nsfwFeature(services: NsfwServices, log: FastifyBaseLogger): Nsf
     bind() {
       const config = services.config.nsfw
       if (!config.enabled) return {}
-      const tags = new TagStore(new CollectionTagRepository(services.kv, log))
+      const tags = new TagStore(new CollectionTagRepository(services.localKv, log))
       const pool = new ClassifierPool(config.classifier, config.queue_max, log)
       const policy = new NsfwPolicy(
         tags,
@@ -90,7 +90,7 @@ export function nsfwFeature(services: NsfwServices, log: FastifyBaseLogger): Nsf
         const roots = rootsOf(services)
         return [roots.output, roots.input].filter((d): d is string => d !== undefined)
       }
-      const scanner = new Scanner(services.kv, tags, policy, folders, services.clock, log)
+      const scanner = new Scanner(services.localKv, tags, policy, folders, services.clock, log)
       const loaded = tags.load()
       loaded.catch((err: unknown) => log.error({ err }, 'the NSFW tags could not be loaded'))
       bound = { tags, pool, policy, scanner, loaded }

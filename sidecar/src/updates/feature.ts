@@ -30,7 +30,7 @@ export interface UpdateTiming {
 }
 
 export function updatesFeature(
-  services: Pick<Services, 'config' | 'kv'>, log: FastifyBaseLogger, clock: Clock,
+  services: Pick<Services, 'config' | 'localKv'>, log: FastifyBaseLogger, clock: Clock,
   timing: UpdateTiming = { firstCheckMs: FIRST_CHECK_MS, dueLookMs: DUE_LOOK_MS, timeoutMs: CHECK_TIMEOUT_MS },
 ): UpdatesFeature {
   let check: UpdateCheck | undefined
@@ -54,11 +54,11 @@ export function updatesFeature(
         timeoutMs: timing.timeoutMs,
         memory: {
           load: async () => {
-            records = await Collection.load<UpdateCheckRecord>(services.kv, 'update_check', { log })
+            records = await Collection.load<UpdateCheckRecord>(services.localKv, 'update_check', { log })
             return records.get('last')
           },
           save: async (record) => {
-            records ??= await Collection.load<UpdateCheckRecord>(services.kv, 'update_check', { log })
+            records ??= await Collection.load<UpdateCheckRecord>(services.localKv, 'update_check', { log })
             await records.put('last', record)
           },
         },
