@@ -25,9 +25,12 @@ const file = (name: string, bytes: Buffer): string => {
 describe('the metadata tag (authsvc:nsfw in a PNG text chunk)', () => {
   const rows: Array<[string, Buffer, boolean | null]> = [
     ['tEXt true', testPng(1, { text: { 'authsvc:nsfw': 'true' } }), true],
-    ['tEXt false', testPng(1, { text: { 'authsvc:nsfw': 'false' } }), false],
+    ['tEXt false: never clears (the prompt's author writes the chunks): the detector decides', testPng(1, { text: { 'authsvc:nsfw': 'false' } }), null],
+    ['tEXt "false" as SaveImage writes extra_pnginfo (JSON)', testPng(1, { text: { 'authsvc:nsfw': '"false"' } }), null],
+    ['tEXt sfw', testPng(1, { text: { 'authsvc:nsfw': 'sfw' } }), null],
+    ['tEXt "true" as SaveImage writes extra_pnginfo (JSON)', testPng(1, { text: { 'authsvc:nsfw': '"true"' } }), true],
     ['tEXt NSFW (any case)', testPng(1, { text: { 'authsvc:nsfw': 'NSFW' } }), true],
-    ['tEXt 0', testPng(1, { text: { 'authsvc:nsfw': '0' } }), false],
+    ['tEXt 0', testPng(1, { text: { 'authsvc:nsfw': '0' } }), null],
     ['tEXt with another value', testPng(1, { text: { 'authsvc:nsfw': 'maybe' } }), null],
     ['iTXt true', testPng(1, { itxt: { 'authsvc:nsfw': 'true' } }), true],
     ['another keyword', testPng(1, { text: { parameters: 'authsvc:nsfw true' } }), null],

@@ -1,7 +1,7 @@
 /**
  * A tag the image already carries (SPEC §11): a PNG text chunk (`tEXt`, or an uncompressed
- * `iTXt`) with the keyword `authsvc:nsfw` and the value `true`/`false` (also `1`/`0`, `nsfw`/`sfw`,
- * any case). Read before the detector runs: such a tag is the image's own word and is stored with
+ * `iTXt`) with the keyword `authsvc:nsfw` and the value `true` (also `1`, `nsfw`, `yes`, any case;
+ * a "false" is ignored: see valueOf). Read before the detector runs: such a tag is the image's own word and is stored with
  * source `metadata`. Only chunks before the first `IDAT` are read (where writers put text), so a
  * tag costs nothing but the header. Nothing else is parsed; a malformed chunk ends the reading.
  */
@@ -9,10 +9,16 @@ export const TAG_KEYWORD = 'authsvc:nsfw'
 
 const SIGNATURE = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a])
 
+/**
+ * A tag may only mark an image NSFW, never clear it: whoever runs a prompt writes the PNG's text
+ * chunks (ComfyUI's SaveImage writes every `extra_data.extra_pnginfo` key as one), so a "safe"
+ * tag would let an sfw_check user switch the detector off for their own outputs. A "false" value
+ * is no tag at all: the detector decides.
+ */
 function valueOf(text: string): boolean | null {
-  const v = text.trim().toLowerCase()
+  // SaveImage writes the value as JSON: "true" arrives quoted
+  const v = text.trim().replace(/^"(.*)"$/, '$1').trim().toLowerCase()
   if (v === 'true' || v === '1' || v === 'nsfw' || v === 'yes') return true
-  if (v === 'false' || v === '0' || v === 'sfw' || v === 'no') return false
   return null
 }
 
