@@ -49,7 +49,7 @@ export class UserRepository {
   /** the tail of the queue of changes that may remove an admin */
   private adminChanges: Promise<unknown> = Promise.resolve()
 
-  /** The shared store's atomic verbs, when the records live in one (null: a plain store, one process). */
+  /** The shared store's atomic verbs when other instances write it too (null: one process decides, in order). */
   private readonly store: SharedStore | null
 
   constructor(
@@ -57,7 +57,7 @@ export class UserRepository {
     private readonly nameKey: NameKey = nameKeyWith(Buffer.from('authsvc-username-index')),
   ) {
     for (const user of users.values()) this.byName.set(user.username.toLowerCase(), user.user_id)
-    this.store = users.shared
+    this.store = users.multiInstance
     // another instance's create or delete: the name index follows
     users.observeRemote((id, before, after) => {
       if (before !== undefined && this.byName.get(before.username.toLowerCase()) === id) this.byName.delete(before.username.toLowerCase())
@@ -168,13 +168,15 @@ export class UserRepository {
   }
 
   /**
-   * A change that may add or remove an admin, on a shared store: the user's
-   * record and the admin list are read from the store and rewritten in one
-   * transaction that holds only if neither changed meanwhile (on any
-   * instance), so two admins demoting each other leave one. 409 when the
-   * change would leave no enabled admin.
+   * A change of a user on a shared store (`null`: the deletion): the patch
+   * applies to the user's record as the store holds it, written back in one
+   * transaction that holds only if nobody changed it meanwhile (on any
+   * instance), so a stale replica never undoes another instance's disable or
+   * role change. A change that adds or removes an admin also checks and
+   * rewrites the admin list, so two admins demoting each other leave one;
+   * 409 when it would leave no enabled admin.
    */
-  private async changeAdminShared(userId: string, patch: Partial<UserRecord> | null): Promise<UserRecord | undefined> {
+  private async changeShared(userId: string, patch: Partial<UserRecord> | null): Promise<UserRecord | undefined> {
     const store = this.store as SharedStore
     for (let attempt = 0; attempt < COMMIT_ATTEMPTS; attempt++) {
       const [current, admins] = await Promise.all([store.getVersioned<UserRecord>(`user:${userId}`), store.getVersioned<{ ids: string[] }>(ADMINS_KEY)])
@@ -184,10 +186,13 @@ export class UserRepository {
       if (isEnabledAdmin(current.value) && !isEnabledAdmin(next) && others.length === 0) {
         throw new AuthsvcError('CONFLICT', next === undefined ? 'The last enabled admin cannot be deleted' : 'The last enabled admin cannot be demoted or disabled')
       }
-      const ids = isEnabledAdmin(next) ? [...others, userId] : others
-      const writes: Write[] = [{ key: ADMINS_KEY, value: { ids } }]
+      const writes: Write[] = []
+      const checks: Check[] = [{ key: `user:${userId}`, seq: current.seq }]
+      if (isEnabledAdmin(current.value) !== isEnabledAdmin(next)) {
+        writes.push({ key: ADMINS_KEY, value: { ids: isEnabledAdmin(next) ? [...others, userId] : others } })
+        checks.push({ key: ADMINS_KEY, seq: admins?.seq ?? null })
+      }
       if (next === undefined) writes.push({ key: this.nameKey(current.value.username), value: undefined })
-      const checks = [{ key: `user:${userId}`, seq: current.seq }, { key: ADMINS_KEY, seq: admins?.seq ?? null }]
       if (await this.users.commit(userId, next, checks, writes)) {
         if (next === undefined && this.byName.get(current.value.username.toLowerCase()) === userId) this.byName.delete(current.value.username.toLowerCase())
         return next
@@ -205,8 +210,9 @@ export class UserRepository {
     const current = this.users.get(userId)
     if (!current) throw new AuthsvcError('NOT_FOUND', 'User not found')
     const next = { ...current, ...patch }
-    // who is an admin is decided in the store, not in this replica
-    if (this.store !== null && (isEnabledAdmin(current) || isEnabledAdmin(next))) return (await this.changeAdminShared(userId, patch)) as UserRecord
+    // on a shared store the patch applies to the store's record, not this replica's (which may not
+    // have heard another instance's disable yet), and who is an admin is decided there
+    if (this.store !== null) return (await this.changeShared(userId, patch)) as UserRecord
     await (effect === 'narrows' ? this.users.narrow(userId, next) : this.users.put(userId, next))
     return next
   }
@@ -215,13 +221,11 @@ export class UserRepository {
   async delete(userId: string): Promise<void> {
     const current = this.users.get(userId)
     if (!current) return
-    if (this.store !== null && isEnabledAdmin(current)) {
-      await this.changeAdminShared(userId, null)
+    if (this.store !== null) {
+      await this.changeShared(userId, null)
       return
     }
     this.byName.delete(current.username.toLowerCase())
     await this.users.narrowRemove(userId)
-    // the name's record goes too (a leftover one would not hold the name: create checks its user)
-    if (this.store !== null) await this.store.delete(this.nameKey(current.username)).catch(() => {})
   }
 }

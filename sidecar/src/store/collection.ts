@@ -223,7 +223,24 @@ export class Collection<T> {
   touch(id: string, record: T): void {
     const version = ++this.seq
     this.show(id, version, record, false)
-    this.enqueue(id, version, record).catch((err: unknown) => {
+    const shared = this.multiInstance
+    const write =
+      shared === null
+        ? this.enqueue(id, version, record)
+        : // On a shared store a last-used time is written only over the version this instance last
+          // saw: another instance's revocation meanwhile must not be undone by a stale copy. A lost
+          // race drops the write (the feed brings the newer record); a record the store does not
+          // have is never recreated by bookkeeping.
+          this.chain(id, async () => {
+            const seq = this.storeSeq.get(id)
+            if (seq === undefined) return
+            try {
+              await shared.commit([{ key: `${this.kind}:${id}`, seq }], [{ key: `${this.kind}:${id}`, value: record }])
+            } catch (err) {
+              throw storeUnavailable(this.kind, err)
+            }
+          })
+    write.catch((err: unknown) => {
       this.options.log?.warn({ err, kind: this.kind }, 'store write of a last-used time failed; the next use writes it again')
     })
   }
@@ -300,9 +317,19 @@ export class Collection<T> {
     if (pending !== undefined && pending.version <= version) this.unsaved.delete(id)
   }
 
-  /** True when the store under this collection is shared (its atomic verbs and feed). */
+  /** The store under this collection when it has the atomic verbs and the feed (sqlite too). */
   get shared(): SharedStore | null {
     return isShared(this.kv) ? this.kv : null
+  }
+
+  /**
+   * The store when other instances may write it too (postgres, redis): writes of a whole record
+   * then go over the version this instance read. On sqlite (one process) the in-process order of
+   * writes is already the store's, and narrowing writes keep their memory-first rule.
+   */
+  get multiInstance(): SharedStore | null {
+    const shared = this.shared
+    return shared !== null && shared.backend !== 'sqlite' ? shared : null
   }
 
   /**
