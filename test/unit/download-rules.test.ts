@@ -31,6 +31,9 @@ describe('a redirect target (allow_private_hosts off)', () => {
     ['https://[::1]/x', /private/],
     ['https://[::ffff:127.0.0.1]/x', /private/],
     ['https://[::ffff:7f00:1]/x', /private/],
+    ['https://[64:ff9b::7f00:1]/x', /private/],
+    ['https://[::7f00:1]/x', /private/],
+    ['https://[2002:7f00:1::1]/x', /private/],
     ['https://localhost/x', /this machine/],
     ['https://LOCALHOST./x', /this machine|private/],
     ['https://x.localhost/x', /this machine/],
@@ -79,6 +82,7 @@ describe('what a user may paste', () => {
     ['https://civitai.com/images/1', null],
     ['https://evil.example/models/1', null],
     ['javascript:alert(1)', null],
+    ['https://huggingface.co/a/b/resolve/main/%E0%A4%A', null],
   ]
   for (const [url, expected] of rows) it(url, () => assert.deepEqual(requestFromUrl(url, bases), expected))
 })

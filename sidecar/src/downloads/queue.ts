@@ -298,7 +298,12 @@ export class DownloadQueue {
     const dir = resolve(folder.paths[0])
     const finalPath = join(dir, resolved.filename)
     if (relative(dir, finalPath).startsWith('..') || !finalPath.startsWith(dir + sep)) throw new SourceError('The file name leaves the model folder', false)
-    if (existsSync(finalPath)) throw new SourceError(`${folder.name} already has a file named ${resolved.filename}; it is never overwritten`, false)
+    // ComfyUI loads a name from the first of the folder's paths that has it: a download into the
+    // first path would shadow a model of that name in any later one (models/clip behind
+    // text_encoders, extra_model_paths) for every user
+    if (folder.paths.some((p) => existsSync(join(resolve(p), resolved.filename)))) {
+      throw new SourceError(`${folder.name} already has a file named ${resolved.filename}; it is never overwritten or shadowed`, false)
+    }
     await mkdir(dir, { recursive: true })
     const partialPath = start.partial_path !== '' && start.filename === resolved.filename ? start.partial_path : join(dir, `${resolved.filename}.${start.job_id.slice(0, 8)}${PARTIAL_SUFFIX}`)
     let resumeFrom = 0

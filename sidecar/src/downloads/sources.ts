@@ -77,7 +77,12 @@ export function requestFromUrl(raw: string, bases: Record<SourceName, string>): 
     return { source: 'civitai', model_id: Number(page[1]) }
   }
   if (hostIs('huggingface', 'huggingface.co')) {
-    const parts = url.pathname.split('/').filter((p) => p !== '').map((p) => decodeURIComponent(p))
+    let parts: string[]
+    try {
+      parts = url.pathname.split('/').filter((p) => p !== '').map((p) => decodeURIComponent(p))
+    } catch {
+      return null // a broken %-escape: not a URL we can read (400, not a 500)
+    }
     if (parts.length < 5 || (parts[2] !== 'blob' && parts[2] !== 'resolve')) return null
     return { source: 'huggingface', repo_id: `${parts[0]}/${parts[1]}`, revision: parts[3], filename: parts.slice(4).join('/') }
   }
