@@ -31,6 +31,7 @@ export function credentialState(deps: { sessions: SessionService; tokens: ApiTok
         if (!user) return ended('user deleted')
         if (user.disabled) return ended('user disabled')
         if (user.role !== entry.role) return { code: CLOSE_ACCESS_CHANGED, reason: 'role changed' }
+        if (entry.previewsUnchecked === true && user.sfw_check) return { code: CLOSE_ACCESS_CHANGED, reason: 'content check turned on' }
       }
       return 'ok'
     },

@@ -21,6 +21,8 @@ export interface SocketEntry {
   role: string
   authType: Principal['authType']
   credentialId?: string
+  /** opened with preview frames unchecked (the content-safety policy on, the user without sfw_check) */
+  previewsUnchecked?: boolean
 }
 
 export const CHECK_INTERVAL_MS = 250
@@ -72,7 +74,11 @@ export class LiveSockets {
       if (typeof x?.tag !== 'string' || typeof x.role !== 'string' || !(x.userId === null || typeof x.userId === 'string')) continue
       if (x.authType !== 'session' && x.authType !== 'api_token' && x.authType !== 'anonymous') continue
       if (x.credentialId !== undefined && typeof x.credentialId !== 'string') continue
-      this.register({ tag: x.tag, userId: x.userId, role: x.role, authType: x.authType, ...(x.credentialId !== undefined ? { credentialId: x.credentialId } : {}) })
+      this.register({
+        tag: x.tag, userId: x.userId, role: x.role, authType: x.authType,
+        ...(x.credentialId !== undefined ? { credentialId: x.credentialId } : {}),
+        ...(x.previewsUnchecked === true ? { previewsUnchecked: true } : {}),
+      })
     }
     if (this.entries.size > 0) this.sweep()
   }

@@ -17,18 +17,22 @@ export function websocketBehaviour(deps: BehaviourDeps): RouteBehaviour {
     decide({ desc, pass, principal, owner, seesAll }) {
       const clientId = new URLSearchParams(desc.query).get('clientId')
       if (clientId && !deps.clientIds.claim(clientId, owner)) return denyDecision('CLIENT_ID_TAKEN')
+      // its preview frames wait for the content-safety policy's word (an sfw_check user, nsfw/)
+      const gate = deps.contentGate?.()
+      const checked = gate?.applies(principal) === true
       const entry: SocketEntry = {
         tag: randomUUID(),
         userId: principal.userId,
         role: principal.role,
         authType: principal.authType,
         ...(principal.credentialId !== undefined ? { credentialId: principal.credentialId } : {}),
+        // a user whose sfw_check is turned on later must not keep an unchecked socket (credential-state.ts)
+        ...(gate != null && !checked && principal.userId !== null ? { previewsUnchecked: true } : {}),
       }
       if (!deps.liveSockets.register(entry)) return denyDecision('TOO_MANY_ATTEMPTS', 'Too many open WebSockets; close some first', [['Retry-After', '5']])
       // the plugin keeps the entry and hands it back after a sidecar restart (live-sockets.ts)
       // its `status` frames count only the owner's prompts, unless the caller sees everything (issue 21)
-      // its preview frames wait for the content-safety policy's word (an sfw_check user, nsfw/)
-      const previews = deps.contentGate?.()?.applies(principal) === true ? { ws_preview_check: true as const } : {}
+      const previews = checked ? { ws_preview_check: true as const } : {}
       return { ...pass, ws_tag: entry.tag, ws_entry: entry, ...(seesAll ? {} : { ws_queue_owner: owner }), ...previews }
     },
   }
