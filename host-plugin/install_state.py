@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from typing import Mapping
 import re
 import shutil
 import socket
@@ -193,7 +194,25 @@ def classifier_wanted(root: str, env: dict[str, str] | None = None) -> bool:
     data dir the plugin and the sidecar use) sets ``nsfw.enabled`` with the bundled classifier
     (not the test suites' ``"test"`` one, which needs none)."""
     env = os.environ if env is None else env
-    data_dir = env.get("AUTHSVC_DATA_DIR") or os.path.join(root, "users")
+    return any(_wants_classifier(d) for d in _data_dir_candidates(root, env))
+
+
+def _data_dir_candidates(root: str, env: Mapping[str, str]) -> list[str]:
+    """Where the data dir may be, seen from outside ComfyUI (install.py runs without it):
+    AUTHSVC_DATA_DIR; else ComfyUI's default user directory's ``authsvc/`` when the package sits
+    in ``custom_nodes`` (the plugin's choice, data_dir.py; a ``--user-directory`` elsewhere needs
+    AUTHSVC_DATA_DIR here), and the package's own ``users/`` (the stand-in demo, an older install)."""
+    if env.get("AUTHSVC_DATA_DIR"):
+        return [env["AUTHSVC_DATA_DIR"]]
+    package = os.path.abspath(root)
+    candidates = []
+    if os.path.basename(os.path.dirname(package)) == "custom_nodes":
+        candidates.append(os.path.join(os.path.dirname(os.path.dirname(package)), "user", "authsvc"))
+    candidates.append(os.path.join(package, "users"))
+    return candidates
+
+
+def _wants_classifier(data_dir: str) -> bool:
     try:
         with open(os.path.join(data_dir, "config.json"), encoding="utf-8") as f:
             config = json.load(f)

@@ -40,6 +40,19 @@ class ClassifierWanted(unittest.TestCase):
             with self.subTest(name):
                 self.assertEqual(self.wanted(config, env), expected)
 
+    def test_found_in_comfyuis_user_directory_without_env(self) -> None:
+        # inside ComfyUI the data dir is <ComfyUI>/user/authsvc (data_dir.py): install.py, run
+        # outside ComfyUI, finds its config.json there
+        with tempfile.TemporaryDirectory() as comfy:
+            package = os.path.join(comfy, "custom_nodes", "authsvc")
+            data = os.path.join(comfy, "user", "authsvc")
+            os.makedirs(package)
+            os.makedirs(data)
+            self.assertFalse(state.classifier_wanted(package, {}))
+            with open(os.path.join(data, "config.json"), "w") as f:
+                json.dump({"nsfw": {"enabled": True}}, f)
+            self.assertTrue(state.classifier_wanted(package, {}))
+
     def test_current_needs_the_installed_lockfile(self) -> None:
         with tempfile.TemporaryDirectory() as root:
             folder = os.path.join(root, state.CLASSIFIER_DIR)
