@@ -25,7 +25,7 @@ const file = (name: string, bytes: Buffer): string => {
 describe('the metadata tag (authsvc:nsfw in a PNG text chunk)', () => {
   const rows: Array<[string, Buffer, boolean | null]> = [
     ['tEXt true', testPng(1, { text: { 'authsvc:nsfw': 'true' } }), true],
-    ['tEXt false: never clears (the prompt's author writes the chunks): the detector decides', testPng(1, { text: { 'authsvc:nsfw': 'false' } }), null],
+    ['tEXt false: never clears (the prompt author writes the chunks): the detector decides', testPng(1, { text: { 'authsvc:nsfw': 'false' } }), null],
     ['tEXt "false" as SaveImage writes extra_pnginfo (JSON)', testPng(1, { text: { 'authsvc:nsfw': '"false"' } }), null],
     ['tEXt sfw', testPng(1, { text: { 'authsvc:nsfw': 'sfw' } }), null],
     ['tEXt "true" as SaveImage writes extra_pnginfo (JSON)', testPng(1, { text: { 'authsvc:nsfw': '"true"' } }), true],

@@ -53,14 +53,17 @@ interface Tf {
 }
 interface Model { classify(img: Tensor, topk?: number): Promise<Array<{ className: string; probability: number }>> }
 interface Sharp {
+  metadata(): Promise<{ pages?: number }>
   removeAlpha(): Sharp
   resize(w: number, h: number, o: { fit: 'fill' }): Sharp
   raw(): Sharp
   toBuffer(o: { resolveWithObject: true }): Promise<{ data: Buffer; info: { width: number; height: number; channels: number } }>
 }
-type SharpFn = ((input: Uint8Array, options?: { limitInputPixels?: number; failOn?: string }) => Sharp) & { concurrency?(threads: number): number }
+type SharpFn = ((input: Uint8Array, options?: { limitInputPixels?: number; failOn?: string; page?: number; pages?: number }) => Sharp) & { concurrency?(threads: number): number }
 
 const SIDE = 224
+/** frames of an animation classified (first, last and evenly between) */
+const ANIMATION_SAMPLES = 4
 
 /** The packages, or a clear error saying how to install them. */
 export async function nsfwjsEngine(dir = classifierModulesDir()): Promise<Engine> {
@@ -94,18 +97,33 @@ export async function nsfwjsEngine(dir = classifierModulesDir()): Promise<Engine
   return {
     async scores(bytes) {
       if (!looksLikeImage(bytes)) throw new ClassifyError('not_an_image', 'not a PNG, JPEG or WebP image')
-      let decoded: { data: Buffer; info: { width: number; height: number } }
+      // An animation (WebP, APNG, GIF) is judged by several of its frames, the worst one counting:
+      // a harmless first frame must not carry the rest past the policy.
+      let pages = 1
       try {
-        decoded = await sharp(bytes, { limitInputPixels: 64 * 1024 * 1024 }).removeAlpha().resize(SIDE, SIDE, { fit: 'fill' }).raw().toBuffer({ resolveWithObject: true })
+        pages = Math.max(1, (await sharp(bytes, { limitInputPixels: 64 * 1024 * 1024 }).metadata()).pages ?? 1)
       } catch (err) {
         throw new ClassifyError('not_an_image', `the image could not be decoded: ${(err as Error).message}`)
       }
-      const img = tf.tensor3d(new Uint8Array(decoded.data), [decoded.info.height, decoded.info.width, 3], 'int32')
-      try {
-        return scoresOf(await model.classify(img, 5))
-      } finally {
-        img.dispose()
+      const frames = pages === 1 ? [0] : [...new Set(Array.from({ length: Math.min(pages, ANIMATION_SAMPLES) }, (_, i) => Math.floor((i * (pages - 1)) / Math.max(1, Math.min(pages, ANIMATION_SAMPLES) - 1))))]
+      let worst: Record<string, number> | null = null
+      for (const page of frames) {
+        let decoded: { data: Buffer; info: { width: number; height: number } }
+        try {
+          decoded = await sharp(bytes, { limitInputPixels: 64 * 1024 * 1024, page, pages: 1 }).removeAlpha().resize(SIDE, SIDE, { fit: 'fill' }).raw().toBuffer({ resolveWithObject: true })
+        } catch (err) {
+          throw new ClassifyError('not_an_image', `the image could not be decoded: ${(err as Error).message}`)
+        }
+        const img = tf.tensor3d(new Uint8Array(decoded.data), [decoded.info.height, decoded.info.width, 3], 'int32')
+        let scores: Record<string, number>
+        try {
+          scores = scoresOf(await model.classify(img, 5)) as Record<string, number>
+        } finally {
+          img.dispose()
+        }
+        worst = worst === null ? scores : Object.fromEntries(Object.keys(scores).map((k) => [k, Math.max(scores[k], worst![k] ?? 0)]))
       }
+      return worst as ReturnType<typeof scoresOf>
     },
   }
 }
