@@ -40,6 +40,7 @@ import { PROTOCOL_VERSION, type PushMessage, type HelloMessage } from './kernel/
 import type { DecisionHandlers } from './kernel/server.js'
 import { downloadsFeature } from './downloads/feature.js'
 import { modelsFeature } from './models/feature.js'
+import { BLOCKED as NSFW_BLOCKED_ANSWER } from './nsfw/policy.js'
 import { notifyFeature } from './notify/feature.js'
 import { nsfwFeature } from './nsfw/feature.js'
 import { pagesFeature } from './pages/feature.js'
@@ -54,7 +55,8 @@ import { workflowsFeature } from './workflows/feature.js'
  * uses (its factory's parameter type says what); `services` throw if used before the store is open.
  */
 export function features(services: Services, log: FastifyBaseLogger, clock: Clock): Feature[] {
-  const models = modelsFeature(services, log, clock)
+  // a model's preview image is refused to the users the content-safety policy looks at
+  const models = modelsFeature(services, log, clock, (principal) => (nsfw.gate()?.applies(principal) === true ? NSFW_BLOCKED_ANSWER : null))
   const nsfw = nsfwFeature(services, log)
   return [
     identityFeature(services),

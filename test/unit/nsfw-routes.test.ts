@@ -13,7 +13,7 @@ import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
 import type { NsfwFeature } from '../../sidecar/src/nsfw/feature.js'
 import { poll } from '../helpers/stack.js'
 import { cleanPng, nsfwPng } from '../helpers/nsfw-images.js'
-import { addUser, assertError, bootstrapAdmin, call, openSidecar, sessionJwt, tempDir, type Sidecar } from './fixtures.js'
+import { addUser, assertError, bootstrapAdmin, call, decide, openSidecar, sessionJwt, tempDir, type Sidecar } from './fixtures.js'
 import { userFolder } from '../../sidecar/src/isolation/user-folders.js'
 
 process.env.AUTHSVC_NSFW_TEST_CLASSIFIER = '1'
@@ -52,6 +52,23 @@ describe('mark-nsfw and nsfw-management', () => {
 
   const mark = (token: string | undefined, body: unknown) => call(sc, { method: 'POST', url: '/authsvc-gallery/mark-nsfw', ...(token ? { bearer: token } : {}), body })
   const manage = (token: string, body: unknown) => call(sc, { method: 'POST', url: '/authsvc/api/nsfw-management', bearer: token, body })
+
+  it('a model preview image (not an output the policy classified) is refused to an sfw_check user, served to one without', async () => {
+    const preview = (token: string) =>
+      decide(sc, {
+        path: '/experiment/models/preview/checkpoints/0/any.safetensors',
+        pattern: '/experiment/models/preview/{folder}/{path_index}/{filename}',
+        match_info: { folder: 'checkpoints', path_index: '0', filename: 'any.safetensors' },
+        headers: { authorization: `Bearer ${token}` },
+      })
+    const refused = await preview(alice)
+    assert.equal(refused.action, 'respond')
+    assert.equal((refused as { status: number }).status, 403)
+    assert.equal((refused as { body_text?: string }).body_text, 'NSFW content blocked for this user.')
+    const bobUser = sc.services.users.byUsername('bob')!
+    await sc.services.users.update(bobUser.user_id, { sfw_check: false })
+    assert.equal((await preview(bob)).action, 'pass')
+  })
 
   it('refuses every name that leaves its folder or is not an image, and every malformed body, with a stable 4xx', async () => {
     const rows: Array<[string, unknown, number, string]> = [

@@ -311,10 +311,17 @@ export function modelListBehaviour(deps: ModelDeps, kind: 'model-list' | 'embedd
  * /experiment/models/preview/{folder}/{path_index}/{filename}: an item not
  * granted answers as a missing one does on the host (404, empty body).
  */
-export function modelFileBehaviour(deps: ModelDeps): RouteBehaviour {
+/**
+ * Model files: a limited caller reaches only granted ones. A model's preview image
+ * (`/experiment/models/preview/...`: `<model>.preview.png`, or the cover a `.safetensors` carries;
+ * Civitai covers are often explicit) is refused to a user the content-safety policy looks at
+ * (sfw_check, nsfw/): it is not a ComfyUI output the policy has classified, so it fails safe.
+ */
+export function modelFileBehaviour(deps: ModelDeps & { previewBlocked?: (principal: Principal) => Decision | null }): RouteBehaviour {
   return {
     decide({ desc, principal, pass }) {
-      if (!deps.models.restricted(principal)) return pass
+      const blocked = desc.match_info.path_index !== undefined ? (deps.previewBlocked?.(principal) ?? null) : null
+      if (!deps.models.restricted(principal)) return blocked ?? pass
       const folder = desc.match_info.folder_name ?? desc.match_info.folder
       const filename = desc.match_info.filename ?? new URLSearchParams(desc.query).get('filename')
       // without a name the host answers 404 itself; with one, it must be granted
@@ -323,7 +330,7 @@ export function modelFileBehaviour(deps: ModelDeps): RouteBehaviour {
       const index = desc.match_info.path_index
       const paths = deps.models.cache.folder(deps.models.folderOf(folder))?.paths.length ?? 0
       if (index !== undefined && !(/^\d{1,4}$/.test(index) && Number(index) < paths)) return HOST_MISSING
-      return deps.models.viewFor(principal.userId).allows(folder, filename) ? pass : HOST_MISSING
+      return deps.models.viewFor(principal.userId).allows(folder, filename) ? (blocked ?? pass) : HOST_MISSING
     },
   }
 }

@@ -12,6 +12,8 @@ import type { Clock } from '../kernel/clock.js'
 import type { HostFacts } from '../kernel/protocol.js'
 import type { Services } from '../services.js'
 import { ModelAccess, modelFileBehaviour, modelListBehaviour } from './behaviours.js'
+import type { Principal } from '../identity/principal.js'
+import type { Decision } from '../kernel/protocol.js'
 import { ModelCache, modelFoldersOf } from './model-cache.js'
 import { modelGrantRoutes } from './routes.js'
 
@@ -26,7 +28,13 @@ export interface ModelsFeature extends Feature {
   landed(userId: string, username: string, folder: string, item: string): Promise<void>
 }
 
-export function modelsFeature(services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock' | 'accessEpoch' | 'events'>, log: FastifyBaseLogger, clock: Clock): ModelsFeature {
+export function modelsFeature(
+  services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock' | 'accessEpoch' | 'events'>,
+  log: FastifyBaseLogger,
+  clock: Clock,
+  /** the content-safety policy's answer for a model's preview image (nsfw/): the blocked answer, or null */
+  previewBlocked?: (principal: Principal) => Decision | null,
+): ModelsFeature {
   // the host's model folders, watched; read by the decision path and the grant routes
   const cache = new ModelCache(log, clock)
   let access: ModelAccess | undefined
@@ -53,7 +61,7 @@ export function modelsFeature(services: Pick<Services, 'users' | 'modelGrants' |
         behaviours: [
           behaviourEntry('model-list', modelListBehaviour({ models: bound }, 'model-list')),
           behaviourEntry('embeddings', modelListBehaviour({ models: bound }, 'embeddings')),
-          behaviourEntry('model-file', modelFileBehaviour({ models: bound })),
+          behaviourEntry('model-file', modelFileBehaviour({ models: bound, ...(previewBlocked ? { previewBlocked } : {}) })),
         ],
         hostFacts(facts: HostFacts) {
           bound.setFacts(facts)
