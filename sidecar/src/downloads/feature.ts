@@ -23,7 +23,7 @@ export interface DownloadsFeature extends Feature {
   queue(): Promise<DownloadQueue>
 }
 
-type DownloadServices = Pick<Services, 'config' | 'host' | 'clock' | 'events' | 'kv' | 'localKv' | 'fieldCipher' | 'log'>
+type DownloadServices = Pick<Services, 'config' | 'host' | 'clock' | 'events' | 'kv' | 'localKv' | 'fieldCipher' | 'log' | 'users'>
 
 export function downloadsFeature(services: DownloadServices, log: FastifyBaseLogger, landed: () => LandedHook): DownloadsFeature {
   let opened: { queue: DownloadQueue; jobs: DownloadJobs; keys: SourceKeys } | undefined

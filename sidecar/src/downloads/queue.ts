@@ -127,7 +127,7 @@ export interface JobView extends DownloadJobRecord {
   speed_bps: number
 }
 
-type QueueServices = Pick<Services, 'config' | 'host' | 'clock' | 'events'>
+type QueueServices = Pick<Services, 'config' | 'host' | 'clock' | 'events'> & Partial<Pick<Services, 'users'>>
 
 export class DownloadQueue {
   private readonly running = new Map<string, Running>()
@@ -286,6 +286,11 @@ export class DownloadQueue {
   }
 
   private async attempt(start: DownloadJobRecord, run: Running): Promise<void> {
+    // a job outlives its request: an account disabled or deleted since never downloads with its key
+    const owner = this.services.users?.byId(start.user_id)
+    if (this.services.users !== undefined && (owner === undefined || owner.disabled)) {
+      throw new SourceError('The account that asked for this download is disabled or deleted', false)
+    }
     const key = this.keys.open(start.user_id, start.source)
     const policy: HopPolicy = { base: this.baseOf(start.source), allowPrivate: this.cfg.allow_private_hosts, ...(key ? { authorization: `Bearer ${key}` } : {}) }
     const resolved: Resolved = await resolveRequest(start.request, policy, run.aborter.signal)
