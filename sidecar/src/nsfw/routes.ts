@@ -12,6 +12,7 @@
  *   else gets what /view gives them: 404 for a file they may not read, 403 for one they may.
  */
 import { realpath, stat } from 'node:fs/promises'
+import { realpathSync } from 'node:fs'
 import { sep } from 'node:path'
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
@@ -94,9 +95,34 @@ type RouteServices = Pick<Services, 'config' | 'host' | 'ownership' | 'events' |
 
 const off = () => new AuthsvcError('CONFLICT', 'The NSFW policy is off (nsfw.enabled is false in the configuration)')
 
+/** a folder's real path (the host opens files through links: `output/` is often one, in Docker), once per folder */
+const realFolders = new Map<string, string>()
+function realFolder(dir: string): string {
+  let real = realFolders.get(dir)
+  if (real === undefined) {
+    try {
+      real = realpathSync(dir)
+    } catch {
+      return dir // not there yet: asked again next time
+    }
+    if (realFolders.size > 64) realFolders.clear()
+    realFolders.set(dir, real)
+  }
+  return real
+}
+
+/**
+ * The host's folders as real paths: `/view` hands the policy the real path of a file, so the
+ * folders it is placed in are compared as real paths too (a linked output folder would otherwise
+ * place no file, and every image would be blocked as unclassifiable).
+ */
 export function rootsOf(services: Pick<Services, 'host'>): Roots {
   const f = services.host.facts
-  return { ...(f.output_dir ? { output: f.output_dir } : {}), ...(f.input_dir ? { input: f.input_dir } : {}), ...(f.temp_dir ? { temp: f.temp_dir } : {}) }
+  return {
+    ...(f.output_dir ? { output: realFolder(f.output_dir) } : {}),
+    ...(f.input_dir ? { input: realFolder(f.input_dir) } : {}),
+    ...(f.temp_dir ? { temp: realFolder(f.temp_dir) } : {}),
+  }
 }
 
 export function managementRoutes(services: RouteServices, bound: () => NsfwBound | null) {
