@@ -15,6 +15,7 @@ import { poll } from '../helpers/stack.js'
 import { cleanPng, nsfwPng } from '../helpers/nsfw-images.js'
 import { addUser, assertError, bootstrapAdmin, call, decide, openSidecar, sessionJwt, tempDir, type Sidecar } from './fixtures.js'
 import { userFolder } from '../../sidecar/src/isolation/user-folders.js'
+import { CLOSE_ACCESS_CHANGED } from '../../sidecar/src/isolation/credential-state.js'
 
 process.env.AUTHSVC_NSFW_TEST_CLASSIFIER = '1'
 
@@ -68,6 +69,25 @@ describe('mark-nsfw and nsfw-management', () => {
     const bobUser = sc.services.users.byUsername('bob')!
     await sc.services.users.update(bobUser.user_id, { sfw_check: false })
     assert.equal((await preview(bob)).action, 'pass')
+  })
+
+  it('a socket opened without the preview check closes when the user\'s sfw_check is turned on', async () => {
+    const bobUser = sc.services.users.byUsername('bob')!
+    await sc.services.users.update(bobUser.user_id, { sfw_check: false })
+    const closed: Array<{ tags: string[]; code: number }> = []
+    sc.built.setPush((m) => {
+      if (m.type === 'close_ws') closed.push({ tags: m.tags, code: m.code })
+    })
+    const opened = await decide(sc, { path: '/ws', pattern: '/ws', headers: { authorization: `Bearer ${bob}` } })
+    assert.equal(opened.action, 'pass')
+    const tag = (opened as { ws_tag?: string }).ws_tag!
+    assert.equal((opened as { ws_preview_check?: boolean }).ws_preview_check, undefined, 'no check for a user without sfw_check')
+    assert.equal(sc.built.liveSockets.sweep(), 0)
+    await sc.services.users.update(bobUser.user_id, { sfw_check: true })
+    assert.equal(sc.built.liveSockets.sweep(), 1)
+    assert.deepEqual(closed.pop(), { tags: [tag], code: CLOSE_ACCESS_CHANGED })
+    const reopened = await decide(sc, { path: '/ws', pattern: '/ws', headers: { authorization: `Bearer ${bob}` } })
+    assert.equal((reopened as { ws_preview_check?: boolean }).ws_preview_check, true, 'it comes back with the check')
   })
 
   it('refuses every name that leaves its folder or is not an image, and every malformed body, with a stable 4xx', async () => {
