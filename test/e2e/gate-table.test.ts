@@ -140,6 +140,8 @@ interface RawRow {
   reaches?: Partial<Record<string, string>> | string
   /** where aiohttp versions route it differently */
   reachesOn?: Partial<Record<AiohttpVersion, string>>
+  /** the gate refuses it (403) even to an admin: a userdata name out of the caller's own folder (issue 28, item 9: the data dir is beside them) */
+  refusedToAll?: true
 }
 
 const LONG = `/${'a'.repeat(8000)}` // under aiohttp's 8190-byte request-line limit
@@ -165,8 +167,8 @@ const RAW_ROWS: RawRow[] = [
   { target: '/internal/%2e%2e/prompt', reaches: UNMATCHED },
   { target: '/internal/../internal/logs', reaches: UNMATCHED },
   { target: '/%c0%ae%c0%ae/prompt', reaches: STATIC_ROOT },
-  { target: '/userdata/workflows%2F..%2F..%2Fx', reaches: { GET: 'GET /userdata/{file}', POST: 'POST /userdata/{file}' } },
-  { target: '/api/userdata/..%2F..%2Fsecret.json', reaches: { GET: 'GET /api/userdata/{file}', POST: 'POST /api/userdata/{file}' } },
+  { target: '/userdata/workflows%2F..%2F..%2Fx', refusedToAll: true },
+  { target: '/api/userdata/..%2F..%2Fsecret.json', refusedToAll: true },
   { target: '/%252e%252e/prompt', reaches: STATIC_ROOT },
   { target: '/api%252Fprompt', reaches: STATIC_ROOT },
   { target: '/api%2Fprompt', reaches: STATIC_ROOT },
@@ -398,6 +400,10 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
           const counted = await stack.counter()
           if (expectedAnon(row, aiohttp) === 400) {
             if (res.status !== 400 || counted.total !== 0) wrong.push(`${label}: ${res.status} ${JSON.stringify(counted.by_route)} (want the parser's 400)`)
+            continue
+          }
+          if (row.refusedToAll === true) {
+            if (res.status !== 403 || counted.total !== 0) wrong.push(`${label}: ${res.status} ${JSON.stringify(counted.by_route)} (want the gate's 403, the host untouched)`)
             continue
           }
           const want = expectedRoute(row, method, aiohttp)
