@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what authsvc needs, idempotently: npm dependencies, the sidecar
 # build, a Python with aiohttp for the stand-in host. With --test also the
-# test tools (Debian chromium, oathtool, zbarimg, an aiohttp 3.11 copy for the second
+# test tools (Debian chromium, oathtool, zbarimg, redis-server, postgresql, an aiohttp 3.11 copy for the second
 # plugin run). With COMFYUI_DIR set, links this package into its custom_nodes.
 #   bash install.sh [--quiet] [--test]
 set -euo pipefail
@@ -43,6 +43,9 @@ if [ "$TEST" = 1 ]; then
   command -v chromium >/dev/null || missing+=(chromium)
   command -v oathtool >/dev/null || missing+=(oathtool)
   command -v zbarimg >/dev/null || missing+=(zbar-tools)
+  # the shared store's suites start their own Redis and PostgreSQL (issue 28)
+  [ -x /usr/bin/redis-server ] || missing+=(redis-server)
+  compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)
   if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
   bash scripts/aiohttp311.sh >/dev/null
 fi
