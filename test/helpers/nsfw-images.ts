@@ -3,18 +3,12 @@
  * chunks (the deterministic classifier's markers, the `authsvc:nsfw` metadata tag), and pixels
  * that vary with a seed so every image is a different file.
  */
-import { crc32, deflateSync } from 'node:zlib'
-import { PNG_SIGNATURE } from './png.js'
+import { deflateSync } from 'node:zlib'
+import { PNG_SIGNATURE, pngChunk } from './png.js'
 import { TEST_MARKERS } from '../../sidecar/src/nsfw/engines.js'
 
-function chunk(type: string, data: Buffer): Buffer {
-  const len = Buffer.alloc(4)
-  len.writeUInt32BE(data.length)
-  const body = Buffer.concat([Buffer.from(type, 'latin1'), data])
-  const crc = Buffer.alloc(4)
-  crc.writeUInt32BE(crc32(body))
-  return Buffer.concat([len, body, crc])
-}
+/** A tEXt chunk: keyword, NUL, Latin-1 text. */
+const textChunk = (key: string, value: string): Buffer => pngChunk('tEXt', Buffer.concat([Buffer.from(key, 'latin1'), Buffer.from([0]), Buffer.from(value, 'latin1')]))
 
 export interface PngOptions {
   size?: number
@@ -38,10 +32,10 @@ export function testPng(seed: number, options: PngOptions = {}): Buffer {
     rows.push(0)
     for (let x = 0; x < size; x++) rows.push((seed * 31 + x * 8) & 255, (seed * 17 + y * 8) & 255, (seed * 5 + x + y) & 255)
   }
-  const texts = Object.entries(options.text ?? {}).map(([k, v]) => chunk('tEXt', Buffer.concat([Buffer.from(k, 'latin1'), Buffer.from([0]), Buffer.from(v, 'latin1')])))
-  const itxts = Object.entries(options.itxt ?? {}).map(([k, v]) => chunk('iTXt', Buffer.concat([Buffer.from(k, 'latin1'), Buffer.from([0, 0, 0]), Buffer.from('en', 'latin1'), Buffer.from([0]), Buffer.from([0]), Buffer.from(v, 'utf8')])))
-  const after = Object.entries(options.textAfter ?? {}).map(([k, v]) => chunk('tEXt', Buffer.concat([Buffer.from(k, 'latin1'), Buffer.from([0]), Buffer.from(v, 'latin1')])))
-  return Buffer.concat([PNG_SIGNATURE, chunk('IHDR', ihdr), ...texts, ...itxts, chunk('IDAT', deflateSync(Buffer.from(rows))), ...after, chunk('IEND', Buffer.alloc(0))])
+  const texts = Object.entries(options.text ?? {}).map(([k, v]) => textChunk(k, v))
+  const itxts = Object.entries(options.itxt ?? {}).map(([k, v]) => pngChunk('iTXt', Buffer.concat([Buffer.from(k, 'latin1'), Buffer.from([0, 0, 0]), Buffer.from('en', 'latin1'), Buffer.from([0]), Buffer.from([0]), Buffer.from(v, 'utf8')])))
+  const after = Object.entries(options.textAfter ?? {}).map(([k, v]) => textChunk(k, v))
+  return Buffer.concat([PNG_SIGNATURE, pngChunk('IHDR', ihdr), ...texts, ...itxts, pngChunk('IDAT', deflateSync(Buffer.from(rows))), ...after, pngChunk('IEND', Buffer.alloc(0))])
 }
 
 /** What the deterministic classifier calls NSFW (a marker in a text chunk). */
