@@ -70,7 +70,7 @@ export class MfaService {
 
   /** A TOTP step or backup code is spent once across every instance: claimed in the shared store. */
   private get claims(): SharedStore | null {
-    return this.records.shared
+    return this.records.multiInstance
   }
 
   /** Claims `key` for good (null store: one process, memory's record decides); a refused claim is a replay. */

@@ -207,7 +207,7 @@ export class Throttle {
     if (username !== null) {
       const key = usernameKey(username)
       if (this.records.get(key) !== undefined) removals.push(this.drop(this.usernameOrder, key))
-      const shared = this.records.shared
+      const shared = this.records.multiInstance
       if (shared !== null) removals.push(shared.resetCounter(`throttle:${key}`).catch((err: unknown) => Promise.reject(storeUnavailable('throttle', err))))
     }
     await Promise.all(removals)
@@ -218,7 +218,7 @@ export class Throttle {
    * store, or it failed: memory counts, and the write that follows reports the store's state).
    */
   private async sharedCount(key: string, ttlMs: number, refresh: boolean): Promise<number | null> {
-    const shared = this.records.shared
+    const shared = this.records.multiInstance
     if (shared === null) return null
     try {
       return await shared.increment(`throttle:${key}`, ttlMs, refresh)
