@@ -170,13 +170,21 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     allow_guest_jwt: config.allow_guest_jwt,
     ip_lists: { whitelist: [], blacklist: [] },
     ntfy: null,
+    groups: null,
   })
   const net: NetworkPolicy = { localNetworks: new IpSet(config.local_network_cidrs), trustedProxies: new IpSet(config.trusted_proxies) }
   const ipGate = new IpListGate(settings.get('ip_lists'), clock, () => accessEpoch.bump())
   // another instance's IP-list edit applies here as soon as the feed brings it
   settingRecords.observeRemote((id) => {
     if (id === 'ip_lists') ipGate.update(settings.get('ip_lists'))
+    if (id === 'groups') roles.followShared()
   })
+  if (settingRecords.multiInstance !== null) {
+    await roles.share({
+      get: () => settings.get('groups'),
+      compareAndSet: (isCurrent, groups) => settings.compareAndSet('groups', isCurrent, groups),
+    })
+  }
   const resolver = new IdentityResolver({ config, users, sessions, tokens, roles, settings })
   const mfa = new MfaService(mfaRecords, cipher, keys.backupCodes, clock)
   const throttle = await Throttle.open(kv, clock, {}, storeLog)

@@ -9,6 +9,8 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { decodeJwt } from 'jose'
+import { readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { PASSWORD, bearer, clockAt, openHarness, registerAndLogin, type Harness } from './harness.js'
 import { nextChange } from '../helpers/store-conformance.js'
 import { postgresSkipReason, redisSkipReason, startPostgres, startRedis, type StoreServer } from '../helpers/store-servers.js'
@@ -139,6 +141,37 @@ for (const backend of backends) {
       assert.equal(saved.status, 200, JSON.stringify(saved.body))
       await applied
       assert.equal(b.services.ipGate.refuse('203.0.113.99'), 'IP_DENIED')
+    })
+
+    it('a groups edit on A applies on B, and B then refuses a save based on the version it had', async () => {
+      const tagOnB = String((await b.call('GET', '/authsvc/api/groups', { headers: bearer(admin) })).headers.etag)
+      const tagOnA = String((await a.call('GET', '/authsvc/api/groups', { headers: bearer(admin) })).headers.etag)
+      assert.equal(tagOnA, tagOnB, 'both instances start from the same shared groups')
+      const groups = a.services.roles.snapshot()
+      groups.viewer = { can_access_api: true }
+      const applied = delivered(b, (c) => c.key === 'setting:groups')
+      const saved = await a.call('PUT', '/authsvc/api/groups', { headers: { ...bearer(admin), 'if-match': tagOnA }, body: { groups } })
+      assert.equal(saved.status, 200, JSON.stringify(saved.body))
+      await applied
+      assert.equal(b.services.roles.has('viewer'), true)
+      assert.equal(b.services.roles.permissions('viewer').can_access_api, true)
+      assert.equal(b.services.roles.permissions('viewer').can_run, false)
+      const stale = await b.call('PUT', '/authsvc/api/groups', { headers: { ...bearer(admin), 'if-match': tagOnB }, body: { groups: a.services.roles.snapshot() } })
+      assert.equal(stale.status, 412, JSON.stringify(stale.body))
+      const onB = await b.call('GET', '/authsvc/api/groups', { headers: bearer(admin) })
+      assert.deepEqual((onB.body as { groups: Record<string, unknown> }).groups.viewer, { can_access_api: true })
+    })
+
+    it('an edit of the groups file on A reaches B through the store', async () => {
+      const groups = a.services.roles.snapshot()
+      groups.editor = { can_access_api: true, can_modify_workflows: true }
+      const applied = delivered(b, (c) => c.key === 'setting:groups')
+      writeFileSync(join(a.services.dataDir, 'authsvc_groups.json'), JSON.stringify(groups))
+      assert.equal(a.services.roles.reload(), true)
+      await applied
+      assert.equal(b.services.roles.permissions('editor').can_modify_workflows, true)
+      const mirrored = JSON.parse(readFileSync(join(b.services.dataDir, 'authsvc_groups.json'), 'utf8')) as Record<string, unknown>
+      assert.deepEqual(mirrored.editor, { can_access_api: true, can_modify_workflows: true }, "B's own file mirrors the shared groups")
     })
 
     it('two admins demoting each other on two instances at once leave one admin', async () => {

@@ -7,6 +7,12 @@
  * and the last valid version stays in force (never fail open); writes through
  * the admin API are atomic (temp + rename). The role named `admin` passes
  * every permission whatever the file says.
+ *
+ * With several instances on one store (`share`), the store's `groups` setting is the
+ * truth: the first instance seeds it from its file, every instance applies what the
+ * feed brings and mirrors it into its own file, a replace is a compare-and-set in the
+ * store, and an edit of the file on disk is written to the store (so it reaches every
+ * instance) before it applies.
  */
 import { readFileSync } from 'node:fs'
 import chokidar, { type FSWatcher } from 'chokidar'
@@ -16,6 +22,12 @@ import { storeUnavailable } from '../store/collection.js'
 import { ADMIN_ROLE, PERMISSION_KEYS, type Permissions } from '../identity/principal.js'
 
 export type GroupMap = Record<string, Record<string, boolean>>
+
+/** Where the groups live when instances share a store (store/settings.ts's `groups` setting). */
+export interface SharedGroups {
+  get(): GroupMap | null
+  compareAndSet(isCurrent: (current: GroupMap | null) => boolean, groups: GroupMap): Promise<boolean>
+}
 
 const GROUP_KEYS = new Set<string>([...PERMISSION_KEYS, 'mfa_required'])
 const ROLE_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$/
@@ -55,6 +67,7 @@ export class RoleStore {
   private groups: GroupMap
   private compiled = new Map<string, Permissions>()
   private watcher: FSWatcher | undefined
+  private sharedGroups: SharedGroups | null = null
 
   private constructor(
     private readonly path: string,
@@ -107,10 +120,77 @@ export class RoleStore {
     // our own write (replace) comes back through the watcher, and an editor may save an unchanged
     // file: neither changes a role, so neither may move the epoch and drop the plugin's kept decisions
     if (JSON.stringify(result.groups) === JSON.stringify(this.groups)) return true
+    if (this.sharedGroups !== null) {
+      const groups = result.groups
+      this.sharedGroups.compareAndSet(() => true, groups).then(
+        () => {
+          this.followShared()
+          this.log.info({ roles: Object.keys(groups) }, 'groups file applied to the shared store')
+        },
+        (err: unknown) => this.log.error({ err }, 'groups file edit not stored: the shared store is unreachable; keeping the previous roles'),
+      )
+      return true
+    }
     this.groups = result.groups
     this.compile()
     this.log.info({ roles: Object.keys(this.groups) }, 'groups file applied')
     return true
+  }
+
+  /**
+   * Makes the shared store's groups the truth (several instances on one store): seeds
+   * them from this instance's roles when the store has none yet, then applies them.
+   */
+  async share(shared: SharedGroups): Promise<void> {
+    this.sharedGroups = shared
+    if (shared.get() === null) await shared.compareAndSet((current) => current === null, this.snapshot())
+    this.followShared()
+  }
+
+  /** Applies the shared store's groups (at start and whenever the feed brings a change). */
+  followShared(): void {
+    const stored = this.sharedGroups?.get()
+    if (stored === null || stored === undefined) return
+    const result = validateGroups(stored)
+    if ('problems' in result) {
+      this.log.error({ problems: result.problems }, 'groups in the shared store refused; keeping the previous roles')
+      return
+    }
+    if (JSON.stringify(result.groups) === JSON.stringify(this.groups)) return
+    this.groups = result.groups
+    this.compile()
+    this.mirror()
+  }
+
+  /** Keeps this instance's file equal to the shared groups; the watcher then sees no change. */
+  private mirror(): void {
+    try {
+      writeFileAtomic(this.path, `${JSON.stringify(this.groups, null, 2)}\n`, 0o600)
+    } catch (err) {
+      this.log.warn({ err }, 'groups file not updated from the shared store')
+    }
+  }
+
+  /**
+   * Replaces the groups when `isCurrent` accepts the ones in force (an If-Match check);
+   * false when it does not. On a shared store the check and the write are one
+   * compare-and-set in the store.
+   */
+  async replaceIf(isCurrent: (current: GroupMap) => boolean, groups: GroupMap): Promise<boolean> {
+    const shared = this.sharedGroups
+    if (shared === null) {
+      if (!isCurrent(this.snapshot())) return false
+      this.replace(groups)
+      return true
+    }
+    let stored: boolean
+    try {
+      stored = await shared.compareAndSet((current) => isCurrent(current ?? this.snapshot()), groups)
+    } catch (err) {
+      throw storeUnavailable('groups', err)
+    }
+    if (stored) this.followShared()
+    return stored
   }
 
   /** Writes the file, then applies it: a write that fails (503) changes nothing. */

@@ -27,6 +27,8 @@ export interface SettingsShape {
   allow_guest_jwt: boolean
   ip_lists: IpListsSetting
   ntfy: NtfyStoredSetting | null
+  /** the roles (access/roles.ts), held here only when instances share the store; null until seeded */
+  groups: Record<string, Record<string, boolean>> | null
 }
 
 export class SettingsRepository {

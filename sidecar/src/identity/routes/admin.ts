@@ -112,10 +112,9 @@ export function adminRoutes(services: AdminRouteServices) {
     }, async (request, reply) => {
       const result = validateGroups(request.body.groups)
       if ('problems' in result) throw new AuthsvcError('VALIDATION_FAILED', result.problems.join('; '))
-      // compare and replace with no await in between: nothing can change the groups between the two
-      const current = etagOf(services.roles.snapshot())
-      if (!ifMatchAdmits(request.headers['if-match'], current)) throw staleVersion(current)
-      services.roles.replace(result.groups as GroupMap)
+      const ifMatch = request.headers['if-match']
+      const stored = await services.roles.replaceIf((current) => ifMatchAdmits(ifMatch, etagOf(current)), result.groups as GroupMap)
+      if (!stored) throw staleVersion(etagOf(services.roles.snapshot()))
       services.events.emit('settings_changed', { ...eventContext(request), setting: 'groups' })
       const groups = services.roles.snapshot()
       reply.header('ETag', etagOf(groups))
