@@ -36,7 +36,8 @@ import { healthRoutes } from './kernel/http/health.js'
 import { openApiRoutes, registerOpenApi } from './kernel/http/openapi.js'
 import { sharedSchemaCompilers } from './kernel/http/schema-compilers.js'
 import { Jobs } from './kernel/jobs.js'
-import { PROTOCOL_VERSION, type PushMessage, type HelloMessage } from './kernel/protocol.js'
+import { PROTOCOL_VERSION, type Decision, type HelloMessage, type PushMessage, type RequestDescription } from './kernel/protocol.js'
+import { errorDecision } from './kernel/answers.js'
 import type { DecisionHandlers } from './kernel/server.js'
 import { downloadsFeature } from './downloads/feature.js'
 import { modelsFeature } from './models/feature.js'
@@ -227,7 +228,7 @@ function bindDecisions(
   const jobs = new Jobs(logger)
   for (const each of bound) for (const job of each.jobs ?? []) jobs.add(job)
   void jobs.start()
-  const decide = createDecider({
+  const decideFromReplica = createDecider({
     config: services.config,
     net: services.net,
     owned,
@@ -239,6 +240,9 @@ function bindDecisions(
     log: logger,
     decisionCache: { ms: decisionCacheMs(), epoch: services.accessEpoch },
   })
+  // a shared store lost past its grace (store/health.ts): nothing is decided from a stale copy
+  const storeDown = errorDecision(new AuthsvcError('STORE_UNAVAILABLE', 'The shared store is unreachable; try again shortly', { 'Retry-After': '5' }))
+  const decide = (desc: RequestDescription): Decision | Promise<Decision> => (services.storeHealth.refusing ? storeDown : decideFromReplica(desc))
 
   /** Host facts of a hello, or of a `host_facts` event (sent once every custom node has loaded, merged). */
   const takeHostFacts = (facts: HelloMessage['host'] & object, merge: boolean): void => {

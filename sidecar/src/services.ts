@@ -36,6 +36,7 @@ import { ClientIdBindings, type ClientIdRecord } from './isolation/client-ids.js
 import { WorkflowStore } from './workflows/workflow-store.js'
 import { openSqliteStore, sqlitePath, type KeyValueStore } from './store/kv.js'
 import { SettingsRepository } from './store/settings.js'
+import { ALWAYS_UP, StoreHealth, type StoreHealthView } from './store/health.js'
 
 /** The package version (package.json), reported in X-Authsvc-Version and the hello. */
 export const SERVICE_VERSION: string = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version
@@ -63,6 +64,8 @@ export interface Services {
   roles: RoleStore
   settings: SettingsRepository
   ipGate: IpListGate
+  /** refusing: the shared store has been unreachable past its grace (store/health.ts); never on sqlite */
+  storeHealth: StoreHealthView
   passwords: PasswordHasher
   resolver: IdentityResolver
   mfa: MfaService
@@ -96,6 +99,8 @@ export interface OpenOptions {
   log: FastifyBaseLogger
   clock?: Clock
   watchGroups?: boolean
+  /** how long decisions go on from the replica after losing a shared store (tests shorten it) */
+  storeGraceMs?: number
   /** wraps the opened store (tests: a store that fails on demand) */
   wrapStore?: (kv: KeyValueStore) => KeyValueStore
 }
@@ -201,12 +206,20 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   passwords.ready.catch((err: unknown) => {
     if (!closing) log.error({ err }, 'argon2 does not work: every password check will fail')
   })
+  // several instances on one store: past a short grace after losing it, nothing is decided from a copy
+  let storeHealth: StoreHealthView = ALWAYS_UP
+  let health: StoreHealth | null = null
+  if (userRecords.multiInstance !== null) {
+    health = new StoreHealth(userRecords.multiInstance, [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, grantRecords, throttle], log, () => accessEpoch.bump(), options.storeGraceMs)
+    health.start()
+    storeHealth = health
+  }
   const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, promptRecords, fileRecords, grantRecords]
   const flushAll = async (): Promise<void> => {
     await Promise.all([...all.map((c) => c.flush()), throttle.flush(), audit.flush().catch(() => {})])
   }
   return {
-    config, accessEpoch, events, audit, fieldCipher: cipher, dataDir, clock, log, kv, store, localKv, net, users, sessions, tokens, roles, settings, ipGate,
+    config, accessEpoch, events, audit, fieldCipher: cipher, dataDir, clock, log, kv, store, localKv, net, users, sessions, tokens, roles, settings, ipGate, storeHealth,
     passwords,
     resolver,
     mfa,
@@ -224,6 +237,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     flush: flushAll,
     async close() {
       closing = true
+      health?.stop()
       await roles.close()
       passwords.close()
       await flushAll()

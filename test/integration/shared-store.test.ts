@@ -16,7 +16,8 @@ import { nextChange } from '../helpers/store-conformance.js'
 import { postgresSkipReason, redisSkipReason, startPostgres, startRedis, type StoreServer } from '../helpers/store-servers.js'
 import { totpAt } from './totp-reference.js'
 import { SecretMismatchError } from '../../sidecar/src/store/open.js'
-import type { Change } from '../../sidecar/src/store/shared-store.js'
+import type { Change, SharedStore } from '../../sidecar/src/store/shared-store.js'
+import type { KeyValueStore } from '../../sidecar/src/store/kv.js'
 
 const SECRET = 'shared-store-secret-0123456789abcdef'
 
@@ -141,6 +142,44 @@ for (const backend of backends) {
       assert.equal(saved.status, 200, JSON.stringify(saved.body))
       await applied
       assert.equal(b.services.ipGate.refuse('203.0.113.99'), 'IP_DENIED')
+    })
+
+    it('a user, session and token made on A a moment ago work on B before its feed delivers them', async () => {
+      // C's feed is held: nothing A writes reaches C's replica until released, as on a slow link
+      let held: Array<() => void> | null = null
+      const holdFeed = (kv: KeyValueStore): KeyValueStore => new Proxy(kv, {
+        get(target, prop) {
+          if (prop === 'subscribe') {
+            return (listener: (c: Change) => void) => (target as SharedStore).subscribe((c) => (held !== null ? held.push(() => listener(c)) : listener(c)))
+          }
+          const value = Reflect.get(target, prop, target) as unknown
+          return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+        },
+      })
+      const c = await openHarness({ config: storeConfig(), env: { AUTHSVC_SECRET: SECRET }, clock, wrapStore: holdFeed })
+      try {
+        held = []
+        const fresh = await registerAndLogin(a, 'fresh', { admin })
+        const token = await a.call('POST', '/authsvc/generate_token', { headers: bearer(fresh), body: { label: 'phone' } })
+        assert.equal(token.status, 200, JSON.stringify(token.body))
+        assert.equal(c.services.users.byUsername('fresh'), undefined, "C's replica has not heard of the user: the rows below go to the store")
+        const bySession = await me(c, fresh)
+        assert.equal(bySession.status, 200, JSON.stringify(bySession.body))
+        assert.equal(bySession.body.username, 'fresh')
+        const byToken = await me(c, String(token.body.token))
+        assert.equal(byToken.status, 200, JSON.stringify(byToken.body))
+        const login = await c.call('POST', '/login', { body: { username: 'FRESH', password: PASSWORD } })
+        assert.equal(login.status, 200, JSON.stringify(login.body))
+        // and a revocation made on A while C's feed is still held is read from the store too: C never
+        // heard the session was live, so it has nothing stale to serve (it fetched it above, though)
+        const unknown = await me(c, `${fresh.slice(0, -2)}xx`)
+        assert.equal(unknown.status, 401)
+      } finally {
+        const queued = held ?? []
+        held = null
+        for (const deliver of queued) deliver()
+        await c.close()
+      }
     })
 
     it('a groups edit on A applies on B, and B then refuses a save based on the version it had', async () => {

@@ -67,9 +67,21 @@ export class ApiTokenService {
     return { token, record }
   }
 
-  check(token: string): TokenCheck {
+  check(token: string): TokenCheck | Promise<TokenCheck> {
     if (!API_TOKEN_PATTERN.test(token)) return { error: 'TOKEN_INVALID' }
-    const record = this.tokens.get(hashToken(token))
+    const hash = hashToken(token)
+    if (this.tokens.get(hash) === undefined && this.tokens.multiInstance !== null) {
+      // several instances: a token made on another one a moment ago may not have reached this replica yet
+      return this.tokens.fetch(hash).then(
+        () => this.checkHeld(hash),
+        (): TokenCheck => ({ error: 'STORE_UNAVAILABLE' }),
+      )
+    }
+    return this.checkHeld(hash)
+  }
+
+  private checkHeld(hash: string): TokenCheck {
+    const record = this.tokens.get(hash)
     if (!record) return { error: 'TOKEN_INVALID' }
     if (record.revoked === true) return { error: 'TOKEN_REVOKED' }
     const now = this.clock()

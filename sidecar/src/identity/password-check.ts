@@ -62,7 +62,7 @@ export const mfaKey = (userId: string) => `mfa:${userId}`
 export async function checkPassword(services: PasswordCheckServices, request: FastifyRequest, username: string, password: string): Promise<UserRecord> {
   let user: UserRecord | undefined
   const ok = await throttledAttempt(services, request, passwordKey(username), async () => {
-    user = services.users.byUsername(username)
+    user = await services.users.fetchByUsername(username)
     const valid = user ? await services.passwords.verify(user.password_hash, password) : await services.passwords.verifyDummy(password)
     return valid && user !== undefined && !user.disabled
   }, () => user?.username)

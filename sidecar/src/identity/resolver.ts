@@ -12,11 +12,11 @@ import type { ClientFacts } from '../access/client-facts.js'
 import type { PrincipalResolver, Resolution } from '../access/pipeline.js'
 import type { RoleStore } from '../access/roles.js'
 import type { SettingsRepository } from '../store/settings.js'
-import type { ApiTokenService } from './api-tokens.js'
+import type { ApiTokenRecord, ApiTokenService, TokenCheck } from './api-tokens.js'
 import { presentedCredential, type Channel } from './credentials.js'
 import { GUEST_ROLE, GUEST_SUBJECT } from './guest-sessions.js'
 import { ADMIN_ROLE, type AuthType, type Principal } from './principal.js'
-import type { SessionCheck, SessionService } from './sessions.js'
+import type { SessionCheck, SessionRecord, SessionService } from './sessions.js'
 import type { UserRecord, UserRepository } from './users.js'
 
 export { GUEST_ROLE, GUEST_SUBJECT }
@@ -49,9 +49,17 @@ export class IdentityResolver implements PrincipalResolver {
     return this.sessionPrincipal(checked, channel)
   }
 
-  private sessionPrincipal(checked: SessionCheck, channel: Channel): Resolution {
+  private sessionPrincipal(checked: SessionCheck, channel: Channel): Resolution | Promise<Resolution> {
     if ('error' in checked) return checked
     const { record } = checked
+    if (record.user_id !== GUEST_SUBJECT && this.deps.users.byId(record.user_id) === undefined && this.deps.users.shared) {
+      // several instances: the user may have been made on another one a moment ago
+      return this.deps.users.fetchById(record.user_id).then(() => this.sessionPrincipalHeld(record, channel), (): Resolution => ({ error: 'STORE_UNAVAILABLE' }))
+    }
+    return this.sessionPrincipalHeld(record, channel)
+  }
+
+  private sessionPrincipalHeld(record: SessionRecord, channel: Channel): Resolution {
     if (record.user_id === GUEST_SUBJECT) {
       if (!this.deps.settings.get('allow_guest_jwt')) return { error: 'TOKEN_REVOKED' }
       // guests share no identity: no user id (no comfy-user, no 'user' routes), their own session only
@@ -63,9 +71,22 @@ export class IdentityResolver implements PrincipalResolver {
     return { principal: this.userPrincipal(user, 'session', record.jti), channel }
   }
 
-  private fromApiToken(token: string, channel: Channel): Resolution {
+  private fromApiToken(token: string, channel: Channel): Resolution | Promise<Resolution> {
     const checked = this.deps.tokens.check(token)
+    if (checked instanceof Promise) return checked.then((c) => this.tokenPrincipal(c, channel))
+    return this.tokenPrincipal(checked, channel)
+  }
+
+  private tokenPrincipal(checked: TokenCheck, channel: Channel): Resolution | Promise<Resolution> {
     if ('error' in checked) return checked
+    if (this.deps.users.byId(checked.record.user_id) === undefined && this.deps.users.shared) {
+      return this.deps.users.fetchById(checked.record.user_id).then(() => this.tokenPrincipalHeld(checked.record, channel), (): Resolution => ({ error: 'STORE_UNAVAILABLE' }))
+    }
+    return this.tokenPrincipalHeld(checked.record, channel)
+  }
+
+  private tokenPrincipalHeld(record: ApiTokenRecord, channel: Channel): Resolution {
+    const checked = { record }
     const user = this.deps.users.byId(checked.record.user_id)
     if (!user || user.disabled) return { error: 'TOKEN_REVOKED' }
     return { principal: this.userPrincipal(user, 'api_token', checked.record.hash), channel }

@@ -140,8 +140,20 @@ export class SessionService {
    */
   check(token: string): SessionCheck | Promise<SessionCheck> {
     const claims = this.verified.get(token)
-    if (claims !== undefined) return this.checkRecord(claims)
-    return this.verifySignature(token).then((result) => ('error' in result ? result : this.checkRecord(result)))
+    if (claims !== undefined) return this.checkHeld(claims)
+    return this.verifySignature(token).then((result) => ('error' in result ? result : this.checkHeld(result)))
+  }
+
+  /**
+   * With several instances, a session this replica does not hold yet may have been made on
+   * another one a moment ago (the feed has not delivered it): it is read from the store.
+   */
+  private checkHeld(claims: VerifiedClaims): SessionCheck | Promise<SessionCheck> {
+    if (this.sessions.get(claims.jti) !== undefined || this.sessions.multiInstance === null || claims.expMs <= this.clock()) return this.checkRecord(claims)
+    return this.sessions.fetch(claims.jti).then(
+      () => this.checkRecord(claims),
+      (): SessionCheck => ({ error: 'STORE_UNAVAILABLE' }),
+    )
   }
 
   private async verifySignature(token: string): Promise<VerifiedClaims | { error: ErrorCode }> {

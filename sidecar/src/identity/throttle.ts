@@ -94,6 +94,11 @@ export class Throttle {
     private readonly limits: ThrottleLimits,
   ) {}
 
+  /** Reads the lock records again from the store (store/health.ts, after an outage). */
+  resync(): Promise<boolean> {
+    return this.records.resync()
+  }
+
   static async open(kv: KeyValueStore, clock: Clock, limits: Partial<ThrottleLimits> = {}, options: CollectionOptions = {}): Promise<Throttle> {
     const merged = { ...THROTTLE_LIMITS, ...limits }
     // Two keys are written per failure; a smaller cap would evict the one just written.

@@ -5,7 +5,7 @@
  */
 import { createHmac, randomUUID } from 'node:crypto'
 import { AuthsvcError } from '../kernel/errors.js'
-import type { Collection } from '../store/collection.js'
+import { storeUnavailable, type Collection } from '../store/collection.js'
 import type { Check, SharedStore, Write } from '../store/shared-store.js'
 
 /**
@@ -67,6 +67,31 @@ export class UserRepository {
 
   byId(userId: string): UserRecord | undefined {
     return this.users.get(userId)
+  }
+
+  /** Whether several instances share the store (then a record may be in it before the feed brings it here). */
+  get shared(): boolean {
+    return this.store !== null
+  }
+
+  /** byId, reading the store when this replica does not hold the user yet (several instances). */
+  async fetchById(userId: string): Promise<UserRecord | undefined> {
+    return this.users.get(userId) ?? (await this.users.fetch(userId))
+  }
+
+  /** byUsername, reading the store's name index when this replica does not hold the name yet (several instances). */
+  async fetchByUsername(username: string): Promise<UserRecord | undefined> {
+    const held = this.byUsername(username)
+    if (held !== undefined || this.store === null) return held
+    let entry: { user_id: string } | undefined
+    try {
+      entry = await this.store.get<{ user_id: string }>(this.nameKey(username))
+    } catch (err) {
+      throw storeUnavailable('user', err)
+    }
+    if (entry === undefined) return undefined
+    const user = await this.users.fetch(entry.user_id)
+    return user?.username.toLowerCase() === username.toLowerCase() ? user : undefined
   }
 
   byUsername(username: string): UserRecord | undefined {

@@ -6,15 +6,19 @@ import type { ApiTokenService } from '../identity/api-tokens.js'
 import type { Clock } from '../kernel/clock.js'
 import type { SessionService } from '../identity/sessions.js'
 import type { UserRepository } from '../identity/users.js'
+import type { StoreHealthView } from '../store/health.js'
 import type { CredentialState, SocketEntry } from './live-sockets.js'
 
 export const CLOSE_CREDENTIAL_ENDED = 4401
 export const CLOSE_ACCESS_CHANGED = 4403
+/** the shared store is unreachable past its grace (store/health.ts): "try again later" */
+export const CLOSE_STORE_UNAVAILABLE = 1013
 
-export function credentialState(deps: { sessions: SessionService; tokens: ApiTokenService; users: UserRepository; clock: Clock }): CredentialState {
+export function credentialState(deps: { sessions: SessionService; tokens: ApiTokenService; users: UserRepository; clock: Clock; storeHealth?: StoreHealthView }): CredentialState {
   const ended = (reason: string) => ({ code: CLOSE_CREDENTIAL_ENDED, reason })
   return {
     check(entry: SocketEntry) {
+      if (deps.storeHealth?.refusing === true) return { code: CLOSE_STORE_UNAVAILABLE, reason: 'store unavailable' }
       const now = deps.clock()
       if (entry.authType === 'session' && entry.credentialId !== undefined) {
         const record = deps.sessions.get(entry.credentialId)

@@ -103,7 +103,7 @@ export class Collection<T> {
   private heard(change: Change): void {
     const shared = this.kv as SharedStore
     if (change.key === '*') {
-      void this.reload(shared)
+      void this.resync()
       return
     }
     if (!change.key.startsWith(`${this.kind}:`)) return
@@ -143,14 +143,31 @@ export class Collection<T> {
     this.options.onChange?.()
   }
 
-  /** After the feed reconnects: changes may have been missed, so the store's whole kind is read again. */
-  private async reload(shared: SharedStore): Promise<void> {
+  /**
+   * After the feed reconnects: changes may have been missed, so the store's whole kind is
+   * read again. One reload at a time: a call while one runs gets that one's result.
+   * Resolves false when the store could not be read (store/health.ts tries again).
+   */
+  resync(): Promise<boolean> {
+    const shared = this.shared
+    if (shared === null) return Promise.resolve(true)
+    if (this.reloading !== null) return this.reloading
+    const run = this.reload(shared).finally(() => {
+      this.reloading = null
+    })
+    this.reloading = run
+    return run
+  }
+
+  private reloading: Promise<boolean> | null = null
+
+  private async reload(shared: SharedStore): Promise<boolean> {
     let rows: Array<[string, { value: T; seq: number }]>
     try {
       rows = await shared.entriesVersioned<T>(this.kind)
     } catch (err) {
-      this.options.log?.warn({ err, kind: this.kind }, 'reloading after the feed reconnected failed; the next reconnect tries again')
-      return
+      this.options.log?.warn({ err, kind: this.kind }, 'reloading after the feed reconnected failed; tried again while the feed is up')
+      return false
     }
     const busy = (id: string) => this.chains.has(id) || this.unsaved.has(id)
     const present = new Set<string>()
@@ -168,9 +185,33 @@ export class Collection<T> {
       }
     }
     this.options.onChange?.()
+    return true
   }
 
   get(id: string): T | undefined {
+    return this.records.get(id)
+  }
+
+  /**
+   * The record, read from the shared store when this replica does not hold it yet:
+   * another instance wrote it and the feed has not delivered the change here (a
+   * session made on A, used on B a millisecond later). Several instances only;
+   * otherwise memory already holds everything. A newer change heard meanwhile wins.
+   * Rejects with 503 when the store cannot be read.
+   */
+  async fetch(id: string): Promise<T | undefined> {
+    const held = this.records.get(id)
+    const shared = this.multiInstance
+    if (held !== undefined || shared === null) return held
+    let found: Awaited<ReturnType<SharedStore['getVersioned']>>
+    try {
+      found = await shared.getVersioned<T>(`${this.kind}:${id}`)
+    } catch (err) {
+      throw storeUnavailable(this.kind, err)
+    }
+    if (found === undefined || this.records.has(id) || this.chains.has(id) || (this.storeSeq.get(id) ?? 0) >= found.seq) return this.records.get(id)
+    this.storeSeq.set(id, found.seq)
+    this.remoteChange(id, found.value as T)
     return this.records.get(id)
   }
 
