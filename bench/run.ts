@@ -5,10 +5,11 @@
  * when no real ComfyUI is available), then a sidecar killed under load inside it
  * (bench/restart-bench.ts), then logins and decisions with a slow, failing or dead ntfy
  * (bench/ntfy-bench.ts), then the shared store's verbs and feed on PostgreSQL
- * (bench/store-bench.ts), the content-safety policy's cost (bench/nsfw-bench.ts), and model
+ * (bench/store-bench.ts), several instances on one Redis or PostgreSQL: parity with sqlite,
+ * revocation from one to the other, recovery after an outage (bench/shared-bench.ts), the content-safety policy's cost (bench/nsfw-bench.ts), and model
  * downloads against curl with the sidecar's memory and another user's decisions
  * (bench/downloads-bench.ts). Each runs in its own process; exits 1 when any missed a target.
- * BENCH_ONLY=standin, isolation, real, restart, ntfy, store, nsfw or downloads runs one.
+ * BENCH_ONLY=standin, isolation, real, restart, ntfy, store, shared, nsfw or downloads runs one.
  */
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
@@ -21,6 +22,7 @@ const parts = [
   ['restart', 'restart-bench.ts'],
   ['ntfy', 'ntfy-bench.ts'],
   ['store', 'store-bench.ts'],
+  ['shared', 'shared-bench.ts'],
   ['nsfw', 'nsfw-bench.ts'],
   ['downloads', 'downloads-bench.ts'],
 ].filter(([name]) => !only || only === name)
