@@ -246,3 +246,34 @@ for (const backend of backends) {
     })
   })
 }
+
+for (const backend of backends) {
+  describe(`the first registration on an empty ${backend.name} store`, { skip: backend.skip }, () => {
+    let server: StoreServer
+    const opened: Harness[] = []
+    before(async () => {
+      server = await backend.start()
+    })
+    after(async () => {
+      for (const h of opened) await h.close()
+      await server?.stop()
+    })
+
+    it('sent to two instances at once makes one admin; the other is refused as registration closed', async () => {
+      const clock = clockAt(Date.now())
+      for (let i = 0; i < 2; i++) {
+        opened.push(await openHarness({ config: { store: { backend: backend.name, [`${backend.name}_url`]: server.url } }, env: { AUTHSVC_SECRET: SECRET }, clock }))
+      }
+      const [a, b] = opened
+      assert.equal(a.services.users.count, 0)
+      assert.equal(b.services.users.count, 0)
+      const results = await Promise.all([
+        a.call('POST', '/register', { body: { username: 'first-a', password: PASSWORD } }),
+        b.call('POST', '/register', { body: { username: 'first-b', password: PASSWORD } }),
+      ])
+      assert.deepEqual(results.map((r) => r.status).sort(), [201, 403], JSON.stringify(results.map((r) => r.body)))
+      assert.equal(results.find((r) => r.status === 403)!.body.code, 'REGISTRATION_CLOSED')
+      assert.equal((await a.services.store.get<{ ids: string[] }>('meta:admins'))!.ids.length, 1)
+    })
+  })
+}

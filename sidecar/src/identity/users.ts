@@ -140,7 +140,12 @@ export class UserRepository {
     }
   }
 
-  async create(fields: Pick<UserRecord, 'username' | 'role' | 'password_hash'>, now: Date): Promise<UserRecord> {
+  /**
+   * `first`: the registration that opens an empty store; with several instances it holds only
+   * if no instance made a first user meanwhile (403 REGISTRATION_CLOSED otherwise), checked in
+   * the store's transaction, since each instance's "no user yet" is only its own replica's.
+   */
+  async create(fields: Pick<UserRecord, 'username' | 'role' | 'password_hash'>, now: Date, first = false): Promise<UserRecord> {
     if (this.byName.has(fields.username.toLowerCase())) throw new AuthsvcError('CONFLICT', 'Username already exists')
     const user: UserRecord = {
       user_id: randomUUID(),
@@ -157,7 +162,7 @@ export class UserRepository {
     this.byName.set(name, user.user_id)
     try {
       if (this.store === null) await this.users.put(user.user_id, user)
-      else await this.createShared(user)
+      else await this.createShared(user, first)
     } catch (err) {
       if (this.byName.get(name) === user.user_id) this.byName.delete(name)
       throw err
@@ -170,10 +175,13 @@ export class UserRepository {
    * any instance, whatever this one's memory says) and, for an admin, the
    * admin list grows with it.
    */
-  private async createShared(user: UserRecord): Promise<void> {
+  private async createShared(user: UserRecord, first: boolean): Promise<void> {
     const store = this.store as SharedStore
     for (let attempt = 0; attempt < COMMIT_ATTEMPTS; attempt++) {
       const [held, admins] = await Promise.all([store.getVersioned<{ user_id: string }>(this.nameKey(user.username)), store.getVersioned<{ ids: string[] }>(ADMINS_KEY)])
+      // users exist only with an enabled admin among them (the last-admin rule), so an empty admin
+      // list is an empty store; the list is checked below, so a first user made meanwhile is seen
+      if (first && this.adminIds(admins?.value).length > 0) throw new AuthsvcError('REGISTRATION_CLOSED')
       // a name record whose user is gone (a delete that did not finish) does not hold the name
       if (held !== undefined && (await store.get(`user:${held.value.user_id}`)) !== undefined) throw new AuthsvcError('CONFLICT', 'Username already exists')
       const checks: Check[] = [{ key: this.nameKey(user.username), seq: held?.seq ?? null }]

@@ -90,7 +90,7 @@ export function authRoutes(services: AuthRouteServices) {
       }
       if (services.users.byUsername(body.username)) throw new AuthsvcError('CONFLICT', 'Username already exists')
       const hash = await services.passwords.hash(body.password)
-      const user = await services.users.create({ username: body.username, role, password_hash: hash }, new Date(services.clock()))
+      const user = await services.users.create({ username: body.username, role, password_hash: hash }, new Date(services.clock()), first)
       services.events.emit('user_created', { ...eventContext(request), subject: user.username, role })
       return reply.code(201).send({ message: 'User registered', username: user.username, role: user.role })
     }))
