@@ -11,8 +11,8 @@ import type { CredentialState, SocketEntry } from './live-sockets.js'
 
 export const CLOSE_CREDENTIAL_ENDED = 4401
 export const CLOSE_ACCESS_CHANGED = 4403
-/** the shared store is unreachable past its grace (store/health.ts): "try again later" */
-export const CLOSE_STORE_UNAVAILABLE = 1013
+/** the shared store is unreachable past its grace (store/health.ts); the plugin closes with 4000-4999 only, so 503 in that range */
+export const CLOSE_STORE_UNAVAILABLE = 4503
 
 export function credentialState(deps: { sessions: SessionService; tokens: ApiTokenService; users: UserRepository; clock: Clock; storeHealth?: StoreHealthView }): CredentialState {
   const ended = (reason: string) => ({ code: CLOSE_CREDENTIAL_ENDED, reason })
