@@ -33,6 +33,13 @@ for (const [name, skip, start] of [['redis', redisSkipReason(), startRedis], ['p
 
 const storeConfig = (backend: Backend, server: StoreServer) => ({ store: { backend: backend.name, [`${backend.name}_url`]: server.url } })
 
+/** a sidecar on a shared store starts slowly on a loaded machine: waited for longer than the default */
+async function ready(starting: Promise<Stack>): Promise<Stack> {
+  const stack = await starting
+  await stack.waitReady(90_000)
+  return stack
+}
+
 async function login(stack: Stack, username: string): Promise<string> {
   const res = await fetch(`${stack.url}/login`, { method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json' }, body: JSON.stringify({ username, password: PASSWORD }) })
   if (res.status !== 200) throw new Error(`login ${username}: ${res.status} ${await res.text()}`)
@@ -79,7 +86,7 @@ async function parity(verdicts: Verdict[]): Promise<void> {
   const stacks: Array<{ name: string; stack: Stack; token: string; client: FrameClient }> = []
   try {
     const open = async (name: string, config: Record<string, unknown>) => {
-      const stack = await startStack({ config, env: { AUTHSVC_SECRET: SECRET } })
+      const stack = await ready(startStack({ noWait: true, config, env: { AUTHSVC_SECRET: SECRET } }))
       await register(stack, 'bench')
       const token = await login(stack, 'bench')
       stacks.push({ name, stack, token, client: await decisionClient(stack) })
@@ -125,8 +132,8 @@ async function parity(verdicts: Verdict[]): Promise<void> {
 
 async function revocationAndRecovery(backend: Backend, verdicts: Verdict[]): Promise<void> {
   const server = await backend.start()
-  const a = await startStack({ config: storeConfig(backend, server), env: { AUTHSVC_SECRET: SECRET } })
-  const b = await startStack({ config: storeConfig(backend, server), env: { AUTHSVC_SECRET: SECRET } })
+  const a = await ready(startStack({ noWait: true, config: storeConfig(backend, server), env: { AUTHSVC_SECRET: SECRET } }))
+  const b = await ready(startStack({ noWait: true, config: storeConfig(backend, server), env: { AUTHSVC_SECRET: SECRET } }))
   const onB = await decisionClient(b)
   try {
     await register(a, 'bench')
