@@ -29,6 +29,7 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { createClient, ErrorReply } from 'redis'
 import { AuthsvcError } from '../kernel/errors.js'
+import type { AuditRepository, AuditRow, StoredAuditRow } from './audit-repository.js'
 import { FEED_VALUE_LIMIT, Listeners, kindOf, type Change, type Check, type SharedStore, type Versioned, type Write } from './shared-store.js'
 
 export interface StoreLog {
@@ -102,6 +103,22 @@ end
 return seqs
 `
 
+/**
+ * The audit log's append: KEYS[1] its sequence, KEYS[2] its stream; ARGV: one
+ * row as JSON each. Every row takes the next number and is added under the
+ * entry id `0-<number>`, so the stream's own order is the log's, across
+ * instances, and XRANGE/XREVRANGE/XTRIM MINID address rows by number.
+ */
+const AUDIT_APPEND_SCRIPT = `
+for i = 1, #ARGV do
+  local seq = string.format('%d', redis.call('INCR', KEYS[1]))
+  redis.call('XADD', KEYS[2], '0-' .. seq, 'r', ARGV[i])
+end
+return #ARGV
+`
+/** entries read per XRANGE/XREVRANGE while filtering or pruning the audit stream */
+const AUDIT_PAGE = 1000
+
 /** KEYS[1] the counter; ARGV: ttl in ms, '1' to refresh the expiry on every increment. */
 const INCREMENT_SCRIPT = `
 local count = redis.call('INCR', KEYS[1])
@@ -116,6 +133,18 @@ interface Script {
 const script = (source: string): Script => ({ source, sha: createHash('sha1').update(source).digest('hex') })
 const WRITE = script(WRITE_SCRIPT)
 const INCREMENT = script(INCREMENT_SCRIPT)
+const AUDIT_APPEND = script(AUDIT_APPEND_SCRIPT)
+
+/** `0-<seq>` entries of the audit stream, as the rows they hold */
+function auditEntries(reply: unknown): StoredAuditRow[] {
+  if (!Array.isArray(reply)) throw new Error('redis: unexpected XRANGE reply')
+  return reply.map((entry) => {
+    const [id, fields] = entry as [string, string[]]
+    const row = JSON.parse(fields[1]) as AuditRow
+    return { ...row, seq: Number(String(id).slice(2)) }
+  })
+}
+const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, (c) => `\\${c}`)
 
 interface Target {
   /** the URL without `?prefix=`, credentials kept for the client only */
@@ -375,8 +404,95 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
     return true
   }
 
+  const auditStream = `${prefix}audit`
+  const auditSeq = `${prefix}audit:seq`
+  const auditRange = async (command: 'XRANGE' | 'XREVRANGE', from: string, to: string, count: number) =>
+    auditEntries(await send([command, auditStream, from, to, 'COUNT', String(count)]))
+  const audit: AuditRepository = {
+    async append(rows) {
+      if (rows.length === 0) return
+      await run(AUDIT_APPEND, [auditSeq, auditStream], rows.map((r) => JSON.stringify({ at: r.at, kind: r.kind, actor: r.actor, subject: r.subject, ip: r.ip, outcome: r.outcome, details: r.details })))
+    },
+    // a stream has no index but its ids: newest first, page by page, filtered here (bounded by max_events)
+    async query(filter) {
+      const found: StoredAuditRow[] = []
+      let end = filter.before !== undefined ? `(0-${filter.before}` : '+'
+      for (;;) {
+        const rows = await auditRange('XREVRANGE', end, '-', AUDIT_PAGE)
+        for (const row of rows) {
+          if (filter.name !== undefined && row.actor !== filter.name && row.subject !== filter.name) continue
+          if (filter.kinds !== undefined && filter.kinds.length > 0 && !filter.kinds.includes(row.kind)) continue
+          if (filter.since !== undefined && row.at < filter.since) continue
+          if (filter.until !== undefined && row.at > filter.until) continue
+          found.push(row)
+          if (found.length >= filter.limit) return found
+        }
+        if (rows.length < AUDIT_PAGE) return found
+        end = `(0-${rows[rows.length - 1].seq}`
+      }
+    },
+    async firstOfEachName() {
+      const first = new Map<number, StoredAuditRow>()
+      const seen = { actor: new Set<string>(), subject: new Set<string>() }
+      for (let after = 0; ; ) {
+        const rows = await auditRange('XRANGE', `(0-${after}`, '+', AUDIT_PAGE)
+        for (const row of rows) {
+          for (const column of ['actor', 'subject'] as const) {
+            const name = row[column]
+            if (name === null || seen[column].has(name)) continue
+            seen[column].add(name)
+            first.set(row.seq, row)
+          }
+        }
+        if (rows.length < AUDIT_PAGE) break
+        after = rows[rows.length - 1].seq
+      }
+      return [...first.values()].sort((x, y) => x.seq - y.seq)
+    },
+    page: (afterSeq, limit) => auditRange('XRANGE', `(0-${afterSeq}`, '+', limit),
+    /**
+     * By age: the oldest rows go up to the first one young enough (XTRIM MINID); rows are in the
+     * order they were appended, which is their time's give or take a flush. By count: XTRIM MAXLEN.
+     */
+    async prune(olderThan, keep) {
+      let removed = 0
+      let lastOld = 0
+      for (let after = 0; ; ) {
+        const rows = await auditRange('XRANGE', `(0-${after}`, '+', AUDIT_PAGE)
+        const young = rows.findIndex((row) => row.at >= olderThan)
+        if (young !== -1) {
+          if (young > 0) lastOld = rows[young - 1].seq
+          break
+        }
+        if (rows.length === 0) break
+        lastOld = rows[rows.length - 1].seq
+        if (rows.length < AUDIT_PAGE) break
+        after = lastOld
+      }
+      if (lastOld > 0) removed += Number(await send(['XTRIM', auditStream, 'MINID', `0-${lastOld + 1}`]))
+      removed += Number(await send(['XTRIM', auditStream, 'MAXLEN', String(keep)]))
+      return removed
+    },
+    async count() {
+      return Number(await send(['XLEN', auditStream]))
+    },
+  }
+
   const store: SharedStore = {
     backend: 'redis',
+    audit,
+    async kinds() {
+      const pattern = `${globEscape(prefix)}r:*`
+      const kinds = new Set<string>()
+      let cursor = '0'
+      do {
+        const reply = await send(['SCAN', cursor, 'MATCH', pattern, 'COUNT', '1000', 'TYPE', 'hash'])
+        if (!Array.isArray(reply) || reply.length !== 2 || !Array.isArray(reply[1])) throw new Error('redis: unexpected SCAN reply')
+        cursor = String(reply[0])
+        for (const key of reply[1] as unknown[]) kinds.add(String(key).slice(prefix.length + 2))
+      } while (cursor !== '0')
+      return [...kinds].sort()
+    },
     origin,
     get connected() {
       return up
