@@ -320,11 +320,18 @@ export function conformance(backend: BackendUnderTest): void {
         assert.equal(await b.audit.count(), 0)
         const k = auditKind()
         const now = Date.now()
-        await a.audit.append(Array.from({ length: 30 }, (_, i) => row({ kind: k, at: now - 10 * day + i, details: `{"old":${i}}` })))
-        await b.audit.append(Array.from({ length: 20 }, (_, i) => row({ kind: k, at: now + i, details: `{"young":${i}}` })))
+        const gone = `gone-${randomUUID()}`
+        const stays = `stays-${randomUUID()}`
+        await a.audit.append(Array.from({ length: 30 }, (_, i) => row({ kind: k, at: now - 10 * day + i, actor: i % 2 === 0 ? gone : stays, details: `{"old":${i}}` })))
+        await b.audit.append(Array.from({ length: 20 }, (_, i) => row({ kind: k, at: now + i, subject: i === 19 ? stays : null, details: `{"young":${i}}` })))
         assert.equal(await a.audit.count(), 50)
         assert.equal(await b.audit.prune(now - day, 1000), 30)
         assert.equal(await a.audit.count(), 20)
+        // a name's rows went with the log's: none left to read or list
+        assert.deepEqual(await b.audit.query({ name: gone, limit: 100 }), [])
+        assert.deepEqual((await b.audit.query({ name: stays, limit: 100 })).map((r) => JSON.parse(r.details).young), [19])
+        const names = (await a.audit.firstOfEachName()).flatMap((r) => [r.actor, r.subject])
+        assert.ok(!names.includes(gone) && names.includes(stays))
         assert.equal(await a.audit.prune(now - day, 15), 5)
         const kept = (await b.audit.query({ limit: 100 })).map((r) => JSON.parse(r.details).young)
         assert.deepEqual(kept, Array.from({ length: 15 }, (_, i) => 19 - i), 'the newest 15')

@@ -7,8 +7,8 @@
  * JSON or sealed text), so a backend never seals, opens or interprets them.
  *
  * Contract (test/helpers/store-conformance.ts):
- * - `append` writes its rows in order, all or none, each with a number larger
- *   than every number written before it by any instance;
+ * - `append` writes its rows in order (in atomic pages of a few hundred), each
+ *   with a number larger than every number written before it by any instance;
  * - `query` answers newest first (by number), filtered by a name (the actor or
  *   the subject column), kinds, an inclusive time range and `before` (paging);
  * - `prune` removes rows older than a time, then all but the newest N;
@@ -45,7 +45,7 @@ export interface AuditRowFilter {
 }
 
 export interface AuditRepository {
-  /** In order, all or none; never reorders or renumbers what is stored. */
+  /** In order, in atomic pages (a failure leaves a prefix of whole pages written); never reorders or renumbers what is stored. */
   append(rows: readonly AuditRow[]): Promise<void>
   /** newest first */
   query(filter: AuditRowFilter): Promise<StoredAuditRow[]>
