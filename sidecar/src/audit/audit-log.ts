@@ -1,15 +1,17 @@
 /**
- * The audit log: every event of the stream (kernel/events.ts), stored append-only in a table of
- * its own beside keyv's in the sqlite file, read back by user, kind and time.
+ * The audit log: every event of the stream (kernel/events.ts), stored append-only and read back
+ * by user, kind and time, through an AuditRepository (store/audit-repository.ts): a table of its
+ * own beside keyv's in the data dir's sqlite file on the sqlite backend; on PostgreSQL or Redis the
+ * shared store's (a table, a stream), so every instance's consoles read every instance's events.
  *
  * Guarantees:
- * - `append` never waits and never throws: records are buffered and written in batches (one
- *   multi-row INSERT, atomic by itself) off the emitter's path; a read (`query`, `usernames`)
+ * - `append` never waits and never throws: records are buffered and written in batches (atomic
+ *   pages) off the emitter's path; a read (`query`, `usernames`)
  *   first writes what is buffered, so an answer after an action shows it;
  * - bounded: the buffer holds at most `maxBuffered` records while the store refuses writes (the
  *   oldest are dropped first and counted in `dropped`); the table keeps events for
  *   `retention_days` and at most `max_events` of them (config `audit`), pruned at start, hourly
- *   and after every 1000 appends;
+ *   and after every 1000 appends; on a shared store by one instance at a time (a claim);
  * - no secret: records carry none by construction (emitters pass hash prefixes); a field named
  *   like a credential is dropped here all the same, as the second line;
  * - `encryption_level: all` (every stored value encrypted, SPEC §10): the details, the names and
