@@ -118,6 +118,35 @@ for (const backend of backends) {
       assert.deepEqual([...removed].sort((x, y) => x - y), [0, total], 'one pruned every old event, the other nothing')
       assert.deepEqual((await a.services.audit.query({ limit: 10 })).map((e) => e.subject), ['new-events'])
     })
+
+    it('while the server is down, events wait in memory, in order; once it is back they are written once', async () => {
+      const down = new Promise<void>((resolve) => {
+        const off = a.services.store.onConnection((connected) => {
+          if (!connected) {
+            off()
+            resolve()
+          }
+        })
+      })
+      await server.kill()
+      await down
+      for (let i = 0; i < 3; i++) a.services.events.emit('model_granted', { actor: 'root', subject: 'during-outage', folder: 'loras', item_name: `outage-${i}` })
+      await assert.rejects(a.services.audit.flush(), (err: unknown) => (err as { code?: string }).code === 'STORE_UNAVAILABLE')
+      const back = new Promise<void>((resolve) => {
+        const off = a.services.store.onConnection((connected) => {
+          if (connected) {
+            off()
+            resolve()
+          }
+        })
+      })
+      await server.restart()
+      await back
+      await a.services.audit.flush()
+      assert.equal(a.services.audit.dropped, 0)
+      const rows = await b.services.audit.query({ user: 'during-outage', limit: 10 })
+      assert.deepEqual(rows.map((e) => e.details.item_name), ['outage-2', 'outage-1', 'outage-0'])
+    })
   })
 
   describe(`encryption_level all on ${backend.name}: the shared audit rows are sealed`, { skip: backend.skip }, () => {
