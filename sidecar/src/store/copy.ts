@@ -61,6 +61,39 @@ interface UserLike {
   disabled: boolean
 }
 
+/** until the store says it is connected again, at most `ms` */
+function reconnected(store: SharedStore, ms: number): Promise<void> {
+  if (store.connected) return Promise.resolve()
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      off()
+      resolve()
+    }, ms)
+    const off = store.onConnection((connected) => {
+      if (!connected) return
+      clearTimeout(timer)
+      off()
+      resolve()
+    })
+  })
+}
+
+/**
+ * Writes records as they are, again after a refusal of a loaded or briefly lost server (a write
+ * of the same values is the same write): a long copy should not stop at one slow answer.
+ */
+async function writeBatch(target: SharedStore, writes: Write[]): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await target.commit([], writes)
+      return
+    } catch (err) {
+      if (attempt >= 3 || (err as { code?: unknown }).code !== 'STORE_UNAVAILABLE') throw err
+      await reconnected(target, 5000)
+    }
+  }
+}
+
 function describeCounts(counts: Map<string, number>): string {
   return [...counts].map(([kind, n]) => `${kind}: ${n}`).join(', ')
 }
@@ -133,8 +166,7 @@ export async function copyStore(source: SharedStore, target: SharedStore, option
       continue
     }
     for (let i = 0; i < records.length; i += RECORDS_PER_COMMIT) {
-      const writes: Write[] = records.slice(i, i + RECORDS_PER_COMMIT).map(([key, value]) => ({ key, value }))
-      await target.commit([], writes)
+      await writeBatch(target, records.slice(i, i + RECORDS_PER_COMMIT).map(([key, value]) => ({ key, value })))
     }
     for (const [key, value] of records) {
       copiedKeys.add(key)
@@ -155,7 +187,7 @@ export async function copyStore(source: SharedStore, target: SharedStore, option
       const ids = users.filter((u) => u.role === 'admin' && !u.disabled).map((u) => u.user_id)
       derived.push({ key: ADMINS_KEY, value: seal(ADMINS_KEY, { ids }) })
     }
-    for (let i = 0; i < derived.length; i += RECORDS_PER_COMMIT) await target.commit([], derived.slice(i, i + RECORDS_PER_COMMIT))
+    for (let i = 0; i < derived.length; i += RECORDS_PER_COMMIT) await writeBatch(target, derived.slice(i, i + RECORDS_PER_COMMIT))
     summary.derived = derived.length
   }
 
