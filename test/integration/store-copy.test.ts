@@ -11,7 +11,7 @@
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import pg from 'pg'
@@ -162,7 +162,8 @@ describe('authsvc store copy', () => {
     assert.equal(await t.services.kv.get('prompt:copy-test-prompt'), undefined)
   }
 
-  const summaryIsRight = (run: Run) => {
+  /** `local`: the source is the sqlite file, where this host's bookkeeping lives beside the records */
+  const summaryIsRight = (run: Run, local = true) => {
     assert.equal(run.code, 0, run.stderr + run.stdout)
     assert.match(run.stdout, /records copied: \d+ \(.*user: 4.*\)/)
     assert.match(run.stdout, /session: \d+/)
@@ -171,7 +172,7 @@ describe('authsvc store copy', () => {
     assert.match(run.stdout, /model_grant: 1/)
     assert.match(run.stdout, /setting: \d+/)
     assert.match(run.stdout, new RegExp(`audit events copied: ${made.auditEvents}\\b`))
-    assert.match(run.stdout, /not copied: this host's own bookkeeping .*prompt: 1/)
+    assert.match(run.stdout, local ? /not copied: this host's own bookkeeping .*; here prompt: 1\)/ : /not copied: this host's own bookkeeping \([^;]*\), which stays/)
     assert.ok(!/records copied: .*prompt/.test(run.stdout), 'prompt records are not copied')
     assert.ok(!(run.stdout + run.stderr).includes(URL_PASSWORD), 'no password in the output')
   }
@@ -204,6 +205,29 @@ describe('authsvc store copy', () => {
       await everythingIsThere(t)
     } finally {
       rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('from PostgreSQL on to Redis: a shared source is read as configured, its index and admin list travel as records', { skip: skipPostgres || skipRedis }, async () => {
+    const url = await database('copy_chain')
+    assert.equal((await copy(src, url)).code, 0)
+    // a data dir whose config.json names the PostgreSQL store, as an instance of it would have
+    const shared = mkdtempSync(join(tmpdir(), 'as-copy-pgdir-'))
+    try {
+      writeFileSync(join(shared, 'config.json'), JSON.stringify({ store: { backend: 'postgres', postgres_url: url } }))
+      const wrong = await copy(shared, `${redis!.url}/5`, [], { AUTHSVC_SECRET: 'not-the-secret-of-this-store-0123456789' })
+      assert.equal(wrong.code, 1)
+      assert.match(wrong.stderr.trim(), /^authsvc: AUTHSVC_SECRET differs from the one the source postgres store was set up with/)
+      const target = `${redis!.url}/4`
+      const run = await copy(shared, target)
+      summaryIsRight(run, false)
+      assert.match(run.stdout, /^copying the postgres store \(postgres:\/\/127\.0\.0\.1:\d+\/copy_chain\) to the redis store/m)
+      assert.match(run.stdout, /username: 4/)
+      assert.ok(!run.stdout.includes('written for the'), 'the index and the admin list were records of the source')
+      const t = await onTarget({ backend: 'redis', redis_url: target })
+      await everythingIsThere(t)
+    } finally {
+      rmSync(shared, { recursive: true, force: true })
     }
   })
 
