@@ -28,7 +28,7 @@ import { IpListGate } from './access/ip-lists.js'
 import { RoleStore } from './access/roles.js'
 import { AccessEpoch } from './kernel/access-epoch.js'
 import { Events } from './kernel/events.js'
-import { SqliteAuditLog, type AuditLog } from './audit/audit-log.js'
+import { SqliteAuditLog, StoreAuditLog, type AuditLog } from './audit/audit-log.js'
 import { Collection } from './store/collection.js'
 import { ModelGrants, type ModelGrantRecord } from './models/model-grants.js'
 import { Ownership, type FileRecord, type PromptRecord } from './isolation/ownership.js'
@@ -113,7 +113,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     throw new StoreConfigError(`store.tokens.backend ${config.store.tokens.backend} is not built yet; remove it: API tokens live in the users' store`)
   }
   const cipher = new FieldCipher(keys.encryption)
-  // the local sqlite file: the audit log's table (every backend), and the records on the sqlite backend
+  // the local sqlite file: the audit log's table (sqlite backend; a shared store keeps its own), and the records on the sqlite backend
   const rawKv = await openSqliteStore(sqlitePath(config, dataDir))
   const shared = await openSharedStore(config, dataDir, log, clock)
   // a shared store only: on the embedded one a changed secret is the operator's own rotation (every
@@ -195,10 +195,12 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const throttle = await Throttle.open(kv, clock, {}, storeLog)
   const grantRecords = await Collection.load<ModelGrantRecord>(kv, 'model_grant', accessLog)
   if (!rawKv.sql) throw new Error('the audit log needs the sqlite store')
-  const audit = await SqliteAuditLog.open(
-    rawKv.sql, { retentionDays: config.audit.retention_days, maxEvents: config.audit.max_events }, clock, log,
-    config.store.encryption_level === 'all' ? { cipher, nameKey: keys.auditNames } : null,
-  )
+  const auditLimits = { retentionDays: config.audit.retention_days, maxEvents: config.audit.max_events }
+  const auditSealing = config.store.encryption_level === 'all' ? { cipher, nameKey: keys.auditNames } : null
+  // on a shared store, one log for every instance (its consoles show every instance's events), pruned by one at a time
+  const audit = config.store.backend === 'sqlite'
+    ? await SqliteAuditLog.open(rawKv.sql, auditLimits, clock, log, auditSealing)
+    : await StoreAuditLog.over(shared.audit, auditLimits, clock, log, auditSealing, shared)
   const passwords = new PasswordHasher(config.argon2)
   // Not awaited: decisions never hash, and a restarted sidecar must answer them at once (issue 27).
   // Every password check waits for the dummy hash instead (PasswordHasher.verify).

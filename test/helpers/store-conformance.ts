@@ -11,6 +11,7 @@ import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { FEED_VALUE_LIMIT, type Change, type SharedStore } from '../../sidecar/src/store/shared-store.js'
+import type { AuditRow, StoredAuditRow } from '../../sidecar/src/store/audit-repository.js'
 
 export interface BackendUnderTest {
   name: string
@@ -225,6 +226,127 @@ export function conformance(backend: BackendUnderTest): void {
       assert.equal(change.exists, true)
       assert.equal(change.value, undefined)
       assert.deepEqual((await b.getVersioned(`${k}:big`))!.value, big)
+    })
+
+    it('kinds lists every kind that holds a record, once, and not a kind whose records are gone', async () => {
+      const k = kind()
+      await a.set(`${k}:1`, { v: 1 })
+      await a.set(`${k}:2`, { v: 2 })
+      await a.set(`${k}x:1`, { v: 3 })
+      const listed = await b.kinds()
+      assert.ok(listed.includes(k) && listed.includes(`${k}x`), listed.join(','))
+      assert.equal(listed.filter((x) => x === k).length, 1)
+      await a.delete(`${k}x:1`)
+      assert.ok(!(await b.kinds()).includes(`${k}x`))
+      assert.deepEqual(listed, [...listed].sort())
+    })
+
+    it('a claim reset is free again at once (the audit log’s prune lock)', async () => {
+      const key = `lock-${randomUUID()}`
+      assert.equal(await a.claim(key, 600_000), true)
+      assert.equal(await b.claim(key, 600_000), false)
+      await b.resetCounter(key)
+      assert.equal(await b.claim(key, 600_000), true)
+    })
+
+    describe('the audit log', () => {
+      const row = (over: Partial<AuditRow> & { kind: string }): AuditRow => ({ at: Date.now(), actor: null, subject: null, ip: null, outcome: 'success', details: '{}', ...over })
+      const auditKind = () => `audit_${randomUUID().replace(/-/g, '').slice(0, 10)}`
+
+      it('appends in order across instances; reads newest first; every row numbered above every earlier one', async () => {
+        const k = auditKind()
+        await a.audit.append([row({ kind: k, details: '{"n":1}' }), row({ kind: k, details: '{"n":2}' })])
+        await b.audit.append([row({ kind: k, details: '{"n":3}' })])
+        await a.audit.append([row({ kind: k, details: '{"n":4}', actor: 'Ünï', subject: 'bob', ip: '203.0.113.5', outcome: 'refused' })])
+        const rows = await b.audit.query({ kinds: [k], limit: 10 })
+        assert.deepEqual(rows.map((r) => JSON.parse(r.details).n), [4, 3, 2, 1])
+        const seqs = rows.map((r) => r.seq)
+        assert.deepEqual(seqs, [...seqs].sort((x, y) => y - x))
+        assert.equal(new Set(seqs).size, 4)
+        assert.deepEqual({ ...rows[0], seq: 0, at: 0 }, { seq: 0, at: 0, kind: k, actor: 'Ünï', subject: 'bob', ip: '203.0.113.5', outcome: 'refused', details: '{"n":4}' })
+      })
+
+      it('parallel appends from two instances: every row stored once, each instance’s rows in its own order', async () => {
+        const k = auditKind()
+        await Promise.all(
+          Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? a : b).audit.append([row({ kind: k, actor: `w${i}`, details: '{"i":0}' }), row({ kind: k, actor: `w${i}`, details: '{"i":1}' })])),
+        )
+        const rows = await a.audit.query({ kinds: [k], limit: 100 })
+        assert.equal(rows.length, 40)
+        for (let i = 0; i < 20; i++) {
+          const mine = rows.filter((r) => r.actor === `w${i}`).map((r) => JSON.parse(r.details).i)
+          assert.deepEqual(mine, [1, 0], `appender ${i}: newest first, its two rows in order`)
+        }
+      })
+
+      it('filters by name (actor or subject), kinds, an inclusive time range, and pages with before', async () => {
+        const k = auditKind()
+        const other = auditKind()
+        const t = 1_700_000_000_000
+        const name = `n-${randomUUID()}`
+        await a.audit.append([
+          row({ kind: k, at: t, actor: name }),
+          row({ kind: k, at: t + 1000, subject: name }),
+          row({ kind: other, at: t + 2000, actor: name }),
+          row({ kind: k, at: t + 3000, actor: 'someone-else' }),
+          row({ kind: k, at: t + 4000, actor: name, subject: name }),
+        ])
+        const ats = (rows: StoredAuditRow[]) => rows.map((r) => r.at - t)
+        assert.deepEqual(ats(await b.audit.query({ name, limit: 10 })), [4000, 2000, 1000, 0])
+        assert.deepEqual(ats(await b.audit.query({ name, kinds: [k], limit: 10 })), [4000, 1000, 0])
+        assert.deepEqual(ats(await b.audit.query({ kinds: [k, other], since: t + 1000, until: t + 3000, limit: 10 })), [3000, 2000, 1000])
+        const first = await b.audit.query({ kinds: [k], limit: 2 })
+        assert.deepEqual(ats(first), [4000, 3000])
+        assert.deepEqual(ats(await b.audit.query({ kinds: [k], before: first[1].seq, limit: 10 })), [1000, 0])
+        assert.deepEqual(await b.audit.query({ name: `nobody-${randomUUID()}`, limit: 10 }), [])
+      })
+
+      it('lists the oldest row of each name, and pages oldest first after a number', async () => {
+        const k = auditKind()
+        const x = `x-${randomUUID()}`
+        const y = `y-${randomUUID()}`
+        await a.audit.append([row({ kind: k, actor: x, details: '"first-x"' }), row({ kind: k, actor: x, subject: y, details: '"first-y"' }), row({ kind: k, subject: y })])
+        const firsts = (await b.audit.firstOfEachName()).filter((r) => r.kind === k)
+        assert.deepEqual(firsts.map((r) => r.details), ['"first-x"', '"first-y"'])
+        const start = firsts[0].seq - 1
+        const paged = await b.audit.page(start, 2)
+        assert.deepEqual(paged.map((r) => r.details), ['"first-x"', '"first-y"'])
+        assert.equal((await b.audit.page(paged[1].seq, 10)).filter((r) => r.kind === k).length, 1)
+      })
+
+      it('prunes rows older than a time, then all but the newest N', async () => {
+        const day = 86_400_000
+        await a.audit.prune(Date.now() + day, 1_000_000_000) // an empty log to start from
+        assert.equal(await b.audit.count(), 0)
+        const k = auditKind()
+        const now = Date.now()
+        const gone = `gone-${randomUUID()}`
+        const stays = `stays-${randomUUID()}`
+        await a.audit.append(Array.from({ length: 30 }, (_, i) => row({ kind: k, at: now - 10 * day + i, actor: i % 2 === 0 ? gone : stays, details: `{"old":${i}}` })))
+        await b.audit.append(Array.from({ length: 20 }, (_, i) => row({ kind: k, at: now + i, subject: i === 19 ? stays : null, details: `{"young":${i}}` })))
+        assert.equal(await a.audit.count(), 50)
+        assert.equal(await b.audit.prune(now - day, 1000), 30)
+        assert.equal(await a.audit.count(), 20)
+        // a name's rows went with the log's: none left to read or list
+        assert.deepEqual(await b.audit.query({ name: gone, limit: 100 }), [])
+        assert.deepEqual((await b.audit.query({ name: stays, limit: 100 })).map((r) => JSON.parse(r.details).young), [19])
+        const names = (await a.audit.firstOfEachName()).flatMap((r) => [r.actor, r.subject])
+        assert.ok(!names.includes(gone) && names.includes(stays))
+        assert.equal(await a.audit.prune(now - day, 15), 5)
+        const kept = (await b.audit.query({ limit: 100 })).map((r) => JSON.parse(r.details).young)
+        assert.deepEqual(kept, Array.from({ length: 15 }, (_, i) => 19 - i), 'the newest 15')
+        assert.equal(await a.audit.prune(now - day, 15), 0)
+      })
+
+      it('append and the numbers go on after a prune emptied the log', async () => {
+        const k = auditKind()
+        await a.audit.append([row({ kind: k })])
+        const before = (await a.audit.query({ kinds: [k], limit: 1 }))[0].seq
+        await a.audit.prune(Date.now() + 86_400_000, 1_000_000_000)
+        assert.equal(await a.audit.count(), 0)
+        await b.audit.append([row({ kind: k })])
+        assert.ok((await a.audit.query({ kinds: [k], limit: 1 }))[0].seq > before)
+      })
     })
 
     if (backend.shared) {

@@ -1,15 +1,17 @@
 /**
- * The audit log: every event of the stream (kernel/events.ts), stored append-only in a table of
- * its own beside keyv's in the sqlite file, read back by user, kind and time.
+ * The audit log: every event of the stream (kernel/events.ts), stored append-only and read back
+ * by user, kind and time, through an AuditRepository (store/audit-repository.ts): a table of its
+ * own beside keyv's in the data dir's sqlite file on the sqlite backend; on PostgreSQL or Redis the
+ * shared store's (a table, a stream), so every instance's consoles read every instance's events.
  *
  * Guarantees:
- * - `append` never waits and never throws: records are buffered and written in batches (one
- *   multi-row INSERT, atomic by itself) off the emitter's path; a read (`query`, `usernames`)
+ * - `append` never waits and never throws: records are buffered and written in batches (atomic
+ *   pages) off the emitter's path; a read (`query`, `usernames`)
  *   first writes what is buffered, so an answer after an action shows it;
  * - bounded: the buffer holds at most `maxBuffered` records while the store refuses writes (the
  *   oldest are dropped first and counted in `dropped`); the table keeps events for
  *   `retention_days` and at most `max_events` of them (config `audit`), pruned at start, hourly
- *   and after every 1000 appends;
+ *   and after every 1000 appends; on a shared store by one instance at a time (a claim);
  * - no secret: records carry none by construction (emitters pass hash prefixes); a field named
  *   like a credential is dropped here all the same, as the second line;
  * - `encryption_level: all` (every stored value encrypted, SPEC §10): the details, the names and
@@ -21,6 +23,7 @@ import { createHmac } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { EventOutcome, EventRecord } from '../kernel/events.js'
 import type { FieldCipher } from '../store/field-crypto.js'
+import { sqliteAuditRepository, type AuditRepository, type AuditRow, type StoredAuditRow } from '../store/audit-repository.js'
 
 /** One stored event, as the consoles and the audit view answer it. */
 export interface AuditEntry {
@@ -76,19 +79,29 @@ export interface AuditSealing {
   nameKey: Buffer
 }
 
+/** Lets one instance at a time prune a log several instances share (the shared store's claim). */
+export interface PruneLock {
+  claim(key: string, ttlMs: number): Promise<boolean>
+  resetCounter(key: string): Promise<void>
+}
+
 const COMMON = new Set(['kind', 'at', 'actor', 'subject', 'ip', 'outcome'])
 /** never stored, whatever an emitter passes (the first line is the emitters') */
 const SECRET_FIELDS = new Set(['password', 'new_password', 'current_password', 'token', 'jwt_token', 'api_token', 'secret', 'code_value', 'backup_code', 'mfa_temp_token', 'totp_secret'])
-const ROWS_PER_INSERT = 100
 const DAY_MS = 24 * 60 * 60 * 1000
 const SEALED_CONTEXT = 'audit:details'
 /** where a sealed row keeps its names and address */
 const NAMES = '_names'
+/** the claim that lets one instance prune at a time; held at most this long by one that died mid-way */
+export const PRUNE_CLAIM_KEY = 'audit_prune'
+const PRUNE_CLAIM_MS = 5 * 60 * 1000
 
-/** A row as sqlite answers it: the entry's columns, the details as stored text. */
-type Row = Omit<AuditEntry, 'outcome' | 'details'> & { outcome: string; details: string }
-
-export class SqliteAuditLog implements AuditLog {
+/**
+ * The audit log over an AuditRepository (store/audit-repository.ts): the data dir's sqlite
+ * table, or the shared store's (a PostgreSQL table, a Redis stream) when several instances share
+ * one user base, so every instance's consoles read every instance's events.
+ */
+export class StoreAuditLog implements AuditLog {
   private buffer: EventRecord[] = []
   private writing: Promise<void> | null = null
   private scheduled = false
@@ -96,24 +109,21 @@ export class SqliteAuditLog implements AuditLog {
   private failing = false
   dropped = 0
 
-  private constructor(
-    private readonly sql: Sql,
+  protected constructor(
+    private readonly repo: AuditRepository,
     private readonly limits: Required<AuditLimits>,
     private readonly clock: () => number,
     private readonly log: Pick<FastifyBaseLogger, 'warn' | 'error'>,
     private readonly sealing: AuditSealing | null,
+    private readonly lock: PruneLock | null,
   ) {}
 
-  static async open(sql: Sql, limits: AuditLimits, clock: () => number, log: Pick<FastifyBaseLogger, 'warn' | 'error'>, sealing: AuditSealing | null): Promise<SqliteAuditLog> {
-    await sql(`CREATE TABLE IF NOT EXISTS authsvc_audit (
-      seq INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, kind TEXT NOT NULL,
-      actor TEXT, subject TEXT, ip TEXT, outcome TEXT NOT NULL, details TEXT NOT NULL)`)
-    await sql('CREATE INDEX IF NOT EXISTS authsvc_audit_at ON authsvc_audit (at)')
-    await sql('CREATE INDEX IF NOT EXISTS authsvc_audit_actor ON authsvc_audit (actor, seq)')
-    await sql('CREATE INDEX IF NOT EXISTS authsvc_audit_subject ON authsvc_audit (subject, seq)')
-    await sql('CREATE INDEX IF NOT EXISTS authsvc_audit_kind ON authsvc_audit (kind, seq)')
-    const audit = new SqliteAuditLog(sql, { maxBuffered: 10_000, ...limits }, clock, log, sealing)
-    await audit.prune()
+  /** The log over a repository; `lock`: several instances prune it, one at a time. Prunes once. */
+  static async over(
+    repo: AuditRepository, limits: AuditLimits, clock: () => number, log: Pick<FastifyBaseLogger, 'warn' | 'error'>, sealing: AuditSealing | null, lock: PruneLock | null,
+  ): Promise<StoreAuditLog> {
+    const audit = new StoreAuditLog(repo, { maxBuffered: 10_000, ...limits }, clock, log, sealing, lock)
+    await audit.prune().catch((err: unknown) => log.warn({ err }, 'the audit log could not be pruned at start'))
     return audit
   }
 
@@ -138,7 +148,7 @@ export class SqliteAuditLog implements AuditLog {
     if (this.buffer.length === 0) return
     const batch = this.buffer
     this.buffer = []
-    this.writing = this.write(batch).then(
+    this.writing = this.repo.append(batch.map((record) => this.rowOf(record))).then(
       () => {
         if (this.failing) this.log.warn({ records: batch.length }, 'the audit log is written again')
         this.failing = false
@@ -167,57 +177,23 @@ export class SqliteAuditLog implements AuditLog {
     }
   }
 
-  private async write(batch: EventRecord[]): Promise<void> {
-    for (let i = 0; i < batch.length; i += ROWS_PER_INSERT) {
-      const slice = batch.slice(i, i + ROWS_PER_INSERT)
-      const params: unknown[] = []
-      for (const record of slice) {
-        const details: Record<string, unknown> = {}
-        for (const [key, value] of Object.entries(record)) {
-          if (!COMMON.has(key) && !SECRET_FIELDS.has(key) && value !== undefined) details[key] = value
-        }
-        const actor = record.actor ?? null
-        const subject = record.subject ?? null
-        const ip = record.ip ?? null
-        if (this.sealing === null) {
-          params.push(record.at, record.kind, actor, subject, ip, record.outcome, JSON.stringify(details))
-        } else {
-          const sealed = this.sealing.cipher.encrypt(JSON.stringify({ ...details, [NAMES]: { actor, subject, ip } }), SEALED_CONTEXT)
-          params.push(record.at, record.kind, this.nameColumn(actor), this.nameColumn(subject), null, record.outcome, sealed)
-        }
-      }
-      const values = slice.map(() => '(?, ?, ?, ?, ?, ?, ?)').join(', ')
-      await this.sql(`INSERT INTO authsvc_audit (at, kind, actor, subject, ip, outcome, details) VALUES ${values}`, ...params)
+  private rowOf(record: EventRecord): AuditRow {
+    const details: Record<string, unknown> = {}
+    for (const [key, value] of Object.entries(record)) {
+      if (!COMMON.has(key) && !SECRET_FIELDS.has(key) && value !== undefined) details[key] = value
     }
+    const actor = record.actor ?? null
+    const subject = record.subject ?? null
+    const ip = record.ip ?? null
+    if (this.sealing === null) return { at: record.at, kind: record.kind, actor, subject, ip, outcome: record.outcome, details: JSON.stringify(details) }
+    const sealed = this.sealing.cipher.encrypt(JSON.stringify({ ...details, [NAMES]: { actor, subject, ip } }), SEALED_CONTEXT)
+    return { at: record.at, kind: record.kind, actor: this.nameColumn(actor), subject: this.nameColumn(subject), ip: null, outcome: record.outcome, details: sealed }
   }
 
   async query(filter: AuditFilter): Promise<AuditEntry[]> {
     await this.flush().catch(() => {}) // what cannot be written yet is not shown yet
-    const where: string[] = []
-    const params: unknown[] = []
-    if (filter.user !== undefined) {
-      const name = this.nameColumn(filter.user)
-      where.push('(actor = ? OR subject = ?)')
-      params.push(name, name)
-    }
-    if (filter.kinds !== undefined && filter.kinds.length > 0) {
-      where.push(`kind IN (${filter.kinds.map(() => '?').join(', ')})`)
-      params.push(...filter.kinds)
-    }
-    if (filter.since !== undefined) {
-      where.push('at >= ?')
-      params.push(filter.since)
-    }
-    if (filter.until !== undefined) {
-      where.push('at <= ?')
-      params.push(filter.until)
-    }
-    if (filter.before !== undefined) {
-      where.push('seq < ?')
-      params.push(filter.before)
-    }
-    const clause = where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''
-    const rows = (await this.sql(`SELECT * FROM authsvc_audit ${clause} ORDER BY seq DESC LIMIT ?`, ...params, filter.limit)) as Row[]
+    const { user, ...rest } = filter
+    const rows = await this.repo.query(user === undefined ? rest : { ...rest, name: this.nameColumn(user) as string })
     return rows.map((row) => this.entry(row))
   }
 
@@ -227,7 +203,7 @@ export class SqliteAuditLog implements AuditLog {
     return `h:${createHmac('sha256', this.sealing.nameKey).update(name, 'utf8').digest('hex').slice(0, 40)}`
   }
 
-  private entry(row: Row): AuditEntry {
+  private entry(row: StoredAuditRow): AuditEntry {
     let details: Record<string, unknown>
     let names = { actor: row.actor, subject: row.subject, ip: row.ip }
     try {
@@ -248,39 +224,33 @@ export class SqliteAuditLog implements AuditLog {
 
   async usernames(): Promise<string[]> {
     await this.flush().catch(() => {})
-    if (this.sealing !== null) {
-      // one row per hashed name tells the name: its sealed copy
-      const rows = (await this.sql(
-        `SELECT * FROM authsvc_audit WHERE seq IN (
-          SELECT MIN(seq) FROM authsvc_audit WHERE actor IS NOT NULL GROUP BY actor
-          UNION SELECT MIN(seq) FROM authsvc_audit WHERE subject IS NOT NULL GROUP BY subject)`,
-      )) as Row[]
-      const names = new Set<string>()
-      for (const row of rows) {
-        const entry = this.entry(row)
-        for (const name of [entry.actor, entry.subject]) if (name) names.add(name)
-      }
-      return [...names].sort()
+    // one row per stored name tells the name (under `all`: its sealed copy)
+    const names = new Set<string>()
+    for (const row of await this.repo.firstOfEachName()) {
+      const entry = this.entry(row)
+      for (const name of [entry.actor, entry.subject]) if (name) names.add(name)
     }
-    const rows = (await this.sql(
-      'SELECT actor AS name FROM authsvc_audit WHERE actor IS NOT NULL UNION SELECT subject FROM authsvc_audit WHERE subject IS NOT NULL ORDER BY name',
-    )) as Array<{ name: string }>
-    return rows.map((row) => row.name).filter((name) => name !== '')
+    return [...names].sort()
   }
 
   async prune(): Promise<number> {
-    const [{ before }] = (await this.sql('SELECT COUNT(*) AS before FROM authsvc_audit')) as Array<{ before: number }>
-    await this.sql('DELETE FROM authsvc_audit WHERE at < ?', this.clock() - this.limits.retentionDays * DAY_MS)
-    await this.sql(
-      'DELETE FROM authsvc_audit WHERE seq <= (SELECT seq FROM authsvc_audit ORDER BY seq DESC LIMIT 1 OFFSET ?)',
-      this.limits.maxEvents,
-    )
-    const [{ after }] = (await this.sql('SELECT COUNT(*) AS after FROM authsvc_audit')) as Array<{ after: number }>
-    return before - after
+    if (this.lock !== null && !(await this.lock.claim(PRUNE_CLAIM_KEY, PRUNE_CLAIM_MS))) return 0 // another instance is at it
+    try {
+      return await this.repo.prune(this.clock() - this.limits.retentionDays * DAY_MS, this.limits.maxEvents)
+    } finally {
+      if (this.lock !== null) await this.lock.resetCounter(PRUNE_CLAIM_KEY).catch(() => {})
+    }
   }
 
   async close(): Promise<void> {
     await this.flush().catch(() => {})
+  }
+}
+
+/** The audit log in the data dir's sqlite file (the embedded backend), through its own statements. */
+export class SqliteAuditLog extends StoreAuditLog {
+  static async open(sql: Sql, limits: AuditLimits, clock: () => number, log: Pick<FastifyBaseLogger, 'warn' | 'error'>, sealing: AuditSealing | null): Promise<StoreAuditLog> {
+    return StoreAuditLog.over(await sqliteAuditRepository(sql), limits, clock, log, sealing, null)
   }
 }
 

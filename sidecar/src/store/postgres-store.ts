@@ -47,6 +47,7 @@
 import { randomUUID } from 'node:crypto'
 import pg from 'pg'
 import { AuthsvcError } from '../kernel/errors.js'
+import { auditRowOf, type AuditRepository } from './audit-repository.js'
 import { FEED_VALUE_LIMIT, Listeners, type Change, type Check, type SharedStore, type Versioned, type Write } from './shared-store.js'
 
 export interface PostgresStoreOptions {
@@ -86,6 +87,13 @@ const SCHEMA = [
   `CREATE TABLE IF NOT EXISTS authsvc_records (key text PRIMARY KEY, kind text NOT NULL, seq bigint NOT NULL, value text NOT NULL)`,
   `CREATE INDEX IF NOT EXISTS authsvc_records_kind ON authsvc_records (kind)`,
   `CREATE TABLE IF NOT EXISTS authsvc_counters (key text PRIMARY KEY, count bigint NOT NULL, expires_at bigint NOT NULL)`,
+  // the audit log every instance appends to (audit-repository.ts), numbered by its own bigserial
+  `CREATE TABLE IF NOT EXISTS authsvc_audit (seq bigserial PRIMARY KEY, at bigint NOT NULL, kind text NOT NULL,
+   actor text, subject text, ip text, outcome text NOT NULL, details text NOT NULL)`,
+  `CREATE INDEX IF NOT EXISTS authsvc_audit_at ON authsvc_audit (at)`,
+  `CREATE INDEX IF NOT EXISTS authsvc_audit_actor ON authsvc_audit (actor, seq)`,
+  `CREATE INDEX IF NOT EXISTS authsvc_audit_subject ON authsvc_audit (subject, seq)`,
+  `CREATE INDEX IF NOT EXISTS authsvc_audit_kind ON authsvc_audit (kind, seq)`,
   // one write (p_value NULL: a deletion) with its number and its announcement; the caller holds the key's lock
   `CREATE OR REPLACE FUNCTION authsvc_v1_write(p_key text, p_value text, p_feed boolean, p_origin text) RETURNS bigint
    LANGUAGE plpgsql AS $$
@@ -174,6 +182,20 @@ const Q = {
     RETURNING 1`,
   sweep: `DELETE FROM authsvc_counters WHERE expires_at <= ${now(1)}`,
   currentSeq: `SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS seq FROM authsvc_seq`,
+  kinds: `SELECT DISTINCT kind FROM authsvc_records ORDER BY kind`,
+  // one statement: the rows in their order (WITH ORDINALITY), each numbered by the bigserial as inserted
+  auditAppend: `INSERT INTO authsvc_audit (at, kind, actor, subject, ip, outcome, details)
+    SELECT at, kind, actor, subject, ip, outcome, details
+    FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+      WITH ORDINALITY AS r(at, kind, actor, subject, ip, outcome, details, n)
+    ORDER BY n`,
+  auditNames: `SELECT * FROM authsvc_audit WHERE seq IN (
+    SELECT MIN(seq) FROM authsvc_audit WHERE actor IS NOT NULL GROUP BY actor
+    UNION SELECT MIN(seq) FROM authsvc_audit WHERE subject IS NOT NULL GROUP BY subject) ORDER BY seq`,
+  auditPage: `SELECT * FROM authsvc_audit WHERE seq > $1 ORDER BY seq LIMIT $2`,
+  auditPruneAge: `DELETE FROM authsvc_audit WHERE at < $1`,
+  auditPruneCount: `DELETE FROM authsvc_audit WHERE seq <= (SELECT seq FROM authsvc_audit ORDER BY seq DESC OFFSET $1 LIMIT 1)`,
+  auditCount: `SELECT COUNT(*) AS n FROM authsvc_audit`,
 } as const
 
 /** a timeout: the server is slow or silent (the feed's heartbeat decides which), not known to be gone */
@@ -292,6 +314,18 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
       if (!isConnectionError(err)) throw err
       // a connection that closed is a loss now; a command that timed out (a slow server, a full pool)
       // is only refused: the feed's heartbeat notices a server that went silent
+      if (!isTimeout(err)) lost('command', err)
+      throw unavailable(err)
+    }
+  }
+
+  /** one statement built at the call (the audit view's filters); errors as `query`'s */
+  const statement = async (text: string, values: unknown[], timeout = COMMAND_TIMEOUT_MS): Promise<pg.QueryResult> => {
+    if (closed) throw unavailable(new Error('the store is closed'))
+    try {
+      return await pool.query({ text, values, query_timeout: timeout } as pg.QueryConfig)
+    } catch (err) {
+      if (!isConnectionError(err)) throw err
       if (!isTimeout(err)) lost('command', err)
       throw unavailable(err)
     }
@@ -475,8 +509,55 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
   }
   const versioned = <T>(row: Record<string, unknown>): Versioned<T> => ({ seq: Number(row.seq), value: JSON.parse(String(row.value)) as T })
 
+  const audit: AuditRepository = {
+    async append(rows) {
+      if (rows.length === 0) return
+      await query('auditAppend', [
+        rows.map((r) => r.at), rows.map((r) => r.kind), rows.map((r) => r.actor), rows.map((r) => r.subject),
+        rows.map((r) => r.ip), rows.map((r) => r.outcome), rows.map((r) => r.details),
+      ], LIST_TIMEOUT_MS)
+    },
+    async query(filter) {
+      const where: string[] = []
+      const values: unknown[] = []
+      const param = (value: unknown) => {
+        values.push(value)
+        return `$${values.length}`
+      }
+      if (filter.name !== undefined) {
+        const p = param(filter.name)
+        where.push(`(actor = ${p} OR subject = ${p})`)
+      }
+      if (filter.kinds !== undefined && filter.kinds.length > 0) where.push(`kind = ANY(${param([...filter.kinds])}::text[])`)
+      if (filter.since !== undefined) where.push(`at >= ${param(filter.since)}`)
+      if (filter.until !== undefined) where.push(`at <= ${param(filter.until)}`)
+      if (filter.before !== undefined) where.push(`seq < ${param(filter.before)}`)
+      const clause = where.length > 0 ? `WHERE ${where.join(' AND ')}` : ''
+      const { rows } = await statement(`SELECT * FROM authsvc_audit ${clause} ORDER BY seq DESC LIMIT ${param(filter.limit)}`, values, LIST_TIMEOUT_MS)
+      return rows.map(auditRowOf)
+    },
+    async firstOfEachName() {
+      return (await query('auditNames', [], LIST_TIMEOUT_MS)).rows.map(auditRowOf)
+    },
+    async page(afterSeq, limit) {
+      return (await query('auditPage', [afterSeq, limit], LIST_TIMEOUT_MS)).rows.map(auditRowOf)
+    },
+    async prune(olderThan, keep) {
+      const byAge = await query('auditPruneAge', [olderThan], LIST_TIMEOUT_MS)
+      const byCount = await query('auditPruneCount', [keep], LIST_TIMEOUT_MS)
+      return (byAge.rowCount ?? 0) + (byCount.rowCount ?? 0)
+    },
+    async count() {
+      return Number((await query('auditCount', [])).rows[0].n)
+    },
+  }
+
   const store: SharedStore = {
     backend: 'postgres',
+    audit,
+    async kinds() {
+      return (await query('kinds', [], LIST_TIMEOUT_MS)).rows.map((row) => String(row.kind))
+    },
     origin,
     get connected() {
       return connected

@@ -9,7 +9,10 @@
  * - the sequence: `<prefix>seq` (INCR);
  * - counters and claims: plain keys `<prefix>c:<key>`, with their expiry in
  *   Redis (PEXPIRE; SET NX PX), so the server's clock decides when they lapse;
- * - the feed: channel `<prefix>changes`, JSON `{key, origin, seq, exists, value?}`.
+ * - the feed: channel `<prefix>changes`, JSON `{key, origin, seq, exists, value?}`;
+ * - the audit log: stream `<prefix>audit` (entry ids `0-<n>`, `n` from `<prefix>audit:seq`), a
+ *   copy of each row in its actor's and its subject's stream `<prefix>audit:n:<name>`, and the set
+ *   `<prefix>audit:names` of those names (store/audit-repository.ts).
  *
  * Every write (set, delete, commit) is one Lua script run (EVALSHA, EVAL once
  * when the server does not know it yet): it checks every key's sequence,
@@ -29,6 +32,7 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { createClient, ErrorReply } from 'redis'
 import { AuthsvcError } from '../kernel/errors.js'
+import type { AuditRepository, AuditRow, StoredAuditRow } from './audit-repository.js'
 import { FEED_VALUE_LIMIT, Listeners, kindOf, type Change, type Check, type SharedStore, type Versioned, type Write } from './shared-store.js'
 
 export interface StoreLog {
@@ -102,6 +106,68 @@ end
 return seqs
 `
 
+/**
+ * The audit log's append. KEYS[1] its sequence, KEYS[2] the log's stream,
+ * KEYS[3] the set of names with a stream of their own, then per row two keys:
+ * the actor's and the subject's stream (KEYS[2] again where there is none).
+ * ARGV per row: the row as JSON, the actor, the subject ('' for none, and the
+ * subject '' when it is the actor). Every row takes the next number and is
+ * added under the entry id `0-<number>` to the log and to each name's stream,
+ * so each stream's order is the log's, across instances, and
+ * XRANGE/XREVRANGE/XTRIM MINID address rows by number; a console reads its
+ * name's stream only.
+ */
+const AUDIT_APPEND_SCRIPT = `
+local rows = #ARGV / 3
+for i = 0, rows - 1 do
+  local json, actor, subject = ARGV[1 + 3 * i], ARGV[2 + 3 * i], ARGV[3 + 3 * i]
+  local id = '0-' .. string.format('%d', redis.call('INCR', KEYS[1]))
+  redis.call('XADD', KEYS[2], id, 'r', json)
+  if actor ~= '' then
+    redis.call('XADD', KEYS[4 + 2 * i], id, 'r', json)
+    redis.call('SADD', KEYS[3], actor)
+  end
+  if subject ~= '' then
+    redis.call('XADD', KEYS[5 + 2 * i], id, 'r', json)
+    redis.call('SADD', KEYS[3], subject)
+  end
+end
+return rows
+`
+
+/**
+ * After the log was pruned: KEYS[1] the set of names, then one name's stream
+ * per name; ARGV[1] the log's oldest id kept, then the names. Each name's
+ * stream loses what the log lost; a name whose stream is empty leaves the set.
+ */
+const AUDIT_TRIM_NAMES_SCRIPT = `
+for i = 2, #KEYS do
+  redis.call('XTRIM', KEYS[i], 'MINID', ARGV[1])
+  if redis.call('XLEN', KEYS[i]) == 0 then
+    redis.call('DEL', KEYS[i])
+    redis.call('SREM', KEYS[1], ARGV[i])
+  end
+end
+return #KEYS - 1
+`
+
+/** KEYS: streams; answers each one's oldest entry (or an empty list). */
+const AUDIT_FIRSTS_SCRIPT = `
+local out = {}
+for i = 1, #KEYS do
+  out[i] = redis.call('XRANGE', KEYS[i], '-', '+', 'COUNT', 1)
+end
+return out
+`
+/** entries read per XRANGE/XREVRANGE while filtering or pruning the audit stream, and rows per append script */
+const AUDIT_PAGE = 250
+/**
+ * An audit command's bound: longer than a decision's verbs (a page of the log is bigger), so a
+ * loaded machine's slow read of the consoles never counts as the server's loss, which would answer
+ * 503 for everything until the store is back.
+ */
+const AUDIT_TIMEOUT_MS = 10_000
+
 /** KEYS[1] the counter; ARGV: ttl in ms, '1' to refresh the expiry on every increment. */
 const INCREMENT_SCRIPT = `
 local count = redis.call('INCR', KEYS[1])
@@ -116,6 +182,20 @@ interface Script {
 const script = (source: string): Script => ({ source, sha: createHash('sha1').update(source).digest('hex') })
 const WRITE = script(WRITE_SCRIPT)
 const INCREMENT = script(INCREMENT_SCRIPT)
+const AUDIT_APPEND = script(AUDIT_APPEND_SCRIPT)
+const AUDIT_TRIM_NAMES = script(AUDIT_TRIM_NAMES_SCRIPT)
+const AUDIT_FIRSTS = script(AUDIT_FIRSTS_SCRIPT)
+
+/** `0-<seq>` entries of the audit stream, as the rows they hold */
+function auditEntries(reply: unknown): StoredAuditRow[] {
+  if (!Array.isArray(reply)) throw new Error('redis: unexpected XRANGE reply')
+  return reply.map((entry) => {
+    const [id, fields] = entry as [string, string[]]
+    const row = JSON.parse(fields[1]) as AuditRow
+    return { ...row, seq: Number(String(id).slice(2)) }
+  })
+}
+const globEscape = (text: string) => text.replace(/[*?[\]\\]/g, (c) => `\\${c}`)
 
 interface Target {
   /** the URL without `?prefix=`, credentials kept for the client only */
@@ -190,13 +270,13 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
    * process) would hold it forever; this one rejects after `commandTimeoutMs`
    * whatever happened (a write that timed out may still have been applied).
    */
-  const send = async (args: string[]): Promise<Reply> => {
+  const send = async (args: string[], timeoutMs = commandTimeoutMs): Promise<Reply> => {
     let timer: NodeJS.Timeout | undefined
     try {
       return await Promise.race([
         client.sendCommand(args),
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`no answer within ${commandTimeoutMs} ms`)), commandTimeoutMs)
+          timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs)
         }),
       ])
     } catch (err) {
@@ -207,12 +287,12 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
       clearTimeout(timer)
     }
   }
-  const run = async (s: Script, keys: string[], args: string[]): Promise<Reply> => {
+  const run = async (s: Script, keys: string[], args: string[], timeoutMs = commandTimeoutMs): Promise<Reply> => {
     try {
-      return await send(['EVALSHA', s.sha, String(keys.length), ...keys, ...args])
+      return await send(['EVALSHA', s.sha, String(keys.length), ...keys, ...args], timeoutMs)
     } catch (err) {
       if (!(err instanceof ErrorReply) || !err.message.startsWith('NOSCRIPT')) throw err
-      return send(['EVAL', s.source, String(keys.length), ...keys, ...args])
+      return send(['EVAL', s.source, String(keys.length), ...keys, ...args], timeoutMs)
     }
   }
 
@@ -375,8 +455,119 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
     return true
   }
 
+  const auditStream = `${prefix}audit`
+  const auditSeq = `${prefix}audit:seq`
+  const auditNames = `${prefix}audit:names`
+  const nameStream = (name: string) => `${prefix}audit:n:${name}`
+  const auditRange = async (stream: string, command: 'XRANGE' | 'XREVRANGE', from: string, to: string, count: number) =>
+    auditEntries(await send([command, stream, from, to, 'COUNT', String(count)], AUDIT_TIMEOUT_MS))
+  /** every name with a stream, page by page */
+  const eachNamePage = async (work: (names: string[]) => Promise<void>) => {
+    let cursor = '0'
+    do {
+      const reply = await send(['SSCAN', auditNames, cursor, 'COUNT', String(AUDIT_PAGE)], AUDIT_TIMEOUT_MS)
+      if (!Array.isArray(reply) || reply.length !== 2 || !Array.isArray(reply[1])) throw new Error('redis: unexpected SSCAN reply')
+      cursor = String(reply[0])
+      const names = (reply[1] as unknown[]).map(String)
+      if (names.length > 0) await work(names)
+    } while (cursor !== '0')
+  }
+  const audit: AuditRepository = {
+    // one script per page of rows: each atomic, in order; a long backlog never holds the server long
+    async append(rows) {
+      for (let i = 0; i < rows.length; i += AUDIT_PAGE) {
+        const keys = [auditSeq, auditStream, auditNames]
+        const args: string[] = []
+        for (const r of rows.slice(i, i + AUDIT_PAGE)) {
+          const actor = r.actor ?? ''
+          const subject = r.subject === null || r.subject === r.actor ? '' : r.subject
+          keys.push(actor === '' ? auditStream : nameStream(actor), subject === '' ? auditStream : nameStream(subject))
+          args.push(JSON.stringify({ at: r.at, kind: r.kind, actor: r.actor, subject: r.subject, ip: r.ip, outcome: r.outcome, details: r.details }), actor, subject)
+        }
+        await run(AUDIT_APPEND, keys, args, AUDIT_TIMEOUT_MS)
+      }
+    },
+    // a stream has no index but its ids: a name's own stream, or the log, newest first, page by page,
+    // kinds and times filtered here (a query by kind alone reads the log up to `limit` matches)
+    async query(filter) {
+      const stream = filter.name === undefined ? auditStream : nameStream(filter.name)
+      const found: StoredAuditRow[] = []
+      let end = filter.before !== undefined ? `(0-${filter.before}` : '+'
+      for (;;) {
+        const rows = await auditRange(stream, 'XREVRANGE', end, '-', AUDIT_PAGE)
+        for (const row of rows) {
+          if (filter.kinds !== undefined && filter.kinds.length > 0 && !filter.kinds.includes(row.kind)) continue
+          if (filter.since !== undefined && row.at < filter.since) continue
+          if (filter.until !== undefined && row.at > filter.until) continue
+          found.push(row)
+          if (found.length >= filter.limit) return found
+        }
+        if (rows.length < AUDIT_PAGE) return found
+        end = `(0-${rows[rows.length - 1].seq}`
+      }
+    },
+    async firstOfEachName() {
+      const first = new Map<number, StoredAuditRow>()
+      await eachNamePage(async (names) => {
+        const reply = await run(AUDIT_FIRSTS, names.map(nameStream), [], AUDIT_TIMEOUT_MS)
+        if (!Array.isArray(reply)) throw new Error('redis: unexpected reply')
+        for (const entries of reply) for (const row of auditEntries(entries)) first.set(row.seq, row)
+      })
+      return [...first.values()].sort((x, y) => x.seq - y.seq)
+    },
+    page: (afterSeq, limit) => auditRange(auditStream, 'XRANGE', `(0-${afterSeq}`, '+', limit),
+    /**
+     * By age: the oldest rows go up to the first one young enough (XTRIM MINID); rows are in the
+     * order they were appended, which is their time's give or take a flush. By count: XTRIM MAXLEN.
+     * Then every name's stream loses what the log lost.
+     */
+    async prune(olderThan, keep) {
+      let removed = 0
+      let lastOld = 0
+      for (let after = 0; ; ) {
+        const rows = await auditRange(auditStream, 'XRANGE', `(0-${after}`, '+', AUDIT_PAGE)
+        const young = rows.findIndex((row) => row.at >= olderThan)
+        if (young !== -1) {
+          if (young > 0) lastOld = rows[young - 1].seq
+          break
+        }
+        if (rows.length === 0) break
+        lastOld = rows[rows.length - 1].seq
+        if (rows.length < AUDIT_PAGE) break
+        after = lastOld
+      }
+      if (lastOld > 0) removed += Number(await send(['XTRIM', auditStream, 'MINID', `0-${lastOld + 1}`], AUDIT_TIMEOUT_MS))
+      removed += Number(await send(['XTRIM', auditStream, 'MAXLEN', String(keep)], AUDIT_TIMEOUT_MS))
+      if (removed > 0) {
+        const [oldest] = await auditRange(auditStream, 'XRANGE', '-', '+', 1)
+        // an emptied log: everything numbered so far went
+        const minId = oldest !== undefined ? `0-${oldest.seq}` : `0-${Number((await send(['GET', auditSeq])) ?? 0) + 1}`
+        await eachNamePage(async (names) => {
+          await run(AUDIT_TRIM_NAMES, [auditNames, ...names.map(nameStream)], [minId, ...names], AUDIT_TIMEOUT_MS)
+        })
+      }
+      return removed
+    },
+    async count() {
+      return Number(await send(['XLEN', auditStream]))
+    },
+  }
+
   const store: SharedStore = {
     backend: 'redis',
+    audit,
+    async kinds() {
+      const pattern = `${globEscape(prefix)}r:*`
+      const kinds = new Set<string>()
+      let cursor = '0'
+      do {
+        const reply = await send(['SCAN', cursor, 'MATCH', pattern, 'COUNT', '1000', 'TYPE', 'hash'])
+        if (!Array.isArray(reply) || reply.length !== 2 || !Array.isArray(reply[1])) throw new Error('redis: unexpected SCAN reply')
+        cursor = String(reply[0])
+        for (const key of reply[1] as unknown[]) kinds.add(String(key).slice(prefix.length + 2))
+      } while (cursor !== '0')
+      return [...kinds].sort()
+    },
     origin,
     get connected() {
       return up

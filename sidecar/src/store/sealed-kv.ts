@@ -38,6 +38,9 @@ export function sealedSharedStore(inner: SharedStore, cipher: FieldCipher): Shar
       return inner.connected
     },
     onConnection: (listener) => inner.onConnection(listener),
+    // audit rows are sealed by the audit log itself (audit-log.ts), kinds are key prefixes: both as they are
+    audit: inner.audit,
+    kinds: () => inner.kinds(),
     async getVersioned<T>(key: string) {
       const found = await inner.getVersioned<string>(key)
       return found === undefined ? undefined : { seq: found.seq, value: open<T>(key, found.value) }

@@ -17,6 +17,7 @@
  *
  * Counters and claims are not records: they are not listed, copied or announced.
  */
+import type { AuditRepository } from './audit-repository.js'
 import type { KeyValueStore } from './kv.js'
 
 export type BackendName = 'sqlite' | 'postgres' | 'redis'
@@ -83,6 +84,14 @@ export interface SharedStore extends KeyValueStore {
   /** Whether the feed is connected now, and every change of that (shared stores only lose it). */
   readonly connected: boolean
   onConnection(listener: (connected: boolean) => void): () => void
+  /** Every kind that holds a record now (`user`, `session`, …), sorted: what `authsvc store copy` lists and copies. */
+  kinds(): Promise<string[]>
+  /**
+   * The append-only audit log every instance of this store shares (store/audit-repository.ts):
+   * a table of the sqlite file or of PostgreSQL, a stream of Redis. Its rows are not records:
+   * not numbered by the store's sequence, not announced, not listed by `kinds`.
+   */
+  readonly audit: AuditRepository
 }
 
 /** Values larger than this travel without their value (PostgreSQL's NOTIFY takes 8000 bytes). */

@@ -13,6 +13,7 @@
 import { randomUUID } from 'node:crypto'
 import { chmodSync, existsSync } from 'node:fs'
 import sqlite3 from 'sqlite3'
+import { sqliteAuditRepository } from './audit-repository.js'
 import { FEED_VALUE_LIMIT, Listeners, type Change, type Check, type SharedStore, type Versioned, type Write } from './shared-store.js'
 
 type Row = Record<string, unknown>
@@ -80,6 +81,8 @@ export async function openSqliteSharedStore(path: string, clock: () => number = 
   await db.run('CREATE TABLE IF NOT EXISTS authsvc_counters (key TEXT PRIMARY KEY, count INTEGER NOT NULL, expires_ms INTEGER NOT NULL)')
   await db.run('CREATE TABLE IF NOT EXISTS authsvc_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)')
   await migrateKeyv(db)
+  // the audit table of the same file (the sidecar's own log on this backend is audit-log.ts's, on keyv's connection)
+  const audit = await sqliteAuditRepository((statement, ...params) => db.serial(() => db.all(statement, params)))
 
   const origin = randomUUID()
   const feed = new Listeners<Change>()
@@ -118,6 +121,11 @@ export async function openSqliteSharedStore(path: string, clock: () => number = 
     connected: true,
     onConnection: (listener) => connection.add(listener),
     subscribe: (listener) => feed.add(listener),
+    audit,
+    async kinds() {
+      const rows = await db.serial(() => db.all(`SELECT DISTINCT CASE WHEN instr(key, ':') = 0 THEN key ELSE substr(key, 1, instr(key, ':') - 1) END AS kind FROM authsvc_records ORDER BY kind`))
+      return rows.map((row) => String(row.kind))
+    },
 
     async get<T>(key: string) {
       return (await store.getVersioned<T>(key))?.value
