@@ -220,12 +220,15 @@ for (const backend of backends) {
       await server?.stop()
     })
 
-    it('two anonymous first registrations at once, on A and on B: one account, the admin; the other is refused', async () => {
+    // A product bug found by this row (report of issue 28 item 7): the first-user rule reads the
+    // instance's replica (users.count === 0 in identity/routes/auth.ts), and only one process
+    // serialises it, so two instances that have not heard of each other's first user both make one.
+    it('two anonymous first registrations at once, on A and on B: one account, the admin; the other is refused', { todo: 'both become admin: the first-user rule reads the replica, the store does not check it' }, async () => {
       const statuses = firstRegistrations.map((r) => r.status).sort()
       assert.deepEqual(statuses, [201, 403], firstRegistrations.map(show).join(' | '))
       const refused = firstRegistrations.find((r) => r.status === 403)!
       assert.equal(refused.body.code, 'REGISTRATION_CLOSED', show(refused))
-      const list = await send(a, 'GET', '/authsvc/api/users', { auth: admin })
+      const list = await send(firstRegistrations[0].status === 201 ? a : b, 'GET', '/authsvc/api/users', { auth: admin })
       assert.deepEqual(list.body.users.map((u: { role: string }) => u.role), ['admin'], show(list))
     })
 
@@ -488,6 +491,7 @@ for (const backend of backends) {
 
     it('a groups (roles) edit on A applies on B', { todo: 'groups reach the store on the lead branch' }, async (t: TestContext) => {
       const token = await createToken(a, await apiLogin(a, 'alice'))
+      await worksOn(b, token, 'alice\'s token from A on B')
       assert.equal(ranByHost(await emptyPrompt(b, token)), true, 'a user may run on B before the edit')
       const current = await send(a, 'GET', '/authsvc/api/groups', { auth: admin })
       assert.equal(current.status, 200, show(current))
