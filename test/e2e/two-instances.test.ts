@@ -133,6 +133,11 @@ function openSocket(host: RealHost, auth: string): Promise<Socket> {
   })
 }
 
+/** Every socket of `sockets` is still open. */
+function stillOpen(sockets: Socket[], what: string): void {
+  assert.deepEqual(sockets.map((s) => s.ws.readyState), sockets.map(() => WebSocket.OPEN), what)
+}
+
 /** The socket closes with `code` within the delivery deadline; the time it took from `since`. */
 async function closesWith(socket: Socket, code: number, since: number, what: string): Promise<number> {
   let timer: NodeJS.Timeout | undefined
@@ -156,6 +161,8 @@ for (const backend of backends) {
     let admin: string
     /** the two anonymous registrations sent to A and B at once on the empty store */
     let firstRegistrations: Answer[]
+    /** the admin's sockets on A and B: no row's change may close them */
+    let bystanders: Socket[] = []
     const delays: number[] = []
 
     const storeConfig = () => ({
@@ -213,8 +220,11 @@ for (const backend of backends) {
         send(b, 'POST', '/register', { body: { username: 'rootb', password: PASSWORD } }),
       ])
       admin = firstRegistrations[0].status === 201 ? await apiLogin(a, 'root') : await apiLogin(b, 'rootb')
+      for (const host of [a, b]) await until('the admin\'s session on both', async () => is(await queue(host, admin), 200))
+      bystanders = [await openSocket(a, admin), await openSocket(b, admin)]
     })
     after(async () => {
+      for (const socket of bystanders) socket.ws.close()
       process.stderr.write(`# ${backend.name}: change → other instance delays (ms): ${JSON.stringify([...delays].sort((x, y) => x - y))}\n`)
       await Promise.all([a, b].filter(Boolean).map((h) => destroyRealHost(h)))
       await server?.stop()
@@ -306,6 +316,7 @@ for (const backend of backends) {
       assert.equal(out.status, 200, show(out))
       t.diagnostic(`refused on B after ${await refusedOn(b, jwt, 'TOKEN_REVOKED', since, 'bob\'s session on B')} ms`)
       await closesWith(socket, 4401, since, 'bob\'s socket on B')
+      stillOpen(bystanders, 'the admin\'s sockets on A and B')
     })
 
     it('token revoke on B: the token is refused on A, and its socket on A closes', async (t) => {
@@ -323,6 +334,7 @@ for (const backend of backends) {
       assert.equal(revoke.status, 200, show(revoke))
       t.diagnostic(`refused on A after ${await refusedOn(a, token, 'TOKEN_REVOKED', since, 'carol\'s token on A')} ms`)
       await closesWith(tokenSocket, 4401, since, 'the token\'s socket on A')
+      stillOpen(bystanders, 'the admin\'s sockets on A and B')
       assert.equal(sessionSocket.ws.readyState, WebSocket.OPEN, 'her session\'s socket stays open')
       assert.equal((await queue(a, session)).status, 200, 'her session still works on A')
       sessionSocket.ws.close()
@@ -340,6 +352,7 @@ for (const backend of backends) {
       t.diagnostic(`session refused on B after ${await refusedOn(b, session, 'TOKEN_REVOKED', since, 'dave\'s session on B')} ms`)
       await refusedOn(b, token, 'TOKEN_REVOKED', since, 'dave\'s token on B')
       for (const socket of sockets) await closesWith(socket, 4401, since, 'dave\'s socket on B')
+      stillOpen(bystanders, 'the admin\'s sockets on A and B')
       const login = await send(b, 'POST', '/login', { body: { username: 'dave', password: PASSWORD }, headers: { 'X-Real-IP': '192.0.2.10' } })
       assert.equal(login.status, 401, `a disabled user cannot sign in on B: ${show(login)}`)
     })
@@ -354,6 +367,7 @@ for (const backend of backends) {
       assert.equal(change.status, 200, show(change))
       t.diagnostic(`refused on A after ${await refusedOn(a, session, 'TOKEN_REVOKED', since, 'erin\'s session on A')} ms`)
       await closesWith(socket, 4401, since, 'erin\'s socket on A')
+      stillOpen(bystanders, 'the admin\'s sockets on A and B')
       const list = await send(a, 'GET', '/authsvc/api/users', { auth: admin })
       assert.equal(list.body.users.some((u: { username: string }) => u.username === 'erin'), false, 'A lists her no more')
     })
@@ -373,6 +387,7 @@ for (const backend of backends) {
       await until('frank\'s token loses can_run on B', async () => is(await emptyPrompt(b, token), 403, 'PERMISSION_DENIED'))
       await closesWith(sessionSocket, 4401, since, 'frank\'s session socket on B')
       await closesWith(tokenSocket, 4403, since, 'frank\'s token socket on B')
+      stillOpen(bystanders, 'the admin\'s sockets on A and B')
       assert.equal((await send(b, 'GET', '/authsvc/api/me', { auth: token })).body.role, 'guest')
     })
 
@@ -388,6 +403,7 @@ for (const backend of backends) {
       t.diagnostic(`session refused on A after ${await refusedOn(a, session, 'TOKEN_REVOKED', since, 'grace\'s session on A')} ms`)
       await refusedOn(a, token, 'TOKEN_REVOKED', since, 'grace\'s token on A')
       for (const socket of sockets) await closesWith(socket, 4401, since, 'grace\'s socket on A')
+      stillOpen(bystanders, 'the admin\'s sockets on A and B')
       // the new hash is written before the sessions are revoked, so A, refusing them, has it
       const old = await send(a, 'POST', '/login', { body: { username: 'grace', password: PASSWORD }, headers: { 'X-Real-IP': '192.0.2.11' } })
       assert.equal(old.status, 401, show(old))
