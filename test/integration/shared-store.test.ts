@@ -4,7 +4,7 @@
  * real Redis, then one real PostgreSQL, with the same AUTHSVC_SECRET. What one
  * does holds on the other once the feed has delivered it (the tests wait for
  * that delivery as an event, never for a time). The real-host suite
- * (test/e2e/shared-store-hosts.test.ts) repeats the core through two ComfyUIs.
+ * (test/e2e/two-instances.test.ts) repeats the core through two real ComfyUIs.
  */
 import { after, before, describe, it } from 'node:test'
 import assert from 'node:assert/strict'
