@@ -49,19 +49,11 @@ const PROGRESS_MS = 250
 
 class StallError extends Error {}
 
-type WriteCallback = (error: Error | null | undefined) => void
-
 /**
  * The end of the pipeline: feeds each chunk to the hash and writes it to the partial file, and
  * counts a byte only once it is written (so a reported count is on disk: a resume after a kill
  * starts from what the file holds). No chunk for `stallMs` calls `onStall`. Progress is reported
  * at most every PROGRESS_MS, and once more after the last chunk of a burst.
- *
- * A chunk is hashed when it arrives (`write`), not when its batch is written (`_writev`): the
- * hash of the next megabyte then runs while the libuv pool writes the last one, where hashing at
- * write time put the two one after the other (sha256 is about a quarter of this thread's CPU).
- * Arrival order is the file's order: the stream hands chunks to `_writev` in the order `write`
- * took them.
  */
 class Sink extends Writable {
   bytes: number
@@ -73,16 +65,10 @@ class Sink extends Writable {
     this.bytes = start
     this.timer = setTimeout(onStall, stallMs)
   }
-  override write(chunk: string | Uint8Array, callback?: WriteCallback): boolean
-  override write(chunk: string | Uint8Array, encoding: BufferEncoding, callback?: WriteCallback): boolean
-  override write(chunk: string | Uint8Array, encodingOrCallback?: BufferEncoding | WriteCallback, callback?: WriteCallback): boolean {
-    const bytes = typeof chunk === 'string' ? Buffer.from(chunk, typeof encodingOrCallback === 'string' ? encodingOrCallback : 'utf8') : chunk
-    this.hash.update(bytes)
-    return super.write(bytes, typeof encodingOrCallback === 'function' ? encodingOrCallback : callback)
-  }
   override _writev(chunks: Array<{ chunk: Buffer }>, done: (error?: Error | null) => void): void {
     this.timer.refresh()
     const buffers = chunks.map((c) => c.chunk)
+    for (const b of buffers) this.hash.update(b)
     this.writeAll(buffers).then(() => {
       this.progress()
       done()
