@@ -35,6 +35,8 @@ describe('admin panel: notifications', { concurrency: false }, () => {
     await page.getByRole('button', { name: 'Sign in' }).click()
     await page.waitForURL(`${stack.url}/authsvc/admin`)
     await page.locator('#ntfy-form[data-ready=true]').waitFor()
+    await page.getByRole('navigation', { name: 'Admin sections' }).getByRole('link', { name: 'Notifications', exact: true }).click()
+    await page.locator('#notifications:not([hidden])').waitFor()
   })
   after(async () => {
     await browser?.close()

@@ -97,6 +97,7 @@ describe('storage in the admin panel and on the account page, in chromium', { co
     const page = await signIn(await browser.newContext(), stack, 'root', '/authsvc/admin')
     csp.push(watchCsp(page))
     await page.locator('#storage[data-ready=true]').waitFor()
+    await page.getByRole('navigation', { name: 'Admin sections' }).getByRole('link', { name: 'Storage', exact: true }).click()
     assert.equal(await page.locator('#storage-owners').innerText(), 'Users with folders of their own: alice, bob.')
     await page.locator('#storage').getByLabel('User', { exact: true }).selectOption('alice')
     await page.getByRole('button', { name: 'Show storage' }).click()
