@@ -230,8 +230,8 @@ async function loadUserPage() {
     el('dt', {}, 'Last seen'), el('dd', {}, when(state.lastSeen[u.username])))
   const roles = Object.keys(state.roles)
   $('#user-role').replaceChildren(...(roles.includes(u.role) ? roles : [...roles, u.role]).map((r) => el('option', { value: r, selected: r === u.role }, r)))
-  const allowed = u.role === 'admin' ? 'everything' : PERMISSIONS.filter((p) => p.key !== 'mfa_required' && keys[p.key]).map((p) => p.name.toLowerCase()).join(', ') || 'nothing yet'
-  $('#user-role-hint').textContent = `The ${u.role} role allows: ${allowed}. A role change signs them out everywhere.`
+  const allowed = u.role === 'admin' ? 'everything' : PERMISSIONS.filter((p) => p.key !== 'mfa_required' && keys[p.key]).map((p) => p.name).join(' · ') || 'nothing yet'
+  $('#user-role-hint').textContent = `What the ${u.role} role allows: ${allowed}. A role change signs them out everywhere.`
   $('#user-sfw').checked = u.sfw_check
   $('#user-toggle').textContent = u.disabled ? 'Enable' : 'Disable'
   $('#user-mfa-reset').hidden = !u.mfa_enabled
