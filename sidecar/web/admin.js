@@ -334,7 +334,7 @@ function roleCard(role, keys) {
     box.addEventListener('change', () => showWarnings(role, warnings))
     return el('label', { class: 'check', for: box.id }, box, el('span', {}, p.name))
   })
-  const remove = BUILT_IN.has(role) ? null : el('button', { type: 'button', class: 'danger small', id: `remove-role-${role}`, 'aria-label': `Remove the role ${role}`, onclick: () => removeRole(role, removeError) }, 'Remove this role')
+  const remove = BUILT_IN.has(role) ? null : el('button', { type: 'button', class: 'danger small', id: `remove-role-${role}`, 'aria-label': `Remove the role ${role}`, onclick: () => removeRole(role, removeError) }, 'Remove')
   const removeError = el('p', { class: 'field-error', id: `remove-role-${role}-error`, role: 'alert', hidden: true })
   const card = el('fieldset', { class: 'role-card', dataset: { role } },
     el('legend', {}, role, el('span', { class: 'hint' }, ` · ${plural(members, 'member')}${role === 'admin' ? ' · may do everything' : ''}`)),
