@@ -125,7 +125,7 @@ function userRow(u, roles) {
   const roleSelect = el('select', { id: `${id}-role`, name: 'role' }, ...(roles.includes(u.role) ? roles : [...roles, u.role]).map((r) => el('option', { value: r, selected: r === u.role }, r)))
   const roleForm = el('form', { class: 'inline-form', dataset: { user: u.username } },
     el('label', { class: 'sr-only', for: `${id}-role` }, `Role of ${u.username}`), roleSelect,
-    el('button', { type: 'submit', class: 'secondary small', id: `${id}-set-role`, 'aria-label': `Set the role of ${u.username}` }, 'Set'))
+    el('button', { type: 'submit', class: 'secondary small', id: `${id}-set-role`, 'aria-label': `Set ${u.username}'s role` }, 'Set'))
   roleForm.addEventListener('submit', (event) => {
     event.preventDefault()
     const why = refusal(u, 'role', roleSelect.value)

@@ -189,7 +189,7 @@ describe('admin panel by task (issue 26)', { concurrency: false }, () => {
     // with a second admin, root's own account is still refused, bob's delete asks first
     const bobRow = page.locator('tr[data-username=bob]')
     await bobRow.getByLabel('Role of bob', { exact: true }).selectOption('admin')
-    await bobRow.getByRole('button', { name: 'Set the role of bob' }).click()
+    await bobRow.getByRole('button', { name: "Set bob's role" }).click()
     await page.locator('#users-status', { hasText: 'bob now has the role admin' }).waitFor()
     await page.getByRole('button', { name: 'Delete root' }).click()
     await page.locator('tr[data-username=root] .field-error', { hasText: 'This is your own account' }).waitFor()
@@ -210,7 +210,7 @@ describe('admin panel by task (issue 26)', { concurrency: false }, () => {
     await go('Users', 'users')
     const u1 = page.locator('tr[data-username=user-01]')
     await u1.getByLabel('Role of user-01', { exact: true }).selectOption('viewer')
-    await u1.getByRole('button', { name: 'Set the role of user-01' }).click()
+    await u1.getByRole('button', { name: "Set user-01's role" }).click()
     await page.locator('#users-status', { hasText: 'user-01 now has the role viewer' }).waitFor()
     await go('Roles', 'roles')
     await page.getByRole('button', { name: 'Remove the role viewer' }).click()
