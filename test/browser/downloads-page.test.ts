@@ -113,7 +113,7 @@ describe('the downloads page in chromium', { concurrency: false }, () => {
   it('the admin panel lists everyone\'s jobs with whose they are', async () => {
     const page = await signIn(await browser.newContext(), stack, 'root', '/authsvc/admin')
     csp.push(watchCsp(page))
-    await page.locator('#downloads-admin[data-ready=true]').waitFor()
+    await page.locator('#downloads-admin[data-ready=true]').waitFor({ state: 'attached' })
     await page.getByRole('navigation', { name: 'Admin sections' }).getByRole('link', { name: 'Downloads', exact: true }).click()
     await page.locator('#downloads-admin:not([hidden])').waitFor()
     const rows = page.locator('#admin-download-rows tr')
