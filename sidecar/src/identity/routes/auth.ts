@@ -17,6 +17,7 @@ import { checkPassword, mfaStep, refuseIfThrottled } from '../password-check.js'
 import { sendLogoutConfirmation } from '../../pages/routes.js'
 import type { Services } from '../../services.js'
 import { eventContext } from '../../access/request-context.js'
+import { sessionClientOf, storedUserAgent } from '../session-device.js'
 
 const Flag = Type.Union([Type.Boolean(), Type.String({ maxLength: 8 })])
 const truthy = (v: unknown): boolean => v === true || v === 'true' || v === 'on' || v === '1'
@@ -113,7 +114,7 @@ export function authRoutes(services: AuthRouteServices) {
         if (!services.settings.get('allow_guest_jwt')) throw new AuthsvcError('GUEST_DISABLED')
         subject = { user_id: GUEST_SUBJECT, username: GUEST_ROLE }
         // throttled per address, bounded in number, short-lived; never remembered
-        issued = await services.sessions.issueGuest(request.facts.ip)
+        issued = await services.sessions.issueGuest(request.facts.ip, storedUserAgent(request.headers['user-agent']))
       } else {
         if (typeof body.username !== 'string' || typeof body.password !== 'string') {
           throw new AuthsvcError('VALIDATION_FAILED', 'username and password are required')
@@ -126,7 +127,7 @@ export function authRoutes(services: AuthRouteServices) {
           return step
         }
         subject = user
-        issued = await services.sessions.issue(subject, rememberMe)
+        issued = await services.sessions.issue(subject, rememberMe, sessionClientOf(request))
       }
       const { token } = issued
       const remembered = rememberMe && subject.user_id !== GUEST_SUBJECT

@@ -15,6 +15,7 @@ import Type, { type Static } from 'typebox'
 import { AuthsvcError } from '../../kernel/errors.js'
 import type { UserRecord } from '../users.js'
 import { setSessionCookie } from '../session-cookie.js'
+import { sessionClientOf } from '../session-device.js'
 import { checkSecondFactor, mfaKey, throttledAttempt } from '../password-check.js'
 import type { Services } from '../../services.js'
 
@@ -66,7 +67,7 @@ export function mfaRoutes(services: MfaRouteServices) {
   }
 
   const issueSession = async (request: FastifyRequest, reply: FastifyReply, user: UserRecord, rememberMe: boolean) => {
-    const { token } = await services.sessions.issue(user, rememberMe)
+    const { token } = await services.sessions.issue(user, rememberMe, sessionClientOf(request))
     setSessionCookie(request, reply, token, rememberMe, services.sessions.lifetimeSeconds)
     return token
   }
