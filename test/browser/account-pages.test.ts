@@ -324,6 +324,14 @@ describe('account pages by clicking, at phone width too', { concurrency: false }
     shots.push(...(await shootAndCheck(anon, 'account-mfa-verify')))
     await anon.context().close()
     await page.context().close()
+
+    // the API page (admins): its schemas are code blocks, which alone may scroll
+    const api = await newPage(390)
+    await signIn(api, 'root', ROOT_PASSWORD, '/authsvc/admin/api')
+    await api.locator('body[data-ready=true]').waitFor()
+    await assertNoSidewaysScroll(api, 'the API page')
+    shots.push(...(await shootAndCheck(api, 'account-api')))
+    await api.context().close()
   })
 
   it('the keyboard alone: the account page\'s every control is reached by Tab and a session is signed out with Enter; the badge menu opens and closes by keys', async () => {
