@@ -306,7 +306,6 @@ describe('account pages by clicking, at phone width too', { concurrency: false }
     const publicPages: Array<[string, string, string]> = [
       ['/login', '#login-form', 'account-login'],
       ['/authsvc/generate_token', '#token-form', 'account-token'],
-      ['/loading?next=%2F', '#continue', 'account-loading'],
       ['/mfa', '#nothing', 'account-mfa-nothing'],
     ]
     for (const [path, ready, name] of publicPages) {
@@ -318,12 +317,21 @@ describe('account pages by clicking, at phone width too', { concurrency: false }
     // the second-factor step of a sign-in
     const loginAnswer = await json(await fetch(`${stack.url}/login`, { method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json' }, body: JSON.stringify({ username: 'dave', password: PASSWORD }) }))
     assert.equal(loginAnswer.mfa_required, true)
+    await anon.goto('about:blank') // from /mfa, a new fragment alone would not load the page again
     await anon.goto(`${stack.url}/mfa#verify:${encodeURIComponent(loginAnswer.mfa_temp_token)}`)
     await anon.locator('#verify-form').waitFor()
     await assertNoSidewaysScroll(anon, 'the MFA verify step')
     shots.push(...(await shootAndCheck(anon, 'account-mfa-verify')))
     await anon.context().close()
     await page.context().close()
+
+    // the API page (admins): its schemas are code blocks, which alone may scroll
+    const api = await newPage(390)
+    await signIn(api, 'root', ROOT_PASSWORD, '/authsvc/admin/api')
+    await api.locator('body[data-ready=true]').waitFor()
+    await assertNoSidewaysScroll(api, 'the API page')
+    shots.push(...(await shootAndCheck(api, 'account-api')))
+    await api.context().close()
   })
 
   it('the keyboard alone: the account page\'s every control is reached by Tab and a session is signed out with Enter; the badge menu opens and closes by keys', async () => {
