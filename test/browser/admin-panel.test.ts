@@ -138,7 +138,7 @@ describe('admin panel by task (issue 26)', { concurrency: false }, () => {
       await page.locator('#user-rows tr[data-username]').nth(49).waitFor()
       assert.equal(await page.locator('#user-rows tr[data-username]').count(), 51)
       await page.getByLabel('Search by name').fill('user-4')
-      assert.deepEqual(await page.locator('#user-rows tr[data-username]').evaluateAll((rows) => rows.map((r) => (r as HTMLElement).dataset.username)), ['user-40', 'user-41', 'user-42', 'user-43', 'user-44', 'user-45', 'user-46', 'user-47', 'user-48'])
+      assert.deepEqual((await page.locator('#user-rows tr[data-username]').evaluateAll((rows) => rows.map((r) => (r as HTMLElement).dataset.username))).sort(), ['user-40', 'user-41', 'user-42', 'user-43', 'user-44', 'user-45', 'user-46', 'user-47', 'user-48'])
       assert.equal(await page.locator('#user-count').innerText(), '9 of 51 users shown.')
       await page.getByLabel('Search by name').fill('')
       await page.getByLabel('Role', { exact: true }).first().selectOption('admin')
