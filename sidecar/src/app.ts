@@ -26,6 +26,7 @@ import type { LiveSockets } from './isolation/live-sockets.js'
 import type { HostFileWatcher } from './isolation/file-watcher.js'
 import { RouteBehaviours } from './kernel/behaviours.js'
 import type { Clock } from './kernel/clock.js'
+import { adminPanelFeature } from './admin-panel/feature.js'
 import { auditFeature } from './audit/feature.js'
 import { AuthsvcError } from './kernel/errors.js'
 import type { BoundFeature, Feature } from './kernel/feature.js'
@@ -72,6 +73,7 @@ export function features(services: Services, log: FastifyBaseLogger, clock: Cloc
     userEnvFeature(services),
     storeConfigFeature(services),
     downloadsFeature(services, log, () => models.landed),
+    adminPanelFeature(services),
   ]
 }
 

@@ -18,15 +18,15 @@ function progressCell(job) {
   if (job.total_bytes > 0) parts.push(`${size(job.bytes_done)} of ${size(job.total_bytes)}`)
   if (job.status === 'running' && job.speed_bps > 0) parts.push(`${size(job.speed_bps)}/s`)
   if (job.eta_seconds !== null && job.status === 'running') parts.push(`${duration(job.eta_seconds)} left`)
-  return el('td', {}, bar, el('div', { class: 'hint' }, parts.join(' · ')))
+  return el('td', { 'data-label': 'Progress' }, bar, el('div', { class: 'hint' }, parts.join(' · ')))
 }
 
 function row(job) {
   const active = job.status === 'queued' || job.status === 'running'
   return el('tr', { dataset: { job: job.job_id, status: job.status } },
-    el('td', {}, el('div', {}, job.filename || '(asking the source)'), el('div', { class: 'hint' }, `${SOURCE_NAMES[job.source]} → ${job.folder_type} · ${when(job.created_at_iso)}`)),
+    el('td', { class: 'device' }, el('div', {}, job.filename || '(asking the source)'), el('div', { class: 'hint' }, `${SOURCE_NAMES[job.source]} → ${job.folder_type} · ${when(job.created_at_iso)}`)),
     progressCell(job),
-    el('td', {}, el('span', { class: 'tag', dataset: { state: job.status } }, STATE_WORDS[job.status] ?? job.status),
+    el('td', { 'data-label': 'State' }, el('span', { class: 'tag', dataset: { state: job.status } }, STATE_WORDS[job.status] ?? job.status),
       job.error ? el('div', { class: job.status === 'failed' ? 'error' : 'hint', dataset: { jobError: '' } }, job.error) : null,
       job.status === 'completed' && job.sha256 ? el('div', { class: 'hint mono' }, `SHA-256 ${job.sha256.slice(0, 16)}…`) : null),
     el('td', { class: 'actions' }, active ? el('button', { type: 'button', class: 'danger small', 'aria-label': `Cancel the download of ${job.filename || 'this file'}`, onclick: () => cancel(job) }, 'Cancel') : null))

@@ -3,6 +3,7 @@
 // after each change, so the page shows what the service holds, not what the script guessed.
 import { $, ApiError, api, copyText, el, onSubmit, say, when } from './common.js'
 import { EVENT_NAMES } from './admin-audit.js'
+import { showBackupCodes } from './account-codes.js'
 
 const call = (path, options = {}) => api(path, { ...options, sessionPage: true })
 const digits = (value) => String(value || '').replace(/\s/g, '')
@@ -25,38 +26,56 @@ async function loadMe() {
   return data
 }
 
+/** "iPhone · Safari 17 · iOS 17.0": what the device told the server, in words. */
+const deviceWords = (s) => [s.device, s.browser, s.os].filter(Boolean).join(' · ')
+
 async function loadSessions() {
   const { data } = await call('/authsvc/me/sessions')
-  const rows = data.sessions
-    .sort((a, b) => Number(b.is_current) - Number(a.is_current) || b.created_at_iso.localeCompare(a.created_at_iso))
-    .map((s) => el('tr', { dataset: { jti: s.jti } },
-      el('td', {}, when(s.created_at_iso), s.is_current ? el('span', { class: 'tag', dataset: { current: '' } }, ' this session') : null),
-      el('td', {}, when(s.last_used_at_iso)),
-      el('td', {}, when(s.exp_at_iso)),
-      el('td', { class: 'actions' }, el('button', {
-        type: 'button', class: 'danger small', 'aria-label': `Revoke the session signed in ${when(s.created_at_iso)}${s.is_current ? ' (this session)' : ''}`,
-        onclick: () => revokeSession(s),
-      }, 'Revoke'))))
-  $('#session-rows').replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colspan: 4 }, 'No active session.'))]))
+  const sessions = data.sessions.sort((a, b) => Number(b.is_current) - Number(a.is_current) || b.last_used_at_iso.localeCompare(a.last_used_at_iso))
+  const rows = sessions.map((s) => el('tr', { dataset: s.is_current ? { jti: s.jti, current: 'true' } : { jti: s.jti } },
+    el('td', { class: 'device' }, el('span', {}, deviceWords(s)), s.is_current ? el('span', { class: 'tag this-device' }, 'This device') : null),
+    el('td', { 'data-label': 'Address' }, s.ip ?? 'unknown'),
+    el('td', { 'data-label': 'Signed in' }, when(s.created_at_iso)),
+    el('td', { 'data-label': 'Last used' }, when(s.last_used_at_iso)),
+    el('td', { class: 'actions' }, el('button', {
+      type: 'button', class: 'danger small',
+      'aria-label': s.is_current ? 'Sign out this device' : `Sign out ${deviceWords(s)}, signed in ${when(s.created_at_iso)}${s.ip ? ` from ${s.ip}` : ''}`,
+      onclick: () => revokeSession(s),
+    }, 'Sign out'))))
+  $('#session-rows').replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colspan: 5 }, 'No active session.'))]))
+  $('#revoke-others').hidden = !sessions.some((s) => !s.is_current)
 }
 
 async function revokeSession(session) {
   $('#sessions-error').hidden = true
+  $('#sessions-done').hidden = true
   try {
     await call('/authsvc/me/sessions/revoke', { method: 'POST', body: { jti: session.jti } })
     if (session.is_current) { location.assign('/login'); return }
     await loadSessions()
+    say($('#sessions-done'), `${deviceWords(session)} is signed out.`)
+    if ($('#revoke-others').hidden) $('#sessions-title').focus()
+    else $('#revoke-others').focus()
   } catch (error) { listError($('#sessions-error'), error) }
 }
+
+$('#revoke-others').addEventListener('click', async () => {
+  $('#sessions-error').hidden = true
+  try {
+    const { data } = await call('/authsvc/me/sessions/revoke-others', { method: 'POST', body: {} })
+    await loadSessions()
+    say($('#sessions-done'), data.revoked === 1 ? '1 other session was signed out.' : `${data.revoked} other sessions were signed out.`)
+  } catch (error) { listError($('#sessions-error'), error) }
+})
 
 async function loadTokens() {
   const { data } = await call('/authsvc/api/tokens')
   const rows = data.tokens.map((t) => el('tr', { dataset: { prefix: t.token_hash_prefix } },
-    el('td', {}, t.label || '—'),
-    el('td', { class: 'mono' }, `${t.token_hash_prefix}…`),
-    el('td', {}, when(t.created_at_iso)),
-    el('td', {}, when(t.expires_iso)),
-    el('td', {}, when(t.last_used_at_iso)),
+    el('td', { class: 'device' }, t.label || '(no label)'),
+    el('td', { class: 'mono', 'data-label': 'Id' }, `${t.token_hash_prefix}…`),
+    el('td', { 'data-label': 'Created' }, when(t.created_at_iso)),
+    el('td', { 'data-label': 'Expires' }, when(t.expires_iso)),
+    el('td', { 'data-label': 'Last used' }, t.last_used_at_iso ? when(t.last_used_at_iso) : 'never'),
     el('td', { class: 'actions' }, el('button', {
       type: 'button', class: 'danger small', 'aria-label': `Revoke the token ${t.label || t.token_hash_prefix}`,
       onclick: () => revokeToken(t),
@@ -86,7 +105,7 @@ $('#token-copy').addEventListener('click', () => copyText($('#token-value'), $('
 function showSetup(setup) {
   $('#qr').innerHTML = setup.qr_svg
   $('#secret').textContent = setup.secret
-  $('#backup-codes').replaceChildren(...setup.backup_codes.map((code) => el('li', {}, code)))
+  showBackupCodes($('#account-codes'), setup.backup_codes, setup.username)
   $('#mfa-setup').hidden = false
   $('#mfa-done').hidden = true
   $('#mfa-confirm-code').focus()

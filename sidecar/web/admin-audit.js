@@ -32,6 +32,8 @@ export const EVENT_NAMES = {
   prompt_refused: 'Prompt refused',
   mfa_code_refused: 'Two-factor code refused',
   user_env_purged: 'Folders emptied',
+  workflow_published: 'Workflow shared',
+  workflow_unshared: 'Shared workflow removed',
 }
 const OUTCOMES = { success: 'ok', failure: 'failed', refused: 'refused' }
 

@@ -1,127 +1,300 @@
-// The admin panel: users (create, role, SFW check, disable, password and MFA reset, delete,
-// sessions and API tokens), the roles matrix, IP lists and guest logins. Role and IP-list
-// edits are sent with If-Match carrying the ETag of the version shown, so two admins never
-// overwrite each other: the second one is refused and reloads.
-import { $, ApiError, api, el, onSubmit, say, showError, clearErrors, when } from './common.js'
-import { startAudit } from './admin-audit.js'
+// The admin panel, organised by task (issue 26): one section at a time, each with its own address
+// (#users, #users/<name>, #roles, #models?user=<name>, #workflows, #network, and the sections
+// of the other modules: #notifications, #audit, #storage, #downloads-admin, #content-safety,
+// #stores), so a section can be bookmarked and the back button works.
+// Role and IP-list edits are sent with If-Match carrying the ETag of the version shown, so two
+// admins never overwrite each other: the second one is refused and reloads. An action the
+// service would refuse (the last administrator, the admin's own account, a role still in use)
+// is refused here before any confirmation is asked.
+import { $, $$, ApiError, api, el, onSubmit, say, when, size } from './common.js'
+import { startAudit, EVENT_NAMES } from './admin-audit.js'
+import { PERMISSIONS, PERMISSION_BY_KEY, permissionName, roleWarnings } from './permission-words.js'
 
 const call = (path, options = {}) => api(path, { ...options, sessionPage: true })
 const enc = encodeURIComponent
-const KEYS = ['can_run', 'can_access_api', 'can_upload', 'can_modify_workflows', 'can_have_api_tokens', 'can_view_all_comfyui_items', 'can_download_models', 'mfa_required']
+const KEYS = PERMISSIONS.map((p) => p.key)
 const BUILT_IN = new Set(['admin', 'user', 'guest'])
-const state = { users: [], roles: {}, rolesEtag: null, ip: { whitelist: [], blacklist: [] }, ipEtag: null, detail: null, me: null }
+const state = { users: [], lastSeen: {}, roles: {}, rolesEtag: null, ip: { whitelist: [], blacklist: [] }, ipEtag: null, me: null, page: null }
 
-/** Runs an action of a table row; its failure is shown under the table it belongs to. */
+const ifMatch = (etag) => (etag ? { 'If-Match': etag } : {})
+const plural = (n, one, many = `${one}s`) => `${n} ${n === 1 ? one : many}`
+const hide = (...slots) => slots.forEach((s) => { s.hidden = true })
+const userHref = (name) => `#users/${enc(name)}`
+
+// ---- the sections and their addresses
+
+const ALIASES = { 'ip-lists': 'network', settings: 'roles', downloads: 'downloads-admin' }
+const LAZY = {}
+
+/** The address as a section, an optional sub-path (a user's name) and its query. */
+function where() {
+  const raw = location.hash.slice(1)
+  const [path, search = ''] = raw.split('?')
+  const [head, ...rest] = path.split('/')
+  const name = ALIASES[head] ?? head
+  const sections = new Set($$('[data-section]').map((s) => s.id))
+  if (name === 'users' && rest.length > 0) return { section: 'user-page', nav: 'users', arg: decodeURIComponent(rest.join('/')), query: new URLSearchParams(search) }
+  const section = sections.has(name) && name !== 'user-page' ? name : 'users'
+  return { section, nav: section, arg: null, query: new URLSearchParams(search) }
+}
+
+function route({ focus, load = true }) {
+  const at = where()
+  for (const section of $$('[data-section]')) section.hidden = section.id !== at.section
+  for (const link of $$('.admin-nav a')) {
+    if (link.getAttribute('href') === `#${at.nav}`) link.setAttribute('aria-current', 'page')
+    else link.removeAttribute('aria-current')
+  }
+  const section = document.getElementById(at.section)
+  document.title = `${section.querySelector('h2').textContent} · Admin · authsvc`
+  if (!load) return
+  if (at.section === 'user-page') void openUser(at.arg)
+  else if (LAZY[at.section]) void LAZY[at.section](at.query)
+  if (focus) section.querySelector('h2')?.focus()
+}
+addEventListener('hashchange', () => route({ focus: true }))
+
+/** Runs an action; its failure is shown in `slot` (a role=alert element next to what it concerns). */
 async function act(slot, action) {
   slot.hidden = true
   try { await action() } catch (error) { say(slot, error.message) }
 }
-const ifMatch = (etag) => (etag ? { 'If-Match': etag } : {})
+
+// ---- refusals checked before any confirmation (the service refuses the same; issue 26 item 3)
+
+const enabledAdmins = () => state.users.filter((u) => u.role === 'admin' && !u.disabled)
+const isLastAdmin = (u) => u.role === 'admin' && !u.disabled && enabledAdmins().length <= 1
+
+/** Why `action` on user `u` cannot be done, in words, or null. */
+function refusal(u, action, role) {
+  const own = state.me && u.username === state.me.username
+  if (action === 'delete') {
+    if (isLastAdmin(u)) return `${u.username} is the last enabled administrator: make another user an administrator before deleting this account.`
+    if (own) return 'This is your own account: another administrator must delete it, so the panel is never left without the person using it.'
+  }
+  if (action === 'disable') {
+    if (isLastAdmin(u)) return `${u.username} is the last enabled administrator: disabling it would lock everyone out of the admin panel. Make another user an administrator first.`
+    if (own) return 'This is your own account: disabling it would sign you out at once. Another administrator can do it.'
+  }
+  if (action === 'role' && role !== 'admin' && isLastAdmin(u)) return `${u.username} is the last enabled administrator: make another user an administrator before changing this role.`
+  return null
+}
 
 // ---- users
 
 async function loadUsers() {
   const [{ data: users }, { data: seen }] = await Promise.all([call('/authsvc/api/users'), call('/authsvc/api/admin/last-seen')])
   state.users = users.users
-  const roles = Object.keys(state.roles)
-  $('#user-rows').replaceChildren(...state.users.map((u) => userRow(u, roles, seen.last_seen[u.username])))
+  state.lastSeen = seen.last_seen
+  renderUsers()
+  fillUserPickers()
 }
 
-function userRow(u, roles, lastSeen) {
+function filteredUsers() {
+  const q = $('#user-search').value.trim().toLowerCase()
+  const role = $('#user-role-filter').value
+  const status = $('#user-state-filter').value
+  return state.users.filter((u) => (!q || u.username.toLowerCase().includes(q)) &&
+    (!role || u.role === role) &&
+    (!status || (status === 'enabled' && !u.disabled) || (status === 'disabled' && u.disabled) || (status === 'mfa-off' && !u.mfa_enabled) || (status === 'sfw' && u.sfw_check)))
+}
+
+function renderUsers() {
+  const roles = Object.keys(state.roles)
+  const shown = filteredUsers()
+  $('#user-rows').replaceChildren(...(shown.length ? shown.map((u) => userRow(u, roles)) : [el('tr', {}, el('td', { colspan: 8 }, 'No user matches.'))]))
+  $('#user-count').textContent = shown.length === state.users.length ? `${plural(state.users.length, 'user')}.` : `${shown.length} of ${plural(state.users.length, 'user')} shown.`
+}
+$('#user-filter').addEventListener('input', renderUsers)
+$('#user-filter').addEventListener('submit', (event) => event.preventDefault())
+
+/** Applies a change to a user; `slot` shows a refusal, `done` says what happened. */
+async function changeUser(u, body, slot, done) {
+  await act(slot, async () => {
+    await call(`/authsvc/api/users/${enc(u.username)}`, { method: 'PUT', body })
+    await loadUsers()
+    if (state.page === u.username) await loadUserPage()
+    done?.()
+  })
+}
+
+function userRow(u, roles) {
   const id = `u-${u.user_id}`
+  const rowError = el('p', { class: 'field-error', id: `${id}-error`, role: 'alert', hidden: true })
+  const status = (text) => () => say($('#users-status'), text)
   const roleSelect = el('select', { id: `${id}-role`, name: 'role' }, ...(roles.includes(u.role) ? roles : [...roles, u.role]).map((r) => el('option', { value: r, selected: r === u.role }, r)))
   const roleForm = el('form', { class: 'inline-form', dataset: { user: u.username } },
     el('label', { class: 'sr-only', for: `${id}-role` }, `Role of ${u.username}`), roleSelect,
-    el('button', { type: 'submit', class: 'secondary small', id: `${id}-set-role` }, 'Set'))
+    el('button', { type: 'submit', class: 'secondary small', id: `${id}-set-role`, 'aria-label': `Set ${u.username}'s role` }, 'Set'))
   roleForm.addEventListener('submit', (event) => {
     event.preventDefault()
-    act($('#users-error'), async () => {
-      await call(`/authsvc/api/users/${enc(u.username)}`, { method: 'PUT', body: { role: roleSelect.value } })
-      await loadUsers()
-      say($('#users-status'), `${u.username} now has the role ${roleSelect.value}; their sessions were signed out.`)
-    })
+    const why = refusal(u, 'role', roleSelect.value)
+    if (why) return say(rowError, why)
+    void changeUser(u, { role: roleSelect.value }, rowError, status(`${u.username} now has the role ${roleSelect.value}; their sessions were signed out.`))
   })
   const sfw = el('input', { type: 'checkbox', id: `${id}-sfw`, checked: u.sfw_check, 'aria-label': `SFW check for ${u.username}` })
-  sfw.addEventListener('change', () => act($('#users-error'), async () => {
-    await call(`/authsvc/api/users/${enc(u.username)}`, { method: 'PUT', body: { sfw_check: sfw.checked } })
-    await loadUsers()
-  }))
-  const put = (body, message) => act($('#users-error'), async () => {
-    await call(`/authsvc/api/users/${enc(u.username)}`, { method: 'PUT', body })
-    await loadUsers()
-    say($('#users-status'), message)
-  })
+  sfw.addEventListener('change', () => changeUser(u, { sfw_check: sfw.checked }, rowError))
+  const toggle = () => {
+    const why = u.disabled ? null : refusal(u, 'disable')
+    if (why) return say(rowError, why)
+    void changeUser(u, { disabled: !u.disabled }, rowError, status(`${u.username} is ${u.disabled ? 'enabled' : 'disabled'}.`))
+  }
   return el('tr', { dataset: { username: u.username } },
-    el('th', { scope: 'row' }, u.username),
+    el('th', { scope: 'row' }, el('a', { href: userHref(u.username), 'aria-label': `Open ${u.username}` }, u.username)),
     el('td', {}, roleForm),
-    el('td', {}, u.mfa_enabled ? 'on ' : 'off ', u.mfa_enabled ? el('button', { type: 'button', class: 'secondary small', id: `${id}-mfa-reset`, 'aria-label': `Reset MFA of ${u.username}`, onclick: () => put({ mfa_reset: true }, `Two-factor authentication of ${u.username} was reset.`) }, 'Reset') : null),
+    el('td', {}, u.mfa_enabled ? 'on ' : 'off ', u.mfa_enabled ? el('button', { type: 'button', class: 'secondary small', id: `${id}-mfa-reset`, 'aria-label': `Reset two-factor of ${u.username}`, onclick: () => changeUser(u, { mfa_reset: true }, rowError, status(`Two-factor authentication of ${u.username} was reset.`)) }, 'Reset') : null),
     el('td', {}, sfw),
     el('td', {}, u.disabled ? 'disabled' : 'enabled'),
     el('td', {}, when(u.created_at_iso)),
-    el('td', {}, when(lastSeen)),
+    el('td', {}, when(state.lastSeen[u.username])),
     el('td', { class: 'actions' },
-      el('button', { type: 'button', class: 'secondary small', id: `${id}-detail`, 'aria-label': `Sessions and tokens of ${u.username}`, onclick: () => openDetail(u.username) }, 'Sessions and tokens'),
-      el('button', { type: 'button', class: 'secondary small', id: `${id}-toggle`, 'aria-label': `${u.disabled ? 'Enable' : 'Disable'} ${u.username}`, onclick: () => put({ disabled: !u.disabled }, `${u.username} is ${u.disabled ? 'enabled' : 'disabled'}.`) }, u.disabled ? 'Enable' : 'Disable'),
-      el('button', { type: 'button', class: 'danger small', id: `${id}-delete`, 'aria-label': `Delete ${u.username}`, onclick: () => confirmDelete(u.username) }, 'Delete')))
+      el('button', { type: 'button', class: 'secondary small', id: `${id}-toggle`, 'aria-label': `${u.disabled ? 'Enable' : 'Disable'} ${u.username}`, onclick: toggle }, u.disabled ? 'Enable' : 'Disable'),
+      el('button', { type: 'button', class: 'danger small', id: `${id}-delete`, 'aria-label': `Delete ${u.username}`, onclick: () => confirmDelete(u, rowError) }, 'Delete'),
+      rowError))
 }
 
-function confirmDelete(username) {
+function confirmDelete(u, slot) {
+  const why = refusal(u, 'delete')
+  if (why) return say(slot, why)
+  slot.hidden = true
   const dialog = $('#confirm-delete')
-  dialog.querySelector('.confirm-name').textContent = username
+  dialog.querySelector('.confirm-name').textContent = u.username
   dialog.returnValue = ''
   dialog.onclose = () => {
     if (dialog.returnValue !== 'delete') return
-    act($('#users-error'), async () => {
-      await call(`/authsvc/api/users/${enc(username)}`, { method: 'DELETE' })
-      if (state.detail === username) $('#user-detail').hidden = true
+    act(slot, async () => {
+      await call(`/authsvc/api/users/${enc(u.username)}`, { method: 'DELETE' })
       await loadUsers()
-      say($('#users-status'), `${username} was deleted.`)
+      say($('#users-status'), `${u.username} was deleted.`)
+      if (state.page === u.username) location.hash = '#users'
     })
   }
   dialog.showModal()
   $('#confirm-cancel').focus()
 }
 
-async function openDetail(username) {
-  state.detail = username
-  $('#detail-title').textContent = `Sessions and API tokens of ${username}`
-  for (const span of document.querySelectorAll('.detail-name')) span.textContent = username
-  $('#user-detail').hidden = false
-  await act($('#detail-error'), loadDetail)
-  $('#detail-title').scrollIntoView()
+onSubmit($('#create-user-form'), async (data) => {
+  await call('/register', { method: 'POST', body: { username: data.username, password: data.password, role: data.role } })
+  $('#create-user-form').reset()
+  $('#new-role').value = 'user'
+  await loadUsers()
+  say($('#users-status'), `${data.username} was created with the role ${data.role}.`)
+})
+
+/** Every user picker of the panel (Models, Workflows), keeping what each had chosen. */
+function fillUserPickers() {
+  for (const select of [$('#grant-user'), $('#publish-user')]) {
+    const chosen = select.value
+    select.replaceChildren(...state.users.map((u) => el('option', { value: u.username, selected: u.username === chosen }, `${u.username} (${u.role})`)))
+  }
 }
 
-async function loadDetail() {
-  const username = state.detail
-  const [{ data: s }, { data: t }] = await Promise.all([call(`/authsvc/api/users/${enc(username)}/sessions`), call(`/authsvc/api/users/${enc(username)}/tokens`)])
+// ---- a user's page (#users/<name>)
+
+const device = (s) => {
+  const parts = [s.device ?? 'Unknown device', s.browser ? `${s.browser}` : null, s.os ? `on ${s.os}` : null].filter(Boolean)
+  return parts.join(' · ')
+}
+
+async function openUser(username) {
+  state.page = username
+  $('#user-title').textContent = username
+  hide($('#user-page-error'), $('#user-page-status'))
+  if (!state.users.some((u) => u.username === username)) await loadUsers().catch(() => {})
+  if (!state.users.some((u) => u.username === username)) {
+    $('#user-page-body').hidden = true
+    return say($('#user-page-error'), `There is no user named ${username}. They may have been deleted; pick one from the list of users.`)
+  }
+  await act($('#user-page-error'), loadUserPage)
+}
+
+async function loadUserPage() {
+  const username = state.page
+  const u = state.users.find((x) => x.username === username)
+  if (!u) return
+  const [{ data: s }, { data: t }, { data: g }, activity] = await Promise.all([
+    call(`/authsvc/api/users/${enc(username)}/sessions`),
+    call(`/authsvc/api/users/${enc(username)}/tokens`),
+    call(`/authsvc/api/users/${enc(username)}/shared-items`),
+    call(`/authsvc/api/audit?user=${enc(username)}&limit=10`).then((r) => r.data.events).catch(() => null),
+  ])
+  if (state.page !== username) return
+  for (const span of $$('.detail-name')) span.textContent = username
+  const keys = state.roles[u.role] ?? {}
+  $('#user-facts').replaceChildren(
+    el('dt', {}, 'Role'), el('dd', {}, u.role),
+    el('dt', {}, 'Status'), el('dd', {}, u.disabled ? 'disabled: cannot sign in' : 'enabled'),
+    el('dt', {}, 'Two-factor'), el('dd', {}, u.mfa_enabled ? 'on' : keys.mfa_required ? 'off (their role requires it: they set it up at their next sign-in)' : 'off'),
+    el('dt', {}, 'SFW check'), el('dd', {}, u.sfw_check ? 'on' : 'off'),
+    el('dt', {}, 'Created'), el('dd', {}, when(u.created_at_iso)),
+    el('dt', {}, 'Last seen'), el('dd', {}, when(state.lastSeen[u.username])))
+  const roles = Object.keys(state.roles)
+  $('#user-role').replaceChildren(...(roles.includes(u.role) ? roles : [...roles, u.role]).map((r) => el('option', { value: r, selected: r === u.role }, r)))
+  const allowed = u.role === 'admin' ? 'everything' : PERMISSIONS.filter((p) => p.key !== 'mfa_required' && keys[p.key]).map((p) => p.name).join(' · ') || 'nothing yet'
+  $('#user-role-hint').textContent = `What the ${u.role} role allows: ${allowed}. A role change signs them out everywhere.`
+  $('#user-sfw').checked = u.sfw_check
+  $('#user-toggle').textContent = u.disabled ? 'Enable' : 'Disable'
+  $('#user-mfa-reset').hidden = !u.mfa_enabled
+
   const sessions = s.sessions.map((x) => el('tr', { dataset: { jti: x.jti } },
-    el('td', {}, when(x.created_at_iso)), el('td', {}, when(x.last_used_at_iso)), el('td', {}, when(x.exp_at_iso)),
-    el('td', { class: 'actions' }, el('button', { type: 'button', class: 'danger small', 'aria-label': `Revoke the session of ${username} signed in ${when(x.created_at_iso)}`, onclick: () => act($('#detail-error'), async () => {
+    el('td', {}, device(x)), el('td', { class: 'mono' }, x.ip ?? '—'), el('td', {}, when(x.created_at_iso)), el('td', {}, when(x.last_used_at_iso)), el('td', {}, when(x.exp_at_iso)),
+    el('td', { class: 'actions' }, el('button', { type: 'button', class: 'danger small', 'aria-label': `Revoke the session of ${username} on ${device(x)} signed in ${when(x.created_at_iso)}`, onclick: () => act($('#detail-error'), async () => {
       await call(`/authsvc/api/users/${enc(username)}/sessions/${enc(x.jti)}`, { method: 'DELETE' })
-      await loadDetail()
+      await loadUserPage()
+      say($('#user-page-status'), `The session on ${device(x)} was signed out.`)
     }) }, 'Revoke'))))
-  $('#detail-sessions').replaceChildren(...(sessions.length ? sessions : [el('tr', {}, el('td', { colspan: 4 }, 'No active session.'))]))
+  $('#detail-sessions').replaceChildren(...(sessions.length ? sessions : [el('tr', {}, el('td', { colspan: 6 }, 'No active session.'))]))
+  $('#sessions-revoke-all').hidden = sessions.length === 0
   const tokens = t.tokens.map((x) => el('tr', { dataset: { prefix: x.token_hash_prefix } },
     el('td', {}, x.label || '—'), el('td', { class: 'mono' }, `${x.token_hash_prefix}…`), el('td', {}, when(x.created_at_iso)), el('td', {}, when(x.expires_iso)), el('td', {}, when(x.last_used_at_iso)),
     el('td', { class: 'actions' }, el('button', { type: 'button', class: 'danger small', 'aria-label': `Revoke the token ${x.label || x.token_hash_prefix} of ${username}`, onclick: () => act($('#detail-error'), async () => {
       await call(`/authsvc/api/users/${enc(username)}/tokens`, { method: 'DELETE', body: { token_hash_prefix: x.token_hash_prefix } })
-      await loadDetail()
+      await loadUserPage()
+      say($('#user-page-status'), `The token ${x.label || x.token_hash_prefix} was revoked.`)
     }) }, 'Revoke'))))
   $('#detail-tokens').replaceChildren(...(tokens.length ? tokens : [el('tr', {}, el('td', { colspan: 6 }, 'No API token.'))]))
+
+  $('#user-grants-hint').textContent = u.role === 'admin' || keys.can_view_all_comfyui_items
+    ? `The ${u.role} role has "See every model": ${username} sees every model, and the grants below do nothing until it is turned off in Roles.`
+    : `${username} sees and uses only these models.`
+  $('#user-grants').replaceChildren(...(g.items.length ? g.items.map((i) => el('li', {}, el('span', { class: 'mono' }, `${i.folder}/${i.item_name}`), ` granted by ${i.granted_by}, ${when(i.created_at_iso)}`)) : [el('li', {}, 'No model granted.')]))
+  $('#user-grants-link').href = `#models?user=${enc(username)}`
+  $('#user-activity-link').href = `#audit?user=${enc(username)}`
+  $('#user-activity').replaceChildren(...(activity === null ? [el('li', {}, 'The audit could not be read.')] : activity.length ? activity.map((e) => el('li', {}, el('time', { datetime: e.at_iso }, when(e.at_iso)), ` ${EVENT_NAMES[e.kind] ?? e.kind}${e.outcome && e.outcome !== 'success' ? ` (${e.outcome})` : ''}${e.actor && e.actor !== username ? ` by ${e.actor}` : ''}${e.ip ? ` from ${e.ip}` : ''}`)) : [el('li', {}, 'Nothing recorded yet.')]))
+  $('#user-page-body').hidden = false
+  $('#user-page').dataset.ready = username
 }
 
-onSubmit($('#reset-password-form'), async (data) => {
-  await call(`/authsvc/api/users/${enc(state.detail)}`, { method: 'PUT', body: { password: data.password } })
-  $('#reset-password-form').reset()
-  await loadDetail()
-  say($('#users-status'), `The password of ${state.detail} was reset; their sessions and API tokens were revoked.`)
-})
-
-onSubmit($('#create-user-form'), async (data) => {
-  await call('/register', { method: 'POST', body: { username: data.username, password: data.password, role: data.role } })
-  $('#create-user-form').reset()
+const pageUser = () => state.users.find((x) => x.username === state.page)
+onSubmit($('#user-role-form'), async (data) => {
+  const u = pageUser()
+  const why = refusal(u, 'role', data.role)
+  if (why) throw new ApiError(409, { error: why, code: 'ROLE' })
+  await call(`/authsvc/api/users/${enc(u.username)}`, { method: 'PUT', body: { role: data.role } })
   await loadUsers()
-  say($('#users-status'), `${data.username} was created with the role ${data.role}.`)
+  await loadUserPage()
+  say($('#user-page-status'), `${u.username} now has the role ${data.role}; their sessions were signed out.`)
+})
+$('#user-role-form').dataset.errorMap = 'ROLE=role;VALIDATION_FAILED=role'
+$('#user-sfw').addEventListener('change', () => changeUser(pageUser(), { sfw_check: $('#user-sfw').checked }, $('#user-actions-error'), () => say($('#user-page-status'), `The SFW check of ${state.page} is ${$('#user-sfw').checked ? 'on' : 'off'}.`)))
+$('#user-toggle').addEventListener('click', () => {
+  const u = pageUser()
+  const why = u.disabled ? null : refusal(u, 'disable')
+  if (why) return say($('#user-actions-error'), why)
+  void changeUser(u, { disabled: !u.disabled }, $('#user-actions-error'), () => say($('#user-page-status'), `${u.username} is ${u.disabled ? 'enabled' : 'disabled'}.`))
+})
+$('#user-mfa-reset').addEventListener('click', () => changeUser(pageUser(), { mfa_reset: true }, $('#user-actions-error'), () => say($('#user-page-status'), `Two-factor authentication of ${state.page} was reset.`)))
+$('#user-delete').addEventListener('click', () => confirmDelete(pageUser(), $('#user-actions-error')))
+$('#sessions-revoke-all').addEventListener('click', () => act($('#detail-error'), async () => {
+  const { data } = await call(`/authsvc/api/users/${enc(state.page)}/sessions`, { method: 'DELETE' })
+  await loadUserPage()
+  say($('#user-page-status'), `${plural(data.revoked, 'session')} of ${state.page} signed out.`)
+}))
+onSubmit($('#reset-password-form'), async (data) => {
+  await call(`/authsvc/api/users/${enc(state.page)}`, { method: 'PUT', body: { password: data.password } })
+  $('#reset-password-form').reset()
+  await loadUserPage()
+  say($('#user-page-status'), `The password of ${state.page} was reset; their sessions and API tokens were revoked.`)
 })
 
 // ---- roles
@@ -134,26 +307,67 @@ async function loadRoles() {
 }
 
 function renderRoles() {
-  $('#matrix-head').replaceChildren(el('tr', {}, el('th', { scope: 'col' }, 'Role'), ...KEYS.map((k) => el('th', { scope: 'col' }, k.replaceAll('_', '_\u200b'))) /* a line may break after each _ */, el('th', { scope: 'col' }, 'Actions')))
-  $('#matrix-rows').replaceChildren(...Object.entries(state.roles).map(([role, keys]) => el('tr', { dataset: { role } },
-    el('th', { scope: 'row' }, role),
-    ...KEYS.map((key) => el('td', {}, el('input', {
-      type: 'checkbox', id: `perm-${role}-${key}`, 'aria-label': `${role}: ${key}`,
-      checked: role === 'admin' && key !== 'mfa_required' ? true : keys[key] === true,
-      // the admin role passes every permission whatever the file says
-      disabled: role === 'admin' && key !== 'mfa_required',
-      dataset: { role, key },
-    }))),
-    el('td', { class: 'actions' }, BUILT_IN.has(role) ? '—' : el('button', { type: 'button', class: 'danger small', id: `remove-role-${role}`, 'aria-label': `Remove the role ${role}`, onclick: () => { delete state.roles[role]; renderRoles(); say($('#roles-status'), `${role} removed; save to apply.`) } }, 'Remove')))))
+  $('#perm-help').replaceChildren(...PERMISSIONS.flatMap((p) => [
+    el('dt', {}, p.name),
+    el('dd', { id: `perm-desc-${p.key}` }, el('span', {}, p.allows), ' ', el('span', { class: 'hint' }, `Off: ${p.off}`)),
+  ]))
+  $('#role-cards').replaceChildren(...Object.entries(state.roles).map(([role, keys]) => roleCard(role, keys)))
   const options = Object.keys(state.roles)
   $('#new-role').replaceChildren(...options.map((r) => el('option', { value: r, selected: r === 'user' }, r)))
+  const filter = $('#user-role-filter')
+  const chosen = filter.value
+  filter.replaceChildren(el('option', { value: '' }, 'Every role'), ...options.map((r) => el('option', { value: r, selected: r === chosen }, r)))
+}
+
+function roleCard(role, keys) {
+  const members = state.users.filter((u) => u.role === role).length
+  const warnings = el('div', { class: 'role-warnings', id: `role-warnings-${role}`, 'aria-live': 'polite' })
+  const boxes = PERMISSIONS.map((p) => {
+    const forced = role === 'admin' && p.key !== 'mfa_required'
+    const box = el('input', {
+      type: 'checkbox', id: `perm-${role}-${p.key}`, 'aria-describedby': `perm-desc-${p.key}`,
+      checked: forced ? true : keys[p.key] === true,
+      // the admin role passes every permission whatever the file says
+      disabled: forced,
+      dataset: { role, key: p.key },
+    })
+    box.addEventListener('change', () => showWarnings(role, warnings))
+    return el('label', { class: 'check', for: box.id }, box, el('span', {}, p.name))
+  })
+  const remove = BUILT_IN.has(role) ? null : el('button', { type: 'button', class: 'danger small', id: `remove-role-${role}`, 'aria-label': `Remove the role ${role}`, onclick: () => removeRole(role, removeError) }, 'Remove')
+  const removeError = el('p', { class: 'field-error', id: `remove-role-${role}-error`, role: 'alert', hidden: true })
+  const card = el('fieldset', { class: 'role-card', dataset: { role } },
+    el('legend', {}, role, el('span', { class: 'hint' }, ` · ${plural(members, 'member')}${role === 'admin' ? ' · may do everything' : ''}`)),
+    el('div', { class: 'perm-grid' }, ...boxes),
+    warnings, remove, removeError)
+  showWarnings(role, warnings, keys)
+  return card
+}
+
+function currentKeys(role) {
+  const keys = {}
+  for (const box of $$(`#role-cards input[data-role="${CSS.escape(role)}"]`)) keys[box.dataset.key] = box.checked
+  return keys
+}
+
+function showWarnings(role, slot, keys = currentKeys(role)) {
+  slot.replaceChildren(...roleWarnings(role, keys).map((w) => el('p', { class: 'warn', dataset: { warning: w.key } }, w.text)))
+}
+
+function removeRole(role, slot) {
+  const members = state.users.filter((u) => u.role === role)
+  if (members.length > 0) return say(slot, `${plural(members.length, 'user has', 'users have')} the role ${role} (${members.slice(0, 5).map((u) => u.username).join(', ')}${members.length > 5 ? '…' : ''}): give them another role first.`)
+  state.roles = matrixFromForm()
+  delete state.roles[role]
+  renderRoles()
+  say($('#roles-status'), `${role} removed; save to apply.`)
 }
 
 function matrixFromForm() {
   const groups = {}
   for (const role of Object.keys(state.roles)) groups[role] = { ...state.roles[role] }
-  for (const box of document.querySelectorAll('#matrix-rows input[type=checkbox]')) {
-    if (!box.disabled) groups[box.dataset.role][box.dataset.key] = box.checked
+  for (const box of $$('#role-cards input[type=checkbox]')) {
+    if (!box.disabled && groups[box.dataset.role]) groups[box.dataset.role][box.dataset.key] = box.checked
   }
   return groups
 }
@@ -165,6 +379,7 @@ const stale = (what) => (error) => {
 }
 
 onSubmit($('#roles-form'), async () => {
+  $('#roles-status').hidden = true
   const { data, response } = await call('/authsvc/api/groups', { method: 'PUT', body: { groups: matrixFromForm() }, headers: ifMatch(state.rolesEtag) }).catch(stale('roles'))
   state.roles = data.groups
   state.rolesEtag = response.headers.get('ETag')
@@ -175,16 +390,168 @@ onSubmit($('#roles-form'), async () => {
 
 onSubmit($('#add-role-form'), async (data) => {
   const name = data.name.trim()
-  if (!/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$/.test(name)) throw new ApiError(400, { error: 'A role name is 1 to 64 letters, digits, _ . -', code: 'VALIDATION_FAILED' })
-  if (state.roles[name]) throw new ApiError(409, { error: `${name} exists already`, code: 'VALIDATION_FAILED' })
+  if (!/^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$/.test(name)) throw new ApiError(400, { error: 'A role name is 1 to 64 letters, digits, _ . - (not starting with . or -). Try another name.', code: 'VALIDATION_FAILED' })
+  if (state.roles[name]) throw new ApiError(409, { error: `There is a role named ${name} already: pick another name, or change that role above.`, code: 'VALIDATION_FAILED' })
   state.roles = { ...matrixFromForm(), [name]: Object.fromEntries(KEYS.map((k) => [k, false])) }
   renderRoles()
   $('#add-role-form').reset()
   say($('#roles-status'), `${name} added; choose its permissions and save.`)
-  $(`#perm-${CSS.escape(name)}-can_run`).focus()
+  $(`#perm-${CSS.escape(name)}-can_access_api`).focus()
 })
 
-// ---- IP lists
+// ---- guests
+
+async function loadGuest() {
+  const { data } = await call('/authsvc/api/settings/guest-jwt')
+  $('#allow-guest').checked = data.allow_guest_jwt
+}
+onSubmit($('#guest-form'), async (data) => {
+  const { data: saved } = await call('/authsvc/api/settings/guest-jwt', { method: 'PUT', body: { allow_guest_jwt: data.allow_guest_jwt } })
+  $('#allow-guest').checked = saved.allow_guest_jwt
+  say($('#guest-status'), saved.allow_guest_jwt ? 'Guest logins are allowed.' : 'Guest logins are off.')
+})
+
+// ---- models (#models?user=<name>)
+
+const models = { folders: null, items: [], grants: [] }
+
+async function showModels(query) {
+  const wanted = query?.get('user')
+  if (wanted && state.users.some((u) => u.username === wanted)) $('#grant-user').value = wanted
+  await act($('#models-error'), async () => {
+    if (models.folders === null) await loadFolders()
+    await loadGrants()
+  })
+  $('#models').dataset.ready = 'true'
+}
+LAZY.models = showModels
+
+async function loadFolders() {
+  const { data } = await call('/authsvc/api/model-cache/folders')
+  models.folders = data.folders
+  const chosen = $('#grant-folder').value
+  $('#grant-folder').replaceChildren(...data.folders.map((f) => el('option', { value: f, selected: f === chosen }, f)))
+  await loadItems()
+}
+
+async function loadItems() {
+  const folder = $('#grant-folder').value
+  models.items = folder ? (await call(`/authsvc/api/model-cache/folders/${enc(folder)}/items`)).data.items : []
+  renderItems()
+}
+
+async function loadGrants() {
+  const username = $('#grant-user').value
+  if (!username) return
+  const { data } = await call(`/authsvc/api/users/${enc(username)}/shared-items`)
+  models.grants = data.items
+  renderGrants()
+  renderItems()
+}
+
+function renderGrants() {
+  const username = $('#grant-user').value
+  const u = state.users.find((x) => x.username === username)
+  for (const span of $$('.grant-name')) span.textContent = username
+  const moot = u && (u.role === 'admin' || state.roles[u.role]?.can_view_all_comfyui_items)
+  $('#grant-moot').hidden = !moot
+  if (moot) $('#grant-moot').replaceChildren(`The ${u.role} role has "See every model": ${username} sees every model, and these grants do nothing until it is turned off in `, el('a', { href: '#roles' }, 'Roles'), '.')
+  $('#grant-list').replaceChildren(...(models.grants.length ? models.grants.map((g) => el('li', { dataset: { grant: `${g.folder}/${g.item_name}` } },
+    el('span', { class: 'mono' }, `${g.folder}/${g.item_name}`), ' ',
+    el('button', { type: 'button', class: 'danger small', 'aria-label': `Take back ${g.folder}/${g.item_name} from ${username}`, onclick: () => changeGrant('DELETE', g.folder, g.item_name) }, 'Take back'))) : [el('li', {}, 'Nothing granted yet.')]))
+}
+
+function renderItems() {
+  const folder = $('#grant-folder').value
+  const q = $('#grant-filter').value.trim().toLowerCase()
+  const granted = new Set(models.grants.filter((g) => g.folder === folder).map((g) => g.item_name))
+  const items = models.items.filter((i) => !q || i.toLowerCase().includes(q))
+  const username = $('#grant-user').value
+  $('#grant-items').replaceChildren(...items.slice(0, 200).map((item) => el('li', { dataset: { item } },
+    el('span', { class: 'mono' }, item), ' ',
+    granted.has(item)
+      ? el('span', { class: 'tag' }, 'granted')
+      : el('button', { type: 'button', class: 'secondary small', 'aria-label': `Grant ${folder}/${item} to ${username}`, onclick: () => changeGrant('POST', folder, item) }, 'Grant'))))
+  $('#grant-items-empty').hidden = models.items.length > 0 || !folder
+}
+
+async function changeGrant(method, folder, item) {
+  const username = $('#grant-user').value
+  $('#models-status').hidden = true
+  await act($('#models-error'), async () => {
+    const { data } = await call(`/authsvc/api/users/${enc(username)}/shared-items`, { method, body: { folder, item_name: item } })
+    models.grants = data.items
+    renderGrants()
+    renderItems()
+    say($('#models-status'), method === 'POST' ? `${username} may now use ${folder}/${item}.` : `${folder}/${item} was taken back from ${username}.`)
+  })
+}
+
+$('#grant-user').addEventListener('change', () => {
+  history.replaceState(null, '', `#models?user=${enc($('#grant-user').value)}`)
+  void act($('#models-error'), loadGrants)
+})
+$('#grant-folder').addEventListener('change', () => act($('#models-error'), loadItems))
+$('#grant-filter').addEventListener('input', renderItems)
+$('#cache-refresh').addEventListener('click', () => act($('#models-error'), async () => {
+  $('#models-status').hidden = true
+  const { data } = await call('/authsvc/api/model-cache/refresh', { method: 'POST' })
+  await loadFolders()
+  say($('#models-status'), `The model list was refreshed: ${plural(data.folders_count, 'folder')}, ${plural(data.items_count, 'item')} (${when(data.refreshed_at_iso)}).`)
+}))
+
+// ---- workflows
+
+async function showWorkflows() {
+  await act($('#workflows-error'), async () => {
+    await Promise.all([loadShared(), loadUserWorkflows()])
+  })
+  $('#workflows').dataset.ready = 'true'
+}
+LAZY.workflows = showWorkflows
+
+async function loadShared() {
+  const { data } = await call('/authsvc/api/workflows/shared')
+  $('#shared-workflows').replaceChildren(...(data.workflows.length ? data.workflows.map((w) => el('li', { dataset: { workflow: w.filename } },
+    el('span', { class: 'mono' }, w.filename), el('span', { class: 'hint' }, ` ${size(w.size)}, ${when(w.modified_iso)} `),
+    el('button', { type: 'button', class: 'danger small', 'aria-label': `Remove ${w.filename} from the shared workflows`, onclick: () => confirmUnshare(w.filename) }, 'Remove'))) : [el('li', {}, 'No shared workflow.')]))
+}
+
+async function loadUserWorkflows() {
+  const username = $('#publish-user').value
+  if (!username) return
+  const { data } = await call(`/authsvc/api/users/${enc(username)}/workflows`)
+  $('#publish-file').replaceChildren(...(data.workflows.length ? data.workflows.map((w) => el('option', { value: w.filename }, w.filename)) : [el('option', { value: '' }, `${username} has no workflow`)]))
+  $('#publish').disabled = data.workflows.length === 0
+}
+$('#publish-user').addEventListener('change', () => act($('#workflows-error'), loadUserWorkflows))
+
+onSubmit($('#publish-form'), async (data) => {
+  $('#workflows-status').hidden = true
+  if (!data.filename) throw new ApiError(400, { error: `${data.username} has no workflow to publish: they save one in ComfyUI first.`, code: 'NOT_FOUND' })
+  const { data: done } = await call(`/authsvc/api/users/${enc(data.username)}/workflows/publish`, { method: 'POST', body: { filename: data.filename } })
+  await loadShared()
+  say($('#workflows-status'), `${done.filename} of ${data.username} is now shared with everyone.`)
+})
+
+function confirmUnshare(filename) {
+  const dialog = $('#confirm-unshare')
+  dialog.querySelector('.unshare-name').textContent = filename
+  dialog.returnValue = ''
+  dialog.onclose = () => {
+    if (dialog.returnValue !== 'remove') return
+    $('#workflows-status').hidden = true
+    act($('#workflows-error'), async () => {
+      await call('/authsvc/api/workflows/shared', { method: 'DELETE', body: { filename } })
+      await loadShared()
+      say($('#workflows-status'), `${filename} is no longer shared. Users' own copies stay.`)
+    })
+  }
+  dialog.showModal()
+  $('#unshare-cancel').focus()
+}
+
+// ---- network: IP lists (each change saved at once) and the trusted proxies
 
 async function loadIpLists() {
   const { data, response } = await call('/authsvc/api/ip-lists')
@@ -197,56 +564,100 @@ function renderIpLists() {
   $('#whitelist').value = state.ip.whitelist.join('\n')
   const rows = state.ip.blacklist.map((entry, i) => el('tr', { dataset: { ip: entry.ip } },
     el('td', { class: 'mono' }, entry.ip),
-    el('td', {}, entry.expires_at_iso ? when(entry.expires_at_iso) : 'permanently'),
-    el('td', { class: 'actions' }, el('button', { type: 'button', class: 'danger small', 'aria-label': `Unblock ${entry.ip}`, onclick: () => { state.ip.blacklist.splice(i, 1); renderIpLists(); say($('#ip-status'), `${entry.ip} removed; save to apply.`) } }, 'Unblock'))))
-  $('#blacklist-rows').replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colspan: 3 }, 'Nobody is blocked.'))]))
+    el('td', {}, entry.expires_at_iso ? when(entry.expires_at_iso) : 'until unblocked'),
+    el('td', { class: 'actions' }, el('button', { type: 'button', class: 'danger small', 'aria-label': `Unblock ${entry.ip}`, onclick: () => unblock(i) }, 'Unblock'))))
+  $('#blacklist-rows').replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colspan: 3 }, 'No address is blocked.'))]))
 }
 
-$('#block-add').addEventListener('click', () => {
-  const form = $('#ip-form')
-  clearErrors(form)
-  const ip = $('#block-ip').value.trim()
-  const hours = $('#block-hours').value.trim()
-  if (!ip) return showError(form, new ApiError(400, { error: 'Enter an address or a CIDR to block.', code: 'BLOCK_IP' }))
-  if (hours && !(Number(hours) > 0)) return showError(form, new ApiError(400, { error: 'Hours must be a positive number, or empty.', code: 'BLOCK_HOURS' }))
-  state.ip.blacklist.push(hours ? { ip, expires_at_iso: new Date(Date.now() + Number(hours) * 3600_000).toISOString() } : { ip, permanent: true })
-  $('#block-ip').value = ''
-  $('#block-hours').value = ''
-  renderIpLists()
-  say($('#ip-status'), `${ip} added; save to apply.`)
-})
-$('#ip-form').dataset.errorMap = 'BLOCK_IP=block_ip;BLOCK_HOURS=block_hours'
+/** The service's problems ("blacklist[1].ip: loopback can never be blacklisted") in words about the entries sent. */
+function ipProblem(message, lists) {
+  return message.split('; ').map((problem) => {
+    const black = /^blacklist\[(\d+)\]\.ip: (.*)$/.exec(problem)
+    if (black) {
+      const ip = lists.blacklist[Number(black[1])]?.ip ?? ''
+      if (/loopback/.test(black[2])) return `${ip} is this machine (loopback): it is always admitted and can never be blocked.`
+      return `"${ip}" is not an address or a range: write it like 203.0.113.9 or 203.0.113.0/24.`
+    }
+    const white = /^whitelist\[(\d+)\]: (.*)$/.exec(problem)
+    if (white) return `Line ${Number(white[1]) + 1} ("${lists.whitelist[Number(white[1])]}") is not an address or a range: write it like 203.0.113.9 or 203.0.113.0/24.`
+    return problem
+  }).join(' ')
+}
 
-onSubmit($('#ip-form'), async (data) => {
-  const whitelist = data.whitelist.split('\n').map((l) => l.trim()).filter(Boolean)
+/** Saves `lists`; a refusal is thrown in words, with `code` naming the field it concerns. */
+async function saveIpLists(lists, code) {
   try {
-    const { data: saved, response } = await call('/authsvc/api/ip-lists', { method: 'PUT', body: { whitelist, blacklist: state.ip.blacklist }, headers: ifMatch(state.ipEtag) })
-    state.ip = { whitelist: saved.whitelist, blacklist: saved.blacklist }
+    const { data, response } = await call('/authsvc/api/ip-lists', { method: 'PUT', body: lists, headers: ifMatch(state.ipEtag) })
+    state.ip = { whitelist: data.whitelist, blacklist: data.blacklist }
     state.ipEtag = response.headers.get('ETag')
   } catch (error) {
-    // "blacklist[2].ip: loopback can never be blacklisted" points at the row the admin just added
-    if (error.code === 'VALIDATION_FAILED' && /blacklist/.test(error.message)) throw new ApiError(error.status, { error: error.message, code: 'BLOCK_IP' })
-    if (error.code === 'VALIDATION_FAILED' && /whitelist/.test(error.message)) throw new ApiError(error.status, { error: error.message, code: 'WHITELIST' })
+    if (error.code === 'VALIDATION_FAILED') throw new ApiError(error.status, { error: ipProblem(error.message, lists), code })
     stale('IP lists')(error)
   }
   renderIpLists()
-  say($('#ip-status'), 'IP lists saved.')
-})
-$('#ip-form').dataset.errorMap += ';WHITELIST=whitelist'
-
-// ---- settings
-
-async function loadGuest() {
-  const { data } = await call('/authsvc/api/settings/guest-jwt')
-  $('#allow-guest').checked = data.allow_guest_jwt
 }
-onSubmit($('#guest-form'), async (data) => {
-  const { data: saved } = await call('/authsvc/api/settings/guest-jwt', { method: 'PUT', body: { allow_guest_jwt: data.allow_guest_jwt } })
-  $('#allow-guest').checked = saved.allow_guest_jwt
-  say($('#guest-status'), saved.allow_guest_jwt ? 'Guest logins are allowed.' : 'Guest logins are off.')
-})
 
-loadRoles()
-  .then(() => Promise.all([loadUsers(), loadIpLists(), loadGuest(), startAudit()]))
-  .then(() => { document.body.dataset.ready = 'true' })
+onSubmit($('#block-form'), async (data) => {
+  hide($('#ip-status'), $('#ip-error'))
+  const ip = data.block_ip.trim()
+  const hours = data.block_hours.trim()
+  if (!ip) throw new ApiError(400, { error: 'Enter the address or range to block, like 203.0.113.9 or 203.0.113.0/24.', code: 'BLOCK_IP' })
+  if (hours && !(Number(hours) > 0)) throw new ApiError(400, { error: 'Enter a number of hours above 0, or leave it empty to block until you unblock it.', code: 'BLOCK_HOURS' })
+  if (state.ip.blacklist.some((e) => e.ip === ip)) throw new ApiError(409, { error: `${ip} is blocked already.`, code: 'BLOCK_IP' })
+  const entry = hours ? { ip, expires_at_iso: new Date(Date.now() + Number(hours) * 3600_000).toISOString() } : { ip, permanent: true }
+  await saveIpLists({ whitelist: state.ip.whitelist, blacklist: [...state.ip.blacklist, entry] }, 'BLOCK_IP')
+  $('#block-form').reset()
+  say($('#ip-status'), `${ip} is blocked${hours ? ` for ${plural(Number(hours), 'hour')}` : ' until you unblock it'}.`)
+})
+$('#block-form').dataset.errorMap = 'BLOCK_IP=block_ip;BLOCK_HOURS=block_hours'
+
+function unblock(i) {
+  const entry = state.ip.blacklist[i]
+  hide($('#ip-status'))
+  return act($('#ip-error'), async () => {
+    await saveIpLists({ whitelist: state.ip.whitelist, blacklist: state.ip.blacklist.filter((_, j) => j !== i) }, 'UNBLOCK')
+    say($('#ip-status'), `${entry.ip} is no longer blocked.`)
+  })
+}
+
+onSubmit($('#ip-form'), async (data) => {
+  hide($('#ip-status'), $('#ip-error'))
+  const whitelist = data.whitelist.split('\n').map((l) => l.trim()).filter(Boolean)
+  await saveIpLists({ whitelist, blacklist: state.ip.blacklist }, 'WHITELIST')
+  say($('#ip-status'), whitelist.length ? `Only ${plural(whitelist.length, 'address or range', 'addresses and ranges')} (and this machine) may connect now.` : 'Every address that is not blocked may connect.')
+})
+$('#ip-form').dataset.errorMap = 'WHITELIST=whitelist'
+
+async function loadNetwork() {
+  const { data } = await call('/authsvc/api/admin/network')
+  $('#my-ip').textContent = data.your_ip
+  $('#trusted-proxies').replaceChildren(...(data.trusted_proxies.length ? data.trusted_proxies.map((p) => el('li', { class: 'mono' }, p)) : [el('li', {}, 'None: every client\'s own address counts, and X-Forwarded-For is ignored.')]))
+}
+
+// ---- tables: on a phone each row is a card whose cells say their column (CSS: table.stack)
+
+function labelCells(table) {
+  const heads = $$('thead th', table).map((th) => th.textContent.trim())
+  for (const row of $$('tbody tr', table)) {
+    ;[...row.children].forEach((cell, i) => { if (heads[i] && !cell.hasAttribute('colspan')) cell.dataset.label = heads[i] })
+  }
+}
+for (const table of $$('table')) {
+  table.classList.add('stack')
+  labelCells(table)
+  new MutationObserver(() => labelCells(table)).observe(table.tBodies[0] ?? table, { childList: true })
+}
+
+// ---- start
+
+route({ focus: false, load: false })
+call('/authsvc/api/me').then(({ data }) => { state.me = data }).catch(() => {})
+  .then(loadRoles)
+  .then(() => Promise.all([loadUsers(), loadIpLists(), loadGuest(), loadNetwork(), startAudit()]))
+  .then(() => {
+    renderRoles() // member counts need the users
+    document.body.dataset.ready = 'true'
+    const at = where()
+    if (at.section === 'user-page' || LAZY[at.section]) route({ focus: false })
+  })
   .catch((error) => say($('#users-error'), error.message))

@@ -3,6 +3,7 @@
 // reaches a server or its logs. A signed-in user without a temp token is sent to the account
 // page's MFA section, where enrolment and its changes live.
 import { $, api, onSubmit, showError } from './common.js'
+import { showBackupCodes } from './account-codes.js'
 
 const [mode, tempToken] = decodeURIComponent(location.hash.slice(1)).split(':')
 history.replaceState(null, '', location.pathname) // do not keep the token in history
@@ -22,9 +23,14 @@ if (mode === 'verify' && tempToken) {
   $('#setup').hidden = false
   api('/authsvc/api/mfa/setup', { method: 'POST', body: withToken({}) })
     .then(({ data }) => {
+      if (data.required_by_role) {
+        $('#setup-role').textContent = data.required_by_role
+        $('#setup-user').textContent = data.username
+        $('#setup-why').hidden = false
+      }
       $('#qr').innerHTML = data.qr_svg
       $('#secret').textContent = data.secret
-      for (const code of data.backup_codes) $('#backup-codes').append(Object.assign(document.createElement('li'), { textContent: code }))
+      showBackupCodes($('#setup-codes'), data.backup_codes, data.username)
       $('#setup-code').focus()
     })
     .catch((error) => showError($('#setup-form'), error))

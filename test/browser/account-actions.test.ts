@@ -117,19 +117,20 @@ describe('account and admin actions in chromium', { concurrency: false }, () => 
     await row().getByText('enabled', { exact: true }).waitFor()
 
     const second = await apiToken(stack, 'bob', NEW_PASSWORD)
-    await admin.getByRole('button', { name: 'Sessions and tokens of bob' }).click()
+    await admin.getByRole('link', { name: 'Open bob' }).click()
     await admin.locator('#detail-tokens tr[data-prefix]').waitFor()
     await admin.getByLabel('New password for bob').fill('short')
     await admin.getByRole('button', { name: 'Reset password' }).click()
     await admin.locator('#reset-password-error').waitFor()
     await admin.getByLabel('New password for bob').fill('an-admin-chosen-password')
     await admin.getByRole('button', { name: 'Reset password' }).click()
-    await admin.locator('#users-status', { hasText: 'The password of bob was reset' }).waitFor()
+    await admin.locator('#user-page-status', { hasText: 'The password of bob was reset' }).waitFor()
     await admin.locator('#detail-tokens', { hasText: 'No API token.' }).waitFor()
     assert.deepEqual(await me(stack, second), { status: 401, code: 'TOKEN_REVOKED' })
     assert.equal((await login(stack, 'bob', 'an-admin-chosen-password')).jwt.split('.').length, 3)
 
-    // a role added and removed again in the matrix
+    // a role added and removed again in the Roles section
+    await admin.getByRole('navigation', { name: 'Admin sections' }).getByRole('link', { name: 'Roles', exact: true }).click()
     await admin.getByLabel('New role name').fill('temp')
     await admin.getByRole('button', { name: 'Add role' }).click()
     await admin.getByRole('button', { name: 'Save roles' }).click()
@@ -139,7 +140,7 @@ describe('account and admin actions in chromium', { concurrency: false }, () => 
     await admin.getByRole('button', { name: 'Save roles' }).click()
     assert.equal((await removed).status(), 200)
     assert.equal(Object.keys((await (await removed).json()).groups).includes('temp'), false, 'the role is gone')
-    assert.equal(await admin.locator('tr[data-role=temp]').count(), 0)
+    assert.equal(await admin.locator('fieldset[data-role=temp]').count(), 0)
 
     await admin.getByLabel('Allow guest logins').check()
     await admin.getByRole('button', { name: 'Save', exact: true }).click()
@@ -155,6 +156,7 @@ describe('account and admin actions in chromium', { concurrency: false }, () => 
     await visitor.locator('#comfy-menubar summary').click()
     assert.deepEqual(await visitor.locator('#comfy-menubar button').allInnerTexts(), ['Log out'], 'a guest has no account page and no admin panel')
 
+    await admin.getByRole('navigation', { name: 'Admin sections' }).getByRole('link', { name: 'Users', exact: true }).click()
     await admin.getByRole('button', { name: 'Delete bob' }).click()
     await admin.locator('#confirm-delete[open]').waitFor()
     await admin.locator('#confirm-delete').getByRole('button', { name: 'Delete' }).click()

@@ -64,6 +64,15 @@ async function queuePrompt(page: Page): Promise<{ status: string; text: string }
   return { status, text: await page.locator('#queue-status').innerText() }
 }
 
+/** Opens a section of the admin panel through its navigation. */
+async function section(admin: Page, name: string, id: string): Promise<void> {
+  await admin.getByRole('navigation', { name: 'Admin sections' }).getByRole('link', { name, exact: true }).click()
+  await admin.locator(`section#${id}:not([hidden])`).waitFor()
+}
+
+/** A permission of a role in the Roles section, by its name in words (web/permission-words.js). */
+const perm = (admin: Page, role: string, name: string) => admin.locator(`fieldset[data-role="${role}"]`).getByLabel(name, { exact: true })
+
 /** Clicks the admin panel's "Save roles" and waits for the saved answer. */
 async function saveRoles(admin: Page): Promise<void> {
   const saved = admin.waitForResponse((r) => new URL(r.url()).pathname === '/authsvc/api/groups' && r.request().method() === 'PUT')
@@ -111,8 +120,9 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
     await admin.getByLabel('Username').fill('root')
     await admin.getByLabel('Password').fill(ADMIN_PASSWORD)
     await admin.getByRole('button', { name: 'Create account' }).click()
-    await admin.locator('#done').waitFor()
-    await signIn(admin, stack, 'root', ADMIN_PASSWORD)
+    // the first account is signed in at once, as the administrator (issue 26)
+    await admin.getByRole('heading', { name: 'You are the administrator' }).waitFor()
+    await admin.getByRole('link', { name: 'Go to ComfyUI' }).click()
     await admin.waitForURL(`${stack.url}/`)
     assert.equal(await comfyMenu(admin), 'root (admin)', 'the ComfyUI menu names the user and the role')
     assert.match(await admin.locator('#comfy-badges').innerText(), /root \(admin\)/)
@@ -120,16 +130,18 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
     await admin.waitForURL(`${stack.url}/authsvc/admin`)
     await admin.locator('body[data-ready=true]').waitFor()
 
+    await section(admin, 'Roles', 'roles')
     await admin.getByLabel('New role name').fill('viewer')
     await admin.getByRole('button', { name: 'Add role' }).click()
-    await admin.getByLabel('viewer: can_access_api').check()
-    await admin.getByLabel('viewer: can_have_api_tokens').check()
-    assert.equal(await admin.getByLabel('viewer: can_run').isChecked(), false)
+    await perm(admin, 'viewer', 'Use ComfyUI').check()
+    await perm(admin, 'viewer', 'Create API tokens').check()
+    assert.equal(await perm(admin, 'viewer', 'Run prompts').isChecked(), false)
     await saveRoles(admin)
     const groups = (await json(await fetch(`${stack.url}/authsvc/api/groups`, { headers: { Cookie: await cookieHeader(adminContext), Accept: 'application/json' } }))).groups
     assert.equal(groups.viewer.can_access_api, true, 'the new role is stored')
     assert.equal(groups.viewer.can_run, false)
 
+    await section(admin, 'Users', 'users')
     const create = admin.locator('#create-user-form')
     await create.getByLabel('Username').fill('alice')
     await create.getByLabel('Password').fill(ALICE_PASSWORD)
@@ -148,13 +160,15 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
     const etag = (await loaded).headers()['etag']
     assert.ok(etag, 'the roles come with an ETag')
     await other.locator('body[data-ready=true]').waitFor()
+    await section(other, 'Roles', 'roles')
+    await section(admin, 'Roles', 'roles')
 
-    await admin.getByLabel('viewer: can_upload').check()
+    await perm(admin, 'viewer', 'Upload images').check()
     const first = admin.waitForRequest((r) => new URL(r.url()).pathname === '/authsvc/api/groups' && r.method() === 'PUT')
     await saveRoles(admin)
     assert.equal((await first).headers()['if-match'], etag, 'the save names the version it edits')
 
-    await other.getByLabel('viewer: can_download_models').check()
+    await perm(other, 'viewer', 'Download models').check()
     const second = other.waitForResponse((r) => new URL(r.url()).pathname === '/authsvc/api/groups' && r.request().method() === 'PUT')
     await other.getByRole('button', { name: 'Save roles' }).click()
     assert.equal((await second).status(), 412)
@@ -180,7 +194,7 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
     assert.equal(refused.status, '403')
     assert.match(refused.text, /PERMISSION_DENIED/)
 
-    await admin.getByLabel('viewer: can_run').check()
+    await perm(admin, 'viewer', 'Run prompts').check()
     await saveRoles(admin)
 
     const passed = await queuePrompt(alice)
@@ -256,7 +270,9 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
   step('5. the admin revokes alice\'s session and her open ComfyUI page lands on the login page', async () => {
     await admin.reload()
     await admin.locator('body[data-ready=true]').waitFor()
-    await admin.getByRole('button', { name: 'Sessions and tokens of alice' }).click()
+    await section(admin, 'Users', 'users')
+    await admin.getByRole('link', { name: 'Open alice' }).click()
+    await admin.locator('#user-page[data-ready=alice]').waitFor()
     const sessions = admin.locator('#detail-sessions tr[data-jti]')
     await sessions.first().waitFor()
     assert.equal(await sessions.count(), 1, 'alice has one session (the other ended at log out)')
@@ -283,7 +299,8 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
     await alice.goto(`${stack.url}/?nows`)
     assert.equal(await comfyMenu(alice), 'alice (viewer)')
 
-    await admin.getByRole('button', { name: 'Sessions and tokens of alice' }).click()
+    await admin.reload()
+    await admin.locator('#user-page[data-ready=alice]').waitFor()
     const sessions = admin.locator('#detail-sessions tr[data-jti]')
     await sessions.first().waitFor()
     assert.equal(await sessions.count(), 1)
@@ -296,22 +313,21 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
   })
 
   step('6. a blacklisted address is refused everywhere; loopback goes on working and cannot be blacklisted', async () => {
-    await admin.getByLabel('Block address or CIDR').fill('127.0.0.1')
-    await admin.getByRole('button', { name: 'Add to blacklist' }).click()
-    await admin.getByRole('button', { name: 'Save IP lists' }).click()
+    await section(admin, 'Network', 'network')
+    await admin.getByLabel('Block an address or range').fill('127.0.0.1')
+    await admin.getByRole('button', { name: 'Block', exact: true }).click()
     const error = admin.locator('#block-ip-error')
     await error.waitFor()
-    assert.match(await error.innerText(), /loopback can never be blacklisted/, 'the error is next to the address field')
-    assert.equal(await admin.getByLabel('Block address or CIDR').getAttribute('aria-invalid'), 'true')
-    await admin.getByRole('button', { name: 'Unblock 127.0.0.1' }).click()
+    assert.match(await error.innerText(), /this machine \(loopback\): it is always admitted and can never be blocked/, 'the error is next to the address field')
+    assert.equal(await admin.getByLabel('Block an address or range').getAttribute('aria-invalid'), 'true')
+    assert.equal(await admin.locator('#blacklist-rows tr[data-ip]').count(), 0, 'the refused entry is not listed')
 
-    await admin.getByLabel('Block address or CIDR').fill('203.0.113.0/24')
-    await admin.getByLabel('For (hours, empty = permanently)').fill('2')
-    await admin.getByRole('button', { name: 'Add to blacklist' }).click()
+    await admin.getByLabel('Block an address or range').fill('203.0.113.0/24')
+    await admin.getByLabel('For how many hours').fill('2')
     const saved = admin.waitForResponse((r) => new URL(r.url()).pathname === '/authsvc/api/ip-lists' && r.request().method() === 'PUT')
-    await admin.getByRole('button', { name: 'Save IP lists' }).click()
+    await admin.getByRole('button', { name: 'Block', exact: true }).click()
     assert.equal((await saved).status(), 200)
-    await admin.locator('#ip-status', { hasText: 'IP lists saved.' }).waitFor()
+    await admin.locator('#ip-status', { hasText: '203.0.113.0/24 is blocked for 2 hours.' }).waitFor()
     await admin.locator('#blacklist-rows tr[data-ip="203.0.113.0/24"]').waitFor()
 
     // a browser at the blocked address, behind the trusted proxy
@@ -336,16 +352,16 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
     await admin.locator('body[data-ready=true]').waitFor()
 
     // a whitelist admits only its addresses (and loopback, always)
-    await admin.getByLabel('Whitelist (one address or CIDR a line)').fill('198.51.100.0/24')
-    await admin.getByRole('button', { name: 'Save IP lists' }).click()
-    await admin.locator('#ip-status', { hasText: 'IP lists saved.' }).waitFor()
+    await admin.getByLabel(/Only these addresses may connect/).fill('198.51.100.0/24')
+    await admin.getByRole('button', { name: 'Save allowed addresses' }).click()
+    await admin.locator('#ip-status', { hasText: 'Only 1 address or range (and this machine) may connect now.' }).waitFor()
     assert.equal((await fetch(`${stack.url}/login`, { headers: { 'X-Forwarded-For': '198.51.100.7' } })).status, 200, 'on the whitelist')
     const outside = await fetch(`${stack.url}/login`, { headers: { 'X-Forwarded-For': '192.0.2.1' } })
     assert.equal(outside.status, 403, 'not on the whitelist')
     assert.equal((await json(outside)).code, 'IP_DENIED')
     await admin.reload()
     await admin.locator('body[data-ready=true]').waitFor()
-    assert.equal(await admin.getByLabel('Whitelist (one address or CIDR a line)').inputValue(), '198.51.100.0/24', 'loopback is never shut out by its own whitelist')
+    assert.equal(await admin.getByLabel(/Only these addresses may connect/).inputValue(), '198.51.100.0/24', 'loopback is never shut out by its own whitelist')
     assert.deepEqual(csp.flat(), [], 'no Content-Security-Policy violation on any page')
     const output = stack.output()
     assert.deepEqual(secrets.filter((secret) => output.includes(secret)), [], 'no password, token or TOTP secret in the host\'s or the sidecar\'s output')

@@ -34,7 +34,9 @@ describe('admin panel: notifications', { concurrency: false }, () => {
     await page.getByLabel('Password').fill(PASSWORD)
     await page.getByRole('button', { name: 'Sign in' }).click()
     await page.waitForURL(`${stack.url}/authsvc/admin`)
-    await page.locator('#ntfy-form[data-ready=true]').waitFor()
+    await page.locator('#ntfy-form[data-ready=true]').waitFor({ state: 'attached' })
+    await page.getByRole('navigation', { name: 'Admin sections' }).getByRole('link', { name: 'Notifications', exact: true }).click()
+    await page.locator('#notifications:not([hidden])').waitFor()
   })
   after(async () => {
     await browser?.close()

@@ -113,14 +113,14 @@ describe('the downloads page in chromium', { concurrency: false }, () => {
   it('the admin panel lists everyone\'s jobs with whose they are', async () => {
     const page = await signIn(await browser.newContext(), stack, 'root', '/authsvc/admin')
     csp.push(watchCsp(page))
-    await page.locator('#downloads-admin[data-ready=true]').waitFor()
+    await page.locator('#downloads-admin[data-ready=true]').waitFor({ state: 'attached' })
+    await page.getByRole('navigation', { name: 'Admin sections' }).getByRole('link', { name: 'Downloads', exact: true }).click()
+    await page.locator('#downloads-admin:not([hidden])').waitFor()
     const rows = page.locator('#admin-download-rows tr')
     assert.equal(await rows.count(), 3)
     for (const name of ['done.safetensors', 'paused.safetensors', 'early.safetensors']) {
       assert.equal(await page.locator('#admin-download-rows tr', { hasText: name }).locator('td').first().innerText(), 'alice')
     }
-    await page.getByRole('link', { name: 'Downloads' }).click()
-    await page.locator('#downloads-admin').scrollIntoViewIfNeeded()
     await shootAndCheck(page, 'admin-downloads')
     assert.deepEqual(csp.flat(), [])
   })

@@ -4,7 +4,8 @@
  * gate; the page is the repo's extension harness (the stand-in frontend, given to ComfyUI with
  * --front-end-root, since the real frontend package is not installable here), which loads
  * extensions as the frontend does (`GET /api/extensions`, `import()` each). The menu shows
- * the user and role with the admin link, and log out ends the session.
+ * the user and role with the admin link, the top bar's USER badge opens the same entries, and
+ * log out ends the session.
  * Skipped where no real ComfyUI exists.
  */
 import { describe, it, before, after } from 'node:test'
@@ -56,6 +57,11 @@ describe('the ComfyUI menu on the real ComfyUI', { skip: REAL_HOST_SKIP, concurr
     assert.equal(await page.locator('#comfy-menubar summary').innerText(), 'root (admin)')
     await page.locator('#comfy-menubar summary').click()
     assert.deepEqual(await page.locator('#comfy-menubar button').allInnerTexts(), ['Account…', 'Admin panel…', 'Log out'])
+    // the top bar's USER badge opens the same entries (issue 26)
+    await page.getByRole('button', { name: /USER\s*root \(admin\)/ }).click()
+    assert.deepEqual(await page.getByRole('menu').getByRole('menuitem').allInnerTexts(), ['Account…', 'Admin panel…', 'Log out'])
+    await page.keyboard.press('Escape')
+    await page.getByRole('menu').waitFor({ state: 'hidden' })
 
     const cookie = (await context.cookies()).find((c) => c.name === 'jwt_token')
     assert.ok(cookie)

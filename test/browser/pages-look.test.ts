@@ -213,9 +213,10 @@ describe('every page: screenshots, axe, CSP', { concurrency: false }, () => {
   it('root: the admin panel with a user\'s sessions and tokens open, the delete confirmation', async () => {
     root = await adminContext(browser, stack.url, 'root', PASSWORD)
     const admin = await open(root, '/authsvc/admin', 'body[data-ready=true]')
-    await admin.getByRole('button', { name: 'Sessions and tokens of bob' }).click()
+    await admin.getByRole('link', { name: 'Open bob' }).click()
     await admin.locator('#detail-tokens tr[data-prefix]').waitFor()
     shots.push(...(await shootAndCheck(admin, 'admin')))
+    await admin.getByRole('link', { name: '← All users' }).click()
     await admin.getByRole('button', { name: 'Delete bob' }).click()
     await admin.locator('#confirm-delete[open]').waitFor()
     assert.equal(await admin.evaluate(() => document.activeElement?.id), 'confirm-cancel', 'the safe choice has the focus')

@@ -96,7 +96,8 @@ describe('storage in the admin panel and on the account page, in chromium', { co
   it('the admin sees alice\'s folders and empties them after typing her name; bob\'s stay', async () => {
     const page = await signIn(await browser.newContext(), stack, 'root', '/authsvc/admin')
     csp.push(watchCsp(page))
-    await page.locator('#storage[data-ready=true]').waitFor()
+    await page.locator('#storage[data-ready=true]').waitFor({ state: 'attached' })
+    await page.getByRole('navigation', { name: 'Admin sections' }).getByRole('link', { name: 'Storage', exact: true }).click()
     assert.equal(await page.locator('#storage-owners').innerText(), 'Users with folders of their own: alice, bob.')
     await page.locator('#storage').getByLabel('User', { exact: true }).selectOption('alice')
     await page.getByRole('button', { name: 'Show storage' }).click()

@@ -76,7 +76,7 @@ describe('admin: a user\'s sessions, API tokens and last seen', () => {
       assert.equal(list.status, 200)
       assert.equal(list.body.username, 'alice')
       assert.equal(list.body.sessions.length, 2)
-      assert.deepEqual(Object.keys(list.body.sessions[0]).sort(), ['created_at_iso', 'exp_at_iso', 'jti', 'last_used_at_iso', 'remember_me'])
+      assert.deepEqual(Object.keys(list.body.sessions[0]).sort(), ['browser', 'created_at_iso', 'device', 'exp_at_iso', 'ip', 'jti', 'last_used_at_iso', 'os', 'remember_me'])
       const rootJti = (await h.call('GET', '/authsvc/me/sessions', { headers: bearer(admin) })).body.sessions[0].jti
       assert.equal((await h.call('DELETE', `/authsvc/api/users/alice/sessions/${rootJti}`, { headers: bearer(admin) })).status, 404, 'another user\'s session is not found under alice')
       const [one] = list.body.sessions

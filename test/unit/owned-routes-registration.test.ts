@@ -19,7 +19,7 @@ describe('registration', () => {
     try {
       const res = await call(sc, { method: 'POST', url: '/register', body: { username: 'first', password: 'first-passphrase-1', role: 'guest' } })
       assert.equal(res.statusCode, 201)
-      assert.deepEqual(json(res), { message: 'User registered', username: 'first', role: 'admin' })
+      assert.deepEqual(json(res), { message: 'User registered', username: 'first', role: 'admin', signed_in: true })
       assert.equal(sc.services.users.byUsername('first')?.role, 'admin')
     } finally {
       await sc.close()

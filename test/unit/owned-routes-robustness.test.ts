@@ -115,8 +115,8 @@ describe('robustness: every owned route fed bad input', () => {
     assert.deepEqual([...kinds].sort(), ['mfa', 'session', 'setting', 'throttle', 'token', 'user'], 'a new record kind: seed one in before()')
   })
 
-  it('only an empty user patch is a valid empty body', () => {
-    assert.deepEqual(routes.filter((r) => r.emptyOk).map((r) => `${r.method} ${r.url}`).sort(), ['PUT /api/authsvc/api/users/bob', 'PUT /authsvc/api/users/bob'])
+  it('only an empty user patch and "sign out everywhere else" (which takes no input) are valid empty bodies', () => {
+    assert.deepEqual(routes.filter((r) => r.emptyOk).map((r) => `${r.method} ${r.url}`).sort(), ['POST /api/authsvc/me/sessions/revoke-others', 'POST /authsvc/me/sessions/revoke-others', 'PUT /api/authsvc/api/users/bob', 'PUT /authsvc/api/users/bob'])
   })
 
   it('wrong scalar types are refused, never coerced', async () => {

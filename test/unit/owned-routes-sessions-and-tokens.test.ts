@@ -39,7 +39,7 @@ describe('sessions and current token', () => {
     assert.ok(jtis.includes(one.record.jti) && jtis.includes(two.record.jti))
     assert.ok(sessions.every((s) => sc.services.sessions.get(String(s.jti))?.user_id === alice.user_id), 'only own sessions')
     assert.deepEqual(sessions.filter((s) => s.is_current).map((s) => s.jti), [one.record.jti])
-    assert.deepEqual(Object.keys(sessions[0]).sort(), ['created_at_iso', 'exp_at_iso', 'is_current', 'jti', 'last_used_at_iso'])
+    assert.deepEqual(Object.keys(sessions[0]).sort(), ['browser', 'created_at_iso', 'device', 'exp_at_iso', 'ip', 'is_current', 'jti', 'last_used_at_iso', 'os'])
   })
 
   it('revoking an own session kills it; revoking it again → 404', async () => {

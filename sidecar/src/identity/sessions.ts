@@ -25,6 +25,16 @@ export interface SessionRecord {
   revoked: boolean
   /** guest sessions only: the throttle bucket of the address that logged in */
   guest_key?: string
+  /** the User-Agent the session was created with (identity/session-device.ts); absent on older records */
+  user_agent?: string
+  /** the client's address as the gate saw it at creation; absent on older records */
+  ip?: string
+}
+
+/** Who created a session, as the person will recognise it later: never a secret. */
+export interface SessionClient {
+  userAgent?: string
+  ip?: string
 }
 
 export interface SessionSettings {
@@ -65,8 +75,8 @@ export class SessionService {
     for (const s of guests) this.guests.set(s.jti, s.guest_key ?? `unknown:${s.jti}`)
   }
 
-  async issue(user: { user_id: string; username: string }, rememberMe: boolean): Promise<{ token: string; record: SessionRecord }> {
-    return this.issueSession(user, rememberMe, this.settings.lifetimeHours)
+  async issue(user: { user_id: string; username: string }, rememberMe: boolean, client: SessionClient = {}): Promise<{ token: string; record: SessionRecord }> {
+    return this.issueSession(user, rememberMe, this.settings.lifetimeHours, client)
   }
 
   /**
@@ -74,11 +84,11 @@ export class SessionService {
    * per-address login rate; short-lived; the oldest guest sessions beyond the
    * per-address and total bounds are removed before this one is handed out.
    */
-  async issueGuest(ip: string): Promise<{ token: string; record: SessionRecord }> {
+  async issueGuest(ip: string, userAgent?: string): Promise<{ token: string; record: SessionRecord }> {
     const rate = this.guestRate.take(ip)
     if (!rate.allowed) throw new AuthsvcError('TOO_MANY_ATTEMPTS', 'Too many guest logins from this address; try again later', { 'Retry-After': String(rate.retryAfterSeconds) })
     const lifetime = Math.min(this.settings.lifetimeHours, this.guestLimits.lifetimeHours)
-    const issued = await this.issueSession({ user_id: GUEST_SUBJECT, username: GUEST_ROLE }, false, lifetime, addressKey(ip))
+    const issued = await this.issueSession({ user_id: GUEST_SUBJECT, username: GUEST_ROLE }, false, lifetime, { ip, userAgent }, addressKey(ip))
     await this.enforceGuestBounds()
     return issued
   }
@@ -101,7 +111,7 @@ export class SessionService {
     await this.sessions.narrowRemove(jti)
   }
 
-  private async issueSession(user: { user_id: string; username: string }, rememberMe: boolean, lifetimeHours: number, guestKey?: string): Promise<{ token: string; record: SessionRecord }> {
+  private async issueSession(user: { user_id: string; username: string }, rememberMe: boolean, lifetimeHours: number, client: SessionClient, guestKey?: string): Promise<{ token: string; record: SessionRecord }> {
     const now = this.clock()
     const jti = randomUUID()
     const expMs = now + lifetimeHours * 3600_000
@@ -121,6 +131,8 @@ export class SessionService {
       remember_me: rememberMe,
       revoked: false,
       ...(guestKey === undefined ? {} : { guest_key: guestKey }),
+      ...(client.userAgent === undefined ? {} : { user_agent: client.userAgent }),
+      ...(client.ip === undefined || client.ip === '' ? {} : { ip: client.ip }),
     }
     // a new session widens access: it exists only once stored
     await this.sessions.put(jti, record)
@@ -215,6 +227,13 @@ export class SessionService {
     if (!record || record.revoked) return false
     await this.sessions.narrow(jti, { ...record, revoked: true })
     return true
+  }
+
+  /** Ends one of `userId`'s live sessions; false when it is not theirs, or already ended. */
+  async revokeOwn(userId: string, jti: string): Promise<boolean> {
+    const record = this.sessions.get(jti)
+    if (!record || record.user_id !== userId || record.revoked) return false
+    return this.revoke(jti)
   }
 
   async revokeAllForUser(userId: string, exceptJti?: string): Promise<number> {

@@ -20,7 +20,7 @@ import type { Services } from '../services.js'
 const WEB = new URL('../../web/', import.meta.url)
 const read = (name: string) => readFileSync(new URL(name, WEB), 'utf8')
 
-const SCRIPTS = ['common.js', 'login.js', 'register.js', 'mfa.js', 'token.js', 'loading.js', 'account.js', 'admin.js', 'admin-audit.js', 'admin-notify.js', 'admin-updates.js', 'admin-storage.js', 'admin-stores.js', 'admin-nsfw.js', 'account-storage.js', 'api.js', 'account-downloads.js', 'admin-downloads.js']
+const SCRIPTS = ['common.js', 'login.js', 'register.js', 'mfa.js', 'token.js', 'loading.js', 'account.js', 'admin.js', 'admin-audit.js', 'admin-notify.js', 'admin-updates.js', 'admin-storage.js', 'admin-stores.js', 'admin-nsfw.js', 'account-storage.js', 'api.js', 'account-downloads.js', 'admin-downloads.js', 'permission-words.js', 'account-codes.js']
 const ASSETS: Record<string, { type: string; body: string }> = {
   'authsvc.css': { type: 'text/css; charset=utf-8', body: read('authsvc.css') },
   ...Object.fromEntries(SCRIPTS.map((name) => [name, { type: 'text/javascript; charset=utf-8', body: read(name) }])),

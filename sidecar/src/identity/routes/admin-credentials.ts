@@ -13,6 +13,8 @@ import type { UserRecord } from '../users.js'
 import type { Services } from '../../services.js'
 import { eventContext } from '../../access/request-context.js'
 import { TargetUser } from './admin.js'
+import { describeSession } from '../session-device.js'
+import { SessionDeviceFields } from './me.js'
 
 const TokenPrefix = Type.Object({ token_hash_prefix: Type.String({ maxLength: 80 }) }, { additionalProperties: false })
 
@@ -25,7 +27,12 @@ const SessionRow = Type.Object({
   last_used_at_iso: Type.String(),
   exp_at_iso: Type.String(),
   remember_me: Type.Boolean(),
+  ...SessionDeviceFields,
 })
+const RevokeSessions = Type.Union([
+  Type.Object({ jti: Type.String({ minLength: 1, maxLength: 64 }) }, { additionalProperties: false }),
+  Type.Object({ all: Type.Literal(true) }, { additionalProperties: false }),
+], { description: '`{"jti"}` ends one session, `{"all":true}` every one' })
 const TokenRow = Type.Object({
   token_hash_prefix: Type.String(),
   label: Type.String(),
@@ -43,6 +50,7 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
       last_used_at_iso: services.sessions.lastUsedIso(s),
       exp_at_iso: s.exp_at_iso,
       remember_me: s.remember_me,
+      ...describeSession(s),
     }))
   const tokensOf = (user: UserRecord) =>
     services.tokens.activeForUser(user.user_id).map((t) => ({
@@ -94,6 +102,26 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
     }, async (request) => {
       const user = services.users.find(request.params.target_user)
       const revoked = await services.sessions.revokeAllForUser(user.user_id)
+      services.events.emit('session_revoked', { ...eventContext(request), subject: user.username, sessions: revoked })
+      return { status: 'ok' as const, revoked }
+    })
+
+    app.post('/api/users/:target_user/sessions/revoke', {
+      config: { auth: 'admin' },
+      schema: {
+        summary: 'End one of a user\'s sessions (`jti`) or all of them (`all`)', tags, params: TargetUser, body: RevokeSessions,
+        response: { 200: Type.Object({ status: Type.Literal('ok'), revoked: Type.Integer({ description: 'how many sessions ended' }) }) },
+      },
+    }, async (request) => {
+      const user = services.users.find(request.params.target_user)
+      const body = request.body
+      let revoked: number
+      if ('jti' in body) {
+        if (!(await services.sessions.revokeOwn(user.user_id, body.jti))) throw new AuthsvcError('NOT_FOUND', 'Session not found')
+        revoked = 1
+      } else {
+        revoked = await services.sessions.revokeAllForUser(user.user_id)
+      }
       services.events.emit('session_revoked', { ...eventContext(request), subject: user.username, sessions: revoked })
       return { status: 'ok' as const, revoked }
     })

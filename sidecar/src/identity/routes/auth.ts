@@ -17,6 +17,7 @@ import { checkPassword, mfaStep, refuseIfThrottled } from '../password-check.js'
 import { sendLogoutConfirmation } from '../../pages/routes.js'
 import type { Services } from '../../services.js'
 import { eventContext } from '../../access/request-context.js'
+import { sessionClientOf, storedUserAgent } from '../session-device.js'
 
 const Flag = Type.Union([Type.Boolean(), Type.String({ maxLength: 8 })])
 const truthy = (v: unknown): boolean => v === true || v === 'true' || v === 'on' || v === '1'
@@ -37,7 +38,14 @@ const LoginBody = Type.Object({
 
 const tags = ['accounts']
 
-const Registered = Type.Object({ message: Type.String({ description: '`User registered`' }), username: Type.String(), role: Type.String() })
+const Registered = Type.Object({
+  message: Type.String({ description: '`User registered`' }),
+  username: Type.String(),
+  role: Type.String(),
+  signed_in: Type.Optional(Type.Literal(true, { description: 'the first account only: it is signed in at once (a session cookie), unless its role requires MFA' })),
+  mfa_setup_required: Type.Optional(Type.Literal(true, { description: 'the first account, when its role requires MFA: set it up with `mfa_temp_token` to get the session' })),
+  mfa_temp_token: Type.Optional(Type.String()),
+})
 
 const LoggedIn = Type.Object({
   message: Type.String({ description: '`Login successful`' }),
@@ -92,7 +100,16 @@ export function authRoutes(services: AuthRouteServices) {
       const hash = await services.passwords.hash(body.password)
       const user = await services.users.create({ username: body.username, role, password_hash: hash }, new Date(services.clock()), first)
       services.events.emit('user_created', { ...eventContext(request), subject: user.username, role })
-      return reply.code(201).send({ message: 'User registered', username: user.username, role: user.role })
+      const registered = { message: 'User registered', username: user.username, role: user.role }
+      // The first account is signed in at once: whoever registered it could sign in with it next
+      // anyway. Not from another site's page (a login CSRF), and not past a role that requires MFA.
+      if (!first || request.headers['sec-fetch-site'] === 'cross-site') return reply.code(201).send(registered)
+      const step = mfaStep(services, user, false, '/')
+      if (step && 'mfa_setup_required' in step) return reply.code(201).send({ ...registered, mfa_setup_required: true as const, mfa_temp_token: step.mfa_temp_token })
+      const { token } = await services.sessions.issue(user, false, sessionClientOf(request))
+      setSessionCookie(request, reply, token, false, services.sessions.lifetimeSeconds)
+      services.events.emit('user_login', { actor: user.username, subject: user.username, ip: request.facts.ip, mfa: false })
+      return reply.code(201).send({ ...registered, signed_in: true as const })
     }))
 
     app.post('/login', {
@@ -113,7 +130,7 @@ export function authRoutes(services: AuthRouteServices) {
         if (!services.settings.get('allow_guest_jwt')) throw new AuthsvcError('GUEST_DISABLED')
         subject = { user_id: GUEST_SUBJECT, username: GUEST_ROLE }
         // throttled per address, bounded in number, short-lived; never remembered
-        issued = await services.sessions.issueGuest(request.facts.ip)
+        issued = await services.sessions.issueGuest(request.facts.ip, storedUserAgent(request.headers['user-agent']))
       } else {
         if (typeof body.username !== 'string' || typeof body.password !== 'string') {
           throw new AuthsvcError('VALIDATION_FAILED', 'username and password are required')
@@ -126,7 +143,7 @@ export function authRoutes(services: AuthRouteServices) {
           return step
         }
         subject = user
-        issued = await services.sessions.issue(subject, rememberMe)
+        issued = await services.sessions.issue(subject, rememberMe, sessionClientOf(request))
       }
       const { token } = issued
       const remembered = rememberMe && subject.user_id !== GUEST_SUBJECT

@@ -6,6 +6,7 @@ import { AuthsvcError } from '../../kernel/errors.js'
 import { PERMISSION_KEYS, can } from '../principal.js'
 import { eventContext, requireUser } from '../../access/request-context.js'
 import type { Services } from '../../services.js'
+import { describeSession } from '../session-device.js'
 
 const tags = ['accounts']
 
@@ -20,6 +21,14 @@ const Me = Type.Object({
   permissions: Type.Record(Type.String(), Type.Boolean()),
 })
 
+/** What a person recognises a session by (identity/session-device.ts); null where the client did not say. */
+export const SessionDeviceFields = {
+  device: Type.Enum(['iPhone', 'Android phone', 'Desktop', 'Tablet', 'Unknown device'], { description: 'from the User-Agent the session was created with' }),
+  browser: Type.Union([Type.String(), Type.Null()], { description: 'e.g. `Firefox 128`' }),
+  os: Type.Union([Type.String(), Type.Null()], { description: 'e.g. `iOS 17.0`' }),
+  ip: Type.Union([Type.String(), Type.Null()], { description: 'the client\'s address as the gate saw it when the session was created' }),
+}
+
 const Sessions = Type.Object({
   sessions: Type.Array(Type.Object({
     jti: Type.String(),
@@ -27,6 +36,7 @@ const Sessions = Type.Object({
     last_used_at_iso: Type.String(),
     exp_at_iso: Type.String(),
     is_current: Type.Boolean(),
+    ...SessionDeviceFields,
   })),
 })
 
@@ -57,6 +67,7 @@ export function meRoutes(services: Pick<Services, 'sessions' | 'events'>) {
         last_used_at_iso: services.sessions.lastUsedIso(s),
         exp_at_iso: s.exp_at_iso,
         is_current: p.authType === 'session' && p.credentialId === s.jti,
+        ...describeSession(s),
       }))
       return { sessions }
     })
@@ -67,11 +78,25 @@ export function meRoutes(services: Pick<Services, 'sessions' | 'events'>) {
     }, async (request) => {
       const p = requireUser(request)
       const { jti } = request.body
-      const record = services.sessions.get(jti)
-      if (!record || record.user_id !== p.userId || record.revoked) throw new AuthsvcError('NOT_FOUND', 'Session not found')
-      await services.sessions.revoke(jti)
+      if (!(await services.sessions.revokeOwn(p.userId, jti))) throw new AuthsvcError('NOT_FOUND', 'Session not found')
       services.events.emit('session_revoked', { ...eventContext(request), subject: p.username, sessions: 1 })
       return { status: 'ok' as const }
+    })
+
+    app.post('/me/sessions/revoke-others', {
+      config: { auth: 'user' },
+      schema: {
+        summary: 'Sign out everywhere else: end every session of the caller but the one sending this', tags,
+        body: Type.Object({}, { additionalProperties: false, description: 'an empty object' }),
+        response: { 200: Type.Object({ status: Type.Literal('ok'), revoked: Type.Integer({ description: 'how many sessions ended' }) }) },
+      },
+    }, async (request) => {
+      const p = requireUser(request)
+      // from an API token every session is "another" one: the token itself is no session and stays
+      const keep = p.authType === 'session' ? p.credentialId ?? undefined : undefined
+      const revoked = await services.sessions.revokeAllForUser(p.userId, keep)
+      services.events.emit('session_revoked', { ...eventContext(request), subject: p.username, sessions: revoked })
+      return { status: 'ok' as const, revoked }
     })
 
     // Fix: a cookie session's token is never handed to script; only a token the caller already holds.

@@ -15,6 +15,7 @@ import Type, { type Static } from 'typebox'
 import { AuthsvcError } from '../../kernel/errors.js'
 import type { UserRecord } from '../users.js'
 import { setSessionCookie } from '../session-cookie.js'
+import { sessionClientOf } from '../session-device.js'
 import { checkSecondFactor, mfaKey, throttledAttempt } from '../password-check.js'
 import type { Services } from '../../services.js'
 
@@ -34,6 +35,8 @@ const SetupBegun = Type.Object({
   qr_svg: Type.String({ description: 'the provisioning URI as an SVG QR code' }),
   backup_codes: Type.Array(Type.String(), { description: '10 single-use codes, shown once' }),
   message: Type.String(),
+  username: Type.String({ description: 'whose second factor this is (the setup page names them)' }),
+  required_by_role: Type.Union([Type.String(), Type.Null()], { description: 'begun from a sign-in (a setup temp token): the role that requires MFA; null from a session' }),
 })
 
 const Enabled = Type.Union([
@@ -66,7 +69,7 @@ export function mfaRoutes(services: MfaRouteServices) {
   }
 
   const issueSession = async (request: FastifyRequest, reply: FastifyReply, user: UserRecord, rememberMe: boolean) => {
-    const { token } = await services.sessions.issue(user, rememberMe)
+    const { token } = await services.sessions.issue(user, rememberMe, sessionClientOf(request))
     setSessionCookie(request, reply, token, rememberMe, services.sessions.lifetimeSeconds)
     return token
   }
@@ -79,7 +82,7 @@ export function mfaRoutes(services: MfaRouteServices) {
     }, async (request) => {
       // the body is optional here: a session alone may begin the setup
       const body = request.body ?? {}
-      const { user } = await setupCaller(request, body)
+      const { user, tempId } = await setupCaller(request, body)
       if (user.mfa_enabled) await checkSecondFactor(services, request, user, body, undefined, 'confirm')
       const { secret, uri, backupCodes } = await services.mfa.beginSetup(user.user_id, user.username)
       const qr_svg = await QRCode.toString(uri, { type: 'svg', errorCorrectionLevel: 'M', margin: 1 })
@@ -89,6 +92,9 @@ export function mfaRoutes(services: MfaRouteServices) {
         qr_svg,
         backup_codes: backupCodes,
         message: 'Scan the QR code, then confirm with a code from the app (verify-setup). Keep the backup codes safe: each works once.',
+        username: user.username,
+        // a setup temp token is issued only when the user's role requires MFA (password-check.ts mfaStep)
+        required_by_role: tempId === undefined ? null : user.role,
       }
     })
 
