@@ -112,7 +112,7 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
     sidecarPid() {
       return Number(readFileSync(join(dataDir, 'sidecar.pid'), 'utf8').trim())
     },
-    async waitReady(timeoutMs = 20_000) {
+    async waitReady(timeoutMs = 60_000) {
       const until = Date.now() + timeoutMs
       while (Date.now() < until) {
         try {
