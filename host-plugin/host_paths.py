@@ -13,6 +13,9 @@ Items (``op``):
   the folder, then type (``output`` by default); a name that starts with ``/`` or holds ``..``,
   an unknown type, or a subfolder whose join leaves the folder is the host's own 400/403; only
   the base name of ``filename`` is kept.
+  A file's answer adds ``size`` and ``mtime_ms`` (the NSFW tags' key), and ``opened`` (the path the
+  handler opens) with its ``stamp`` (``file_stamp``) when that path names the same file: a pass may
+  be kept on it (kept_decisions.py).
 - ``mask_ref``: the original image of ``POST /upload/mask`` (``original_ref``): as ``view``, but
   the whole name is kept and an empty subfolder is no subfolder.
 - ``upload``: where ``POST /upload/image`` and ``/upload/mask`` store ``filename`` for ``type``
