@@ -6,12 +6,14 @@
  * - inside the REAL ComfyUI (skipped with one line when it is not available): three hosts side by
  *   side, `bare` (no package), `gated` (this package, policy off) and `policy` (nsfw.enabled, the
  *   real classifier), measured in alternating rounds:
- *   - GET /view of an image already classified, for an sfw_check user (the check is a tag read
- *     from memory after the resolve isolation does anyway), wrk at 8 connections: req/s of
+ *   - GET /view of an image already classified, for an sfw_check user (after its first decision the
+ *     plugin repeats the pass while the file stays as it was: kept decisions, `cache.file`), wrk at 8 connections: req/s of
  *     `policy` against `bare` (the issue's target) and against `gated` (printed);
  *   - a CPU-bound prompt with 20 outputs (EmptyImage 512×512 → ImageBlur → 20 SaveImage), every
  *     output classified as it appears: its execution time (the host's own timestamps) on `policy`
  *     against `gated`;
+ *     printed beside it: the ratio of each round's pair, and each sidecar's own CPU time while its
+ *     host ran the prompt (what the policy could take from the prompt);
  *   - the `policy` sidecar's resident memory (VmRSS of its process, the classifier loaded and
  *     warm, after the prompts).
  *
@@ -120,6 +122,12 @@ async function classified(h: Host): Promise<void> {
   }
 }
 
+/** CPU time (user + system, ms) of a process and all its threads so far. */
+function cpuMs(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100 // clock ticks (USER_HZ 100)
+}
+
 function rssMb(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))
   return m ? Number(m[1]) / 1024 : NaN
@@ -161,13 +169,17 @@ async function main(): Promise<void> {
       }
       const rps: Record<string, number[]> = { bare: [], gated: [], policy: [] }
       const ms: Record<string, number[]> = { gated: [], policy: [] }
+      // the sidecar's own CPU while its host runs the prompt: what the policy could take from it
+      const sidecarCpu: Record<string, number[]> = { gated: [], policy: [] }
       for (let round = 0; round < ROUNDS; round++) {
         for (const h of hosts) {
           const headers = h.user ? [`Authorization: Bearer ${h.user}`] : []
           rps[h.name].push((await wrk(`${h.host.url}${viewPath}`, 8, headers, SECONDS)).rps)
         }
         for (const h of round % 2 === 0 ? [hg, hp] : [hp, hg]) {
+          const cpuBefore = cpuMs(h.host.sidecarPid())
           ms[h.name].push(await promptMs(h))
+          sidecarCpu[h.name].push(cpuMs(h.host.sidecarPid()) - cpuBefore)
           if (h === hp) await classified(hp)
         }
       }
@@ -177,6 +189,9 @@ async function main(): Promise<void> {
       const promptRatio = median(ms.policy) / median(ms.gated)
       console.log(`GET /view req/s (median of ${ROUNDS}): bare ${median(rps.bare).toFixed(0)}, gated ${median(rps.gated).toFixed(0)}, policy ${median(rps.policy).toFixed(0)}; policy/gated ${viewGated.toFixed(3)}`)
       console.log(`prompt with 20 outputs, ms (median of ${ROUNDS}): gated ${median(ms.gated).toFixed(0)} ${JSON.stringify(ms.gated.map(Math.round))}, policy ${median(ms.policy).toFixed(0)} ${JSON.stringify(ms.policy.map(Math.round))}`)
+      const paired = ms.policy.map((p, i) => p / ms.gated[i])
+      console.log(`the same, policy/gated per round (each pair run back to back): ${JSON.stringify(paired.map((r) => Number(r.toFixed(3))))}, median ${median(paired).toFixed(3)}`)
+      console.log(`sidecar CPU during its prompt, ms (median of ${ROUNDS}): gated ${median(sidecarCpu.gated).toFixed(0)}, policy ${median(sidecarCpu.policy).toFixed(0)}`)
       verdicts.push({ name: '/view of a classified image, sfw_check user: policy / bare req/s', value: viewRatio.toFixed(3), target: '>= 0.95', ok: viewRatio >= 0.95 })
       verdicts.push({ name: 'CPU-bound prompt, 20 outputs classified: policy / no policy', value: promptRatio.toFixed(3), target: '<= 1.05', ok: promptRatio <= 1.05 })
       verdicts.push({ name: 'sidecar memory with the classifier loaded (MB)', value: memory.toFixed(0), target: '<= 400', ok: memory <= 400 })

@@ -13,6 +13,9 @@ Items (``op``):
   the folder, then type (``output`` by default); a name that starts with ``/`` or holds ``..``,
   an unknown type, or a subfolder whose join leaves the folder is the host's own 400/403; only
   the base name of ``filename`` is kept.
+  A file's answer adds ``size`` and ``mtime_ms`` (the NSFW tags' key), and ``opened`` (the path the
+  handler opens) with its ``stamp`` (``file_stamp``) when that path names the same file: a pass may
+  be kept on it (kept_decisions.py).
 - ``mask_ref``: the original image of ``POST /upload/mask`` (``original_ref``): as ``view``, but
   the whole name is kept and an empty subfolder is no subfolder.
 - ``upload``: where ``POST /upload/image`` and ``/upload/mask`` store ``filename`` for ``type``
@@ -98,16 +101,34 @@ def _view(fp: Any, item: dict[str, Any], whole: bool) -> dict[str, Any]:
         if not _inside(folder, joined):
             return {"status": 403}
         folder = joined
-    place = _real(os.path.join(folder, name if whole else os.path.basename(name)))
+    opened = os.path.join(folder, name if whole else os.path.basename(name))
+    place = _real(opened)
     if not whole and place.get("file"):
         # the content-safety policy keys its tags on the file as it is now (sidecar/src/nsfw/tags.ts)
         try:
             st = os.stat(place["path"])
             place["size"] = st.st_size
             place["mtime_ms"] = st.st_mtime_ns // 1_000_000
+            # the very file the handler opens by its own path (no link in it moved since the realpath):
+            # a pass decided on it may be kept while that path still names this file, unchanged
+            if _same(os.stat(opened), st):
+                place["opened"] = opened
+                place["stamp"] = file_stamp(st)
         except OSError:
             pass
     return place
+
+
+def file_stamp(st: os.stat_result) -> str:
+    """Which file this is and the state it is in: device, inode, size, mtime and ctime (ns).
+    A write, a truncation, a rename over it or a link in its path moved, a chmod: each changes it
+    (ctime is the kernel's, no writer sets it). Text, so a 64-bit inode travels through JSON intact.
+    A kept /view decision is reused only while its file's stamp is the same (kept_decisions.py)."""
+    return f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return a.st_dev == b.st_dev and a.st_ino == b.st_ino
 
 
 def _query_item(raw: Any) -> dict[str, Any]:

@@ -8,6 +8,10 @@ Guarantees:
   newest ``forget``) is never kept; ``forget`` drops every kept decision at once;
 - a kept decision answers only an equal description (the whole tuple of its fields), and only
   until its time (``ms``, at most 5 s) runs out;
+- a decision made on a file (``cache.file``: ``GET /view``, decided on the file the host will
+  open) answers only while that path still names the very same file in the same state
+  (``file_stamp``: device, inode, size, mtime, ctime); one ``stat`` per reuse, and any failure
+  to read it is no reuse;
 - bounded: at most ``_KEPT_MAX`` descriptions holding ``_KEPT_SIZE_MAX`` characters together, none
   longer than ``_KEPT_DESCRIPTION_MAX``; the least recently kept goes first.
 
@@ -16,8 +20,11 @@ decision is used, and a lost connection drops them all.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable
+
+from .host_paths import file_stamp
 
 # Read at each use, so a test may lower them.
 _KEPT_MAX = 4096
@@ -28,11 +35,21 @@ _KEPT_MS_MAX = 5000
 _NOT_REUSABLE = ("need_body", "need_form", "ws_tag", "ws_entry", "body_replaced")
 
 
+def _file_condition(cache: dict[str, Any]) -> tuple[str, str] | None | bool:
+    """``cache.file`` as (path, stamp); None when there is none; False when it is malformed."""
+    spec = cache.get("file")
+    if spec is None:
+        return None
+    if isinstance(spec, dict) and isinstance(spec.get("path"), str) and isinstance(spec.get("stamp"), str):
+        return spec["path"], spec["stamp"]
+    return False
+
+
 class KeptDecisions:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        # answer, the time it ends, the characters of its description
-        self._entries: dict[tuple[Any, ...], tuple[dict[str, Any], float, int]] = {}
+        # answer, the time it ends, the characters of its description, the file it was decided on
+        self._entries: dict[tuple[Any, ...], tuple[dict[str, Any], float, int, tuple[str, str] | None]] = {}
         self._size = 0  # characters of the descriptions held
         self.epoch = 0  # the newest access epoch heard of (hello, forget)
 
@@ -43,7 +60,17 @@ class KeptDecisions:
     def fresh(self, fields: tuple[Any, ...]) -> dict[str, Any] | None:
         """The kept decision for this description while its time lasts; None otherwise."""
         entry = self._entries.get(fields)
-        return entry[0] if entry is not None and entry[1] > self._clock() else None
+        if entry is None or entry[1] <= self._clock():
+            return None
+        condition = entry[3]
+        if condition is not None:
+            # the file the decision was made on, still there and unchanged under the path the host opens
+            try:
+                if file_stamp(os.stat(condition[0])) != condition[1]:
+                    return None
+            except (OSError, ValueError):
+                return None
+        return entry[0]
 
     def keep(self, fields: tuple[Any, ...], size: int, answer: dict[str, Any]) -> None:
         """Keeps the sidecar's answer for this description when its ``cache`` field allows."""
@@ -52,6 +79,9 @@ class KeptDecisions:
             return
         ms, epoch = cache.get("ms"), cache.get("epoch")
         if not (isinstance(ms, int) and 0 < ms <= _KEPT_MS_MAX and isinstance(epoch, int)):
+            return
+        condition = _file_condition(cache)
+        if condition is False:
             return
         # decided before a change we have already been told about: not for reuse
         if epoch != self.epoch or any(k in answer for k in _NOT_REUSABLE):
@@ -64,7 +94,7 @@ class KeptDecisions:
         self.drop(fields)
         while self._entries and (len(self._entries) >= _KEPT_MAX or self._size + size > _KEPT_SIZE_MAX):
             self.drop(next(iter(self._entries)))
-        self._entries[fields] = (answer, self._clock() + ms / 1000, size)
+        self._entries[fields] = (answer, self._clock() + ms / 1000, size, condition or None)
         self._size += size
 
     def drop(self, fields: tuple[Any, ...]) -> None:

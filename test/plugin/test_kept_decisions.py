@@ -362,3 +362,110 @@ class FilterMemoBounds(unittest.TestCase):
         self.assertEqual(len(memo._entries), 4)
         memo.put((1, "object_info", "/object_info", "big"), b"x" * 900, "replace", b"y" * 200)
         self.assertIsNone(memo.get((1, "object_info", "/object_info", "big"), b"x" * 900), "over a quarter of the bound: not kept")
+
+
+class KeptOnAFile(unittest.TestCase):
+    """A pass decided on one file (``cache.file``: GET /view) is reused only while the path the host
+    opens names that very file, unchanged: every way of putting other bytes under the path ends it
+    (attack rows), one stat per reuse."""
+
+    def setUp(self) -> None:
+        import os
+        import tempfile
+
+        self.os = os
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        root = self.dir.name
+        for sub in ("a", "b"):
+            os.makedirs(os.path.join(root, sub))
+            with open(os.path.join(root, sub, "x.png"), "wb") as f:
+                f.write(b"clean-bytes" if sub == "a" else b"other-bytes")
+        os.symlink(os.path.join(root, "a"), os.path.join(root, "link"))
+        self.path = os.path.join(root, "link", "x.png")  # the path the handler opens (through a link)
+        self.kept_module = plugin_module("kept_decisions")
+        self.kept = self.kept_module.KeptDecisions()
+        self.fields = ("GET", "/view", "filename=x.png&subfolder=link", "Bearer t1")
+
+    def next_tick(self) -> None:
+        """Until the kernel's file clock (coarse: a few ms) has moved past the kept file's ctime, so a
+        change is stamped with a later time (bounded). Within one tick a same-size rewrite is not seen:
+        docs/decisions.md says so."""
+        probe = self.os.path.join(self.dir.name, "probe")
+        kept_ctime = self.os.stat(self.path).st_ctime_ns
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            with open(probe, "wb"):
+                pass
+            if self.os.stat(probe).st_mtime_ns > kept_ctime:
+                return
+        raise AssertionError("the file clock did not move in 2 s")
+
+    def keep(self, stamp: str | None = None, path: str | None = None) -> None:
+        if stamp is None:
+            stamp = self.kept_module.file_stamp(self.os.stat(self.path))
+        answer = {"action": "pass", "cache": {"ms": 5000, "epoch": 0, "file": {"path": path or self.path, "stamp": stamp}}}
+        self.kept.keep(self.fields, 100, answer)
+
+    def test_reused_while_the_file_is_unchanged(self) -> None:
+        self.keep()
+        for _ in range(3):
+            self.assertIsNotNone(self.kept.fresh(self.fields))
+
+    def test_every_change_under_the_path_ends_the_reuse(self) -> None:
+        os = self.os
+
+        def rewrite_same_size() -> None:
+            with open(self.path, "r+b") as f:
+                f.write(b"NSFW-bytes!")
+
+        def rename_over() -> None:
+            other = os.path.join(self.dir.name, "a", "new.png")
+            with open(other, "wb") as f:
+                f.write(b"clean-bytes")  # the same bytes, another file
+            os.replace(other, self.path)
+
+        def relink() -> None:
+            os.unlink(os.path.join(self.dir.name, "link"))
+            os.symlink(os.path.join(self.dir.name, "b"), os.path.join(self.dir.name, "link"))
+
+        def mtime_back() -> None:
+            st = os.stat(self.path)
+            with open(self.path, "r+b") as f:
+                f.write(b"NSFW-bytes!")
+            os.utime(self.path, ns=(st.st_atime_ns, st.st_mtime_ns))  # the writer puts the old mtime back: ctime still moves
+
+        rows = [
+            ("rewritten in place, same size", rewrite_same_size),
+            ("another file renamed over it", rename_over),
+            ("a link in the path moved to another folder", relink),
+            ("rewritten with its old mtime put back", mtime_back),
+            ("truncated", lambda: open(self.path, "wb").close()),
+            ("deleted", lambda: os.unlink(self.path)),
+            ("its mode changed", lambda: os.chmod(self.path, 0o600)),
+        ]
+        for label, change in rows:
+            with self.subTest(label):
+                self.setUp()
+                self.keep()
+                self.assertIsNotNone(self.kept.fresh(self.fields), "kept before the change")
+                self.next_tick()
+                change()
+                self.assertIsNone(self.kept.fresh(self.fields), label)
+
+    def test_a_stamp_that_does_not_match_now_or_a_malformed_condition_is_never_used(self) -> None:
+        rows = [
+            ("another stamp", {"path": self.path, "stamp": "1:2:3:4:5"}),
+            ("no such path", {"path": self.path + ".gone", "stamp": "1:2:3:4:5"}),
+            ("a path with NUL", {"path": self.path + "\x00", "stamp": "1:2:3:4:5"}),
+        ]
+        for label, spec in rows:
+            with self.subTest(label):
+                self.kept.forget()
+                self.kept.keep(self.fields, 100, {"action": "pass", "cache": {"ms": 5000, "epoch": 0, "file": spec}})
+                self.assertIsNone(self.kept.fresh(self.fields), label)
+        for label, spec in [("not an object", "x"), ("no stamp", {"path": self.path}), ("a numeric stamp", {"path": self.path, "stamp": 5})]:
+            with self.subTest(label):
+                self.kept.forget()
+                self.kept.keep(self.fields, 100, {"action": "pass", "cache": {"ms": 5000, "epoch": 0, "file": spec}})
+                self.assertFalse(self.kept.holds(self.fields, 100), f"{label}: not kept at all")

@@ -11,7 +11,7 @@
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
+import { mkdirSync, statSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
 import { userFolder } from '../../sidecar/src/isolation/user-folders.js'
@@ -84,6 +84,30 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     assertPass(await view(w.bobJwt, 'filename=shared.png&type=input'))
     assertPass(await view(w.bobJwt, `filename=mine.png&type=input&subfolder=${B}`))
     assertPass(await view(w.bobJwt, `filename=mine.png%20[input]&subfolder=../input/${B}`))
+  })
+
+  it('a pass on a file may be kept while the path the host opens names that file unchanged (cache.file); others are decided every time', async () => {
+    const stampOf = (path: string): string => {
+      const st = statSync(path, { bigint: true })
+      return `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`
+    }
+    const rows: Array<[string, string, string]> = [
+      ['her own output', `filename=a_00001_.png&type=output&subfolder=${A}`, join(hostDir, 'output', A, 'a_00001_.png')],
+      ['through an operator\'s link: the path opened, not the real one', 'filename=a_00001_.png&type=output&subfolder=link', join(hostDir, 'output', 'link', 'a_00001_.png')],
+      ['a legacy file the table gives her', 'filename=legacy_00001_.png&type=output', join(hostDir, 'output', 'legacy_00001_.png')],
+    ]
+    for (const [label, q, opened] of rows) {
+      const pass = assertPass(await view(w.aliceJwt, q), label)
+      assert.deepEqual(pass.cache, { ms: 1000, epoch: w.sc.services.accessEpoch.value, file: { path: opened, stamp: stampOf(opened) } }, label)
+      assert.equal('keep_while' in pass, false, `${label}: the behaviour's word never leaves the sidecar`)
+    }
+    const shared = assertPass(await view(w.bobJwt, 'filename=shared.png&type=input'))
+    assert.equal(shared.cache?.file?.path, join(hostDir, 'input', 'shared.png'), 'a shared input')
+    for (const [label, q] of [['no file named (the host\'s 404)', ''], ['a missing file in her folder', `filename=none.png&type=output&subfolder=${A}`], ['a folder', `filename=pets&type=input&subfolder=${A}`]]) {
+      const d = await view(w.aliceJwt, q)
+      assert.equal(d.action === 'pass' ? d.cache : undefined, undefined, label)
+    }
+    assert.equal((await view(w.bobJwt, `filename=a_00001_.png&type=output&subfolder=${A}`) as { cache?: unknown }).cache, undefined, 'a refusal is never kept')
   })
 
   it('shapes the host refuses by itself whatever exists get the gate\'s JSON error of the same status (400 VALIDATION_FAILED, 403 PERMISSION_DENIED)', async () => {

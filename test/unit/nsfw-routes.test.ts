@@ -165,6 +165,32 @@ describe('mark-nsfw and nsfw-management', () => {
     assert.ok(await poll(async () => nsfw().tags.size === 1, 5000))
     assert.equal(nsfw().tags.all()[0].filename, 'flagged.png')
   })
+
+  it('every tag change pushes forget before its answer (a kept /view read the tag); listing the tags does not', async () => {
+    // the sidecar restarted above: the host names its folders again
+    sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { output_dir: join(host(), 'output'), input_dir: join(host(), 'input'), temp_dir: join(host(), 'temp') } })
+    const pushed: number[] = []
+    sc.built.setPush((m) => {
+      if (m.type === 'forget') pushed.push(m.epoch)
+    })
+    writeFileSync(join(host(), 'input', 'epoch.png'), cleanPng(30))
+    const changes: Array<[string, () => Promise<{ statusCode: number }>]> = [
+      ['a manual tag set', () => mark(admin, { filename: 'epoch.png', subfolder: '', type: 'input', is_nsfw: true })],
+      ['a manual tag changed', () => mark(admin, { filename: 'epoch.png', subfolder: '', type: 'input', is_nsfw: false })],
+      ['every tag cleared', () => call(sc, { method: 'POST', url: '/authsvc/api/nsfw-management', bearer: admin, body: { action: 'clear_all_tags', include_manual: true } })],
+    ]
+    for (const [label, change] of changes) {
+      const before = sc.services.accessEpoch.value
+      pushed.length = 0
+      const res = await change()
+      assert.equal(res.statusCode, 200, label)
+      assert.ok(sc.services.accessEpoch.value > before, `${label}: the epoch moved`)
+      assert.ok(pushed.length > 0 && pushed.at(-1) === sc.services.accessEpoch.value, `${label}: forget pushed before the answer`)
+    }
+    const before = sc.services.accessEpoch.value
+    assert.equal((await call(sc, { method: 'POST', url: '/authsvc/api/nsfw-management', bearer: admin, body: { action: 'list_tags' } })).statusCode, 200)
+    assert.equal(sc.services.accessEpoch.value, before, 'listing the tags changes nothing')
+  })
 })
 
 describe('with the policy off', () => {

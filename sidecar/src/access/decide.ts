@@ -147,11 +147,16 @@ function decideHost(
   // keepable behaviour's reads only that and what its filter's memo names, which move the
   // epoch too (services.ts). Decided on the state this decision began with, or not kept.
   const cache = deps.decisionCache
-  const keep =
-    cache !== undefined && cache.ms > 0 && (desc.method === 'GET' || desc.method === 'HEAD') && desc.headers.upgrade === undefined &&
-    (policy.behaviour === undefined || deps.behaviours.keepable(policy))
+  const onlyRead = (desc.method === 'GET' || desc.method === 'HEAD') && desc.headers.upgrade === undefined
+  const keep = onlyRead && (policy.behaviour === undefined || deps.behaviours.keepable(policy))
   const kept = (decision: Decision): Decision => {
-    if (keep && decision.action === 'pass' && cache.epoch.value === epoch) decision.cache = { ms: cache.ms, epoch }
+    if (decision.action !== 'pass') return decision
+    // a pass decided on one file (GET /view): kept only while that file stays as it was
+    const file = decision.keep_while
+    delete decision.keep_while
+    if (cache === undefined || cache.ms <= 0 || cache.epoch.value !== epoch) return decision
+    if (file !== undefined && onlyRead) decision.cache = { ms: cache.ms, epoch, file }
+    else if (keep) decision.cache = { ms: cache.ms, epoch }
     return decision
   }
   if (policy.behaviour === undefined) return kept(pass)

@@ -39,6 +39,9 @@ export interface Place {
   /** for a `view` of a file: its size and mtime (whole ms), which the content-safety tags are keyed on */
   size?: number
   mtime_ms?: number
+  /** for a `view` of a file: the path the handler opens and the file's stamp there (host_paths.py), when it is the file at `path` */
+  opened?: string
+  stamp?: string
 }
 
 /** What a `userdata` item answers besides `path`, `file` and `dir` (host-plugin/host_paths.py). */

@@ -153,8 +153,25 @@ export interface PassDecision {
   report_prompts?: true
   /** the user named in comfy-user, for hosts that must know their users (ComfyUI --multi-user) */
   host_user?: { id: string; name: string }
-  /** the plugin may answer the same description with this decision for `ms`, while no `forget` newer than `epoch` came */
-  cache?: { ms: number; epoch: number }
+  /**
+   * the plugin may answer the same description with this decision for `ms`, while no `forget` newer than `epoch` came;
+   * with `file`, only while `stat(file.path)` still gives `file.stamp` (the very file the decision was made on, unchanged)
+   */
+  cache?: { ms: number; epoch: number; file?: KeptFile }
+  /**
+   * Never sent (decide.ts takes it out): a behaviour's word that this GET pass read nothing but the
+   * principal, what moves the access epoch, and this file, so it may be kept while the file stays
+   * as it was (decide.ts turns it into `cache.file` when the pass is kept at all).
+   */
+  keep_while?: KeptFile
+}
+
+/** A file as the host's stat saw it when a decision was made on it (host-plugin/kept_decisions.py file_stamp). */
+export interface KeptFile {
+  /** the path the host's handler opens (not the real path: a link in it that moves must end the reuse) */
+  path: string
+  /** device, inode, size, mtime and ctime */
+  stamp: string
 }
 
 export interface RespondDecision {

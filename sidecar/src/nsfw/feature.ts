@@ -40,7 +40,7 @@ export interface NsfwFeature extends Feature {
   bound(): NsfwBound | null
 }
 
-type NsfwServices = Pick<Services, 'config' | 'localKv' | 'host' | 'ownership' | 'events' | 'clock'>
+type NsfwServices = Pick<Services, 'config' | 'localKv' | 'host' | 'ownership' | 'events' | 'clock' | 'accessEpoch'>
 
 /** The images an `executed` event names (`output.images: [{filename, subfolder, type}]`), as real-ish paths under the host's folders. */
 function outputsOf(msg: EventMessage, services: Pick<Services, 'host'>): string[] {
@@ -76,6 +76,8 @@ export function nsfwFeature(services: NsfwServices, log: FastifyBaseLogger): Nsf
       const config = services.config.nsfw
       if (!config.enabled) return {}
       const tags = new TagStore(new CollectionTagRepository(services.localKv, log))
+      // a kept /view pass read the file's tag: any tag that changes ends every kept decision (forget)
+      tags.onChange = () => services.accessEpoch.bump()
       const pool = new ClassifierPool(config.classifier, config.queue_max, log)
       const policy = new NsfwPolicy(
         tags,

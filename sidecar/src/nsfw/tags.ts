@@ -75,11 +75,17 @@ export class CollectionTagRepository implements TagRepository {
 /** The tags in memory, written through to a repository. */
 export class TagStore {
   private readonly byPath = new Map<string, NsfwTag>()
+  /**
+   * Called when memory changes (a tag set, changed or removed), before the write is stored:
+   * decisions the plugin keeps read tags (a /view pass), so the feature bumps the access epoch here.
+   */
+  onChange: () => void = () => {}
 
   constructor(private readonly repo: TagRepository) {}
 
   async load(): Promise<void> {
     for (const tag of await this.repo.load()) this.byPath.set(tag.path, tag)
+    this.onChange()
   }
 
   /** The tag of the file as it is now (size and mtime as given); undefined when none, or the file changed since. */
@@ -106,11 +112,12 @@ export class TagStore {
   /** Memory at once (decisions see it), then stored. */
   async put(tag: NsfwTag): Promise<void> {
     this.byPath.set(tag.path, tag)
+    this.onChange()
     await this.repo.save(tag)
   }
 
   async remove(path: string): Promise<void> {
-    this.byPath.delete(path)
+    if (this.byPath.delete(path)) this.onChange()
     await this.repo.remove(path)
   }
 
@@ -118,6 +125,7 @@ export class TagStore {
   async clear(manual = true): Promise<number> {
     const going = this.all().filter((t) => manual || t.source !== 'manual').map((t) => t.path)
     for (const path of going) this.byPath.delete(path)
+    if (going.length > 0) this.onChange()
     await this.repo.removeAll(going)
     return going.length
   }

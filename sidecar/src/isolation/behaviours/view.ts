@@ -10,6 +10,10 @@
  *
  * For a caller the content-safety policy looks at (an sfw_check user, nsfw/), the resolved file
  * then goes to its gate (deps.contentGate), which may answer 403 "NSFW content blocked".
+ *
+ * A pass on a file is kept by the plugin (`cache.file`, docs/architecture.md "Kept decisions")
+ * while the path the host opens names the same file in the same state; what else it read (the
+ * principal, the file's owner, its tag) moves the access epoch when it changes.
  */
 import { denyDecision } from '../../kernel/answers.js'
 import { mayReadFile } from '../user-folders.js'
@@ -34,6 +38,10 @@ export function viewBehaviour(deps: BehaviourDeps): RouteBehaviour {
         const refused = await gate.view(principal, file, ip)
         if (refused !== null) return refused
       }
+      // Decided on this file and on nothing else but the principal, its ownership and its tag, each
+      // of which moves the access epoch: the plugin may repeat the pass while the path the host
+      // opens still names this very file, unchanged (kernel/protocol.ts keep_while)
+      if (place?.file === true && typeof place.opened === 'string' && typeof place.stamp === 'string') return { ...pass, keep_while: { path: place.opened, stamp: place.stamp } }
       return pass
     },
   }
