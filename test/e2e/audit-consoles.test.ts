@@ -172,9 +172,10 @@ describe('audit log and consoles through the gate', () => {
     const settings = await view('settings_changed')
     assert.deepEqual(settings.map((e) => e.details.setting).sort(), ['allow_guest_jwt', 'groups', 'ip_lists'])
     assert.ok(settings.every((e) => e.actor === 'root' && e.ip === ip))
-    // logins: root once, alice three times (both consoles show their own, and only their own)
+    // logins: root twice (the first account is signed in by its registration, then logs in),
+    // alice three times (both consoles show their own, and only their own)
     const logins = await view('user_login')
-    assert.deepEqual(logins.map((e) => e.subject).sort(), ['alice', 'alice', 'alice', 'bob', 'root'])
+    assert.deepEqual(logins.map((e) => e.subject).sort(), ['alice', 'alice', 'alice', 'bob', 'root', 'root'])
     const created = await view('user_created')
     assert.deepEqual(created.map((e) => [e.subject, e.actor]).sort(), [['alice', 'root'], ['bob', 'root'], ['root', null]])
 
