@@ -70,7 +70,7 @@ export const COMMAND_TIMEOUT_MS = 1000
 /** listing a kind may read many rows (100,000 users at start) */
 export const LIST_TIMEOUT_MS = 30_000
 /** the longest wait between two reconnection attempts */
-export const RECONNECT_MAX_MS = 1000
+export const RECONNECT_MAX_MS = 250
 export const HEARTBEAT_MS = 2000
 /** expired counters and claims are removed at open and this often after */
 export const SWEEP_MS = 10 * 60_000
