@@ -52,11 +52,17 @@ export class IdentityResolver implements PrincipalResolver {
   private sessionPrincipal(checked: SessionCheck, channel: Channel): Resolution | Promise<Resolution> {
     if ('error' in checked) return checked
     const { record } = checked
-    if (record.user_id !== GUEST_SUBJECT && this.deps.users.byId(record.user_id) === undefined && this.deps.users.shared) {
-      // several instances: the user may have been made on another one a moment ago
-      return this.deps.users.fetchById(record.user_id).then(() => this.sessionPrincipalHeld(record, channel), (): Resolution => ({ error: 'STORE_UNAVAILABLE' }))
-    }
-    return this.sessionPrincipalHeld(record, channel)
+    if (record.user_id === GUEST_SUBJECT) return this.sessionPrincipalHeld(record, channel)
+    return this.withUserHeld(record.user_id, () => this.sessionPrincipalHeld(record, channel))
+  }
+
+  /**
+   * Runs `next` once this replica holds the user: with several instances, a user made on another
+   * one a moment ago is read from the store first (503 when it cannot be read).
+   */
+  private withUserHeld(userId: string, next: () => Resolution): Resolution | Promise<Resolution> {
+    if (this.deps.users.byId(userId) !== undefined || !this.deps.users.shared) return next()
+    return this.deps.users.fetchById(userId).then(next, (): Resolution => ({ error: 'STORE_UNAVAILABLE' }))
   }
 
   private sessionPrincipalHeld(record: SessionRecord, channel: Channel): Resolution {
@@ -79,17 +85,14 @@ export class IdentityResolver implements PrincipalResolver {
 
   private tokenPrincipal(checked: TokenCheck, channel: Channel): Resolution | Promise<Resolution> {
     if ('error' in checked) return checked
-    if (this.deps.users.byId(checked.record.user_id) === undefined && this.deps.users.shared) {
-      return this.deps.users.fetchById(checked.record.user_id).then(() => this.tokenPrincipalHeld(checked.record, channel), (): Resolution => ({ error: 'STORE_UNAVAILABLE' }))
-    }
-    return this.tokenPrincipalHeld(checked.record, channel)
+    const { record } = checked
+    return this.withUserHeld(record.user_id, () => this.tokenPrincipalHeld(record, channel))
   }
 
   private tokenPrincipalHeld(record: ApiTokenRecord, channel: Channel): Resolution {
-    const checked = { record }
-    const user = this.deps.users.byId(checked.record.user_id)
+    const user = this.deps.users.byId(record.user_id)
     if (!user || user.disabled) return { error: 'TOKEN_REVOKED' }
-    return { principal: this.userPrincipal(user, 'api_token', checked.record.hash), channel }
+    return { principal: this.userPrincipal(user, 'api_token', record.hash), channel }
   }
 
   /** Anonymous clients act as `local_anonymous_role` only where the config allows it. */
