@@ -88,6 +88,26 @@ for (const backend of backends) {
       assert.equal((await me(b, jwt)).body.code, 'TOKEN_REVOKED')
     })
 
+    it('8 logins of one user on both instances at once: every session listed on each, and "sign out everywhere" on B ends those made on A', async () => {
+      await registerAndLogin(a, 'dana', { admin })
+      const logins = await Promise.all(Array.from({ length: 8 }, (_, i) => (i % 2 === 0 ? a : b).call('POST', '/login', { body: { username: 'dana', password: PASSWORD } })))
+      assert.deepEqual(logins.map((l) => l.status), Array(8).fill(200))
+      const jwts = logins.map((l) => String(l.body.jwt_token))
+      for (const h of [a, b]) {
+        const listed = await h.call('GET', '/authsvc/me/sessions', { headers: bearer(jwts[0]) })
+        assert.equal(listed.status, 200, JSON.stringify(listed.body))
+        // the registration's own login is the 9th
+        assert.equal((listed.body.sessions as unknown[]).length, 9, 'no login lost to the race on the index')
+      }
+      const jtis = jwts.map((j) => String(decodeJwt(j).jti))
+      const allDelivered = Promise.all(jtis.filter((_, i) => i !== 1).map((jti) => delivered(a, (c) => c.key === `session:${jti}` && (c.value as { revoked?: boolean } | undefined)?.revoked === true)))
+      const out = await b.call('POST', '/authsvc/me/sessions/revoke-others', { headers: bearer(jwts[1]), body: {} })
+      assert.equal(out.status, 200, JSON.stringify(out.body))
+      assert.equal(out.body.revoked, 8)
+      await allDelivered
+      for (const [i, jwt] of jwts.entries()) assert.equal((await me(a, jwt)).status, i === 1 ? 200 : 401, `session ${i} on A`)
+    })
+
     it('disable, role change and password reset on B hold on A', async () => {
       const jwt = await registerAndLogin(b, 'carol', { admin })
       const disabled = delivered(a, (c) => c.key.startsWith('user:') && (c.value as { username?: string; disabled?: boolean } | undefined)?.disabled === true)

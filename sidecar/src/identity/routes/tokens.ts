@@ -120,7 +120,7 @@ export function tokenRoutes(services: TokenRouteServices) {
 
     app.get('/api/tokens', { config: { auth: 'user' }, schema: { summary: 'The caller\'s unexpired API tokens (never the tokens themselves)', tags, response: { 200: TokenList } } }, async (request) => {
       const principal = requireUser(request)
-      const tokens = services.tokens.activeForUser(principal.userId).map((t) => ({
+      const tokens = (await services.tokens.activeForUser(principal.userId)).map((t) => ({
         token_hash_prefix: t.hash.slice(0, 12),
         label: t.label,
         expires_iso: t.expires_at_iso,
