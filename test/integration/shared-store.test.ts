@@ -155,6 +155,34 @@ for (const backend of backends) {
       assert.equal(onB.status, 401, JSON.stringify(onB.body))
     })
 
+    it('the MFA step spans instances: password on A, code on B; one temp token gives one session; wrong codes on both count together', async () => {
+      const jwt = await registerAndLogin(a, 'gina', { admin })
+      const setup = await a.call('POST', '/authsvc/api/mfa/setup', { headers: bearer(jwt), body: {} })
+      const enrolled = delivered(b, (c) => c.key.startsWith('mfa:'))
+      assert.equal((await a.call('POST', '/authsvc/api/mfa/verify-setup', { headers: bearer(jwt), body: { code: totpAt(setup.body.secret, clock()) } })).status, 200)
+      await enrolled
+      // password on A, code on B (a load balancer without sticky sessions)
+      clock.advance(30_000)
+      const step = await a.call('POST', '/login', { body: { username: 'gina', password: PASSWORD } })
+      assert.ok(step.body.mfa_temp_token, JSON.stringify(step.body))
+      const onB = await b.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: step.body.mfa_temp_token, code: totpAt(setup.body.secret, clock()) } })
+      assert.equal(onB.status, 200, JSON.stringify(onB.body))
+      assert.equal((await me(a, onB.body.jwt_token)).body.username, 'gina')
+      // the same temp token with a backup code, sent to both at once: one session, never two
+      const step2 = await b.call('POST', '/login', { body: { username: 'gina', password: PASSWORD } })
+      const both = await Promise.all([a, b].map((h, i) => h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: step2.body.mfa_temp_token, backup_code: setup.body.backup_codes[i] } })))
+      assert.deepEqual(both.map((r) => r.status).sort(), [200, 401], JSON.stringify(both.map((r) => r.body)))
+      // 5 wrong codes, 3 on A and 2 on B, spend the token everywhere
+      const step3 = await a.call('POST', '/login', { body: { username: 'gina', password: PASSWORD } })
+      for (const h of [a, b, a, b, a]) {
+        const wrong = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: step3.body.mfa_temp_token, code: '000000' } })
+        assert.equal(wrong.body.code, 'MFA_INVALID_CODE', JSON.stringify(wrong.body))
+      }
+      clock.advance(30_000)
+      const after = await b.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: step3.body.mfa_temp_token, code: totpAt(setup.body.secret, clock()) } })
+      assert.equal(after.body.code, 'MFA_TOKEN_INVALID', JSON.stringify(after.body))
+    })
+
     it('an IP-list edit on A applies on B', async () => {
       const tag = String((await a.call('GET', '/authsvc/api/ip-lists', { headers: bearer(admin) })).headers.etag)
       const applied = delivered(b, (c) => c.key === 'setting:ip_lists')

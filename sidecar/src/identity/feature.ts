@@ -38,6 +38,7 @@ export function identityFeature(services: IdentityServices): Feature {
         const userIds = services.users.list().map((u) => u.user_id)
         await services.sessions.prune(userIds)
         await services.tokens.prune(userIds)
+        await services.mfa.sweepTemps()
       } } }],
     }),
   }
