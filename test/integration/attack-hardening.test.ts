@@ -481,7 +481,7 @@ describe('hole 10: a revoked API token answers TOKEN_REVOKED until it would have
       assert.deepEqual((await h.call('GET', '/authsvc/api/tokens', { headers: bearer(w.jwt) })).body.tokens, [])
       assert.equal((await h.call('DELETE', '/authsvc/api/tokens', { headers: bearer(w.jwt), body: { token_hash_prefix: w.prefix } })).body.code, 'NOT_FOUND')
     }],
-    ['past the token\'s expiry the tombstone is dropped at start: the store forgets the hash', async (w) => {
+    ['past the token\'s expiry the tombstone is dropped at its next use: TOKEN_INVALID, and the store forgets the hash', async (w) => {
       await w.h.call('DELETE', '/authsvc/api/tokens', { headers: bearer(w.jwt), body: { token_hash_prefix: w.prefix } })
       w.h.clock.advance(2 * 3600_000)
       const h = await w.restart()

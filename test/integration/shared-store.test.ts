@@ -270,6 +270,11 @@ for (const backend of backends) {
         assert.equal(res.status, 200, `${name}: ${JSON.stringify(res.body)}`)
       }
       await twoLeft
+      // each admin's session used once on the instance it will act on (a replica reads a session on
+      // its first use): both demotions then reach the last-admin rule, rather than one being refused
+      // only because the other's revocation of its session landed first
+      assert.equal((await me(a, dave)).status, 200)
+      assert.equal((await me(b, erin)).status, 200)
       const results = await Promise.all([
         a.call('PUT', '/authsvc/api/users/erin', { headers: bearer(dave), body: { role: 'user' } }),
         b.call('PUT', '/authsvc/api/users/dave', { headers: bearer(erin), body: { role: 'user' } }),

@@ -92,8 +92,14 @@ export class ApiTokenService {
   private checkHeld(hash: string): TokenCheck {
     const record = this.tokens.get(hash)
     if (!record) return { error: 'TOKEN_INVALID' }
-    if (record.revoked === true) return { error: 'TOKEN_REVOKED' }
     const now = this.clock()
+    if (record.revoked === true) {
+      if (Date.parse(record.expires_at_iso) > now) return { error: 'TOKEN_REVOKED' }
+      // a tombstone past the token's expiry has done its work: dropped at its first use after it
+      // (the hourly sweep drops the ones never presented again); the decision does not wait
+      void this.tokens.narrowRemove(hash).catch(() => {})
+      return { error: 'TOKEN_INVALID' }
+    }
     if (Date.parse(record.expires_at_iso) <= now) return { error: 'TOKEN_EXPIRED' }
     if (record.last_used_at_iso === null || now - Date.parse(record.last_used_at_iso) >= LAST_USED_PERSIST_MS) {
       this.tokens.touch(record.hash, { ...record, last_used_at_iso: iso(now) })
