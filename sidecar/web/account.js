@@ -30,13 +30,13 @@ async function loadMe() {
 /** Each permission of the role in words (permission-words.js, as the admin's Roles section): what it allows, or what its absence means. */
 function permissionLines(permissions) {
   const known = PERMISSIONS.filter((p) => p.key in permissions)
-  const unknown = Object.keys(permissions).filter((k) => !known.some((p) => p.key === k)).map((key) => ({ key, name: key, allows: '', mineOff: '' }))
+  const unknown = Object.keys(permissions).filter((k) => !known.some((p) => p.key === k)).map((key) => ({ key, name: key, mine: '', mineOff: '' }))
   return [...known, ...unknown].map((p) => {
     const on = permissions[p.key] === true
     return el('li', { dataset: { perm: p.key, on: String(on) } },
       el('span', { class: on ? 'perm-mark ok' : 'perm-mark', 'aria-hidden': 'true' }, on ? '✓' : '✗'), ' ',
       el('strong', {}, p.name), el('span', { class: 'sr-only' }, on ? ' (allowed)' : ' (not allowed)'),
-      (on ? p.allows : p.mineOff) ? el('span', { class: 'hint' }, ` ${on ? p.allows : p.mineOff}`) : '')
+      (on ? p.mine : p.mineOff) ? el('span', { class: 'hint' }, ` ${on ? p.mine : p.mineOff}`) : '')
   })
 }
 

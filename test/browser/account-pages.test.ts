@@ -193,7 +193,7 @@ describe('account pages by clicking, at phone width too', { concurrency: false }
         'can_access_api=true', 'can_run=true', 'can_upload=true', 'can_modify_workflows=true', 'can_have_api_tokens=true', 'can_view_all_comfyui_items=true', 'can_download_models=false',
       ])
       // as a screen reader reads it: the mark is hidden from it, the words say allowed or not
-      assert.equal(await perms.locator('li[data-perm=can_run]').textContent(), '✓ Run prompts (allowed) Queue prompts, and interrupt or clear their own.')
+      assert.equal(await perms.locator('li[data-perm=can_run]').textContent(), '✓ Run prompts (allowed) Queue prompts, and interrupt or clear your own.')
       assert.equal(await perms.locator('li[data-perm=can_download_models]').textContent(), '✗ Download models (not allowed) Only an administrator adds models.')
       assert.equal(await perms.locator('li[data-perm=can_run] [aria-hidden=true]').textContent(), '✓')
       assert.equal(await page.getByRole('list', { name: 'What your role allows' }).count(), 1)
