@@ -396,34 +396,39 @@ describe('admin panel by task (issue 26)', { concurrency: false }, () => {
     await page.locator('#users-db-status', { hasText: 'Saved: users go to sqlite when ComfyUI restarts.' }).waitFor()
   })
 
+  /** Every section, a user's page, and the Models section granting to a role (with a grant seeded for it). */
+  const views: Array<[string, string]> = [...SECTIONS.map((s) => [s, `#${s}`] as [string, string]), ['user-page', '#users/alice'], ['models-role', '#models?role=viewer']]
+  /** Waits until the view has its data. */
+  const viewReady = async (name: string) => {
+    if (name === 'user-page') await page.locator('#user-page[data-ready=alice]').waitFor()
+    if (name === 'models' || name === 'workflows') await page.locator(`#${name}[data-ready=true]`).waitFor()
+    if (name === 'models-role') await page.locator('#grant-list li[data-grant="checkpoints/dreamy-v1.safetensors"]').waitFor()
+    await page.locator(`section#${name === 'models-role' ? 'models' : name}:not([hidden])`).waitFor()
+  }
+
   it('at 360 and 390 px no section scrolls sideways or clips (inputs included), with 51 users and 20 sessions in the tables', async () => {
-    const views: Array<[string, string]> = [...SECTIONS.map((s) => [s, `#${s}`] as [string, string]), ['user-page', '#users/alice']]
+    const seeded = await fetch(`${stack.url}/authsvc/api/roles/viewer/shared-items`, { method: 'POST', headers: { ...auth(), 'Content-Type': 'application/json' }, body: JSON.stringify({ folder: 'checkpoints', item_name: 'dreamy-v1.safetensors' }) })
+    assert.equal(seeded.status, 200, await seeded.text())
     for (const width of [360, 390]) {
       await page.setViewportSize({ width, height: 800 })
       for (const [name, hash] of views) {
         await page.goto(`${stack.url}/authsvc/admin${hash}`)
         await page.locator('body[data-ready=true]').waitFor()
-        if (name === 'user-page') {
-          await page.locator('#user-page[data-ready=alice]').waitFor()
-          assert.equal(await page.locator('#detail-sessions tr[data-jti]').count(), 20)
-        }
+        await viewReady(name)
+        if (name === 'user-page') assert.equal(await page.locator('#detail-sessions tr[data-jti]').count(), 20)
         if (name === 'users') assert.equal(await page.locator('#user-rows tr[data-username]').count(), 51)
-        if (name === 'models' || name === 'workflows') await page.locator(`#${name}[data-ready=true]`).waitFor()
         assert.deepEqual(await overflowing(page), [], `${name} at ${width} px`)
       }
     }
   })
 
   it('axe finds no serious or critical violation in any section, light and dark; screenshots at 1280 and 390 px (51 users, 20 sessions)', async () => {
-    const views: Array<[string, string]> = [...SECTIONS.map((s) => [s, `#${s}`] as [string, string]), ['user-page', '#users/alice']]
     await page.goto(`${stack.url}/authsvc/admin#users`)
     await page.locator('body[data-ready=true]').waitFor()
     // with every user in the table (51) and alice's 20 sessions on her page
     for (const [name, hash] of views) {
       await page.goto(`${stack.url}/authsvc/admin${hash}`)
-      if (name === 'user-page') await page.locator('#user-page[data-ready=alice]').waitFor()
-      if (name === 'models' || name === 'workflows') await page.locator(`#${name}[data-ready=true]`).waitFor()
-      await page.locator(`section#${name === 'user-page' ? 'user-page' : name}:not([hidden])`).waitFor()
+      await viewReady(name)
       shots.push(...(await shootAndCheck(page, `admin-${name}`)))
     }
     await page.goto(`${stack.url}/authsvc/admin#users`)
@@ -431,7 +436,7 @@ describe('admin panel by task (issue 26)', { concurrency: false }, () => {
     await page.locator('#confirm-delete[open]').waitFor()
     shots.push(...(await shootAndCheck(page, 'admin-confirm-delete')))
     await page.keyboard.press('Escape')
-    assert.equal(shots.length, (SECTIONS.length + 2) * 4)
+    assert.equal(shots.length, (SECTIONS.length + 3) * 4)
   })
 
   it('the keyboard alone reaches every control of each section and operates them', async () => {
