@@ -6,10 +6,11 @@
  * (bench/restart-bench.ts), then logins and decisions with a slow, failing or dead ntfy
  * (bench/ntfy-bench.ts), then the shared store's verbs and feed on PostgreSQL
  * (bench/store-bench.ts), several instances on one Redis or PostgreSQL: parity with sqlite,
- * revocation from one to the other, recovery after an outage (bench/shared-bench.ts), the content-safety policy's cost (bench/nsfw-bench.ts), and model
+ * revocation from one to the other, recovery after an outage (bench/shared-bench.ts), a store of
+ * 100,000 users and a million sessions and tokens (bench/scale-bench.ts), the content-safety policy's cost (bench/nsfw-bench.ts), and model
  * downloads against curl with the sidecar's memory and another user's decisions
  * (bench/downloads-bench.ts). Each runs in its own process; exits 1 when any missed a target.
- * BENCH_ONLY=standin, isolation, real, restart, ntfy, store, shared, nsfw or downloads runs one.
+ * BENCH_ONLY=standin, isolation, real, restart, ntfy, store, shared, scale, nsfw or downloads runs one.
  */
 import { spawnSync } from 'node:child_process'
 import { join } from 'node:path'
@@ -23,6 +24,7 @@ const parts = [
   ['ntfy', 'ntfy-bench.ts'],
   ['store', 'store-bench.ts'],
   ['shared', 'shared-bench.ts'],
+  ['scale', 'scale-bench.ts'],
   ['nsfw', 'nsfw-bench.ts'],
   ['downloads', 'downloads-bench.ts'],
 ].filter(([name]) => !only || only === name)

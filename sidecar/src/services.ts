@@ -39,6 +39,9 @@ import { SettingsRepository } from './store/settings.js'
 import { ALWAYS_UP, StoreHealth, type StoreHealthView } from './store/health.js'
 
 /** The package version (package.json), reported in X-Authsvc-Version and the hello. */
+/** Session and API-token records held in memory per kind at most; the rest are read from the store on use. */
+export const CREDENTIALS_HELD = 50_000
+
 export const SERVICE_VERSION: string = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version
 
 export interface Services {
@@ -145,8 +148,9 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const accessLog = { log, onChange: () => accessEpoch.bump() }
   const [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords] = await Promise.all([
     Collection.load<UserRecord>(kv, 'user', accessLog),
-    Collection.load<SessionRecord>(kv, 'session', accessLog),
-    Collection.load<ApiTokenRecord>(kv, 'token', accessLog),
+    // sessions and tokens grow with use: held lazily, a bounded number (a store may hold a million)
+    Collection.load<SessionRecord>(kv, 'session', { ...accessLog, lazy: { max: CREDENTIALS_HELD } }),
+    Collection.load<ApiTokenRecord>(kv, 'token', { ...accessLog, lazy: { max: CREDENTIALS_HELD } }),
     Collection.load<unknown>(kv, 'setting', accessLog),
     Collection.load<MfaRecord>(kv, 'mfa', accessLog),
   ])
@@ -166,8 +170,11 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     lifetimeHours: config.access_token_expiration_hours,
     idleMinutes: config.session_idle_minutes,
   })
+  // the guest bounds hold from the start; expired records are swept by the identity feature's job
+  await sessions.open()
   await sessions.prune()
   const tokens = new ApiTokenService(tokenRecords, clock)
+  await tokens.open()
   const roles = RoleStore.open(join(dataDir, 'authsvc_groups.json'), log)
   // a deleted role's model grants go with it (models/model-grants.ts); set once the grants are loaded
   let rolesChanged = (): void => {}

@@ -49,7 +49,7 @@ describe('registering the first account', () => {
       assert.equal(res.status, 201)
       assert.deepEqual(res.body, { message: 'User registered', username: 'first', role: 'admin' })
       assert.equal(sessionCookie(res.headers['set-cookie']), undefined)
-      assert.equal(h.services.sessions.activeForUser(h.services.users.byUsername('first')!.user_id).length, 0)
+      assert.equal((await h.services.sessions.activeForUser(h.services.users.byUsername('first')!.user_id)).length, 0)
     } finally {
       await h.close()
     }
@@ -62,7 +62,7 @@ describe('registering the first account', () => {
       const res = await h.call('POST', '/register', { body: { username: 'alice', password: PASSWORD }, headers: bearer(admin) })
       assert.deepEqual(res.body, { message: 'User registered', username: 'alice', role: 'user' })
       assert.equal(sessionCookie(res.headers['set-cookie']), undefined)
-      assert.equal(h.services.sessions.activeForUser(h.services.users.byUsername('alice')!.user_id).length, 0)
+      assert.equal((await h.services.sessions.activeForUser(h.services.users.byUsername('alice')!.user_id)).length, 0)
     } finally {
       await h.close()
     }

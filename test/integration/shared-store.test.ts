@@ -88,6 +88,26 @@ for (const backend of backends) {
       assert.equal((await me(b, jwt)).body.code, 'TOKEN_REVOKED')
     })
 
+    it('8 logins of one user on both instances at once: every session listed on each, and "sign out everywhere" on B ends those made on A', async () => {
+      await registerAndLogin(a, 'dana', { admin })
+      const logins = await Promise.all(Array.from({ length: 8 }, (_, i) => (i % 2 === 0 ? a : b).call('POST', '/login', { body: { username: 'dana', password: PASSWORD } })))
+      assert.deepEqual(logins.map((l) => l.status), Array(8).fill(200))
+      const jwts = logins.map((l) => String(l.body.jwt_token))
+      for (const h of [a, b]) {
+        const listed = await h.call('GET', '/authsvc/me/sessions', { headers: bearer(jwts[0]) })
+        assert.equal(listed.status, 200, JSON.stringify(listed.body))
+        // the registration's own login is the 9th
+        assert.equal((listed.body.sessions as unknown[]).length, 9, 'no login lost to the race on the index')
+      }
+      const jtis = jwts.map((j) => String(decodeJwt(j).jti))
+      const allDelivered = Promise.all(jtis.filter((_, i) => i !== 1).map((jti) => delivered(a, (c) => c.key === `session:${jti}` && (c.value as { revoked?: boolean } | undefined)?.revoked === true)))
+      const out = await b.call('POST', '/authsvc/me/sessions/revoke-others', { headers: bearer(jwts[1]), body: {} })
+      assert.equal(out.status, 200, JSON.stringify(out.body))
+      assert.equal(out.body.revoked, 8)
+      await allDelivered
+      for (const [i, jwt] of jwts.entries()) assert.equal((await me(a, jwt)).status, i === 1 ? 200 : 401, `session ${i} on A`)
+    })
+
     it('disable, role change and password reset on B hold on A', async () => {
       const jwt = await registerAndLogin(b, 'carol', { admin })
       const disabled = delivered(a, (c) => c.key.startsWith('user:') && (c.value as { username?: string; disabled?: boolean } | undefined)?.disabled === true)
@@ -133,6 +153,34 @@ for (const backend of backends) {
       assert.equal(onA.status, 200, JSON.stringify(onA.body))
       const onB = await b.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: second.body.mfa_temp_token, code } })
       assert.equal(onB.status, 401, JSON.stringify(onB.body))
+    })
+
+    it('the MFA step spans instances: password on A, code on B; one temp token gives one session; wrong codes on both count together', async () => {
+      const jwt = await registerAndLogin(a, 'gina', { admin })
+      const setup = await a.call('POST', '/authsvc/api/mfa/setup', { headers: bearer(jwt), body: {} })
+      const enrolled = delivered(b, (c) => c.key.startsWith('mfa:'))
+      assert.equal((await a.call('POST', '/authsvc/api/mfa/verify-setup', { headers: bearer(jwt), body: { code: totpAt(setup.body.secret, clock()) } })).status, 200)
+      await enrolled
+      // password on A, code on B (a load balancer without sticky sessions)
+      clock.advance(30_000)
+      const step = await a.call('POST', '/login', { body: { username: 'gina', password: PASSWORD } })
+      assert.ok(step.body.mfa_temp_token, JSON.stringify(step.body))
+      const onB = await b.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: step.body.mfa_temp_token, code: totpAt(setup.body.secret, clock()) } })
+      assert.equal(onB.status, 200, JSON.stringify(onB.body))
+      assert.equal((await me(a, onB.body.jwt_token)).body.username, 'gina')
+      // the same temp token with a backup code, sent to both at once: one session, never two
+      const step2 = await b.call('POST', '/login', { body: { username: 'gina', password: PASSWORD } })
+      const both = await Promise.all([a, b].map((h, i) => h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: step2.body.mfa_temp_token, backup_code: setup.body.backup_codes[i] } })))
+      assert.deepEqual(both.map((r) => r.status).sort(), [200, 401], JSON.stringify(both.map((r) => r.body)))
+      // 5 wrong codes, 3 on A and 2 on B, spend the token everywhere
+      const step3 = await a.call('POST', '/login', { body: { username: 'gina', password: PASSWORD } })
+      for (const h of [a, b, a, b, a]) {
+        const wrong = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: step3.body.mfa_temp_token, code: '000000' } })
+        assert.equal(wrong.body.code, 'MFA_INVALID_CODE', JSON.stringify(wrong.body))
+      }
+      clock.advance(30_000)
+      const after = await b.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: step3.body.mfa_temp_token, code: totpAt(setup.body.secret, clock()) } })
+      assert.equal(after.body.code, 'MFA_TOKEN_INVALID', JSON.stringify(after.body))
     })
 
     it('an IP-list edit on A applies on B', async () => {

@@ -139,7 +139,7 @@ describe('the access epoch: every change a decision reads is pushed at once', ()
     ['a new API token', async () => apiToken(sc, bob)],
     ['a token revoked', async () => sc.services.tokens.revokeAllForUser(bob.user_id)],
     ['a session issued', async () => sessionJwt(sc, bob)],
-    ['a session revoked', async () => sc.services.sessions.revoke(sc.services.sessions.activeForUser(bob.user_id)[0].jti)],
+    ['a session revoked', async () => sc.services.sessions.revoke((await sc.services.sessions.activeForUser(bob.user_id))[0].jti)],
     ['a role change', async () => sc.services.users.update(bob.user_id, { role: 'guest' }, 'narrows')],
     ['a user disabled', async () => sc.services.users.update(bob.user_id, { disabled: true }, 'narrows')],
     ['a setting changed', async () => sc.services.settings.set('allow_guest_jwt', true)],

@@ -40,7 +40,7 @@ describe('live WebSockets follow their credential', () => {
     const tokenSocket = await open(aliceToken)
     assert.equal(w.sc.built.liveSockets.sweep(), 0, 'nothing ended yet')
 
-    const jti = w.sc.services.sessions.activeForUser(w.alice.user_id)[0].jti
+    const jti = (await w.sc.services.sessions.activeForUser(w.alice.user_id))[0].jti
     await w.sc.services.sessions.revoke(jti)
     assert.equal(w.sc.built.liveSockets.sweep(), 1)
     assert.deepEqual(seen.pop(), { tags: [aliceSession], code: CLOSE_CREDENTIAL_ENDED })
@@ -63,7 +63,7 @@ describe('live WebSockets follow their credential', () => {
     try {
       const seen: Array<{ tags: string[]; code: number }> = []
       restarted.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
-      const jti = restarted.services.sessions.activeForUser(w.admin.user_id)[0].jti
+      const jti = (await restarted.services.sessions.activeForUser(w.admin.user_id))[0].jti
       await restarted.services.sessions.revoke(jti)
       restarted.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', sockets: [pass.ws_entry, { tag: 7 }, 'junk'] })
       assert.deepEqual(seen, [{ tags: [pass.ws_tag], code: CLOSE_CREDENTIAL_ENDED }], 'closed on adoption; malformed entries ignored')

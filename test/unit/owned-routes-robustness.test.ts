@@ -112,7 +112,7 @@ describe('robustness: every owned route fed bad input', () => {
   it('the snapshot holds a record of every kind the store keeps', async () => {
     await snapshot()
     const kinds = new Set((await storeRows()).map((r) => r.key.slice(0, r.key.indexOf(':'))))
-    assert.deepEqual([...kinds].sort(), ['mfa', 'session', 'setting', 'throttle', 'token', 'user'], 'a new record kind: seed one in before()')
+    assert.deepEqual([...kinds].sort(), ['mfa', 'session', 'session_index', 'setting', 'store_meta', 'throttle', 'token', 'token_index', 'user'], 'a new record kind: seed one in before()')
   })
 
   it('only an empty user patch and "sign out everywhere else" (which takes no input) are valid empty bodies', () => {

@@ -221,6 +221,8 @@ describe('API tokens', () => {
       const h2 = `deadbeef${'2'.repeat(56)}`
       await sc2.services.kv.set(`token:${h1}`, { ...base, hash: h1 })
       await sc2.services.kv.set(`token:${h2}`, { ...base, hash: h2 })
+      const exp = Date.parse(base.expires_at_iso)
+      await sc2.services.kv.set(`token_index:${erin.user_id}`, { entries: [[h1, exp], [h2, exp]] })
       await sc2.close({ keepDir: true })
       const sc3 = await openSidecar({ dir })
       try {

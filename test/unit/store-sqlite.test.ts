@@ -48,3 +48,22 @@ describe('sqlite: a file written by the keyv store of earlier versions', () => {
     }
   })
 })
+
+describe('sqlite: a kind is read by a range of keys, in pages', () => {
+  it('every record of a kind larger than a page, once each; neighbouring kinds (user_x, users, USER) are not in it', async () => {
+    const d = mkdtempSync(join(tmpdir(), 'as-sqlite-pages-'))
+    try {
+      const store = await openSqliteSharedStore(join(d, 'authsvc.sqlite'))
+      const writes = Array.from({ length: 4501 }, (_, i) => ({ key: `user:${String(i).padStart(5, '0')}`, value: { i } }))
+      await store.commit([], [...writes, { key: 'user_x:a', value: 1 }, { key: 'users:a', value: 2 }, { key: 'USER:a', value: 3 }, { key: 'use:a', value: 4 }])
+      const rows = await store.entriesVersioned<{ i: number }>('user')
+      assert.equal(rows.length, 4501)
+      assert.equal(new Set(rows.map(([k]) => k)).size, 4501)
+      assert.deepEqual(rows.map(([, v]) => v.value.i).sort((a, b) => a - b), Array.from({ length: 4501 }, (_, i) => i))
+      assert.deepEqual((await store.entries('user_x')).map(([k]) => k), ['user_x:a'])
+      await store.close()
+    } finally {
+      rmSync(d, { recursive: true, force: true })
+    }
+  })
+})

@@ -45,12 +45,12 @@ describe('UserAdministration', () => {
     await sessionJwt(sc, u)
     await apiToken(sc, u)
     await admin.patch(u.username, { role: 'guest' })
-    assert.equal(sc.services.sessions.activeForUser(u.user_id).length, 0)
-    assert.equal(sc.services.tokens.activeForUser(u.user_id).length, 1)
+    assert.equal((await sc.services.sessions.activeForUser(u.user_id)).length, 0)
+    assert.equal((await sc.services.tokens.activeForUser(u.user_id)).length, 1)
     await sessionJwt(sc, u)
     await admin.patch(u.username, { password: 'Another-passphrase-9' })
-    assert.equal(sc.services.sessions.activeForUser(u.user_id).length, 0)
-    assert.equal(sc.services.tokens.activeForUser(u.user_id).length, 0)
+    assert.equal((await sc.services.sessions.activeForUser(u.user_id)).length, 0)
+    assert.equal((await sc.services.tokens.activeForUser(u.user_id)).length, 0)
   })
 
   it('a sfw_check change revokes nothing', async () => {
@@ -59,7 +59,7 @@ describe('UserAdministration', () => {
     const { user, roleChanged } = await admin.patch(u.user_id, { sfw_check: false })
     assert.equal(user.sfw_check, false)
     assert.equal(roleChanged, false)
-    assert.equal(sc.services.sessions.activeForUser(u.user_id).length, 1)
+    assert.equal((await sc.services.sessions.activeForUser(u.user_id)).length, 1)
   })
 
   it('a deletion takes sessions, tokens and model grants with the user', async () => {
@@ -70,8 +70,8 @@ describe('UserAdministration', () => {
     const deleted = await admin.delete(u.username)
     assert.equal(deleted.user_id, u.user_id)
     assert.equal(sc.services.users.byId(u.user_id), undefined)
-    assert.equal(sc.services.sessions.activeForUser(u.user_id).length, 0)
-    assert.equal(sc.services.tokens.activeForUser(u.user_id).length, 0)
+    assert.equal((await sc.services.sessions.activeForUser(u.user_id)).length, 0)
+    assert.equal((await sc.services.tokens.activeForUser(u.user_id)).length, 0)
     assert.equal(sc.services.modelGrants.list(u.user_id).length, 0)
   })
 })

@@ -5,12 +5,16 @@
  *
  * A revoked token leaves a tombstone (its record marked `revoked`) until the
  * token would have expired, so a phone can tell "revoked" (TOKEN_REVOKED) from
- * "mistyped" (TOKEN_INVALID); tombstones past their expiry are dropped at start.
+ * "mistyped" (TOKEN_INVALID); tombstones past their expiry are dropped by the sweep.
+ *
+ * Token records are held lazily (read from the store on first use, a bounded number kept); a
+ * user's tokens are found through their index record (identity/owner-index.ts).
  */
 import { createHash, randomBytes } from 'node:crypto'
 import { AuthsvcError, type ErrorCode } from '../kernel/errors.js'
 import type { Collection } from '../store/collection.js'
 import { iso, type Clock } from '../kernel/clock.js'
+import { OwnerIndex, buildIndexesOnce } from './owner-index.js'
 
 export interface ApiTokenRecord {
   hash: string
@@ -41,15 +45,20 @@ export function tokenHashPrefix(raw: string): string {
 export type TokenCheck = { record: ApiTokenRecord } | { error: ErrorCode }
 
 export class ApiTokenService {
+  private readonly index: OwnerIndex<ApiTokenRecord>
+
   constructor(
     private readonly tokens: Collection<ApiTokenRecord>,
     private readonly clock: Clock,
   ) {
-    const now = clock()
-    for (const t of [...tokens.values()]) {
-      // a failed deletion is retried by the collection until stored; nothing waits on it here
-      if (t.revoked === true && Date.parse(t.expires_at_iso) <= now) void tokens.narrowRemove(t.hash).catch(() => {})
-    }
+    this.index = new OwnerIndex(tokens.store, 'token_index', tokens, 'token', clock)
+  }
+
+  /** Builds the users' indexes of a store written before them (once). */
+  async open(): Promise<void> {
+    await buildIndexesOnce<ApiTokenRecord>(this.tokens.store, this.index, 'token', (t) =>
+      typeof t?.hash === 'string' && typeof t.user_id === 'string' ? { userId: t.user_id, entry: [t.hash, Date.parse(t.expires_at_iso) || 0] } : null,
+    )
   }
 
   async issue(userId: string, label: string, expireHours: number): Promise<{ token: string; record: ApiTokenRecord }> {
@@ -63,15 +72,15 @@ export class ApiTokenService {
       expires_at_iso: iso(now + expireHours * 3600_000),
       last_used_at_iso: null,
     }
-    await this.tokens.put(record.hash, record)
+    await this.index.addWith(userId, record.hash, Date.parse(record.expires_at_iso), record)
     return { token, record }
   }
 
   check(token: string): TokenCheck | Promise<TokenCheck> {
     if (!API_TOKEN_PATTERN.test(token)) return { error: 'TOKEN_INVALID' }
     const hash = hashToken(token)
-    if (this.tokens.get(hash) === undefined && this.tokens.multiInstance !== null) {
-      // several instances: a token made on another one a moment ago may not have reached this replica yet
+    if (this.tokens.get(hash) === undefined) {
+      // not held: records are read from the store on first use (and on several instances it may be new)
       return this.tokens.fetch(hash).then(
         () => this.checkHeld(hash),
         (): TokenCheck => ({ error: 'STORE_UNAVAILABLE' }),
@@ -92,29 +101,47 @@ export class ApiTokenService {
     return { record }
   }
 
-  /** The live record of a token by its hash (no use is recorded): for re-checking open WebSockets. */
+  /** The live record of a token by its hash if held (no use is recorded): for re-checking open WebSockets. */
   byHash(hash: string): ApiTokenRecord | undefined {
     return this.tokens.get(hash)
   }
 
-  activeForUser(userId: string): ApiTokenRecord[] {
+  /** The record, read from the store when not held. */
+  fetch(hash: string): Promise<ApiTokenRecord | undefined> {
+    return this.tokens.fetch(hash)
+  }
+
+  private async ofUser(userId: string): Promise<ApiTokenRecord[]> {
+    const entries = await this.index.ids(userId)
+    const records = await Promise.all(entries.map(([hash]) => this.tokens.fetch(hash)))
+    return records.filter((t): t is ApiTokenRecord => t !== undefined && t.user_id === userId)
+  }
+
+  async activeForUser(userId: string): Promise<ApiTokenRecord[]> {
     const now = this.clock()
-    return [...this.tokens.values()]
-      .filter((t) => t.user_id === userId && t.revoked !== true && Date.parse(t.expires_at_iso) > now)
+    return (await this.ofUser(userId))
+      .filter((t) => t.revoked !== true && Date.parse(t.expires_at_iso) > now)
       .sort((a, b) => a.created_at_iso.localeCompare(b.created_at_iso))
   }
 
   /** Revokes the caller's token whose hash starts with `prefix` (>= 8 hex chars). */
   async revokeByPrefix(userId: string, prefix: string): Promise<void> {
-    const matches = [...this.tokens.values()].filter((t) => t.user_id === userId && t.revoked !== true && t.hash.startsWith(prefix))
+    const matches = (await this.ofUser(userId)).filter((t) => t.revoked !== true && t.hash.startsWith(prefix))
     if (matches.length === 0) throw new AuthsvcError('NOT_FOUND', 'Token not found')
     if (matches.length > 1) throw new AuthsvcError('CONFLICT', 'Token prefix is ambiguous; give more characters')
     await this.tombstone(matches[0])
   }
 
   async revokeAllForUser(userId: string): Promise<void> {
-    const targets = [...this.tokens.values()].filter((t) => t.user_id === userId && t.revoked !== true)
+    const targets = (await this.ofUser(userId)).filter((t) => t.revoked !== true)
     await Promise.all(targets.map((t) => this.tombstone(t)))
+  }
+
+  /** Drops expired tokens and tombstones of `userIds` (their records and index entries). */
+  async prune(userIds: Iterable<string>): Promise<number> {
+    let dropped = 0
+    for (const userId of userIds) dropped += await this.index.sweep(userId)
+    return dropped
   }
 
   /** Narrows at once (memory first, retried until stored); the label goes, the hash and expiry stay. */

@@ -34,7 +34,12 @@ export function identityFeature(services: IdentityServices): Feature {
       await family.register(mfaRoutes(services))
     },
     bind: () => ({
-      jobs: [{ name: 'session-prune', every: { ms: SESSION_PRUNE_MS, run: async () => void (await services.sessions.prune()) } }],
+      jobs: [{ name: 'session-prune', every: { ms: SESSION_PRUNE_MS, run: async () => {
+        const userIds = services.users.list().map((u) => u.user_id)
+        await services.sessions.prune(userIds)
+        await services.tokens.prune(userIds)
+        await services.mfa.sweepTemps()
+      } } }],
     }),
   }
 }

@@ -10,7 +10,11 @@
  * - backup codes are single use, stored only as keyed hashes;
  * - temp tokens are opaque (`mfa_` + 256 bits), held only as SHA-256, expire
  *   after 300 s, are bound to a user and a purpose, are consumed on success
- *   and after 5 wrong codes.
+ *   and after 5 wrong codes. With several instances on one store they live in
+ *   the store (`mfa_temp:<sha256>`), so the password step on one instance and
+ *   the code on another work; consuming one is a claim, so one token gives one
+ *   session however many instances are asked at once, and the wrong codes of
+ *   all instances count together.
  */
 import { createHash, randomBytes } from 'node:crypto'
 import { storeUnavailable, type Collection } from '../store/collection.js'
@@ -86,36 +90,106 @@ export class MfaService {
 
   private context = (userId: string, part: string) => `mfa:${userId}:${part}`
 
-  issueTempToken(userId: string, purpose: TempPurpose, rememberMe: boolean, redirectUrl: string): string {
+  async issueTempToken(userId: string, purpose: TempPurpose, rememberMe: boolean, redirectUrl: string): Promise<string> {
     this.pruneTemps()
     const token = `${MFA_TEMP_PREFIX}${randomBytes(32).toString('base64url')}`
-    this.temps.set(sha256(token), { userId, purpose, expiresMs: this.clock() + TEMP_TOKEN_TTL_MS, failures: 0, rememberMe, redirectUrl })
+    const entry: TempToken = { userId, purpose, expiresMs: this.clock() + TEMP_TOKEN_TTL_MS, failures: 0, rememberMe, redirectUrl }
+    const shared = this.claims
+    if (shared === null) this.temps.set(sha256(token), entry)
+    else {
+      try {
+        await shared.set(`mfa_temp:${sha256(token)}`, entry)
+      } catch (err) {
+        throw storeUnavailable('mfa', err)
+      }
+    }
     return token
   }
 
   /** The live temp token of that purpose, or null (unknown, expired, consumed, other purpose). */
-  tempToken(token: unknown, purpose: TempPurpose): (TempToken & { id: string }) | null {
+  async tempToken(token: unknown, purpose: TempPurpose): Promise<(TempToken & { id: string }) | null> {
     if (typeof token !== 'string' || !token.startsWith(MFA_TEMP_PREFIX)) return null
     const id = sha256(token)
-    const entry = this.temps.get(id)
+    const shared = this.claims
+    let entry: TempToken | undefined
+    if (shared === null) entry = this.temps.get(id)
+    else {
+      try {
+        entry = await shared.get<TempToken>(`mfa_temp:${id}`)
+        // consumed (or spent by wrong codes) on any instance: the claim says so before the deletion lands
+        if (entry !== undefined && (await shared.readCounter(`mfa_temp_spent:${id}`)) > 0) entry = undefined
+      } catch (err) {
+        throw storeUnavailable('mfa', err)
+      }
+    }
     if (!entry) return null
     if (entry.expiresMs <= this.clock()) {
-      this.temps.delete(id)
+      await this.forget(id)
       return null
     }
     return entry.purpose === purpose ? { ...entry, id } : null
   }
 
-  consumeTempToken(id: string): void {
-    this.temps.delete(id)
+  /** Uses the temp token up; false when another request (on any instance) already did. */
+  async consumeTempToken(id: string): Promise<boolean> {
+    const shared = this.claims
+    if (shared === null) return this.temps.delete(id)
+    try {
+      if (!(await shared.claim(`mfa_temp_used:${id}`, TEMP_TOKEN_TTL_MS))) return false
+      await shared.increment(`mfa_temp_spent:${id}`, TEMP_TOKEN_TTL_MS)
+    } catch (err) {
+      throw storeUnavailable('mfa', err)
+    }
+    await this.forget(id)
+    return true
   }
 
-  /** Counts a wrong code against the temp token; the fifth consumes it. */
-  failTempToken(id: string): void {
-    const entry = this.temps.get(id)
-    if (!entry) return
-    entry.failures++
-    if (entry.failures >= TEMP_TOKEN_MAX_FAILURES) this.temps.delete(id)
+  /** Counts a wrong code against the temp token; the fifth consumes it (counted across instances). */
+  async failTempToken(id: string): Promise<void> {
+    const shared = this.claims
+    if (shared === null) {
+      const entry = this.temps.get(id)
+      if (!entry) return
+      entry.failures++
+      if (entry.failures >= TEMP_TOKEN_MAX_FAILURES) this.temps.delete(id)
+      return
+    }
+    try {
+      const failures = await shared.increment(`mfa_temp_failures:${id}`, TEMP_TOKEN_TTL_MS)
+      if (failures >= TEMP_TOKEN_MAX_FAILURES) {
+        await shared.increment(`mfa_temp_spent:${id}`, TEMP_TOKEN_TTL_MS)
+        await this.forget(id)
+      }
+    } catch (err) {
+      throw storeUnavailable('mfa', err)
+    }
+  }
+
+  private async forget(id: string): Promise<void> {
+    const shared = this.claims
+    if (shared === null) {
+      this.temps.delete(id)
+      return
+    }
+    // the spent mark already refuses it; a deletion that fails is swept later
+    await shared.delete(`mfa_temp:${id}`).catch(() => {})
+  }
+
+  /** Deletes temp tokens abandoned in the shared store (a password step never followed by a code). */
+  async sweepTemps(): Promise<number> {
+    const shared = this.claims
+    if (shared === null) {
+      this.pruneTemps()
+      return 0
+    }
+    const now = this.clock()
+    let n = 0
+    for (const [key, entry] of await shared.entries<TempToken>('mfa_temp')) {
+      if (typeof entry?.expiresMs === 'number' && entry.expiresMs > now) continue
+      await shared.delete(key).catch(() => {})
+      n++
+    }
+    return n
   }
 
   /** Starts an enrolment: a new secret and 10 backup codes, pending until verified. */

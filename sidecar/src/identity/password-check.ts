@@ -79,12 +79,12 @@ export type MfaStep =
   | { message: 'MFA setup required'; mfa_setup_required: true; mfa_temp_token: string }
 
 /** null when the password alone is enough; otherwise the answer that asks for the second factor. */
-export function mfaStep(services: Pick<Services, 'mfa' | 'roles'>, user: UserRecord, rememberMe: boolean, redirectUrl: string): MfaStep | null {
+export async function mfaStep(services: Pick<Services, 'mfa' | 'roles'>, user: UserRecord, rememberMe: boolean, redirectUrl: string): Promise<MfaStep | null> {
   if (user.mfa_enabled) {
-    return { message: 'MFA verification required', mfa_required: true, mfa_temp_token: services.mfa.issueTempToken(user.user_id, 'login', rememberMe, redirectUrl) }
+    return { message: 'MFA verification required', mfa_required: true, mfa_temp_token: await services.mfa.issueTempToken(user.user_id, 'login', rememberMe, redirectUrl) }
   }
   if (services.roles.mfaRequired(user.role)) {
-    return { message: 'MFA setup required', mfa_setup_required: true, mfa_temp_token: services.mfa.issueTempToken(user.user_id, 'setup', rememberMe, redirectUrl) }
+    return { message: 'MFA setup required', mfa_setup_required: true, mfa_temp_token: await services.mfa.issueTempToken(user.user_id, 'setup', rememberMe, redirectUrl) }
   }
   return null
 }
@@ -104,7 +104,7 @@ export async function checkSecondFactor(
   if (!ok) {
     if (purpose === 'sign-in') services.events.emit('login_failure', { subject: user.username, ip: request.facts.ip, outcome: 'failure', attempt: 'code' })
     else services.events.emit('mfa_code_refused', { actor: user.username, subject: user.username, ip: request.facts.ip, outcome: 'failure' })
-    if (tempId) services.mfa.failTempToken(tempId)
+    if (tempId) await services.mfa.failTempToken(tempId)
     throw new AuthsvcError('MFA_INVALID_CODE')
   }
 }

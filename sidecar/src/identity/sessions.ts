@@ -5,6 +5,10 @@
  * token. `last_used` is persisted at most once a minute per session.
  * Guest sessions are bounded (identity/guest-sessions.ts): their number per
  * address and in all never exceeds the limits, also right after a start.
+ *
+ * Session records are held lazily (a store may hold a million): read from the store on first
+ * use, a bounded number kept; a user's sessions are found through their index record
+ * (identity/owner-index.ts), which is also how expired records are swept.
  */
 import { randomUUID } from 'node:crypto'
 import { SignJWT, jwtVerify, errors as joseErrors } from 'jose'
@@ -14,6 +18,8 @@ import { AuthsvcError } from '../kernel/errors.js'
 import { iso, type Clock } from '../kernel/clock.js'
 import { GUEST_LIMITS, GUEST_ROLE, GUEST_SUBJECT, GuestLoginRate, guestEvictions, type GuestLimits } from './guest-sessions.js'
 import { addressKey } from './throttle.js'
+import { OwnerIndex, buildIndexesOnce } from './owner-index.js'
+import type { KeyValueStore } from '../store/kv.js'
 
 export interface SessionRecord {
   jti: string
@@ -61,15 +67,30 @@ export class SessionService {
   private readonly guests = new Map<string, string>()
   private readonly guestRate: GuestLoginRate
 
+  private readonly index: OwnerIndex<SessionRecord>
+
   constructor(
     private readonly sessions: Collection<SessionRecord>,
     private readonly key: Uint8Array,
     private readonly clock: Clock,
     private readonly settings: SessionSettings,
     private readonly guestLimits: GuestLimits = GUEST_LIMITS,
+    kv?: KeyValueStore,
   ) {
     this.guestRate = new GuestLoginRate(clock, guestLimits)
-    const guests = [...sessions.values()].filter((s) => s.user_id === GUEST_SUBJECT)
+    this.index = new OwnerIndex(kv ?? sessions.store, 'session_index', sessions, 'session', clock)
+  }
+
+  /** Builds the users' indexes of a store written before them (once); reads the guest sessions held in the store (their bounds hold from the start). */
+  async open(): Promise<void> {
+    await buildIndexesOnce<SessionRecord>(this.sessions.store, this.index, 'session', (s) =>
+      typeof s?.jti === 'string' && typeof s.user_id === 'string' ? { userId: s.user_id, entry: [s.jti, Date.parse(s.exp_at_iso) || 0] } : null,
+    )
+    const guests: SessionRecord[] = []
+    for (const [jti] of await this.index.ids(GUEST_SUBJECT)) {
+      const s = await this.sessions.fetch(jti)
+      if (s !== undefined && s.user_id === GUEST_SUBJECT) guests.push(s)
+    }
     guests.sort((a, b) => a.created_at_iso.localeCompare(b.created_at_iso))
     // a guest record written before addresses were kept counts only against the total bound
     for (const s of guests) this.guests.set(s.jti, s.guest_key ?? `unknown:${s.jti}`)
@@ -100,7 +121,7 @@ export class SessionService {
 
   private async enforceGuestBounds(): Promise<number> {
     const evict = guestEvictions(this.guests, this.guestLimits)
-    await Promise.all(evict.map((jti) => this.drop(jti)))
+    await this.dropAll(GUEST_SUBJECT, evict)
     return evict.length
   }
 
@@ -109,6 +130,13 @@ export class SessionService {
     this.guests.delete(jti)
     this.lastUsed.delete(jti)
     await this.sessions.narrowRemove(jti)
+  }
+
+  /** Forgets sessions of one user, and their entries in the user's index. */
+  private async dropAll(userId: string, jtis: string[]): Promise<void> {
+    if (jtis.length === 0) return
+    await Promise.all(jtis.map((jti) => this.drop(jti)))
+    await this.index.remove(userId, jtis)
   }
 
   private async issueSession(user: { user_id: string; username: string }, rememberMe: boolean, lifetimeHours: number, client: SessionClient, guestKey?: string): Promise<{ token: string; record: SessionRecord }> {
@@ -134,8 +162,8 @@ export class SessionService {
       ...(client.userAgent === undefined ? {} : { user_agent: client.userAgent }),
       ...(client.ip === undefined || client.ip === '' ? {} : { ip: client.ip }),
     }
-    // a new session widens access: it exists only once stored
-    await this.sessions.put(jti, record)
+    // a new session widens access: it exists only once stored, and findable by its user's index
+    await this.index.addWith(user.user_id, jti, expMs, record)
     this.lastUsed.set(jti, now)
     if (guestKey !== undefined) this.guests.set(jti, guestKey)
     return { token, record }
@@ -161,7 +189,8 @@ export class SessionService {
    * another one a moment ago (the feed has not delivered it): it is read from the store.
    */
   private checkHeld(claims: VerifiedClaims): SessionCheck | Promise<SessionCheck> {
-    if (this.sessions.get(claims.jti) !== undefined || this.sessions.multiInstance === null || claims.expMs <= this.clock()) return this.checkRecord(claims)
+    // not held: read from the store (records are held lazily; on several instances it may also be new)
+    if (this.sessions.get(claims.jti) !== undefined || claims.expMs <= this.clock()) return this.checkRecord(claims)
     return this.sessions.fetch(claims.jti).then(
       () => this.checkRecord(claims),
       (): SessionCheck => ({ error: 'STORE_UNAVAILABLE' }),
@@ -213,17 +242,30 @@ export class SessionService {
     return ms === undefined ? record.last_used_at_iso : iso(ms)
   }
 
+  /** The record if held here (open sockets' checks read it every 250 ms, so theirs stay held). */
   get(jti: string): SessionRecord | undefined {
     return this.sessions.get(jti)
   }
 
-  activeForUser(userId: string): SessionRecord[] {
+  /** The record, read from the store when not held. */
+  fetch(jti: string): Promise<SessionRecord | undefined> {
+    return this.sessions.fetch(jti)
+  }
+
+  /** Every session record the user's index names (missing ones left out). */
+  private async ofUser(userId: string): Promise<SessionRecord[]> {
+    const entries = await this.index.ids(userId)
+    const records = await Promise.all(entries.map(([jti]) => this.sessions.fetch(jti)))
+    return records.filter((s): s is SessionRecord => s !== undefined && s.user_id === userId)
+  }
+
+  async activeForUser(userId: string): Promise<SessionRecord[]> {
     const now = this.clock()
-    return [...this.sessions.values()].filter((s) => s.user_id === userId && !s.revoked && Date.parse(s.exp_at_iso) > now)
+    return (await this.ofUser(userId)).filter((s) => !s.revoked && Date.parse(s.exp_at_iso) > now)
   }
 
   async revoke(jti: string): Promise<boolean> {
-    const record = this.sessions.get(jti)
+    const record = await this.sessions.fetch(jti)
     if (!record || record.revoked) return false
     await this.sessions.narrow(jti, { ...record, revoked: true })
     return true
@@ -231,31 +273,38 @@ export class SessionService {
 
   /** Ends one of `userId`'s live sessions; false when it is not theirs, or already ended. */
   async revokeOwn(userId: string, jti: string): Promise<boolean> {
-    const record = this.sessions.get(jti)
+    const record = await this.sessions.fetch(jti)
     if (!record || record.user_id !== userId || record.revoked) return false
     return this.revoke(jti)
   }
 
   async revokeAllForUser(userId: string, exceptJti?: string): Promise<number> {
-    const targets = [...this.sessions.values()].filter((s) => s.user_id === userId && !s.revoked && s.jti !== exceptJti)
+    const targets = (await this.ofUser(userId)).filter((s) => !s.revoked && s.jti !== exceptJti)
     await Promise.all(targets.map((s) => this.sessions.narrow(s.jti, { ...s, revoked: true })))
     return targets.length
   }
 
   async deleteAllForUser(userId: string): Promise<void> {
-    const targets = [...this.sessions.values()].filter((s) => s.user_id === userId)
-    await Promise.all(targets.map((s) => this.drop(s.jti)))
+    const jtis = (await this.index.ids(userId)).map(([jti]) => jti)
+    await this.dropAll(userId, jtis)
   }
 
   /**
-   * Drops records past their expiry (revoked or not): they can never validate
-   * again; then the oldest guest sessions beyond the bounds (a store written
-   * before the bounds existed is brought within them at start).
+   * Drops records past their expiry (revoked or not): they can never validate again. The
+   * store is swept through the users' indexes (`userIds`: every user, read from memory), a
+   * slice at a time, each user's expired records deleted with their index write. Then the
+   * oldest guest sessions beyond the bounds.
    */
-  async prune(): Promise<number> {
-    const now = this.clock()
-    const expired = [...this.sessions.values()].filter((s) => Date.parse(s.exp_at_iso) <= now)
-    await Promise.all(expired.map((s) => this.drop(s.jti)))
-    return expired.length + (await this.enforceGuestBounds())
+  async prune(userIds: Iterable<string> = []): Promise<number> {
+    let dropped = 0
+    for (const userId of [GUEST_SUBJECT, ...userIds]) {
+      const n = await this.index.sweep(userId)
+      dropped += n
+      if (n > 0 && userId === GUEST_SUBJECT) {
+        const live = new Set((await this.index.ids(GUEST_SUBJECT)).map(([jti]) => jti))
+        for (const jti of [...this.guests.keys()]) if (!live.has(jti)) this.guests.delete(jti)
+      }
+    }
+    return dropped + (await this.enforceGuestBounds())
   }
 }

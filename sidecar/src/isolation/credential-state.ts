@@ -16,19 +16,53 @@ export const CLOSE_STORE_UNAVAILABLE = 4503
 
 export function credentialState(deps: { sessions: SessionService; tokens: ApiTokenService; users: UserRepository; clock: Clock; storeHealth?: StoreHealthView }): CredentialState {
   const ended = (reason: string) => ({ code: CLOSE_CREDENTIAL_ENDED, reason })
+  /**
+   * Session and token records are held lazily (a bounded number; store/collection.ts): each
+   * check reads an open socket's record, which keeps it among the most recently used, but one
+   * may still not be held (the replicas are read again after the feed reconnected). It is then
+   * read from the store; the socket is judged by what the store says, at the next check.
+   */
+  const reading = new Map<string, 'reading' | 'absent'>()
+  const held = <R>(id: string, get: (id: string) => R | undefined, fetch: (id: string) => Promise<R | undefined>): R | 'absent' | 'reading' => {
+    const record = get(id)
+    if (record !== undefined) {
+      reading.delete(id)
+      return record
+    }
+    const state = reading.get(id)
+    if (state !== undefined) return state
+    reading.set(id, 'reading')
+    fetch(id).then(
+      (r) => (r === undefined ? reading.set(id, 'absent') : reading.delete(id)),
+      () => reading.delete(id), // the store is down: store/health.ts closes the sockets past its grace
+    )
+    return 'reading'
+  }
   return {
     check(entry: SocketEntry) {
       if (deps.storeHealth?.refusing === true) return { code: CLOSE_STORE_UNAVAILABLE, reason: 'store unavailable' }
       const now = deps.clock()
       if (entry.authType === 'session' && entry.credentialId !== undefined) {
-        const record = deps.sessions.get(entry.credentialId)
-        if (!record || record.revoked) return ended('session ended')
-        if (Date.parse(record.exp_at_iso) <= now) return ended('session expired')
+        const record = held(entry.credentialId, (id) => deps.sessions.get(id), (id) => deps.sessions.fetch(id))
+        if (record === 'absent') {
+          reading.delete(entry.credentialId)
+          return ended('session ended')
+        }
+        if (record !== 'reading') {
+          if (record.revoked) return ended('session ended')
+          if (Date.parse(record.exp_at_iso) <= now) return ended('session expired')
+        }
       }
       if (entry.authType === 'api_token' && entry.credentialId !== undefined) {
-        const record = deps.tokens.byHash(entry.credentialId)
-        if (!record || record.revoked === true) return ended('token revoked')
-        if (Date.parse(record.expires_at_iso) <= now) return ended('token expired')
+        const record = held(entry.credentialId, (id) => deps.tokens.byHash(id), (id) => deps.tokens.fetch(id))
+        if (record === 'absent') {
+          reading.delete(entry.credentialId)
+          return ended('token revoked')
+        }
+        if (record !== 'reading') {
+          if (record.revoked === true) return ended('token revoked')
+          if (Date.parse(record.expires_at_iso) <= now) return ended('token expired')
+        }
       }
       if (entry.userId !== null) {
         const user = deps.users.byId(entry.userId)

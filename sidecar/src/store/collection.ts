@@ -48,6 +48,15 @@ export interface CollectionOptions {
   retryMaxMs?: number
   /** called the moment memory shows a change (not for `touch`): decisions read memory (kernel/access-epoch.ts) */
   onChange?: () => void
+  /**
+   * Hold at most `max` records, read from the store on first use (`fetch`), instead of the
+   * whole kind from the start: for kinds that grow with use (sessions, API tokens), so a
+   * store of a million of them neither slows the start nor fills memory. The least
+   * recently used record goes first; a record with a write in flight or unsaved never goes.
+   * `values()` and `size` then cover the held records only: callers find a user's records
+   * through an index record of their own.
+   */
+  lazy?: { max: number }
 }
 
 const RETRY_BASE_MS = 1000
@@ -71,6 +80,8 @@ export class Collection<T> {
   private readonly remoteObservers: Array<(id: string, before: T | undefined, after: T | undefined) => void> = []
   private retryTimer: NodeJS.Timeout | undefined
   private retryDelayMs: number
+  /** lazy kinds: reads of the store in flight, and whether a change of the key was heard meanwhile */
+  private readonly fetching = new Map<string, { promise: Promise<T | undefined>; changed: boolean }>()
 
   private constructor(
     private readonly kv: KeyValueStore,
@@ -82,6 +93,10 @@ export class Collection<T> {
 
   static async load<T>(kv: KeyValueStore, kind: string, options: CollectionOptions = {}): Promise<Collection<T>> {
     const collection = new Collection<T>(kv, kind, options)
+    if (options.lazy !== undefined) {
+      if (isShared(kv)) kv.subscribe((change) => collection.heard(change))
+      return collection
+    }
     if (isShared(kv)) {
       // subscribed before the load: a change made meanwhile is either in the load or heard after it
       kv.subscribe((change) => collection.heard(change))
@@ -108,6 +123,12 @@ export class Collection<T> {
     }
     if (!change.key.startsWith(`${this.kind}:`)) return
     const id = change.key.slice(this.kind.length + 1)
+    if (this.lazy && !this.records.has(id) && !this.chains.has(id) && !this.unsaved.has(id)) {
+      // not held here: the next use reads the store; a read in flight reads again
+      const reading = this.fetching.get(id)
+      if (reading !== undefined) reading.changed = true
+      return
+    }
     if ((this.storeSeq.get(id) ?? 0) >= change.seq) return
     if (change.origin === shared.origin) {
       // a deleted key keeps no mark (the feed is in order: nothing older follows a deletion)
@@ -162,6 +183,17 @@ export class Collection<T> {
   private reloading: Promise<boolean> | null = null
 
   private async reload(shared: SharedStore): Promise<boolean> {
+    if (this.lazy) {
+      // changes may have been missed: nothing held is trusted; each record is read again at its next use
+      for (const id of [...this.records.keys()]) {
+        if (this.chains.has(id) || this.unsaved.has(id)) continue
+        this.records.delete(id)
+        this.storeSeq.delete(id)
+      }
+      for (const reading of this.fetching.values()) reading.changed = true
+      this.options.onChange?.()
+      return true
+    }
     let rows: Array<[string, { value: T; seq: number }]>
     try {
       rows = await shared.entriesVersioned<T>(this.kind)
@@ -189,7 +221,31 @@ export class Collection<T> {
   }
 
   get(id: string): T | undefined {
-    return this.records.get(id)
+    const record = this.records.get(id)
+    if (record !== undefined && this.lazy) {
+      // most recently used last: eviction takes from the front
+      this.records.delete(id)
+      this.records.set(id, record)
+    }
+    return record
+  }
+
+  private get lazy(): boolean {
+    return this.options.lazy !== undefined
+  }
+
+  /** Lazy kinds: drops the least recently used records beyond the bound (never one with a write pending). */
+  private evict(): void {
+    const max = this.options.lazy?.max
+    if (max === undefined || this.records.size <= max) return
+    let excess = this.records.size - max
+    for (const id of this.records.keys()) {
+      if (excess <= 0) break
+      if (this.chains.has(id) || this.unsaved.has(id)) continue
+      this.records.delete(id)
+      this.storeSeq.delete(id)
+      excess--
+    }
   }
 
   /**
@@ -200,6 +256,7 @@ export class Collection<T> {
    * Rejects with 503 when the store cannot be read.
    */
   async fetch(id: string): Promise<T | undefined> {
+    if (this.lazy) return this.get(id) ?? this.fetchLazy(id)
     const held = this.records.get(id)
     const shared = this.multiInstance
     if (held !== undefined || shared === null) return held
@@ -213,6 +270,47 @@ export class Collection<T> {
     this.storeSeq.set(id, found.seq)
     this.remoteChange(id, found.value as T)
     return this.records.get(id)
+  }
+
+  /**
+   * Lazy kinds: the record as the store holds it, then held. One read per key at a time; a
+   * change heard while it runs (the feed's value may be newer than what the read returns)
+   * reads again, so what is held is never older than the newest change heard.
+   */
+  private fetchLazy(id: string): Promise<T | undefined> {
+    const running = this.fetching.get(id)
+    if (running !== undefined) return running.promise
+    const entry: { promise: Promise<T | undefined>; changed: boolean } = { promise: Promise.resolve(undefined), changed: false }
+    entry.promise = (async () => {
+      try {
+        for (;;) {
+          entry.changed = false
+          let found: { value: T; seq: number } | undefined
+          try {
+            const shared = this.shared
+            if (shared !== null) found = await shared.getVersioned<T>(`${this.kind}:${id}`)
+            else {
+              const value = await this.kv.get<T>(`${this.kind}:${id}`)
+              found = value === undefined ? undefined : { value, seq: 0 }
+            }
+          } catch (err) {
+            throw storeUnavailable(this.kind, err)
+          }
+          // a write of ours began meanwhile: it decides what memory shows
+          if (this.records.has(id) || this.chains.has(id) || this.unsaved.has(id)) return this.records.get(id)
+          if (entry.changed) continue
+          if (found === undefined) return undefined
+          this.records.set(id, found.value)
+          if (found.seq > 0) this.storeSeq.set(id, found.seq)
+          this.evict()
+          return found.value
+        }
+      } finally {
+        this.fetching.delete(id)
+      }
+    })()
+    this.fetching.set(id, entry)
+    return entry.promise
   }
 
   /** `observer` hears every change another instance made, once memory shows it (indexes follow it). */
@@ -333,7 +431,11 @@ export class Collection<T> {
     if ((this.memoryVersion.get(id) ?? 0) > version) return
     this.memoryVersion.set(id, version)
     if (value === undefined) this.records.delete(id)
-    else this.records.set(id, value)
+    else {
+      if (this.lazy) this.records.delete(id) // newest last
+      this.records.set(id, value)
+      this.evict()
+    }
     if (notify) this.options.onChange?.()
   }
 
@@ -356,6 +458,11 @@ export class Collection<T> {
     this.storedVersion.set(id, version)
     const pending = this.unsaved.get(id)
     if (pending !== undefined && pending.version <= version) this.unsaved.delete(id)
+  }
+
+  /** The store this collection writes to. */
+  get store(): KeyValueStore {
+    return this.kv
   }
 
   /** The store under this collection when it has the atomic verbs and the feed (sqlite too). */

@@ -68,7 +68,7 @@ class Connection {
   }
 }
 
-const escapeLike = (kind: string) => `${kind.replace(/[\\%_]/g, (c) => `\\${c}`)}:%`
+const ENTRIES_PAGE = 2000
 
 export async function openSqliteSharedStore(path: string, clock: () => number = Date.now): Promise<SharedStore> {
   const existed = existsSync(path)
@@ -138,8 +138,22 @@ export async function openSqliteSharedStore(path: string, clock: () => number = 
       return (await store.entriesVersioned<T>(kind)).map(([key, v]): [string, T] => [key, v.value])
     },
     async entriesVersioned<T>(kind: string) {
-      const rows = await db.serial(() => db.all(`SELECT key, seq, value FROM authsvc_records WHERE key LIKE ? ESCAPE '\\'`, [escapeLike(kind)]))
-      return rows.map((row): [string, Versioned<T>] => [String(row.key), { seq: Number(row.seq), value: JSON.parse(String(row.value)) as T }])
+      // a range of the primary key (every key of the kind sorts between `kind:` and `kind;`): a LIKE
+      // would read the whole table, a million sessions included, for every kind loaded at start
+      // Read in pages, all inside one turn of the connection (nothing interleaves): a kind of 100,000
+      // users read whole would hold every row twice, natively and as JS, at the peak of the start.
+      return db.serial(async () => {
+        const out: Array<[string, Versioned<T>]> = []
+        let after = `${kind}:`
+        let inclusive = true
+        for (;;) {
+          const rows = await db.all(`SELECT key, seq, value FROM authsvc_records WHERE key ${inclusive ? '>=' : '>'} ? AND key < ? ORDER BY key LIMIT ${ENTRIES_PAGE}`, [after, `${kind};`])
+          for (const row of rows) out.push([String(row.key), { seq: Number(row.seq), value: JSON.parse(String(row.value)) as T }])
+          if (rows.length < ENTRIES_PAGE) return out
+          after = String(rows[rows.length - 1].key)
+          inclusive = false
+        }
+      })
     },
     async set(key, value) {
       const seq = await db.transaction(() => write(key, value))

@@ -43,8 +43,8 @@ const TokenRow = Type.Object({
 const Ok = Type.Object({ status: Type.Literal('ok') })
 
 export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessions' | 'tokens' | 'events'>) {
-  const sessionsOf = (user: UserRecord) =>
-    services.sessions.activeForUser(user.user_id).map((s) => ({
+  const sessionsOf = async (user: UserRecord) =>
+    (await services.sessions.activeForUser(user.user_id)).map((s) => ({
       jti: s.jti,
       created_at_iso: s.created_at_iso,
       last_used_at_iso: services.sessions.lastUsedIso(s),
@@ -52,8 +52,8 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
       remember_me: s.remember_me,
       ...describeSession(s),
     }))
-  const tokensOf = (user: UserRecord) =>
-    services.tokens.activeForUser(user.user_id).map((t) => ({
+  const tokensOf = async (user: UserRecord) =>
+    (await services.tokens.activeForUser(user.user_id)).map((t) => ({
       token_hash_prefix: t.hash.slice(0, 12),
       label: t.label,
       created_at_iso: t.created_at_iso,
@@ -69,7 +69,7 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
     }, async () => {
       const last_seen: Record<string, string | null> = {}
       for (const user of services.users.list()) {
-        const times = [...sessionsOf(user).map((s) => s.last_used_at_iso), ...tokensOf(user).map((t) => t.last_used_at_iso)].filter((t): t is string => typeof t === 'string')
+        const times = [...(await sessionsOf(user)).map((s) => s.last_used_at_iso), ...(await tokensOf(user)).map((t) => t.last_used_at_iso)].filter((t): t is string => typeof t === 'string')
         last_seen[user.username] = times.length ? times.reduce((a, b) => (a > b ? a : b)) : null
       }
       return { last_seen }
@@ -80,7 +80,7 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
       schema: { summary: 'A user\'s active sessions', tags, params: TargetUser, response: { 200: Type.Object({ username: Type.String(), sessions: Type.Array(SessionRow) }) } },
     }, async (request) => {
       const user = services.users.find(request.params.target_user)
-      return { username: user.username, sessions: sessionsOf(user) }
+      return { username: user.username, sessions: await sessionsOf(user) }
     })
 
     app.delete('/api/users/:target_user/sessions/:jti', {
@@ -89,7 +89,7 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
     }, async (request) => {
       const { target_user, jti } = request.params
       const user = services.users.find(target_user)
-      const record = services.sessions.get(jti)
+      const record = await services.sessions.fetch(jti)
       if (!record || record.user_id !== user.user_id || record.revoked) throw new AuthsvcError('NOT_FOUND', 'Session not found')
       await services.sessions.revoke(jti)
       services.events.emit('session_revoked', { ...eventContext(request), subject: user.username, sessions: 1 })
@@ -131,7 +131,7 @@ export function adminCredentialRoutes(services: Pick<Services, 'users' | 'sessio
       schema: { summary: 'A user\'s unexpired API tokens (never the tokens themselves)', tags, params: TargetUser, response: { 200: Type.Object({ username: Type.String(), tokens: Type.Array(TokenRow) }) } },
     }, async (request) => {
       const user = services.users.find(request.params.target_user)
-      return { username: user.username, tokens: tokensOf(user) }
+      return { username: user.username, tokens: await tokensOf(user) }
     })
 
     app.delete('/api/users/:target_user/tokens', {

@@ -61,7 +61,7 @@ export function meRoutes(services: Pick<Services, 'sessions' | 'events'>) {
 
     app.get('/me/sessions', { config: { auth: 'user' }, schema: { summary: 'The caller\'s active sessions', tags, response: { 200: Sessions } } }, async (request) => {
       const p = requireUser(request)
-      const sessions = services.sessions.activeForUser(p.userId).map((s) => ({
+      const sessions = (await services.sessions.activeForUser(p.userId)).map((s) => ({
         jti: s.jti,
         created_at_iso: s.created_at_iso,
         last_used_at_iso: services.sessions.lastUsedIso(s),

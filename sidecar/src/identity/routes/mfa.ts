@@ -55,8 +55,8 @@ export function mfaRoutes(services: MfaRouteServices) {
   /** The user a setup-family call acts for, and the temp token it used (if any). */
   const setupCaller = async (request: FastifyRequest, body: MfaBody): Promise<{ user: UserRecord; tempId?: string; temp?: { rememberMe: boolean; redirectUrl: string } }> => {
     if (body.mfa_temp_token !== undefined) {
-      const temp = services.mfa.tempToken(body.mfa_temp_token, 'setup')
-      const user = temp ? services.users.byId(temp.userId) : undefined
+      const temp = await services.mfa.tempToken(body.mfa_temp_token, 'setup')
+      const user = temp ? await services.users.fetchById(temp.userId) : undefined
       // a setup token exists only for a user without MFA: once enrolled, it is spent
       if (!temp || !user || user.disabled || user.mfa_enabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
       return { user, tempId: temp.id, temp }
@@ -105,13 +105,14 @@ export function mfaRoutes(services: MfaRouteServices) {
       const { user, tempId, temp } = await setupCaller(request, request.body)
       const code = request.body.code
       if (!(await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.finishSetup(user.user_id, code)))) {
-        if (tempId) services.mfa.failTempToken(tempId)
+        if (tempId) await services.mfa.failTempToken(tempId)
         throw new AuthsvcError('MFA_INVALID_CODE')
       }
       await services.users.update(user.user_id, { mfa_enabled: true })
       services.events.emit('mfa_enabled', { actor: user.username, subject: user.username, ip: request.facts.ip })
       if (tempId && temp) {
-        services.mfa.consumeTempToken(tempId)
+        // one temp token gives one session, however many instances are asked at once
+        if (!(await services.mfa.consumeTempToken(tempId))) throw new AuthsvcError('MFA_TOKEN_INVALID')
         const jwt_token = await issueSession(request, reply, user, temp.rememberMe)
         services.events.emit('user_login', { actor: user.username, subject: user.username, ip: request.facts.ip, mfa: true })
         return { message: 'MFA enabled', jwt_token, redirect_url: temp.redirectUrl }
@@ -124,11 +125,11 @@ export function mfaRoutes(services: MfaRouteServices) {
       schema: { summary: 'The second step of a login: the temp token and a code or backup code give the session', tags, body: Body, response: { 200: LoggedIn } },
     }, async (request, reply) => {
       const body = request.body
-      const temp = services.mfa.tempToken(body.mfa_temp_token, 'login')
-      const user = temp ? services.users.byId(temp.userId) : undefined
+      const temp = await services.mfa.tempToken(body.mfa_temp_token, 'login')
+      const user = temp ? await services.users.fetchById(temp.userId) : undefined
       if (!temp || !user || user.disabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
       await checkSecondFactor(services, request, user, body, temp.id)
-      services.mfa.consumeTempToken(temp.id)
+      if (!(await services.mfa.consumeTempToken(temp.id))) throw new AuthsvcError('MFA_TOKEN_INVALID')
       const jwt_token = await issueSession(request, reply, user, temp.rememberMe)
       services.events.emit('user_login', { actor: user.username, subject: user.username, ip: request.facts.ip, mfa: true })
       return { message: 'Login successful', jwt_token, redirect_url: temp.redirectUrl }

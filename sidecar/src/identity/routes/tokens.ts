@@ -62,11 +62,11 @@ export function generateTokenHandler(services: TokenRouteServices) {
     const body = request.body
     let user: UserRecord | undefined
     if (body.mfa_temp_token !== undefined) {
-      const temp = services.mfa.tempToken(body.mfa_temp_token, 'login')
-      const found = temp ? services.users.byId(temp.userId) : undefined
+      const temp = await services.mfa.tempToken(body.mfa_temp_token, 'login')
+      const found = temp ? await services.users.fetchById(temp.userId) : undefined
       if (!temp || !found || found.disabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
       await checkSecondFactor(services, request, found, body, temp.id)
-      services.mfa.consumeTempToken(temp.id)
+      if (!(await services.mfa.consumeTempToken(temp.id))) throw new AuthsvcError('MFA_TOKEN_INVALID')
       user = found
     } else if (body.username !== undefined || body.password !== undefined) {
       if (typeof body.username !== 'string' || typeof body.password !== 'string') {
@@ -76,7 +76,7 @@ export function generateTokenHandler(services: TokenRouteServices) {
       if (found.mfa_enabled && (body.code || body.backup_code)) {
         await checkSecondFactor(services, request, found, body)
       } else {
-        const step = mfaStep(services, found, false, '/')
+        const step = await mfaStep(services, found, false, '/')
         if (step) return step
       }
       user = found
@@ -120,7 +120,7 @@ export function tokenRoutes(services: TokenRouteServices) {
 
     app.get('/api/tokens', { config: { auth: 'user' }, schema: { summary: 'The caller\'s unexpired API tokens (never the tokens themselves)', tags, response: { 200: TokenList } } }, async (request) => {
       const principal = requireUser(request)
-      const tokens = services.tokens.activeForUser(principal.userId).map((t) => ({
+      const tokens = (await services.tokens.activeForUser(principal.userId)).map((t) => ({
         token_hash_prefix: t.hash.slice(0, 12),
         label: t.label,
         expires_iso: t.expires_at_iso,
