@@ -30,7 +30,7 @@ import { AccessEpoch } from './kernel/access-epoch.js'
 import { Events } from './kernel/events.js'
 import { SqliteAuditLog, StoreAuditLog, type AuditLog } from './audit/audit-log.js'
 import { Collection } from './store/collection.js'
-import { ModelGrants, type ModelGrantRecord } from './models/model-grants.js'
+import { ModelGrants, type ModelGrantRecord, type RoleGrantRecord } from './models/model-grants.js'
 import { Ownership, type FileRecord, type PromptRecord } from './isolation/ownership.js'
 import { ClientIdBindings, type ClientIdRecord } from './isolation/client-ids.js'
 import { WorkflowStore } from './workflows/workflow-store.js'
@@ -176,7 +176,12 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const tokens = new ApiTokenService(tokenRecords, clock)
   await tokens.open()
   const roles = RoleStore.open(join(dataDir, 'authsvc_groups.json'), log)
-  roles.onChange = () => accessEpoch.bump()
+  // a deleted role's model grants go with it (models/model-grants.ts); set once the grants are loaded
+  let rolesChanged = (): void => {}
+  roles.onChange = () => {
+    accessEpoch.bump()
+    rolesChanged()
+  }
   if (options.watchGroups !== false) roles.watch()
   const settings = new SettingsRepository(settingRecords, {
     allow_guest_jwt: config.allow_guest_jwt,
@@ -201,6 +206,10 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const mfa = new MfaService(mfaRecords, cipher, keys.backupCodes, clock)
   const throttle = await Throttle.open(kv, clock, {}, storeLog)
   const grantRecords = await Collection.load<ModelGrantRecord>(kv, 'model_grant', accessLog)
+  const roleGrantRecords = await Collection.load<RoleGrantRecord>(kv, 'model_role_grant', accessLog)
+  const modelGrants = new ModelGrants(grantRecords, roleGrantRecords)
+  rolesChanged = () => modelGrants.followRoles((role) => roles.has(role))
+  rolesChanged()
   if (!rawKv.sql) throw new Error('the audit log needs the sqlite store')
   const auditLimits = { retentionDays: config.audit.retention_days, maxEvents: config.audit.max_events }
   const auditSealing = config.store.encryption_level === 'all' ? { cipher, nameKey: keys.auditNames } : null
@@ -219,11 +228,11 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   let storeHealth: StoreHealthView = ALWAYS_UP
   let health: StoreHealth | null = null
   if (userRecords.multiInstance !== null) {
-    health = new StoreHealth(userRecords.multiInstance, [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, grantRecords, throttle], log, () => accessEpoch.bump(), options.storeGraceMs)
+    health = new StoreHealth(userRecords.multiInstance, [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, grantRecords, roleGrantRecords, throttle], log, () => accessEpoch.bump(), options.storeGraceMs)
     health.start()
     storeHealth = health
   }
-  const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, promptRecords, fileRecords, grantRecords]
+  const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, promptRecords, fileRecords, grantRecords, roleGrantRecords]
   const flushAll = async (): Promise<void> => {
     await Promise.all([...all.map((c) => c.flush()), throttle.flush(), audit.flush().catch(() => {})])
   }
@@ -233,7 +242,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     resolver,
     mfa,
     throttle,
-    modelGrants: new ModelGrants(grantRecords),
+    modelGrants,
     recoveryMode: parseBoolean(env.RECOVERY_MODE ?? '') === true,
     host,
     ownership,

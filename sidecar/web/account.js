@@ -4,6 +4,7 @@
 import { $, ApiError, api, copyText, el, onSubmit, say, when } from './common.js'
 import { EVENT_NAMES } from './admin-audit.js'
 import { showBackupCodes } from './account-codes.js'
+import { PERMISSIONS } from './permission-words.js'
 
 const call = (path, options = {}) => api(path, { ...options, sessionPage: true })
 const digits = (value) => String(value || '').replace(/\s/g, '')
@@ -19,11 +20,24 @@ async function loadMe() {
   $('#me-username').textContent = data.username
   $('#me-role').textContent = data.role
   $('#me-auth').textContent = data.auth_type === 'session' ? 'a browser session' : data.auth_type === 'api_token' ? 'an API token' : data.auth_type
-  $('#me-permissions').replaceChildren(...Object.entries(data.permissions).map(([key, on]) => el('li', { class: 'tag' }, `${on ? '✓' : '✗'} ${key}`, el('span', { class: 'sr-only' }, on ? ' (granted)' : ' (not granted)'))))
+  $('#me-permissions').replaceChildren(...permissionLines(data.permissions))
   $('#mfa-status').textContent = data.mfa_enabled ? 'Two-factor authentication is on.' : 'Two-factor authentication is off.'
   $('#mfa-on').hidden = !data.mfa_enabled
   $('#mfa-off').hidden = data.mfa_enabled
   return data
+}
+
+/** Each permission of the role in words (permission-words.js, as the admin's Roles section): what it allows, or what its absence means. */
+function permissionLines(permissions) {
+  const known = PERMISSIONS.filter((p) => p.key in permissions)
+  const unknown = Object.keys(permissions).filter((k) => !known.some((p) => p.key === k)).map((key) => ({ key, name: key, mine: '', mineOff: '' }))
+  return [...known, ...unknown].map((p) => {
+    const on = permissions[p.key] === true
+    return el('li', { dataset: { perm: p.key, on: String(on) } },
+      el('span', { class: on ? 'perm-mark ok' : 'perm-mark', 'aria-hidden': 'true' }, on ? '✓' : '✗'), ' ',
+      el('strong', {}, p.name), el('span', { class: 'sr-only' }, on ? ' (allowed)' : ' (not allowed)'),
+      (on ? p.mine : p.mineOff) ? el('span', { class: 'hint' }, ` ${on ? p.mine : p.mineOff}`) : '')
+  })
 }
 
 /** "iPhone · Safari 17 · iOS 17.0": what the device told the server, in words. */

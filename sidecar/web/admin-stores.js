@@ -9,6 +9,19 @@ const USERS = '/authsvc/api/users-db-config'
 const TOKENS = '/authsvc/api/token-storage-config'
 const LEVELS = { fields: 'secrets (TOTP, backup codes, tokens of other services) are encrypted', all: 'every stored value is encrypted' }
 
+// A file path is a one-line textarea (class path): it wraps a long path at phone width where an
+// input would hide its end; Enter submits as in an input, and a line break never reaches the value.
+for (const box of $$('textarea.path')) {
+  box.addEventListener('keydown', (event) => {
+    if (event.key !== 'Enter') return
+    event.preventDefault()
+    box.form.requestSubmit()
+  })
+  box.addEventListener('input', () => {
+    if (/[\r\n]/.test(box.value)) box.value = box.value.replace(/[\r\n]+/g, '')
+  })
+}
+
 /** Shows only the fields of the chosen backend. */
 function showFieldsOf(form) {
   const backend = form.elements.namedItem('backend').value

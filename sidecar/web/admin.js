@@ -1,5 +1,5 @@
 // The admin panel, organised by task (issue 26): one section at a time, each with its own address
-// (#users, #users/<name>, #roles, #models?user=<name>, #workflows, #network, and the sections
+// (#users, #users/<name>, #roles, #models?user=<name> or ?role=<name>, #workflows, #network, and the sections
 // of the other modules: #notifications, #audit, #storage, #downloads-admin, #content-safety,
 // #stores), so a section can be bookmarked and the back button works.
 // Role and IP-list edits are sent with If-Match carrying the ETag of the version shown, so two
@@ -212,10 +212,11 @@ async function loadUserPage() {
   const username = state.page
   const u = state.users.find((x) => x.username === username)
   if (!u) return
-  const [{ data: s }, { data: t }, { data: g }, activity] = await Promise.all([
+  const [{ data: s }, { data: t }, { data: g }, fromRole, activity] = await Promise.all([
     call(`/authsvc/api/users/${enc(username)}/sessions`),
     call(`/authsvc/api/users/${enc(username)}/tokens`),
     call(`/authsvc/api/users/${enc(username)}/shared-items`),
+    Object.hasOwn(state.roles, u.role) ? call(`/authsvc/api/roles/${enc(u.role)}/shared-items`).then((r) => r.data.items) : Promise.resolve([]),
     call(`/authsvc/api/audit?user=${enc(username)}&limit=10`).then((r) => r.data.events).catch(() => null),
   ])
   if (state.page !== username) return
@@ -257,7 +258,11 @@ async function loadUserPage() {
   $('#user-grants-hint').textContent = u.role === 'admin' || keys.can_view_all_comfyui_items
     ? `The ${u.role} role has "See every model": ${username} sees every model, and the grants below do nothing until it is turned off in Roles.`
     : `${username} sees and uses only these models.`
-  $('#user-grants').replaceChildren(...(g.items.length ? g.items.map((i) => el('li', {}, el('span', { class: 'mono' }, `${i.folder}/${i.item_name}`), ` granted by ${i.granted_by}, ${when(i.created_at_iso)}`)) : [el('li', {}, 'No model granted.')]))
+  const grantLines = [
+    ...g.items.map((i) => el('li', {}, el('span', { class: 'mono' }, `${i.folder}/${i.item_name}`), ` granted by ${i.granted_by}, ${when(i.created_at_iso)}`)),
+    ...fromRole.map((i) => el('li', {}, el('span', { class: 'mono' }, `${i.folder}/${i.item_name}`), ` through the role ${u.role}, granted by ${i.granted_by}, ${when(i.created_at_iso)}`)),
+  ]
+  $('#user-grants').replaceChildren(...(grantLines.length ? grantLines : [el('li', {}, 'No model granted.')]))
   $('#user-grants-link').href = `#models?user=${enc(username)}`
   $('#user-activity-link').href = `#audit?user=${enc(username)}`
   $('#user-activity').replaceChildren(...(activity === null ? [el('li', {}, 'The audit could not be read.')] : activity.length ? activity.map((e) => el('li', {}, el('time', { datetime: e.at_iso }, when(e.at_iso)), ` ${EVENT_NAMES[e.kind] ?? e.kind}${e.outcome && e.outcome !== 'success' ? ` (${e.outcome})` : ''}${e.actor && e.actor !== username ? ` by ${e.actor}` : ''}${e.ip ? ` from ${e.ip}` : ''}`)) : [el('li', {}, 'Nothing recorded yet.')]))
@@ -312,6 +317,7 @@ function renderRoles() {
     el('dd', { id: `perm-desc-${p.key}` }, el('span', {}, p.allows), ' ', el('span', { class: 'hint' }, `Off: ${p.off}`)),
   ]))
   $('#role-cards').replaceChildren(...Object.entries(state.roles).map(([role, keys]) => roleCard(role, keys)))
+  fillRolePicker()
   const options = Object.keys(state.roles)
   $('#new-role').replaceChildren(...options.map((r) => el('option', { value: r, selected: r === 'user' }, r)))
   const filter = $('#user-role-filter')
@@ -411,13 +417,42 @@ onSubmit($('#guest-form'), async (data) => {
   say($('#guest-status'), saved.allow_guest_jwt ? 'Guest logins are allowed.' : 'Guest logins are off.')
 })
 
-// ---- models (#models?user=<name>)
+// ---- models (#models?user=<name> or #models?role=<name>)
 
-const models = { folders: null, items: [], grants: [] }
+const models = { folders: null, items: [], grants: [], inherited: [] }
+
+/** Whom the section grants to: one user, or every user of a role. */
+function grantee() {
+  const kind = $('#grant-kind').value
+  const name = kind === 'role' ? $('#grant-role').value : $('#grant-user').value
+  return { kind, name, path: `/authsvc/api/${kind === 'role' ? 'roles' : 'users'}/${enc(name)}/shared-items`, label: kind === 'role' ? `every user of the role ${name}` : name }
+}
+
+function showGranteeKind() {
+  const role = $('#grant-kind').value === 'role'
+  $('#grant-user-field').hidden = role
+  $('#grant-role-field').hidden = !role
+}
+
+/** The role picker of the Models section, keeping what it had chosen. */
+function fillRolePicker() {
+  const select = $('#grant-role')
+  const chosen = select.value
+  select.replaceChildren(...Object.keys(state.roles).map((r) => el('option', { value: r, selected: r === chosen }, r)))
+}
 
 async function showModels(query) {
-  const wanted = query?.get('user')
-  if (wanted && state.users.some((u) => u.username === wanted)) $('#grant-user').value = wanted
+  fillRolePicker()
+  const wantedUser = query?.get('user')
+  const wantedRole = query?.get('role')
+  if (wantedRole && Object.hasOwn(state.roles, wantedRole)) {
+    $('#grant-kind').value = 'role'
+    $('#grant-role').value = wantedRole
+  } else {
+    if (wantedUser || !$('#grant-kind').value) $('#grant-kind').value = 'user'
+    if (wantedUser && state.users.some((u) => u.username === wantedUser)) $('#grant-user').value = wantedUser
+  }
+  showGranteeKind()
   await act($('#models-error'), async () => {
     if (models.folders === null) await loadFolders()
     await loadGrants()
@@ -441,24 +476,38 @@ async function loadItems() {
 }
 
 async function loadGrants() {
-  const username = $('#grant-user').value
-  if (!username) return
-  const { data } = await call(`/authsvc/api/users/${enc(username)}/shared-items`)
+  const who = grantee()
+  if (!who.name) return
+  const u = who.kind === 'user' ? state.users.find((x) => x.username === who.name) : null
+  const [{ data }, inherited] = await Promise.all([
+    call(who.path),
+    // a user's role may grant more: shown beside their own grants
+    u && Object.hasOwn(state.roles, u.role) ? call(`/authsvc/api/roles/${enc(u.role)}/shared-items`).then((r) => r.data.items) : Promise.resolve([]),
+  ])
   models.grants = data.items
+  models.inherited = inherited
   renderGrants()
   renderItems()
 }
 
 function renderGrants() {
-  const username = $('#grant-user').value
-  const u = state.users.find((x) => x.username === username)
-  for (const span of $$('.grant-name')) span.textContent = username
-  const moot = u && (u.role === 'admin' || state.roles[u.role]?.can_view_all_comfyui_items)
+  const who = grantee()
+  const u = who.kind === 'user' ? state.users.find((x) => x.username === who.name) : null
+  const role = who.kind === 'role' ? who.name : u?.role
+  for (const span of $$('.grant-name')) span.textContent = who.label
+  const moot = role !== undefined && (role === 'admin' || state.roles[role]?.can_view_all_comfyui_items)
   $('#grant-moot').hidden = !moot
-  if (moot) $('#grant-moot').replaceChildren(`The ${u.role} role has "See every model": ${username} sees every model, and these grants do nothing until it is turned off in `, el('a', { href: '#roles' }, 'Roles'), '.')
+  if (moot) {
+    const whoSees = who.kind === 'role' ? 'its users see' : `${who.name} sees`
+    $('#grant-moot').replaceChildren(`The ${role} role has "See every model": ${whoSees} every model, and these grants do nothing until it is turned off in `, el('a', { href: '#roles' }, 'Roles'), '.')
+  }
   $('#grant-list').replaceChildren(...(models.grants.length ? models.grants.map((g) => el('li', { dataset: { grant: `${g.folder}/${g.item_name}` } },
     el('span', { class: 'mono' }, `${g.folder}/${g.item_name}`), ' ',
-    el('button', { type: 'button', class: 'danger small', 'aria-label': `Take back ${g.folder}/${g.item_name} from ${username}`, onclick: () => changeGrant('DELETE', g.folder, g.item_name) }, 'Take back'))) : [el('li', {}, 'Nothing granted yet.')]))
+    el('button', { type: 'button', class: 'danger small', 'aria-label': `Take back ${g.folder}/${g.item_name} from ${who.label}`, onclick: () => changeGrant('DELETE', g.folder, g.item_name) }, 'Take back'))) : [el('li', {}, 'Nothing granted yet.')]))
+  $('#grant-inherited').hidden = who.kind !== 'user' || models.inherited.length === 0
+  $('#grant-inherited-role').textContent = u?.role ?? ''
+  $('#grant-inherited-list').replaceChildren(...models.inherited.map((g) => el('li', { dataset: { grant: `${g.folder}/${g.item_name}` } },
+    el('span', { class: 'mono' }, `${g.folder}/${g.item_name}`), ' ', el('a', { href: `#models?role=${enc(u.role)}` }, `change the ${u.role} role's grants`))))
 }
 
 function renderItems() {
@@ -466,31 +515,37 @@ function renderItems() {
   const q = $('#grant-filter').value.trim().toLowerCase()
   const granted = new Set(models.grants.filter((g) => g.folder === folder).map((g) => g.item_name))
   const items = models.items.filter((i) => !q || i.toLowerCase().includes(q))
-  const username = $('#grant-user').value
+  const who = grantee()
   $('#grant-items').replaceChildren(...items.slice(0, 200).map((item) => el('li', { dataset: { item } },
     el('span', { class: 'mono' }, item), ' ',
     granted.has(item)
       ? el('span', { class: 'tag' }, 'granted')
-      : el('button', { type: 'button', class: 'secondary small', 'aria-label': `Grant ${folder}/${item} to ${username}`, onclick: () => changeGrant('POST', folder, item) }, 'Grant'))))
+      : el('button', { type: 'button', class: 'secondary small', 'aria-label': `Grant ${folder}/${item} to ${who.label}`, onclick: () => changeGrant('POST', folder, item) }, 'Grant'))))
   $('#grant-items-empty').hidden = models.items.length > 0 || !folder
 }
 
 async function changeGrant(method, folder, item) {
-  const username = $('#grant-user').value
+  const who = grantee()
   $('#models-status').hidden = true
   await act($('#models-error'), async () => {
-    const { data } = await call(`/authsvc/api/users/${enc(username)}/shared-items`, { method, body: { folder, item_name: item } })
+    const { data } = await call(who.path, { method, body: { folder, item_name: item } })
     models.grants = data.items
     renderGrants()
     renderItems()
-    say($('#models-status'), method === 'POST' ? `${username} may now use ${folder}/${item}.` : `${folder}/${item} was taken back from ${username}.`)
+    const subject = who.kind === 'role' ? `Every user of the role ${who.name}` : who.name
+    say($('#models-status'), method === 'POST' ? `${subject} may now use ${folder}/${item}.` : `${folder}/${item} was taken back from ${who.label}.`)
   })
 }
 
-$('#grant-user').addEventListener('change', () => {
-  history.replaceState(null, '', `#models?user=${enc($('#grant-user').value)}`)
+function granteeChanged() {
+  showGranteeKind()
+  const who = grantee()
+  history.replaceState(null, '', `#models?${who.kind}=${enc(who.name)}`)
   void act($('#models-error'), loadGrants)
-})
+}
+$('#grant-kind').addEventListener('change', granteeChanged)
+$('#grant-user').addEventListener('change', granteeChanged)
+$('#grant-role').addEventListener('change', granteeChanged)
 $('#grant-folder').addEventListener('change', () => act($('#models-error'), loadItems))
 $('#grant-filter').addEventListener('input', renderItems)
 $('#cache-refresh').addEventListener('click', () => act($('#models-error'), async () => {

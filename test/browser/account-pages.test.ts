@@ -2,7 +2,7 @@
  * The account pages by clicking only (issue 26), in chromium through the real stack (the
  * stand-in host with the gate in front): first run (register → signed in as the administrator,
  * what next), the top-bar USER badge's menu inside the ComfyUI page, and on the account page
- * sessions named by device and address (revoke one, sign out everywhere else), API tokens,
+ * the role's permissions in words, sessions named by device and address (revoke one, sign out everywhere else), API tokens,
  * MFA on with backup codes copied and downloaded, MFA off; all at 1280 px and 390 px. Then
  * every account-side page at 360 and 390 px with data in the tables: nothing scrolls sideways
  * (only code blocks may); axe (light and dark) and screenshots (test-results/screenshots/,
@@ -185,6 +185,18 @@ describe('account pages by clicking, at phone width too', { concurrency: false }
       const page = await newPage(width)
       await signIn(page, username, PASSWORD, '/authsvc/account')
       await page.locator('#session-rows tr[data-jti]').nth(19).waitFor()
+
+      // the role's permissions in words (permission-words.js, as the admin's Roles section), never as raw keys
+      const perms = page.locator('#me-permissions')
+      assert.doesNotMatch(await perms.innerText(), /can_|_items|✓ [a-z]+_/)
+      assert.deepEqual(await perms.locator('li').evaluateAll((li) => li.map((x) => `${(x as HTMLElement).dataset.perm}=${(x as HTMLElement).dataset.on}`)), [
+        'can_access_api=true', 'can_run=true', 'can_upload=true', 'can_modify_workflows=true', 'can_have_api_tokens=true', 'can_view_all_comfyui_items=true', 'can_download_models=false',
+      ])
+      // as a screen reader reads it: the mark is hidden from it, the words say allowed or not
+      assert.equal(await perms.locator('li[data-perm=can_run]').textContent(), '✓ Run prompts (allowed) Queue prompts, and interrupt or clear your own.')
+      assert.equal(await perms.locator('li[data-perm=can_download_models]').textContent(), '✗ Download models (not allowed) Only an administrator adds models.')
+      assert.equal(await perms.locator('li[data-perm=can_run] [aria-hidden=true]').textContent(), '✓')
+      assert.equal(await page.getByRole('list', { name: 'What your role allows' }).count(), 1)
 
       // this device first, with its badge; the others by device and address
       const current = page.locator('#session-rows tr[data-current=true]')

@@ -79,7 +79,8 @@ describe('admin panel: notifications', { concurrency: false }, () => {
     assert.deepEqual(await page.locator('#ntfy-event-boxes input:checked').evaluateAll((b) => b.map((x) => (x as HTMLInputElement).value)), ['user_login', 'login_failure'])
   })
 
-  it('sends a test notification and says ntfy took it', async () => {
+  it('1280 px: sends a test notification and says ntfy took it', async () => {
+    await page.setViewportSize({ width: 1280, height: 900 })
     await page.getByRole('button', { name: 'Send a test notification' }).click()
     await page.locator('#ntfy-status:not([hidden])').waitFor()
     assert.equal(await page.locator('#ntfy-status').innerText(), 'ntfy took the test notification: check authsvc-ops in the ntfy app.')
@@ -100,7 +101,8 @@ describe('admin panel: notifications', { concurrency: false }, () => {
     assert.ok(got.every((m) => m.authorization === `Bearer ${token}`))
   })
 
-  it('says what went wrong when ntfy refuses or is gone; asks for a save before testing changes', async () => {
+  it('390 px: says what went wrong when ntfy refuses or is gone; asks for a save before testing changes', async () => {
+    await page.setViewportSize({ width: 390, height: 844 })
     ntfy.answerNext({ kind: 'error', http: 403, code: 40301, error: 'forbidden' })
     await page.getByRole('button', { name: 'Send a test notification' }).click()
     await page.locator('#ntfy-error:not([hidden])').waitFor()
@@ -116,7 +118,8 @@ describe('admin panel: notifications', { concurrency: false }, () => {
     await page.getByLabel('Topic').fill('authsvc-ops')
   })
 
-  it('removes the token; looks right in every view (axe, both widths, light and dark)', async () => {
+  it('390 px: removes the token; looks right in every view (axe, both widths, light and dark)', async () => {
+    await page.setViewportSize({ width: 390, height: 844 })
     await page.getByLabel('Remove the saved token').check()
     assert.equal(await page.getByLabel(/Access token/).isDisabled(), true)
     await page.getByRole('button', { name: 'Save notifications' }).click()

@@ -4,7 +4,7 @@
  * kept, picks PostgreSQL for users (a bad URL is refused next to its field), saves a URL with a
  * password and never sees the password again (the page, the reload, the processes' output at
  * debug level), keeps it by leaving the field empty, moves API tokens to the legacy JSON file and
- * back to the users' store; config.json holds what was saved.
+ * back to the users' store (at 1280 and at 390 px); config.json holds what was saved.
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
@@ -88,20 +88,22 @@ describe('admin panel: data stores', { concurrency: false }, () => {
     assert.equal(config().store.postgres_url, PG_URL)
   })
 
-  it('API tokens to the legacy JSON file, then back to the users\' store', async () => {
-    const jsonPath = join(stack.dataDir, 'tokens.json')
-    await tokensForm().getByLabel('Backend').selectOption('json')
-    await tokensForm().getByLabel('JSON file').fill(jsonPath)
-    await page.getByRole('button', { name: 'Save token store' }).click()
-    await page.locator('#token-store-status:not([hidden])').waitFor()
-    assert.equal(await page.locator('#token-store-status').innerText(), 'Saved: API tokens go to json when ComfyUI restarts.')
-    assert.deepEqual(config().store.tokens, { backend: 'json', json_path: jsonPath })
-    await tokensForm().getByLabel('Backend').selectOption('users')
-    await page.getByRole('button', { name: 'Save token store' }).click()
-    await page.locator('#token-store-status:has-text("the users\' store")').waitFor()
-    assert.deepEqual(config().store.tokens, {})
-    assert.equal(config().store.postgres_url, PG_URL, 'the users\' store is untouched')
-  })
+  for (const width of [1280, 390]) {
+    it(`${width} px: API tokens to the legacy JSON file, then back to the users' store`, async () => {
+      await page.setViewportSize({ width, height: width < 600 ? 844 : 900 })
+      const jsonPath = join(stack.dataDir, `tokens-${width}.json`)
+      await tokensForm().getByLabel('Backend').selectOption('json')
+      await tokensForm().getByLabel('JSON file').fill(jsonPath)
+      await page.getByRole('button', { name: 'Save token store' }).click()
+      await page.locator('#token-store-status', { hasText: 'Saved: API tokens go to json when ComfyUI restarts.' }).waitFor()
+      assert.deepEqual(config().store.tokens, { backend: 'json', json_path: jsonPath })
+      await tokensForm().getByLabel('Backend').selectOption('users')
+      await page.getByRole('button', { name: 'Save token store' }).click()
+      await page.locator('#token-store-status:has-text("the users\' store")').waitFor()
+      assert.deepEqual(config().store.tokens, {})
+      assert.equal(config().store.postgres_url, PG_URL, 'the users\' store is untouched')
+    })
+  }
 
   it('the password never reached the processes\' output, even at debug level', () => {
     assert.ok(!stack.output().includes(PG_PASSWORD))

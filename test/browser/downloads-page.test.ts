@@ -3,7 +3,7 @@
  * (issue 22 item 7), clicked in chromium through the real stack (the stand-in host, the real
  * plugin and sidecar) against the stand-ins of Civitai and Hugging Face: a key saved is never
  * shown again; a pasted URL becomes a job with a progress bar that ends Done; a paused one is
- * cancelled from its row; a failed one says why in words; a user without can_download_models
+ * cancelled from its row (at 1280 and at 390 px); a failed one says why in words; a user without can_download_models
  * never sees the block; the admin sees everyone's jobs with whose they are. Light and dark, 1280
  * and 390 px, no serious axe finding, no CSP violation.
  */
@@ -58,6 +58,7 @@ describe('the downloads page in chromium', { concurrency: false }, () => {
     src.civitai.set(1, [{ id: 1, name: 'done.safetensors', size: 200 * 1024, seed: 1 }])
     src.civitai.set(2, [{ id: 2, name: 'paused.safetensors', size: 2 * 1024 * 1024, seed: 2, pauseAt: 1024 * 1024 }])
     src.civitai.set(3, [{ id: 3, name: 'early.safetensors', size: 1000, seed: 3, error: { status: 403 } }])
+    src.civitai.set(4, [{ id: 4, name: 'phone-paused.safetensors', size: 2 * 1024 * 1024, seed: 4, pauseAt: 1024 * 1024 }])
     const page = await signIn(await browser.newContext(), stack, 'alice', '/authsvc/account')
     csp.push(watchCsp(page))
     await page.locator('#downloads[data-ready=true]').waitFor()
@@ -95,6 +96,17 @@ describe('the downloads page in chromium', { concurrency: false }, () => {
     await running.getByRole('button', { name: 'Cancel the download of paused.safetensors' }).click()
     await running.locator('.tag', { hasText: 'Cancelled' }).waitFor()
 
+    // the same at phone width: a paused download cancelled from its row
+    await page.setViewportSize({ width: 390, height: 844 })
+    const pausedAgain = once(src.events, 'paused')
+    await page.getByLabel('Paste a URL').fill(`${src.civitaiUrl}/api/download/models/4`)
+    await page.getByRole('button', { name: 'Download', exact: true }).click()
+    await pausedAgain
+    const phone = page.locator('#download-rows tr', { hasText: 'phone-paused.safetensors' })
+    await phone.locator('progress[value="50"]').waitFor()
+    await phone.getByRole('button', { name: 'Cancel the download of phone-paused.safetensors' }).click()
+    await phone.locator('.tag', { hasText: 'Cancelled' }).waitFor()
+
     await page.getByRole('button', { name: 'Clear key' }).click()
     await page.locator('#download-keys li[data-key-source=civitai]', { hasText: 'no key' }).waitFor()
     await page.close()
@@ -110,18 +122,31 @@ describe('the downloads page in chromium', { concurrency: false }, () => {
     await page.close()
   })
 
-  it('the admin panel lists everyone\'s jobs with whose they are', async () => {
+  it('the admin panel lists everyone\'s jobs with whose they are, and cancels one of alice\'s at 1280 px and one at 390 px', async () => {
+    // two downloads of alice's that hold at half way (seeded through her API token; the admin's steps are clicks)
+    const alice = await apiToken(stack, 'alice')
+    for (const id of [5, 6]) {
+      src.civitai.set(id, [{ id, name: `held-${id}.safetensors`, size: 2 * 1024 * 1024, seed: id, pauseAt: 1024 * 1024 }])
+      const res = await fetch(`${stack.url}/authsvc/api/model-download/download`, { method: 'POST', headers: { ...bearer(alice), 'content-type': 'application/json' }, body: JSON.stringify({ url: `${src.civitaiUrl}/api/download/models/${id}`, folder_type: 'checkpoints' }) })
+      assert.ok(res.status < 300, await res.text())
+    }
     const page = await signIn(await browser.newContext(), stack, 'root', '/authsvc/admin')
     csp.push(watchCsp(page))
     await page.locator('#downloads-admin[data-ready=true]').waitFor({ state: 'attached' })
     await page.getByRole('navigation', { name: 'Admin sections' }).getByRole('link', { name: 'Downloads', exact: true }).click()
     await page.locator('#downloads-admin:not([hidden])').waitFor()
     const rows = page.locator('#admin-download-rows tr')
-    assert.equal(await rows.count(), 3)
-    for (const name of ['done.safetensors', 'paused.safetensors', 'early.safetensors']) {
+    assert.equal(await rows.count(), 6)
+    for (const name of ['done.safetensors', 'paused.safetensors', 'early.safetensors', 'phone-paused.safetensors', 'held-5.safetensors', 'held-6.safetensors']) {
       assert.equal(await page.locator('#admin-download-rows tr', { hasText: name }).locator('td').first().innerText(), 'alice')
     }
     await shootAndCheck(page, 'admin-downloads')
+    for (const [width, id] of [[1280, 5], [390, 6]]) {
+      await page.setViewportSize({ width, height: width < 600 ? 844 : 900 })
+      const row = page.locator('#admin-download-rows tr', { hasText: `held-${id}.safetensors` })
+      await row.getByRole('button', { name: `Cancel alice's download of held-${id}.safetensors` }).click()
+      await row.locator('.tag', { hasText: 'Cancelled' }).waitFor()
+    }
     assert.deepEqual(csp.flat(), [])
   })
 })

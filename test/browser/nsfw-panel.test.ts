@@ -1,8 +1,9 @@
 /**
  * The Content safety section of the admin panel (issue 23), clicked in chromium through the real
  * stack (the stand-in host, the real plugin and sidecar, the deterministic test classifier): the
- * admin marks an input image NSFW by name, sees its row, unmarks it from the row, starts a scan and
- * sees its finished count and the detector's tags. No CSP violation, no serious axe finding.
+ * admin marks an input image NSFW by name, sees its row, unmarks it from the row (at 1280 and 390 px),
+ * starts a scan and sees its finished count and the detector's tags; at 390 px clears the detector's
+ * tags and scans again, classifying anew. No CSP violation, no serious axe finding.
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
@@ -44,18 +45,21 @@ describe('the Content safety section of the admin panel, in chromium', { concurr
 
   const section = () => page.locator('#content-safety')
 
-  it('marks an image by name, shows it, and unmarks it from its row', async () => {
-    await section().getByText('No image is tagged yet.').waitFor()
-    await section().getByLabel('Folder', { exact: true }).selectOption('input')
-    await section().getByLabel('File name').fill('beach.png')
-    await section().getByRole('button', { name: 'Mark NSFW', exact: true }).click()
-    await section().getByText('beach.png is now marked NSFW.').waitFor()
-    const row = section().locator('tr[data-file="input/beach.png"]')
-    assert.deepEqual(await row.locator('td').allInnerTexts(), ['NSFW', 'marked (root)', '', 'Mark safe'])
-    await row.getByRole('button', { name: 'Mark safe: input/beach.png' }).click()
-    await section().getByText('input/beach.png is now marked safe.').waitFor()
-    assert.equal(await row.locator('td').first().innerText(), 'safe')
-  })
+  for (const width of [1280, 390]) {
+    it(`${width} px: marks an image by name, shows it, and unmarks it from its row`, async () => {
+      await page.setViewportSize({ width, height: width < 600 ? 844 : 900 })
+      if (width === 1280) await section().getByText('No image is tagged yet.').waitFor()
+      await section().getByLabel('Folder', { exact: true }).selectOption('input')
+      await section().getByLabel('File name').fill('beach.png')
+      await section().getByRole('button', { name: 'Mark NSFW', exact: true }).click()
+      await section().getByText('beach.png is now marked NSFW.').waitFor()
+      const row = section().locator('tr[data-file="input/beach.png"]')
+      assert.deepEqual(await row.locator('td').allInnerTexts(), ['NSFW', 'marked (root)', '', 'Mark safe'])
+      await row.getByRole('button', { name: 'Mark safe: input/beach.png' }).click()
+      await section().getByText('input/beach.png is now marked safe.').waitFor()
+      assert.equal(await row.locator('td').first().innerText(), 'safe')
+    })
+  }
 
   it('an unknown file is refused at its field', async () => {
     await section().getByLabel('File name').fill('nothing-here.png')
@@ -63,13 +67,30 @@ describe('the Content safety section of the admin panel, in chromium', { concurr
     await section().locator('#nsfw-filename[aria-invalid="true"]').waitFor()
   })
 
-  it('a scan tags every image and shows its count', async () => {
+  it('1280 px: a scan tags every image and shows its count', async () => {
+    await page.setViewportSize({ width: 1280, height: 900 })
     await section().getByRole('button', { name: 'Scan all images' }).click()
     await section().getByText(/Last scan: 2 images, 1 NSFW, 0 unreadable\./).waitFor({ timeout: 20_000 })
     const flagged = section().locator('tr[data-file="input/flagged.png"]')
     assert.deepEqual((await flagged.locator('td').allInnerTexts()).slice(0, 3), ['NSFW', 'detector', 'Porn 97%'])
     // the manual "safe" of the row before stays
     assert.equal(await section().locator('tr[data-file="input/beach.png"] td').first().innerText(), 'safe')
+  })
+
+  it('390 px: detector tags are cleared (marked ones stay), and a scan that classifies again tags them anew', async () => {
+    await page.setViewportSize({ width: 390, height: 844 })
+    await section().getByRole('button', { name: 'Clear detector tags' }).click()
+    await section().getByText('1 tags made by the detector or by metadata were removed; marked ones stay.').waitFor()
+    await section().locator('tr[data-file="input/flagged.png"]').waitFor({ state: 'detached' })
+    assert.equal(await section().locator('tr[data-file="input/beach.png"] td').first().innerText(), 'safe', 'the marked one stays')
+    writeFileSync(join(stack.baseDir, 'input', 'dunes.png'), nsfwPng(3))
+    await section().getByLabel('Classify tagged images again').check()
+    await section().getByRole('button', { name: 'Scan all images' }).click()
+    await section().getByText(/Last scan: 3 images, 2 NSFW, 0 unreadable\./).waitFor({ timeout: 20_000 })
+    for (const file of ['input/flagged.png', 'input/dunes.png']) {
+      assert.deepEqual((await section().locator(`tr[data-file="${file}"] td`).allInnerTexts()).slice(0, 2), ['NSFW', 'detector'], file)
+    }
+    assert.equal(await section().locator('tr[data-file="input/beach.png"] td').first().innerText(), 'safe', 'a marked image is not classified over')
   })
 
   it('no CSP violation, no serious accessibility finding', async () => {

@@ -93,7 +93,7 @@ describe('storage in the admin panel and on the account page, in chromium', { co
     await page.close()
   })
 
-  it('the admin sees alice\'s folders and empties them after typing her name; bob\'s stay', async () => {
+  it('the admin sees alice\'s folders and empties them after typing her name (1280 px); bob\'s stay, and are emptied at 390 px', async () => {
     const page = await signIn(await browser.newContext(), stack, 'root', '/authsvc/admin')
     csp.push(watchCsp(page))
     await page.locator('#storage[data-ready=true]').waitFor({ state: 'attached' })
@@ -128,6 +128,21 @@ describe('storage in the admin panel and on the account page, in chromium', { co
     assert.deepEqual(readdirSync(join(stack.baseDir, 'user', id.alice)), [])
     assert.deepEqual(readdirSync(join(stack.baseDir, 'input', `u_${id.alice}`)), [])
     assert.ok(existsSync(join(stack.baseDir, 'user', id.bob, 'workflows', 'bob.json')), 'bob\'s workflow stays')
+
+    // the same at phone width: bob's folders, emptied after typing his name
+    await page.setViewportSize({ width: 390, height: 844 })
+    await page.locator('#storage').getByLabel('User', { exact: true }).selectOption('bob')
+    await page.getByRole('button', { name: 'Show storage' }).click()
+    await page.locator('#storage-detail-title', { hasText: 'Storage of bob' }).waitFor()
+    await page.locator('#storage-workflows', { hasText: '1 workflow (15 B); 1 file in all.' }).waitFor()
+    await page.getByRole('button', { name: 'Empty these folders…' }).click()
+    await page.getByRole('dialog', { name: 'Empty the folders of bob?' }).waitFor()
+    const confirm = page.getByRole('button', { name: 'Empty the folders' })
+    assert.equal(await confirm.isDisabled(), true)
+    await page.getByLabel('Type bob to confirm').fill('bob')
+    await confirm.click()
+    await page.locator('#storage-status', { hasText: /^The folders of bob were emptied: 1 file \(15 B\) removed\.$/ }).waitFor()
+    assert.deepEqual(readdirSync(join(stack.baseDir, 'user', id.bob)), [])
     assert.deepEqual(csp.flat(), [])
   })
 })

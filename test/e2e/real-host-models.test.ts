@@ -9,7 +9,9 @@
  * MODEL_NOT_ALLOWED for every other item, which the host never sees; a user who
  * sees every model gets the host's answers byte for byte; a file copied into a
  * watched folder is in the admin lists within 2 s; a grant and a revocation
- * change the next answer.
+ * change the next answer. Grants by role (issue 26): a user of the role with no
+ * grant of their own sees the role's items in the lists and /object_info, and
+ * loses them when the role's grant goes or their role changes.
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
@@ -212,6 +214,75 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.deepEqual(await getJson('/models/loras', intern), [GRANTED.loras])
       const res = await postPrompt(intern, REFUSED[2][1])
       assert.equal(res.status, 403)
+    })
+
+    it('grants by role: a user with no grant of their own sees an item through their role\'s grant, and loses it when the grant goes or their role changes', async () => {
+      const groups = (await getJson('/authsvc/api/groups', admin)).groups
+      assert.equal((await request('PUT', '/authsvc/api/groups', admin, { groups: { ...groups, trainee: { ...groups.intern } } })).status, 200)
+      assert.equal((await register(host, 'rolie', { bearer: admin, role: 'intern' })).status, 201)
+      let rolie = (await login(host, 'rolie')).jwt
+      const roleGrant = (method: 'GET' | 'POST' | 'DELETE', role: string, body?: unknown, token = admin) => request(method, `/authsvc/api/roles/${role}/shared-items`, token, body)
+      const secret = { folder: 'checkpoints', item_name: 'secret.safetensors' }
+      const ckptList = async (token: string) => (await getJson('/object_info/CheckpointLoaderSimple', token)).CheckpointLoaderSimple.input.required.ckpt_name[0]
+      const sees = async (token: string, want: string[]) => {
+        assert.deepEqual(await getJson('/models/checkpoints', token), want, '/models/checkpoints')
+        assert.deepEqual(await ckptList(token), want, '/object_info')
+      }
+      await sees(rolie, [])
+
+      const granted = await roleGrant('POST', 'intern', secret)
+      assert.equal(granted.status, 200, granted.text)
+      assert.deepEqual(granted.body.items.map((i: { folder: string; item_name: string }) => `${i.folder}/${i.item_name}`), ['checkpoints/secret.safetensors'])
+      await sees(rolie, ['secret.safetensors'])
+      await sees(intern, [GRANTED.checkpoints, 'secret.safetensors']) // their own grant and the role's
+      assert.equal((await get('/view_metadata/checkpoints?filename=secret.safetensors', rolie)).status, 200)
+
+      assert.equal((await roleGrant('DELETE', 'intern', secret)).status, 200)
+      await sees(rolie, [])
+      await sees(intern, [GRANTED.checkpoints])
+      assert.equal((await get('/view_metadata/checkpoints?filename=secret.safetensors', rolie)).status, 404)
+
+      // the role's grants follow a role change (which signs the user out: the next sign-in acts as the new role)
+      assert.equal((await roleGrant('POST', 'intern', secret)).status, 200)
+      await sees(rolie, ['secret.safetensors'])
+      assert.equal((await request('PUT', '/authsvc/api/users/rolie', admin, { role: 'trainee' })).status, 200)
+      assert.equal((await get('/models/checkpoints', rolie)).status, 401, 'the role change ended the session')
+      rolie = (await login(host, 'rolie')).jwt
+      await sees(rolie, [])
+      assert.equal((await request('PUT', '/authsvc/api/users/rolie', admin, { role: 'intern' })).status, 200)
+      rolie = (await login(host, 'rolie')).jwt
+      await sees(rolie, ['secret.safetensors'])
+      assert.equal((await roleGrant('DELETE', 'intern', secret)).status, 200)
+      await sees(rolie, [])
+
+      // a deleted role's grants go with it
+      assert.equal((await roleGrant('POST', 'trainee', secret)).status, 200)
+      const now = (await getJson('/authsvc/api/groups', admin)).groups
+      delete now.trainee
+      assert.equal((await request('PUT', '/authsvc/api/groups', admin, { groups: now })).status, 200)
+      const gone = await roleGrant('GET', 'trainee')
+      assert.deepEqual([gone.status, gone.body.code], [404, 'NOT_FOUND'])
+      assert.equal((await request('PUT', '/authsvc/api/groups', admin, { groups: { ...now, trainee: { ...now.intern } } })).status, 200)
+      assert.deepEqual((await roleGrant('GET', 'trainee')).body, { role: 'trainee', items: [] }, 'a role made again starts with no grant')
+    })
+
+    it('the role grant routes: odd role names are 404 NOT_FOUND, and no one but an admin may use them', async () => {
+      const secret = { folder: 'checkpoints', item_name: 'secret.safetensors' }
+      for (const role of ['__proto__', 'constructor', 'Intern', 'intern%20', 'intern%00', '..%2Fadmin', '%2e%2e', '%C3%AFntern', '%3Cscript%3E', "intern'--"]) {
+        for (const method of ['GET', 'POST', 'DELETE'] as const) {
+          const res = await request(method, `/authsvc/api/roles/${role}/shared-items`, admin, method === 'GET' ? undefined : secret)
+          assert.equal(res.status, 404, `${method} ${role}: ${res.text}`)
+          assert.equal(res.body.code, 'NOT_FOUND', `${method} ${role}`)
+        }
+      }
+      for (const [who, token, status, code] of [['a limited user', intern, 403, 'ADMIN_REQUIRED'], ['a user who sees every model', carol, 403, 'ADMIN_REQUIRED']] as const) {
+        for (const method of ['GET', 'POST', 'DELETE'] as const) {
+          const res = await request(method, '/authsvc/api/roles/intern/shared-items', token, method === 'GET' ? undefined : secret)
+          assert.deepEqual([res.status, res.body.code], [status, code], `${who} ${method}`)
+        }
+      }
+      assert.deepEqual((await request('GET', '/authsvc/api/roles/intern/shared-items', admin)).body, { role: 'intern', items: [] })
+      assert.deepEqual(await getJson('/models/checkpoints', intern), [GRANTED.checkpoints], 'nothing was granted by the refused calls')
     })
   })
 }

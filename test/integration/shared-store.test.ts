@@ -261,6 +261,34 @@ for (const backend of backends) {
       assert.deepEqual(mirrored.editor, { can_access_api: true, can_modify_workflows: true }, "B's own file mirrors the shared groups")
     })
 
+    it('a role\'s model grant on A holds on B; taken back on A, and with its role deleted, it is gone on B', async () => {
+      const groups = a.services.roles.snapshot()
+      groups.trainee = { can_access_api: true }
+      const roleOnB = delivered(b, (c) => c.key === 'setting:groups')
+      const saved = await a.call('PUT', '/authsvc/api/groups', { headers: bearer(admin), body: { groups } })
+      assert.equal(saved.status, 200, JSON.stringify(saved.body))
+      await roleOnB
+      const granted = delivered(b, (c) => c.key.startsWith('model_role_grant:'))
+      await a.services.modelGrants.grantRole({ role: 'trainee', folder: 'checkpoints', item_name: 'shared.safetensors', granted_by: 'root', created_at_iso: new Date().toISOString() })
+      await granted
+      const onB = () => [...(b.services.modelGrants.forUser(null, 'trainee').byFolder.get('checkpoints') ?? [])]
+      assert.deepEqual(onB(), ['shared.safetensors'])
+      assert.equal(b.services.modelGrants.forUser(null, 'trainee').signature, a.services.modelGrants.forUser(null, 'trainee').signature)
+      const revoked = delivered(b, (c) => c.key.startsWith('model_role_grant:'))
+      assert.equal(await a.services.modelGrants.revokeRole('trainee', 'checkpoints', 'shared.safetensors'), true)
+      await revoked
+      assert.deepEqual(onB(), [])
+
+      await a.services.modelGrants.grantRole({ role: 'trainee', folder: 'checkpoints', item_name: 'again.safetensors', granted_by: 'root', created_at_iso: new Date().toISOString() })
+      const removed = delivered(b, (c) => c.key.startsWith('model_role_grant:') && !c.exists)
+      delete groups.trainee
+      const dropped = await a.call('PUT', '/authsvc/api/groups', { headers: bearer(admin), body: { groups } })
+      assert.equal(dropped.status, 200, JSON.stringify(dropped.body))
+      await removed
+      assert.deepEqual(b.services.modelGrants.listRole('trainee'), [])
+      assert.deepEqual(a.services.modelGrants.listRole('trainee'), [])
+    })
+
     it('two admins demoting each other on two instances at once leave one admin', async () => {
       const dave = await registerAndLogin(a, 'dave', { admin, role: 'admin' })
       const erin = await registerAndLogin(a, 'erin', { admin, role: 'admin' })

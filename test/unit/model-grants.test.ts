@@ -416,6 +416,152 @@ describe('a model folder path that does not exist yet', () => {
   })
 })
 
+describe('model grants by role', () => {
+  let w: World
+  let rolie: UserRecord
+  let rolieJwt: string
+  before(async () => {
+    w = await world()
+    const groups = w.sc.services.roles.snapshot()
+    w.sc.services.roles.replace({ ...groups, trainee: { ...groups.intern } })
+    rolie = await addUser(w.sc, 'rolie', 'rolie-password-1', 'intern')
+    rolieJwt = await sessionJwt(w.sc, rolie)
+  })
+  after(() => w.sc.close())
+
+  const roleGrants = (role: string, method = 'GET', body?: unknown, jwt = w.adminJwt) =>
+    call(w.sc, { method, url: `/authsvc/api/roles/${role}/shared-items`, bearer: jwt, ...(body === undefined ? {} : { body }) })
+  const list = { path: '/models/checkpoints', pattern: '/models/{folder}', match_info: { folder: 'checkpoints' } }
+  const HOST = '["granted.safetensors", "secret.safetensors", "sub/deep.safetensors"]'
+  const OBJECT_INFO = '{"CheckpointLoaderSimple": {"input": {"required": {"ckpt_name": [["granted.safetensors", "secret.safetensors"]]}}}}'
+  const objectInfo = (names: string[]) => `{"CheckpointLoaderSimple": {"input": {"required": {"ckpt_name": [[${names.map((n) => JSON.stringify(n)).join(', ')}]]}}}}`
+  const secretGraph = { 1: node('CheckpointLoaderSimple', { ckpt_name: 'secret.safetensors' }) }
+  const secret = { folder: 'checkpoints', item_name: 'secret.safetensors' }
+
+  it('a user with no grant of their own sees and uses an item through their role\'s grant, and loses it when the role\'s grant goes', async () => {
+    const epoch = w.sc.services.accessEpoch.value
+    const granted = await roleGrants('intern', 'POST', secret)
+    assert.equal(granted.statusCode, 200, granted.body)
+    const body = JSON.parse(granted.body) as { role: string; items: Array<Record<string, string>> }
+    assert.equal(body.role, 'intern')
+    assert.deepEqual(body.items.map((i) => [i.folder, i.item_name, i.granted_by]), [['checkpoints', 'secret.safetensors', 'admin']])
+    assert.ok(w.sc.services.accessEpoch.value > epoch, 'a role grant moves the access epoch (kept decisions end)')
+    assert.deepEqual(JSON.parse((await roleGrants('intern')).body), body)
+
+    assert.equal((await filtered(w.sc, { ...list, headers: bearer(rolieJwt) }, HOST)).body, '["secret.safetensors"]')
+    assert.equal((await filtered(w.sc, { path: '/object_info', pattern: '/object_info', headers: bearer(rolieJwt) }, OBJECT_INFO)).body, objectInfo(['secret.safetensors']))
+    assert.equal((await postPrompt(w.sc, rolieJwt, secretGraph)).action, 'pass')
+    // the intern's own grants and the role's, together
+    assert.equal((await filtered(w.sc, { ...list, headers: bearer(w.internJwt) }, HOST)).body, '["granted.safetensors", "secret.safetensors"]')
+    assert.equal((await filtered(w.sc, { path: '/object_info', pattern: '/object_info', headers: bearer(w.internJwt) }, OBJECT_INFO)).body, OBJECT_INFO)
+
+    const epoch2 = w.sc.services.accessEpoch.value
+    const revoked = await roleGrants('intern', 'DELETE', secret)
+    assert.equal(revoked.statusCode, 200, revoked.body)
+    assert.deepEqual(JSON.parse(revoked.body), { role: 'intern', items: [] })
+    assert.ok(w.sc.services.accessEpoch.value > epoch2)
+    assert.equal((await filtered(w.sc, { ...list, headers: bearer(rolieJwt) }, HOST)).body, '[]')
+    assert.equal((await filtered(w.sc, { path: '/object_info', pattern: '/object_info', headers: bearer(rolieJwt) }, OBJECT_INFO)).body, objectInfo([]))
+    assertDenied(await postPrompt(w.sc, rolieJwt, secretGraph), 'MODEL_NOT_ALLOWED')
+    assert.equal((await filtered(w.sc, { ...list, headers: bearer(w.internJwt) }, HOST)).body, '["granted.safetensors"]', 'the intern keeps their own grant')
+    assert.equal((await roleGrants('intern', 'DELETE', secret)).statusCode, 200, 'revoking what the role does not have is a no-op')
+  })
+
+  it('a role change takes the old role\'s grants away and brings the new role\'s at once', async () => {
+    assert.equal((await roleGrants('intern', 'POST', secret)).statusCode, 200)
+    assert.equal((await roleGrants('trainee', 'POST', { folder: 'checkpoints', item_name: 'sub/deep.safetensors' })).statusCode, 200)
+    const move = async (role: string) => {
+      const res = await call(w.sc, { method: 'PUT', url: '/authsvc/api/users/rolie', bearer: w.adminJwt, body: { role } })
+      assert.equal(res.statusCode, 200, res.body)
+      // a role change ends the user's sessions; the next sign-in acts as the new role
+      return sessionJwt(w.sc, w.sc.services.users.find('rolie'))
+    }
+    const asTrainee = await move('trainee')
+    assert.equal((await filtered(w.sc, { ...list, headers: bearer(asTrainee) }, HOST)).body, '["sub/deep.safetensors"]')
+    assertDenied(await postPrompt(w.sc, asTrainee, secretGraph), 'MODEL_NOT_ALLOWED')
+    const asIntern = await move('intern')
+    assert.equal((await filtered(w.sc, { ...list, headers: bearer(asIntern) }, HOST)).body, '["secret.safetensors"]')
+    assert.equal((await postPrompt(w.sc, asIntern, secretGraph)).action, 'pass')
+    // an API token acts as the user's role of now, not of when it was made
+    const token = (await w.sc.services.tokens.issue(rolie.user_id, 'unit', 24)).token
+    assert.equal((await filtered(w.sc, { ...list, headers: bearer(token) }, HOST)).body, '["secret.safetensors"]')
+    await move('trainee')
+    const afterMove = await filtered(w.sc, { ...list, headers: bearer(token) }, HOST)
+    assert.equal(afterMove.body, '["sub/deep.safetensors"]')
+    assert.equal((await roleGrants('intern', 'DELETE', secret)).statusCode, 200)
+  })
+
+  it('a deleted role\'s grants go with it (a role made again with the same name starts with none); they outlive a restart until then', async () => {
+    const groups = w.sc.services.roles.snapshot()
+    w.sc.services.roles.replace({ ...groups, doomed: { ...groups.intern } })
+    assert.equal((await roleGrants('doomed', 'POST', secret)).statusCode, 200)
+    await w.sc.services.flush()
+    const again = await openSidecar({ dir: w.sc.dir })
+    try {
+      assert.deepEqual(again.services.modelGrants.listRole('doomed').map((g) => `${g.folder}/${g.item_name}`), ['checkpoints/secret.safetensors'])
+    } finally {
+      await again.close({ keepDir: true })
+    }
+    const put = await call(w.sc, { method: 'PUT', url: '/authsvc/api/groups', bearer: w.adminJwt, body: { groups } })
+    assert.equal(put.statusCode, 200, put.body)
+    assert.deepEqual(w.sc.services.modelGrants.listRole('doomed'), [])
+    const gone = await roleGrants('doomed')
+    assert.equal(gone.statusCode, 404)
+    assert.equal(JSON.parse(gone.body).code, 'NOT_FOUND')
+    w.sc.services.roles.replace({ ...groups, doomed: { ...groups.intern } })
+    assert.deepEqual(JSON.parse((await roleGrants('doomed')).body), { role: 'doomed', items: [] })
+    await w.sc.services.flush()
+    const restarted = await openSidecar({ dir: w.sc.dir })
+    try {
+      assert.deepEqual(restarted.services.modelGrants.listRole('doomed'), [])
+    } finally {
+      await restarted.close({ keepDir: true })
+    }
+  })
+
+  // role names the route must not mistake for a role it has (prototype keys, case, encodings, traversal)
+  const ODD_ROLES = ['__proto__', 'constructor', 'toString', 'hasOwnProperty', 'Intern', 'INTERN', 'intern%20', '%20intern', 'intern%00', '..%2Fadmin', '%2e%2e', 'intern%2Fx', '%C3%AFntern', '%E2%80%8Bintern', "intern'--", '%3Cscript%3E', 'x'.repeat(65)]
+  for (const role of ODD_ROLES) {
+    it(`an unknown role ${JSON.stringify(role.slice(0, 40))} is 404 NOT_FOUND for every method, and grants nothing`, async () => {
+      const stored = () => [...w.sc.services.modelGrants['roleRecords'].values()].map((r) => r.role).sort()
+      const before = stored()
+      for (const method of ['GET', 'POST', 'DELETE']) {
+        const res = await roleGrants(role, method, method === 'GET' ? undefined : secret)
+        assert.equal(res.statusCode, 404, `${method}: ${res.body}`)
+        assert.equal(JSON.parse(res.body).code, 'NOT_FOUND', method)
+      }
+      assert.deepEqual(stored(), before)
+    })
+  }
+
+  it('only an admin may read or change a role\'s grants (401/403 with stable codes, nothing stored)', async () => {
+    const rows: Array<[string, string | undefined, number, string]> = [
+      ['a limited user', w.internJwt, 403, 'ADMIN_REQUIRED'],
+      ['a user who sees everything', w.userJwt, 403, 'ADMIN_REQUIRED'],
+      ['nobody signed in', undefined, 401, 'AUTH_REQUIRED'],
+    ]
+    for (const [label, jwt, status, code] of rows) {
+      for (const method of ['GET', 'POST', 'DELETE']) {
+        const res = await call(w.sc, { method, url: '/authsvc/api/roles/intern/shared-items', ...(jwt ? { bearer: jwt } : {}), ...(method === 'GET' ? {} : { body: secret }) })
+        assert.equal(res.statusCode, status, `${label} ${method}: ${res.body}`)
+        assert.equal(JSON.parse(res.body).code, code, `${label} ${method}`)
+      }
+    }
+    assert.deepEqual(w.sc.services.modelGrants.listRole('intern'), [])
+  })
+
+  it('a bad body is 400 VALIDATION_FAILED on a known role', async () => {
+    const bad: unknown[] = [{ folder: 'nope', item_name: 'x' }, { folder: 'checkpoints', item_name: 'missing.safetensors' }, { folder: 'checkpoints' }, { ...secret, role: 'admin' }, { folder: '', item_name: 'x' }]
+    for (const body of bad) {
+      for (const method of ['POST', 'DELETE']) {
+        const res = await roleGrants('intern', method, body)
+        assert.equal(res.statusCode, 400, `${method} ${JSON.stringify(body)}: ${res.body}`)
+        assert.equal(JSON.parse(res.body).code, 'VALIDATION_FAILED')
+      }
+    }
+  })
+})
+
 describe('a principal without a user', () => {
   let w: World
   before(async () => {
@@ -429,6 +575,13 @@ describe('a principal without a user', () => {
     const d = assertPass(await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt' }))
     const out = stepAnswer(await w.sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(JSON.stringify({ prompt: { 1: node('CheckpointLoaderSimple', { ckpt_name: 'granted.safetensors' }) } }))))
     assert.equal(assertDenied(out, 'MODEL_NOT_ALLOWED').json.error, 'Model not allowed: checkpoints/granted.safetensors')
+  })
+
+  it('an anonymous local client acting as a role gets that role\'s grants', async () => {
+    const res = await call(w.sc, { method: 'POST', url: '/authsvc/api/roles/intern/shared-items', bearer: w.adminJwt, body: { folder: 'checkpoints', item_name: 'secret.safetensors' } })
+    assert.equal(res.statusCode, 200, res.body)
+    const o = { path: '/models/checkpoints', pattern: '/models/{folder}', match_info: { folder: 'checkpoints' } }
+    assert.equal((await filtered(w.sc, o, '["granted.safetensors", "secret.safetensors"]')).body, '["secret.safetensors"]')
   })
 })
 

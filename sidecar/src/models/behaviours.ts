@@ -51,6 +51,14 @@ export interface ModelView {
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v)
+/** Whose grants a model check reads: the user's own (none for an anonymous principal) and the role's. */
+export interface Grantee {
+  user: string | null
+  role: string
+}
+
+export const granteeOf = (principal: Principal): Grantee => ({ user: principal.userId, role: principal.role })
+
 /**
  * An input as the host validates and uses it: ComfyUI unwraps `{"__value__": x}` first, so a
  * wrapped name is the name (issue 21). Unwrapped to the end: a check of more than the host
@@ -130,8 +138,9 @@ export class ModelAccess {
     return this.rules.caseInsensitive ? n.toLowerCase() : n
   }
 
-  viewFor(userId: string | null): ModelView {
-    const grants = this.grants.forUser(userId)
+  /** What `who` may use: their own grants ∪ their role's (models/model-grants.ts). */
+  viewFor(who: Grantee): ModelView {
+    const grants = this.grants.forUser(who.user, who.role)
     const key = `${grants.signature}:${this.factsVersion}`
     let view = this.views.get(key)
     if (view) return view
@@ -168,9 +177,9 @@ export class ModelAccess {
    * The refusal for a prompt graph, or null when every model it references is
    * granted. Graph shapes the host would refuse anyway are left to the host.
    */
-  checkPrompt(userId: string | null, graph: unknown): Decision | null {
+  checkPrompt(who: Grantee, graph: unknown): Decision | null {
     if (!isObject(graph)) return null
-    const view = this.viewFor(userId)
+    const view = this.viewFor(who)
     const refused = new Set<string>()
     for (const [nodeId, node] of Object.entries(graph)) {
       if (!isObject(node) || !isObject(node.inputs)) continue
@@ -247,8 +256,7 @@ export interface ModelDeps {
 const HOST_MISSING: RespondDecision = { action: 'respond', status: 404, body_text: '' }
 
 /** A model list's filter: whose grants, and the folder the list is of. */
-interface ModelListState {
-  user: string | null
+interface ModelListState extends Grantee {
   folder: string
 }
 
@@ -285,11 +293,11 @@ export function modelListBehaviour(deps: ModelDeps, kind: 'model-list' | 'embedd
   return {
     decide({ desc, principal, pass, steps }) {
       if (!deps.models.restricted(principal)) return pass
-      return { ...pass, filter: steps.filter(kind, { user: principal.userId, folder: kind === 'embeddings' ? 'embeddings' : (desc.match_info.folder ?? '') }) }
+      return { ...pass, filter: steps.filter(kind, { ...granteeOf(principal), folder: kind === 'embeddings' ? 'embeddings' : (desc.match_info.folder ?? '') }) }
     },
     filter(state, msg, payload) {
       if (msg.status !== 200) return { action: 'keep' }
-      const view = deps.models.viewFor(state.user)
+      const view = deps.models.viewFor(state)
       const folder = state.folder
       const keep =
         kind === 'embeddings'
@@ -330,23 +338,23 @@ export function modelFileBehaviour(deps: ModelDeps & { previewBlocked?: (princip
       const index = desc.match_info.path_index
       const paths = deps.models.cache.folder(deps.models.folderOf(folder))?.paths.length ?? 0
       if (index !== undefined && !(/^\d{1,4}$/.test(index) && Number(index) < paths)) return HOST_MISSING
-      return deps.models.viewFor(principal.userId).allows(folder, filename) ? (blocked ?? pass) : HOST_MISSING
+      return deps.models.viewFor(granteeOf(principal)).allows(folder, filename) ? (blocked ?? pass) : HOST_MISSING
     },
   }
 }
 
 /** The model check a later step makes: against whose grants, or none (the principal sees every model). */
-export type ModelCheck = { user: string | null } | null
+export type ModelCheck = Grantee | null
 
 /** The model check the prompt's body step makes for this principal. */
 export function promptModelCheck(deps: ModelDeps, principal: Principal): ModelCheck {
-  return deps.models.restricted(principal) ? { user: principal.userId } : null
+  return deps.models.restricted(principal) ? granteeOf(principal) : null
 }
 
 /** The body step's model check: a refusal, or null. */
 export function promptModelRefusal(deps: ModelDeps, check: ModelCheck, graph: unknown): Decision | null {
   if (check === null) return null
-  return deps.models.checkPrompt(check.user, graph)
+  return deps.models.checkPrompt(check, graph)
 }
 
 /** For /object_info: is this input's list a model list, and which entries stay. */

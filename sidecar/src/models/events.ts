@@ -2,8 +2,9 @@
 declare module '../kernel/events.js' {
   interface EventMap {
     model_cache_refreshed: { folders: number; items: number }
-    model_granted: { subject: string; folder: string; item_name: string }
-    model_revoked: { subject: string; folder: string; item_name: string }
+    /** to a user (`subject`) or to a role (`role`) */
+    model_granted: ({ subject: string } | { role: string }) & { folder: string; item_name: string }
+    model_revoked: ({ subject: string } | { role: string }) & { folder: string; item_name: string }
   }
 }
 export {}

@@ -29,7 +29,7 @@ export interface ModelsFeature extends Feature {
 }
 
 export function modelsFeature(
-  services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock' | 'accessEpoch' | 'events'>,
+  services: Pick<Services, 'users' | 'roles' | 'modelGrants' | 'host' | 'clock' | 'accessEpoch' | 'events'>,
   log: FastifyBaseLogger,
   clock: Clock,
   /** the content-safety policy's answer for a model's preview image (nsfw/): the blocked answer, or null */

@@ -8,12 +8,28 @@
  * granting twice keeps the first record (idempotent). Reads are in-memory; a
  * user's grant set has a `signature` that changes exactly when the set does, so
  * answers filtered for one grant set are shared by every user with the same set.
+ *
+ * Grants by role (issue 26): a role may be granted items too. What a principal may
+ * use is their own grants ∪ their role's (`forUser(userId, role)`), computed from
+ * the role the principal acts as now, so a role change applies to the very next
+ * decision; a role grant change applies to every user of the role at once. A
+ * deleted role's grants go (`followRoles`, called on every role change and at
+ * start), memory first as any narrowing. An anonymous principal acting as a role
+ * gets that role's grants.
  */
 import { createHash } from 'node:crypto'
 import type { Collection } from '../store/collection.js'
 
 export interface ModelGrantRecord {
   user_id: string
+  folder: string
+  item_name: string
+  granted_by: string
+  created_at_iso: string
+}
+
+export interface RoleGrantRecord {
+  role: string
   folder: string
   item_name: string
   granted_by: string
@@ -31,42 +47,124 @@ const EMPTY: UserGrants = { signature: 'none', byFolder: new Map() }
 
 /** The store key of one grant: unambiguous whatever the names contain. */
 const grantId = (userId: string, folder: string, item: string): string => JSON.stringify([userId, folder, item])
+const roleGrantId = (role: string, folder: string, item: string): string => JSON.stringify([role, folder, item])
+
+/** The grants of some records: folder → items and the signature of the set. */
+function compute(records: Iterable<{ folder: string; item_name: string }>): UserGrants {
+  const byFolder = new Map<string, Set<string>>()
+  const lines = new Set<string>()
+  for (const r of records) {
+    let set = byFolder.get(r.folder)
+    if (!set) byFolder.set(r.folder, (set = new Set()))
+    set.add(r.item_name)
+    lines.add(JSON.stringify([r.folder, r.item_name]))
+  }
+  if (lines.size === 0) return EMPTY
+  return { signature: createHash('sha1').update([...lines].sort().join('\n')).digest('hex'), byFolder }
+}
+
+const UNIONS_KEPT = 256
 
 export class ModelGrants {
   private readonly perUser = new Map<string, UserGrants>()
+  private readonly perRole = new Map<string, UserGrants>()
+  /** own ∪ role, by the two signatures */
+  private readonly unions = new Map<string, UserGrants>()
 
-  constructor(private readonly records: Collection<ModelGrantRecord>) {
+  constructor(
+    private readonly records: Collection<ModelGrantRecord>,
+    private readonly roleRecords: Collection<RoleGrantRecord>,
+  ) {
     // another instance's grant or revocation: the user's computed grants are computed again
     records.observeRemote((_id, before, after) => {
       if (before !== undefined) this.perUser.delete(before.user_id)
       if (after !== undefined) this.perUser.delete(after.user_id)
     })
+    roleRecords.observeRemote((_id, before, after) => {
+      if (before !== undefined) this.perRole.delete(before.role)
+      if (after !== undefined) this.perRole.delete(after.role)
+    })
   }
 
-  /** The user's grants, newest last. */
+  /** The user's own grants, newest last. */
   list(userId: string): ModelGrantRecord[] {
     return [...this.records.values()].filter((r) => r.user_id === userId).sort((a, b) => a.created_at_iso.localeCompare(b.created_at_iso))
   }
 
-  /** In memory, computed once per change of the user's grants. */
-  forUser(userId: string | null): UserGrants {
-    if (userId === null) return EMPTY
+  /** The role's grants, newest last. */
+  listRole(role: string): RoleGrantRecord[] {
+    return [...this.roleRecords.values()].filter((r) => r.role === role).sort((a, b) => a.created_at_iso.localeCompare(b.created_at_iso))
+  }
+
+  /**
+   * What a principal may use: the user's own grants ∪ the role's (`role` as the principal
+   * acts now). In memory, computed once per change of either set.
+   */
+  forUser(userId: string | null, role: string | null = null): UserGrants {
+    const own = userId === null ? EMPTY : this.ownOf(userId)
+    const fromRole = role === null ? EMPTY : this.roleOf(role)
+    if (fromRole === EMPTY) return own
+    if (own === EMPTY) return fromRole
+    const key = `${own.signature}:${fromRole.signature}`
+    let union = this.unions.get(key)
+    if (union === undefined) {
+      const pairs: Array<{ folder: string; item_name: string }> = []
+      for (const g of [own, fromRole]) for (const [folder, items] of g.byFolder) for (const item_name of items) pairs.push({ folder, item_name })
+      union = compute(pairs)
+      if (this.unions.size >= UNIONS_KEPT) this.unions.delete(this.unions.keys().next().value as string)
+      this.unions.set(key, union)
+    }
+    return union
+  }
+
+  private ownOf(userId: string): UserGrants {
     let grants = this.perUser.get(userId)
     if (grants === undefined) {
-      const byFolder = new Map<string, Set<string>>()
-      const lines: string[] = []
-      for (const r of this.records.values()) {
-        if (r.user_id !== userId) continue
-        let set = byFolder.get(r.folder)
-        if (!set) byFolder.set(r.folder, (set = new Set()))
-        set.add(r.item_name)
-        lines.push(JSON.stringify([r.folder, r.item_name]))
-      }
-      const signature = lines.length === 0 ? 'none' : createHash('sha1').update(lines.sort().join('\n')).digest('hex')
-      grants = { signature, byFolder }
+      grants = compute([...this.records.values()].filter((r) => r.user_id === userId))
       this.perUser.set(userId, grants)
     }
     return grants
+  }
+
+  private roleOf(role: string): UserGrants {
+    let grants = this.perRole.get(role)
+    if (grants === undefined) {
+      grants = compute([...this.roleRecords.values()].filter((r) => r.role === role))
+      this.perRole.set(role, grants)
+    }
+    return grants
+  }
+
+  /** Stores the role's grant (durable first); an existing one is kept as it is. */
+  async grantRole(record: RoleGrantRecord): Promise<RoleGrantRecord> {
+    const id = roleGrantId(record.role, record.folder, record.item_name)
+    const existing = this.roleRecords.get(id)
+    if (existing) return existing
+    await this.roleRecords.put(id, record)
+    this.perRole.delete(record.role)
+    return record
+  }
+
+  /** Takes a role's grant back at once (memory first); false when there was no such grant. */
+  async revokeRole(role: string, folder: string, item: string): Promise<boolean> {
+    const id = roleGrantId(role, folder, item)
+    if (!this.roleRecords.get(id)) return false
+    const write = this.roleRecords.narrowRemove(id)
+    this.perRole.delete(role)
+    await write
+    return true
+  }
+
+  /**
+   * The grants of roles that no longer exist go, memory at once (their writes retried in the
+   * background; a failure is the collection's to log). Called on every role change and at start.
+   */
+  followRoles(exists: (role: string) => boolean): void {
+    for (const r of [...this.roleRecords.values()]) {
+      if (exists(r.role)) continue
+      this.roleRecords.narrowRemove(roleGrantId(r.role, r.folder, r.item_name)).catch(() => {})
+      this.perRole.delete(r.role)
+    }
   }
 
   /** Stores the grant (durable first); an existing one is kept as it is. */

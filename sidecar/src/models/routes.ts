@@ -11,6 +11,8 @@
  *   grant. A revocation of a grant that exists always works (even when its file
  *   is gone); of one that does not, it is 400 for an unknown folder or item and a
  *   no-op otherwise. Both answer the user's grants as they are afterwards.
+ * - A role's grants (`/api/roles/:role/shared-items`) follow the same rules and apply to
+ *   every user of the role (models/model-grants.ts); an unknown role is 404 NOT_FOUND.
  */
 import type { FastifyInstance } from 'fastify'
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox'
@@ -18,7 +20,7 @@ import Type from 'typebox'
 import { eventContext } from '../access/request-context.js'
 import { AuthsvcError } from '../kernel/errors.js'
 import { listFolderNow, modelFoldersOf, type ModelCache } from './model-cache.js'
-import type { ModelGrantRecord } from './model-grants.js'
+import type { ModelGrantRecord, RoleGrantRecord } from './model-grants.js'
 import type { UserRecord } from '../identity/users.js'
 import type { Services } from '../services.js'
 
@@ -33,17 +35,22 @@ const GrantBody = Type.Object(
 const tags = ['admin: models']
 const Folder = Type.Object({ folder: Type.String({ description: 'a model folder of the host (checkpoints, loras...)' }) })
 const Username = Type.Object({ username: Type.String({ description: 'a username or a user id' }) })
+const RoleName = Type.Object({ role: Type.String({ description: 'a role of the role map (GET /api/groups)' }) })
 const Folders = Type.Object({ folders: Type.Array(Type.String()) })
 const FolderItems = Type.Object({ folder: Type.String(), items: Type.Array(Type.String()) })
 const Grants = Type.Object({
   username: Type.String(),
   items: Type.Array(Type.Object({ folder: Type.String(), item_name: Type.String(), granted_by: Type.String(), created_at_iso: Type.String() })),
 })
+const RoleGrants = Type.Object({
+  role: Type.String(),
+  items: Type.Array(Type.Object({ folder: Type.String(), item_name: Type.String(), granted_by: Type.String(), created_at_iso: Type.String() })),
+})
 const Refreshed = Type.Object({ status: Type.Literal('ok'), folders_count: Type.Integer(), items_count: Type.Integer(), refreshed_at_iso: Type.String() })
 
-const publicGrant = (g: ModelGrantRecord) => ({ folder: g.folder, item_name: g.item_name, granted_by: g.granted_by, created_at_iso: g.created_at_iso })
+const publicGrant = (g: ModelGrantRecord | RoleGrantRecord) => ({ folder: g.folder, item_name: g.item_name, granted_by: g.granted_by, created_at_iso: g.created_at_iso })
 
-export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants' | 'host' | 'clock' | 'events'>, cache: ModelCache) {
+export function modelGrantRoutes(services: Pick<Services, 'users' | 'roles' | 'modelGrants' | 'host' | 'clock' | 'events'>, cache: ModelCache) {
   const liveFolder = (name: string) => {
     const folder = modelFoldersOf(services.host.facts).find((f) => f.name === name)
     if (!folder) throw new AuthsvcError('NOT_FOUND', 'Unknown model folder')
@@ -57,6 +64,16 @@ export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants
   }
   const knownFolder = (folder: string): boolean => cache.folder(folder) !== undefined || modelFoldersOf(services.host.facts).some((f) => f.name === folder)
   const grantsOf = (user: UserRecord) => ({ username: user.username, items: services.modelGrants.list(user.user_id).map(publicGrant) })
+  const knownRole = (role: string): string => {
+    if (!services.roles.has(role)) throw new AuthsvcError('NOT_FOUND', 'Unknown role')
+    return role
+  }
+  const roleGrantsOf = (role: string) => ({ role, items: services.modelGrants.listRole(role).map(publicGrant) })
+  /** An unknown folder or item is 400 (the same check as a user's grant). */
+  const assertItem = async (folder: string, item_name: string): Promise<void> => {
+    if (!knownFolder(folder)) throw new AuthsvcError('VALIDATION_FAILED', `Unknown model folder: ${folder}`)
+    if (!(await itemExists(folder, item_name))) throw new AuthsvcError('VALIDATION_FAILED', `Unknown item in ${folder}: ${item_name}`)
+  }
 
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
@@ -125,6 +142,43 @@ export function modelGrantRoutes(services: Pick<Services, 'users' | 'modelGrants
         services.events.emit('model_revoked', { ...eventContext(request), subject: user.username, folder, item_name })
       }
       return grantsOf(user)
+    })
+
+    app.get('/api/roles/:role/shared-items', {
+      config: { auth: 'admin' },
+      schema: { summary: 'The model items granted to a role (every user of the role may use them)', tags, params: RoleName, response: { 200: RoleGrants } },
+    }, async (request) => roleGrantsOf(knownRole(request.params.role)))
+
+    app.post('/api/roles/:role/shared-items', {
+      config: { auth: 'admin' },
+      schema: { summary: 'Grant a role a model item (an unknown role is 404, an unknown folder or item 400); the role\'s grants after', tags, params: RoleName, body: GrantBody, response: { 200: RoleGrants } },
+    }, async (request) => {
+      const role = knownRole(request.params.role)
+      const { folder, item_name } = request.body
+      await assertItem(folder, item_name)
+      await services.modelGrants.grantRole({
+        role,
+        folder,
+        item_name,
+        granted_by: request.principal?.username ?? '',
+        created_at_iso: new Date(services.clock()).toISOString(),
+      })
+      services.events.emit('model_granted', { ...eventContext(request), role, folder, item_name })
+      return roleGrantsOf(role)
+    })
+
+    app.delete('/api/roles/:role/shared-items', {
+      config: { auth: 'admin' },
+      schema: { summary: 'Take a model item back from a role; the role\'s grants after', tags, params: RoleName, body: GrantBody, response: { 200: RoleGrants } },
+    }, async (request) => {
+      const role = knownRole(request.params.role)
+      const { folder, item_name } = request.body
+      if (await services.modelGrants.revokeRole(role, folder, item_name)) {
+        services.events.emit('model_revoked', { ...eventContext(request), role, folder, item_name })
+      } else {
+        await assertItem(folder, item_name)
+      }
+      return roleGrantsOf(role)
     })
   }
 }

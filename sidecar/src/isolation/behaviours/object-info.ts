@@ -69,13 +69,13 @@ export function objectInfoBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehav
     decide({ pass, owner, seesAll, principal, steps }) {
       const models = promptModelCheck(deps, principal)
       if (seesAll && models === null) return pass
-      const memo = memoOf(owner, seesAll, models === null ? null : deps.models.viewFor(models.user))
+      const memo = memoOf(owner, seesAll, models === null ? null : deps.models.viewFor(models))
       return { ...pass, filter: { ...steps.filter('object_info', { owner, seesAll, models }), memo } }
     },
     async filter(state, msg, payload, host) {
       if (msg.status !== 200) return { action: 'keep' }
       const hash = createHash('sha1').update(payload).digest('hex')
-      const view: ModelView | null = state.models === null ? null : deps.models.viewFor(state.models.user)
+      const view: ModelView | null = state.models === null ? null : deps.models.viewFor(state.models)
       const memo = memoOf(state.owner, state.seesAll, view)
       const editKey = `${hash} ${memo}`
       let edit = edits.get(editKey)
