@@ -118,12 +118,20 @@ describe('admin panel: notifications', { concurrency: false }, () => {
     await page.getByLabel('Topic').fill('authsvc-ops')
   })
 
-  it('390 px: removes the token; looks right in every view (axe, both widths, light and dark)', async () => {
-    await page.setViewportSize({ width: 390, height: 844 })
-    await page.getByLabel('Remove the saved token').check()
-    assert.equal(await page.getByLabel(/Access token/).isDisabled(), true)
+  it('removes the token at 1280 px, saves a new one, removes it at 390 px; looks right in every view (axe, both widths, light and dark)', async () => {
+    const remove = async () => {
+      await page.getByLabel('Remove the saved token').check()
+      assert.equal(await page.getByLabel(/Access token/).isDisabled(), true)
+      await page.getByRole('button', { name: 'Save notifications' }).click()
+      await page.locator('#ntfy-token-state').getByText('not set', { exact: true }).waitFor()
+    }
+    await page.setViewportSize({ width: 1280, height: 900 })
+    await remove()
+    await page.getByLabel(/Access token/).fill(token)
     await page.getByRole('button', { name: 'Save notifications' }).click()
-    await page.locator('#ntfy-token-state').getByText('not set', { exact: true }).waitFor()
+    await page.locator('#ntfy-token-state').getByText('set', { exact: true }).waitFor()
+    await page.setViewportSize({ width: 390, height: 844 })
+    await remove()
     await page.locator('#notifications').scrollIntoViewIfNeeded()
     await shootAndCheck(page, 'admin-notifications')
     assert.deepEqual(csp, [], 'no Content-Security-Policy violation')
