@@ -23,12 +23,14 @@
 import type { FieldCipher } from './field-crypto.js'
 import { openRecord, sealRecord } from './field-crypto.js'
 import { SECRET_CHECK_KEY, SecretMismatchError } from './open.js'
-import type { SharedStore, Write } from './shared-store.js'
+import { kindOf, type SharedStore, type Write } from './shared-store.js'
 
 /** kinds of this host's own bookkeeping (services.ts `localKv`): never copied */
 export const LOCAL_KINDS: readonly string[] = ['prompt', 'file', 'client_id', 'download_job', 'nsfw_tag', 'nsfw_scan', 'update_check']
 const ADMINS_KEY = 'meta:admins'
 const RECORDS_PER_COMMIT = 200
+/** records read from the source per page: a kind of a million sessions is never held whole */
+const COPY_PAGE = 2000
 const AUDIT_PAGE = 1000
 
 export class CopyRefused extends Error {}
@@ -109,7 +111,11 @@ async function checkSourceSecret(source: SharedStore, options: CopyOptions): Pro
   }
   if (options.encryptionAll) {
     for (const kind of await source.kinds()) {
-      const [first] = (await source.entries<string>(kind)).filter(([key]) => key !== SECRET_CHECK_KEY) // the check value is never sealed
+      let first: [string, string] | undefined
+      for await (const rows of pagesOf<string>(source, kind)) { // the check value is never sealed (pagesOf leaves it out)
+        first = rows[0]
+        break
+      }
       if (first === undefined) continue
       try {
         openRecord(options.cipher, first[1], first[0])
@@ -120,15 +126,28 @@ async function checkSourceSecret(source: SharedStore, options: CopyOptions): Pro
     }
     return
   }
-  for (const [, mfa] of await source.entries<{ user_id: string; secret?: string }>('mfa')) {
-    if (mfa.secret === undefined) continue
-    try {
-      options.cipher.decrypt(mfa.secret, `mfa:${mfa.user_id}:secret`)
-    } catch {
-      refuse()
+  for await (const rows of pagesOf<{ user_id: string; secret?: string }>(source, 'mfa')) {
+    for (const [, mfa] of rows) {
+      if (mfa.secret === undefined) continue
+      try {
+        options.cipher.decrypt(mfa.secret, `mfa:${mfa.user_id}:secret`)
+      } catch {
+        refuse()
+      }
+      return
     }
-    return
   }
+}
+
+/** Every record of a kind, a page at a time (never the whole kind in memory). */
+async function* pagesOf<T>(store: SharedStore, kind: string): AsyncGenerator<Array<[string, T]>> {
+  let cursor: string | null = null
+  do {
+    const page: { rows: Array<[string, { value: T; seq: number }]>; next: string | null } = await store.entriesPage<T>(kind, cursor, COPY_PAGE)
+    const rows = page.rows.filter(([key]) => key !== SECRET_CHECK_KEY).map(([key, v]): [string, T] => [key, v.value])
+    if (rows.length > 0) yield rows
+    cursor = page.next
+  } while (cursor !== null)
 }
 
 export async function copyStore(source: SharedStore, target: SharedStore, options: CopyOptions): Promise<CopySummary> {
@@ -140,7 +159,8 @@ export async function copyStore(source: SharedStore, target: SharedStore, option
   if (!options.force) {
     const held = new Map<string, number>()
     for (const kind of await target.kinds()) {
-      const n = (await target.entries(kind)).filter(([key]) => key !== SECRET_CHECK_KEY).length
+      let n = 0
+      for await (const rows of pagesOf(target, kind)) n += rows.length
       if (n > 0) held.set(kind, n)
     }
     const events = await target.audit.count()
@@ -155,24 +175,27 @@ export async function copyStore(source: SharedStore, target: SharedStore, option
   }
 
   const summary: CopySummary = { copied: new Map(), local: new Map(), derived: 0, audit: 0 }
+  // the keys a shared store derives (the username index, the admin list) are remembered only for
+  // their own kinds: a Set of every key copied would hold a million sessions' keys
+  const derivedKinds = new Set([kindOf(options.nameKey('x')), kindOf(ADMINS_KEY)])
   const copiedKeys = new Set<string>()
   const users: UserLike[] = []
   for (const kind of await source.kinds()) {
-    const entries = await source.entries<unknown>(kind)
-    const records = entries.filter(([key]) => key !== SECRET_CHECK_KEY)
-    if (records.length === 0) continue
-    if (LOCAL_KINDS.includes(kind)) {
-      summary.local.set(kind, records.length)
-      continue
+    let n = 0
+    for await (const records of pagesOf<unknown>(source, kind)) {
+      n += records.length
+      if (LOCAL_KINDS.includes(kind)) continue
+      for (let i = 0; i < records.length; i += RECORDS_PER_COMMIT) {
+        await writeBatch(target, records.slice(i, i + RECORDS_PER_COMMIT).map(([key, value]) => ({ key, value })))
+      }
+      for (const [key, value] of records) {
+        if (derivedKinds.has(kind)) copiedKeys.add(key)
+        if (kind === 'user') users.push(options.encryptionAll ? openRecord<UserLike>(options.cipher, value as string, key) : (value as UserLike))
+      }
     }
-    for (let i = 0; i < records.length; i += RECORDS_PER_COMMIT) {
-      await writeBatch(target, records.slice(i, i + RECORDS_PER_COMMIT).map(([key, value]) => ({ key, value })))
-    }
-    for (const [key, value] of records) {
-      copiedKeys.add(key)
-      if (kind === 'user') users.push(options.encryptionAll ? openRecord<UserLike>(options.cipher, value as string, key) : (value as UserLike))
-    }
-    summary.copied.set(kind, records.length)
+    if (n === 0) continue
+    if (LOCAL_KINDS.includes(kind)) summary.local.set(kind, n)
+    else summary.copied.set(kind, n)
   }
 
   if (target.backend !== 'sqlite') {

@@ -166,6 +166,7 @@ const now = (param: number) => `coalesce($${param}::bigint, (extract(epoch from 
 const Q = {
   get: `SELECT seq, value FROM authsvc_records WHERE key = $1`,
   list: `SELECT key, seq, value FROM authsvc_records WHERE kind = split_part($1, ':', 1) AND starts_with(key, $1 || ':')`,
+  page: `SELECT key, seq, value FROM authsvc_records WHERE kind = split_part($1, ':', 1) AND starts_with(key, $1 || ':') AND key > $2 ORDER BY key LIMIT $3`,
   barrier: `SELECT pg_notify('authsvc_changes', $1)`,
   set: `SELECT authsvc_v1_set($1, $2, $3, $4) AS seq`,
   delete: `SELECT authsvc_v1_delete($1, $2) AS done`,
@@ -578,6 +579,14 @@ export async function openPostgresSharedStore(url: string, options: PostgresStor
     async entriesVersioned<T>(kind: string) {
       const { rows } = await query('list', [kind], LIST_TIMEOUT_MS)
       return rows.map((row): [string, Versioned<T>] => [String(row.key), versioned<T>(row)])
+    },
+    async entriesPage<T>(kind: string, cursor: string | null, limit: number) {
+      // every key of the kind sorts after `kind:` itself (which is never a record's key)
+      const { rows } = await query('page', [kind, cursor ?? `${kind}:`, limit], LIST_TIMEOUT_MS)
+      return {
+        rows: rows.map((row): [string, Versioned<T>] => [String(row.key), versioned<T>(row)]),
+        next: rows.length < limit ? null : String(rows[rows.length - 1].key),
+      }
     },
     async set(key, value) {
       const [json, feedValue] = writeArgs(value)

@@ -605,6 +605,20 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
       } while (cursor !== '0')
       return [...found]
     },
+    async entriesPage<T>(kind: string, cursor: string | null, limit: number) {
+      const hash = hashOf(kindOf(kind))
+      const start = `${kind}:`
+      const reply = await send(['HSCAN', hash, cursor ?? '0', 'COUNT', String(limit)])
+      if (!Array.isArray(reply) || reply.length !== 2 || !Array.isArray(reply[1])) throw new Error('redis: unexpected HSCAN reply')
+      const pairs = reply[1] as unknown[]
+      const rows: Array<[string, Versioned<T>]> = []
+      for (let i = 0; i + 1 < pairs.length; i += 2) {
+        const key = String(pairs[i])
+        if (key.startsWith(start)) rows.push([key, parseRecord<T>(String(pairs[i + 1]))])
+      }
+      const next = String(reply[0])
+      return { rows, next: next === '0' ? null : next }
+    },
     async set(key, value) {
       await write([], [{ key, value }])
     },

@@ -48,6 +48,10 @@ export function sealedSharedStore(inner: SharedStore, cipher: FieldCipher): Shar
     async entriesVersioned<T>(kind: string) {
       return (await inner.entriesVersioned<string>(kind)).map(([key, v]): [string, { seq: number; value: T }] => [key, { seq: v.seq, value: open<T>(key, v.value) }])
     },
+    async entriesPage<T>(kind: string, cursor: string | null, limit: number) {
+      const page = await inner.entriesPage<string>(kind, cursor, limit)
+      return { next: page.next, rows: page.rows.map(([key, v]): [string, { seq: number; value: T }] => [key, { seq: v.seq, value: open<T>(key, v.value) }]) }
+    },
     commit: (checks, writes) => inner.commit(checks, writes.map((w) => ({ key: w.key, value: seal(w.key, w.value) }))),
     increment: (key, ttlMs, refresh) => inner.increment(key, ttlMs, refresh),
     readCounter: (key) => inner.readCounter(key),

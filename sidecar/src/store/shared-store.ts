@@ -58,6 +58,13 @@ export interface SharedStore extends KeyValueStore {
   readonly origin: string
   getVersioned<T>(key: string): Promise<Versioned<T> | undefined>
   entriesVersioned<T>(kind: string): Promise<Array<[string, Versioned<T>]>>
+  /**
+   * One page of a kind, for reading a large kind without holding it whole (`store copy`): up to
+   * about `limit` records after `cursor` (null: from the start), and the cursor of the next page
+   * (null: that was the last). A record written meanwhile may be in a page or not; on Redis a
+   * record may come twice (HSCAN), so a reader must be idempotent.
+   */
+  entriesPage<T>(kind: string, cursor: string | null, limit: number): Promise<{ rows: Array<[string, Versioned<T>]>; next: string | null }>
   /** Applies every write, in one transaction, only if every check holds; resolves false (nothing written) otherwise. */
   commit(checks: Check[], writes: Write[]): Promise<boolean>
   /**

@@ -155,6 +155,15 @@ export async function openSqliteSharedStore(path: string, clock: () => number = 
         }
       })
     },
+    async entriesPage<T>(kind: string, cursor: string | null, limit: number) {
+      const rows = await db.serial(() =>
+        db.all(`SELECT key, seq, value FROM authsvc_records WHERE key ${cursor === null ? '>=' : '>'} ? AND key < ? ORDER BY key LIMIT ?`, [cursor ?? `${kind}:`, `${kind};`, limit]),
+      )
+      return {
+        rows: rows.map((row): [string, Versioned<T>] => [String(row.key), { seq: Number(row.seq), value: JSON.parse(String(row.value)) as T }]),
+        next: rows.length < limit ? null : String(rows[rows.length - 1].key),
+      }
+    },
     async set(key, value) {
       const seq = await db.transaction(() => write(key, value))
       announce(key, seq, value)
