@@ -7,9 +7,10 @@ Guarantees:
 - every call ends within ``timeout`` seconds: with an answer, or with ``Unavailable`` (timeout,
   connection lost, garbage, version mismatch); nothing here ever lets a request through: callers
   turn ``Unavailable`` into a 503 (fail closed);
-- a decision is repeated without asking only as kept_decisions.py allows, after reading whatever
-  the sidecar has sent (a ``forget`` behind a large answer ends it first), and only on the
-  connection that gave it;
+- a decision is repeated without asking only as kept_decisions.py allows, after whatever the
+  sidecar sent before the request came has been read (the connection reads everything waiting
+  whenever the loop sees it readable, a turn before the request is decided: a ``forget`` behind a
+  large answer ends it first), and only on the connection that gave it;
 - while a supervisor replaces a dead sidecar, a decision waits for the replacement (within its
   timeout) instead of being refused at once; the steps after a decision never wait;
 - host events are kept (bounded) while the sidecar is away, and sent in order once it is back.
@@ -165,12 +166,11 @@ class DecisionClient:
         held. It needs a live connection: a lost sidecar drops them all."""
         kept = self.kept
         if kept.holds(fields, size):
-            conn = self._conn
-            if conn is not None and not conn.closed:
-                # whatever the sidecar has sent is read first: a forget waiting behind a large
-                # answer in the socket must end this decision before it is used again
-                while conn.receive() and not conn.closed:
-                    pass
+            # No read of the socket here (it cost a system call per request, and a turn of the
+            # GIL to the host's file threads): the loop's poll that saw this request's bytes saw
+            # anything the sidecar had sent before them, and the connection read all of it then,
+            # in that turn (connection.py), so a forget that came before this request has ended
+            # the kept decision already.
             answer = kept.fresh(fields)
             if answer is not None and self._conn is not None and not self._conn.closed:
                 return answer

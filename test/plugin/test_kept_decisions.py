@@ -322,9 +322,9 @@ class ForgetBehindALargeFrame(PluginCase):
         await s.get("/prompt")
         await s.get("/prompt")
         self.assertEqual(len(s.fake.decides()), 1)
-        # 8 MB of an answer nobody waits for (ignored), then the forget: the plugin reads a socket
-        # 256 KiB per loop turn, so without reading everything before reusing a decision, the next
-        # request would be passed on the kept one while the forget still waits in the socket
+        # 8 MB of an answer nobody waits for (ignored), then the forget: one read takes 256 KiB, so
+        # unless the turn of the loop that sees the socket readable reads everything waiting in it,
+        # the next request would be passed on the kept one while the forget still waits there
         for writer in list(s.fake.open_connections):
             # room in the kernel for all of it at once, as a sidecar's socket under a larger buffer
             # has: the whole backlog is then the plugin's to read, turn by turn
