@@ -10,8 +10,9 @@ Guarantees:
   until its time (``ms``, at most 5 s) runs out;
 - a decision made on a file (``cache.file``: ``GET /view``, decided on the file the host will
   open) answers only while that path still names the very same file in the same state
-  (``file_stamp``: device, inode, size, mtime, ctime); one ``stat`` per reuse, and any failure
-  to read it is no reuse;
+  (``file_stamp``: device, inode, size, mtime, ctime); at most one ``stat`` of a path per turn of
+  the loop, taken after every request decided with it was read, and any failure to read it is no
+  reuse;
 - bounded: at most ``_KEPT_MAX`` descriptions holding ``_KEPT_SIZE_MAX`` characters together, none
   longer than ``_KEPT_DESCRIPTION_MAX``; the least recently kept goes first.
 
@@ -20,6 +21,7 @@ decision is used, and a lost connection drops them all.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any, Callable
@@ -51,6 +53,8 @@ class KeptDecisions:
         # answer, the time it ends, the characters of its description, the file it was decided on
         self._entries: dict[tuple[Any, ...], tuple[dict[str, Any], float, int, tuple[str, str] | None]] = {}
         self._size = 0  # characters of the descriptions held
+        # file stamps read in this turn of the loop, by path (_stamp_now)
+        self._stamps: dict[str, str] = {}
         self.epoch = 0  # the newest access epoch heard of (hello, forget)
 
     def holds(self, fields: tuple[Any, ...], size: int) -> bool:
@@ -63,14 +67,37 @@ class KeptDecisions:
         if entry is None or entry[1] <= self._clock():
             return None
         condition = entry[3]
-        if condition is not None:
-            # the file the decision was made on, still there and unchanged under the path the host opens
-            try:
-                if file_stamp(os.stat(condition[0])) != condition[1]:
-                    return None
-            except (OSError, ValueError):
-                return None
+        # the file the decision was made on, still there and unchanged under the path the host opens
+        if condition is not None and self._stamp_now(condition[0]) != condition[1]:
+            return None
         return entry[0]
+
+    def _stamp_now(self, path: str) -> str:
+        """The stamp of the file at ``path`` now; "" (no stamp) when it cannot be read.
+
+        Within one turn of the running loop, one ``stat`` per path: a callback that runs before
+        the memo's clear was queued no later than the turn the stat was taken in, so the request
+        it serves was read by that turn's poll or an earlier one, before the stat. A change made
+        before such a request was sent is therefore in the stat it gets (the same as a stat of
+        its own); each stat is a system call that hands the GIL to the host's file threads, and
+        several /view of one file are often decided in the same turn. Without a running loop,
+        every call stats."""
+        stamps = self._stamps
+        stamp = stamps.get(path)
+        if stamp is not None:
+            return stamp
+        try:
+            stamp = file_stamp(os.stat(path))
+        except (OSError, ValueError):
+            stamp = ""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return stamp
+        if not stamps:
+            loop.call_soon(stamps.clear)
+        stamps[path] = stamp
+        return stamp
 
     def keep(self, fields: tuple[Any, ...], size: int, answer: dict[str, Any]) -> None:
         """Keeps the sidecar's answer for this description when its ``cache`` field allows."""

@@ -453,6 +453,62 @@ class KeptOnAFile(unittest.TestCase):
                 change()
                 self.assertIsNone(self.kept.fresh(self.fields), label)
 
+    def test_in_the_loop_one_stat_a_turn_and_every_change_is_seen_by_the_next_turn(self) -> None:
+        """Inside the host's loop the stamp is read once per path per turn (several /view of one file
+        are decided in one turn under load); a request decided in a later turn than the change gets
+        a stat taken after it: each change row again, the change made between two turns."""
+        import asyncio
+        from unittest import mock
+
+        os = self.os
+
+        async def stats_per_turn() -> list[int]:
+            with mock.patch.object(os, "stat", wraps=os.stat) as stat:
+                counts = []
+                for _ in range(2):
+                    for _ in range(3):
+                        self.assertIsNotNone(self.kept.fresh(self.fields))
+                    counts.append(stat.call_count)
+                    await asyncio.sleep(0)  # the next turn of the loop
+                return counts
+
+        self.keep()
+        self.assertEqual(asyncio.run(stats_per_turn()), [1, 2], "one stat per turn, a new one each turn")
+
+        def rewrite_same_size() -> None:
+            with open(self.path, "r+b") as f:
+                f.write(b"NSFW-bytes!")
+
+        def rename_over() -> None:
+            other = os.path.join(self.dir.name, "a", "new.png")
+            with open(other, "wb") as f:
+                f.write(b"clean-bytes")
+            os.replace(other, self.path)
+
+        def relink() -> None:
+            os.unlink(os.path.join(self.dir.name, "link"))
+            os.symlink(os.path.join(self.dir.name, "b"), os.path.join(self.dir.name, "link"))
+
+        rows = [
+            ("rewritten in place, same size", rewrite_same_size),
+            ("another file renamed over it", rename_over),
+            ("a link in the path moved to another folder", relink),
+            ("deleted", lambda: os.unlink(self.path)),
+        ]
+        for label, change in rows:
+            with self.subTest(label):
+                self.setUp()
+                self.keep()
+
+                async def scenario() -> None:
+                    self.next_tick()
+                    self.assertIsNotNone(self.kept.fresh(self.fields), "kept before the change (its stamp read this turn)")
+                    change()
+                    await asyncio.sleep(0)  # a request read after the change is decided in a later turn
+                    self.assertIsNone(self.kept.fresh(self.fields), label)
+
+                asyncio.run(scenario())
+
     def test_a_stamp_that_does_not_match_now_or_a_malformed_condition_is_never_used(self) -> None:
         rows = [
             ("another stamp", {"path": self.path, "stamp": "1:2:3:4:5"}),
