@@ -2,6 +2,7 @@
 request description, and for nothing else; ``forget``, the time limit and a lost sidecar end it."""
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 import unittest
@@ -25,6 +26,41 @@ async def until_asked(s: Stack, count: int, what: str, timeout: float = 5.0) -> 
             return
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out waiting until {what}")
+
+
+async def get_until_asked(s: Stack, count: int, what: str, timeout: float = 5.0) -> list[int]:
+    """Bounded: GET /prompt again until the sidecar has been asked ``count`` times; the statuses seen."""
+    deadline = time.monotonic() + timeout
+    statuses = []
+    while True:
+        status, _, _ = await s.get("/prompt")
+        statuses.append(status)
+        if len(s.fake.decides()) >= count:
+            return statuses
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+
+
+def renewals(ms: int, held: bool = False, then: dict | None = None):
+    """decide: the first ask a kept pass of ``ms``; the second (the background renewal) never answered
+    when ``held``, else ``then`` (default: the same kept pass); any later one the kept pass."""
+    first = {**KEEP, "cache": {"ms": ms, "epoch": 0}}
+    asked = [0]
+    never = asyncio.Event()
+
+    async def unanswered() -> dict:
+        await never.wait()
+        return first
+
+    def script(msg: dict):
+        if msg["type"] != "decide":
+            raise AssertionError(f"unexpected message {msg}")
+        asked[0] += 1
+        if asked[0] == 2:
+            return unanswered() if held else (then or first)
+        return first
+
+    return script
 
 
 def answer(decision: dict):
@@ -225,14 +261,18 @@ class Ending(PluginCase):
         self.assertEqual(len(s.fake.decides()), 4, "an answer of the current epoch is kept again")
 
     async def test_the_time_limit_ends_a_kept_decision(self) -> None:
-        s = await self.start(answer({**KEEP, "cache": {"ms": 300, "epoch": 0}}))
+        # the background renewal in its last quarter is never answered: the time alone ends it
+        s = await self.start(renewals(held=True, ms=300))
         await s.get("/prompt")
         asked_at = time.monotonic()
         await s.get("/prompt")
         self.assertEqual(len(s.fake.decides()), 1, "kept within its time")
 
-        await until_asked(s, 2, "asked again once the time ran out")
+        statuses = await get_until_asked(s, 2, "asked again in the background in its last quarter")
+        self.assertGreaterEqual(time.monotonic() - asked_at, 0.2, "not before its last quarter")
+        statuses += await get_until_asked(s, 3, "asked again once the time ran out, the renewal still unanswered")
         self.assertGreaterEqual(time.monotonic() - asked_at, 0.29, "not before its time")
+        self.assertEqual(set(statuses), {200}, "no request waited for the unanswered renewal")
 
     async def test_a_lost_sidecar_ends_every_kept_decision(self) -> None:
         s = await self.start(answer(KEEP))
@@ -243,6 +283,58 @@ class Ending(PluginCase):
         status, _, body = await s.get("/prompt")
         assert_unavailable(self, status, body)
         self.assertEqual(s.host.calls["prompt_get"], 2, "the host never ran the request")
+
+
+class Renewal(PluginCase):
+    """A kept decision in the last quarter of its time is asked about again in the background by a
+    request that reuses it: no request waits for that round trip, and the answer replaces or ends it."""
+
+    async def test_renewed_without_waiting_and_the_new_answer_is_used_past_the_first_ones_end(self) -> None:
+        s = await self.start(renewals(ms=1000))
+        await s.get("/prompt")
+        asked_at = time.monotonic()
+        statuses = await get_until_asked(s, 2, "asked again in the background")
+        renewed_after = time.monotonic() - asked_at
+        self.assertGreaterEqual(renewed_after, 0.74, "not before its last quarter")
+        self.assertLess(renewed_after, 1.0, "asked while the first answer was still in use, not at its end")
+        # past the first answer's end (1 s), well within the renewed one's last quarter (from about 1.75 s)
+        while time.monotonic() - asked_at < 1.2:
+            status, _, _ = await s.get("/prompt")
+            statuses.append(status)
+        self.assertLess(time.monotonic() - asked_at, renewed_after + 0.75, "the check ran before the renewed answer was due itself")
+        self.assertEqual(len(s.fake.decides()), 2, "the renewed answer was reused past the first one's end")
+        self.assertEqual(set(statuses), {200})
+        self.assertEqual(s.host.calls["prompt_get"], len(statuses) + 1, "every request ran on the host")
+
+    async def test_a_renewal_answered_with_a_refusal_ends_the_kept_decision_before_its_time(self) -> None:
+        refusal = {"action": "respond", "status": 403, "headers": [["Content-Type", "application/json"]],
+                   "body_text": '{"error":"Forbidden","code":"FORBIDDEN","statusCode":403}'}
+        s = await self.start(renewals(ms=2000, then=refusal))
+        await s.get("/prompt")
+        asked_at = time.monotonic()
+        await get_until_asked(s, 2, "asked again in the background")
+        s.fake.decide = answer(refusal)
+        deadline = time.monotonic() + 5
+        while True:
+            status, _, _ = await s.get("/prompt")
+            if status == 403:
+                break
+            self.assertLess(time.monotonic(), deadline, "never refused")
+        self.assertLess(time.monotonic() - asked_at, 2.0, "refused before the kept decision's own end")
+        self.assertEqual(len(s.fake.decides()), 3, "the request after the refusing renewal asked for itself")
+
+    def test_a_failed_renewal_ends_only_the_answer_it_renewed(self) -> None:
+        kept = plugin_module("kept_decisions").KeptDecisions()
+        fields = ("GET", "/prompt")
+        old = {**KEEP, "cache": {"ms": 5000, "epoch": 0}}
+        self.assertTrue(kept.keep(fields, 10, old))
+        kept.forget(1)  # a change: then a request kept a newer answer
+        newer = {**KEEP, "cache": {"ms": 5000, "epoch": 1}}
+        self.assertTrue(kept.keep(fields, 10, newer))
+        kept.drop(fields, old)
+        self.assertIs(kept.fresh(fields), newer, "the newer answer stays")
+        kept.drop(fields, newer)
+        self.assertIsNone(kept.fresh(fields), "the answer renewed ends")
 
 
 def memo_script(memo: str | None = "alice 3", answer_memo: str | None = "alice 3"):
