@@ -27,6 +27,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+from .answers import MalformedAnswer
 from .connection import Connection, Unavailable
 from .cpu_room import CpuRoom
 from .kept_decisions import KeptDecisions
@@ -224,8 +225,10 @@ class DecisionClient:
             try:
                 answer, _ = await self._call(conn, message(fields), spin=False)
                 answer = check(answer)
-            except Unavailable:
+            except Unavailable as exc:
                 kept.drop(fields, kept_answer)
+                if isinstance(exc, MalformedAnswer):
+                    log.error("authsvc: malformed sidecar answer (%s) when asked again about a kept decision; it ends", exc)
                 return
             if generation != self.generation or not kept.keep(fields, size, answer):
                 # the answer renewed ends; one kept meanwhile (after a forget) stays

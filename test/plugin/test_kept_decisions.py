@@ -323,6 +323,20 @@ class Renewal(PluginCase):
         self.assertLess(time.monotonic() - asked_at, 2.0, "refused before the kept decision's own end")
         self.assertEqual(len(s.fake.decides()), 3, "the request after the refusing renewal asked for itself")
 
+    async def test_a_malformed_renewal_ends_the_kept_decision_with_an_error_line(self) -> None:
+        import logging
+
+        from .support import LOGS
+
+        s = await self.start(renewals(ms=2000, then={"action": "nonsense"}))
+        await s.get("/prompt")
+        asked_at = time.monotonic()
+        await get_until_asked(s, 2, "asked again in the background")
+        s.fake.decide = answer({"action": "pass"})
+        await get_until_asked(s, 3, "asked again after the malformed renewal")
+        self.assertLess(time.monotonic() - asked_at, 2.0, "before the kept decision's own end")
+        self.assertEqual(len(LOGS.lines(logging.ERROR, "malformed sidecar answer")), 1)
+
     def test_a_failed_renewal_ends_only_the_answer_it_renewed(self) -> None:
         kept = plugin_module("kept_decisions").KeptDecisions()
         fields = ("GET", "/prompt")
