@@ -8,7 +8,10 @@
  *   real classifier), measured in alternating rounds:
  *   - GET /view of an image already classified, for an sfw_check user (after its first decision the
  *     plugin repeats the pass while the file stays as it was: kept decisions, `cache.file`), wrk at 8 connections: req/s of
- *     `policy` against `bare` (the issue's target) and against `gated` (printed);
+ *     `policy` against `bare` (the issue's target) and against `gated` (printed); the hosts run back
+ *     to back in each round, in an order that alternates, each after one request of its own (the
+ *     steady rate: a kept decision runs out while the other hosts run); the verdict is the median
+ *     of each round's policy/bare ratio (the ratio of the medians is printed beside it);
  *   - a CPU-bound prompt with 20 outputs (EmptyImage 512×512 → ImageBlur → 20 SaveImage), every
  *     output classified as it appears: its execution time (the host's own timestamps) on `policy`
  *     against `gated`;
@@ -172,8 +175,14 @@ async function main(): Promise<void> {
       // the sidecar's own CPU while its host runs the prompt: what the policy could take from it
       const sidecarCpu: Record<string, number[]> = { gated: [], policy: [] }
       for (let round = 0; round < ROUNDS; round++) {
-        for (const h of hosts) {
+        // the hosts' order alternates (bare first, then policy first), so none always runs after a prompt
+        for (const h of round % 2 === 0 ? hosts : [...hosts].reverse()) {
           const headers = h.user ? [`Authorization: Bearer ${h.user}`] : []
+          // one request first, every host alike: the measure is the steady rate; a gated host's kept
+          // decision ran out while the others ran, and its first request of a round asks the sidecar
+          const warm = await fetch(`${h.host.url}${viewPath}`, { headers: h.user ? { Authorization: `Bearer ${h.user}` } : {} })
+          await warm.arrayBuffer()
+          if (warm.status !== 200) throw new Error(`${h.name} /view before round ${round}: ${warm.status}`)
           rps[h.name].push((await wrk(`${h.host.url}${viewPath}`, 8, headers, SECONDS)).rps)
         }
         for (const h of round % 2 === 0 ? [hg, hp] : [hp, hg]) {
@@ -184,15 +193,18 @@ async function main(): Promise<void> {
         }
       }
       const memory = rssMb(policy.sidecarPid())
-      const viewRatio = median(rps.policy) / median(rps.bare)
-      const viewGated = median(rps.policy) / median(rps.gated)
+      // each round's hosts ran back to back: the ratio of each round's pair, then their median
+      const viewPairs = rps.policy.map((p, i) => p / rps.bare[i])
+      const viewRatio = median(viewPairs)
+      const viewGated = median(rps.policy.map((p, i) => p / rps.gated[i]))
       const promptRatio = median(ms.policy) / median(ms.gated)
-      console.log(`GET /view req/s (median of ${ROUNDS}): bare ${median(rps.bare).toFixed(0)}, gated ${median(rps.gated).toFixed(0)}, policy ${median(rps.policy).toFixed(0)}; policy/gated ${viewGated.toFixed(3)}`)
+      console.log(`GET /view req/s (median of ${ROUNDS}): bare ${median(rps.bare).toFixed(0)}, gated ${median(rps.gated).toFixed(0)}, policy ${median(rps.policy).toFixed(0)}; ratio of the medians policy/bare ${(median(rps.policy) / median(rps.bare)).toFixed(3)}`)
+      console.log(`the same, each round's pair: policy/bare ${JSON.stringify(viewPairs.map((r) => Number(r.toFixed(3))))}, median ${viewRatio.toFixed(3)}; policy/gated median ${viewGated.toFixed(3)}; gated/bare median ${median(rps.gated.map((g, i) => g / rps.bare[i])).toFixed(3)}`)
       console.log(`prompt with 20 outputs, ms (median of ${ROUNDS}): gated ${median(ms.gated).toFixed(0)} ${JSON.stringify(ms.gated.map(Math.round))}, policy ${median(ms.policy).toFixed(0)} ${JSON.stringify(ms.policy.map(Math.round))}`)
       const paired = ms.policy.map((p, i) => p / ms.gated[i])
       console.log(`the same, policy/gated per round (each pair run back to back): ${JSON.stringify(paired.map((r) => Number(r.toFixed(3))))}, median ${median(paired).toFixed(3)}`)
       console.log(`sidecar CPU during its prompt, ms (median of ${ROUNDS}): gated ${median(sidecarCpu.gated).toFixed(0)}, policy ${median(sidecarCpu.policy).toFixed(0)}`)
-      verdicts.push({ name: '/view of a classified image, sfw_check user: policy / bare req/s', value: viewRatio.toFixed(3), target: '>= 0.95', ok: viewRatio >= 0.95 })
+      verdicts.push({ name: '/view of a classified image, sfw_check user: policy / bare req/s (median of rounds)', value: viewRatio.toFixed(3), target: '>= 0.95', ok: viewRatio >= 0.95 })
       verdicts.push({ name: 'CPU-bound prompt, 20 outputs classified: policy / no policy', value: promptRatio.toFixed(3), target: '<= 1.05', ok: promptRatio <= 1.05 })
       verdicts.push({ name: 'sidecar memory with the classifier loaded (MB)', value: memory.toFixed(0), target: '<= 400', ok: memory <= 400 })
     } finally {

@@ -5,6 +5,9 @@ Guarantees:
   timeout, with the answer or with ``Unavailable``; a lost or garbled connection fails every
   request in flight with ``Unavailable`` at once, and nothing here ever lets a request through;
 - the frames queued in one loop iteration leave in one write;
+- whenever the loop sees the socket readable, everything waiting in it is read at once (not one
+  read per turn): what the sidecar sent before a request's bytes came is handled before the
+  request is decided;
 - the sidecar's own questions (``resolve``: where names land on this host) are answered on the
   connection they came on, a folder walk from a worker thread, never on the host's loop.
 
@@ -149,7 +152,13 @@ class Connection:
             self.loop.remove_writer(self.fd)
 
     def _on_readable(self) -> None:
-        self.receive()
+        # Everything waiting, not one read: aiohttp decides a request in a later turn of the loop
+        # than the one whose poll saw its bytes, and that poll (level-triggered) saw this socket
+        # readable too if the sidecar had sent anything before them; so whatever it sent before a
+        # request came (a forget behind megabytes of another answer) is read before that request
+        # is decided, and a kept decision needs no read of its own (decision_client.py).
+        while self.receive() and not self.closed:
+            pass
 
     def receive(self) -> bool:
         """Reads what is there; False when nothing was (would block)."""

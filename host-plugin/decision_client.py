@@ -7,9 +7,12 @@ Guarantees:
 - every call ends within ``timeout`` seconds: with an answer, or with ``Unavailable`` (timeout,
   connection lost, garbage, version mismatch); nothing here ever lets a request through: callers
   turn ``Unavailable`` into a 503 (fail closed);
-- a decision is repeated without asking only as kept_decisions.py allows, after reading whatever
-  the sidecar has sent (a ``forget`` behind a large answer ends it first), and only on the
-  connection that gave it;
+- a decision is repeated without asking only as kept_decisions.py allows, after whatever the
+  sidecar sent before the request came has been read (the connection reads everything waiting
+  whenever the loop sees it readable, a turn before the request is decided: a ``forget`` behind a
+  large answer ends it first), and only on the connection that gave it; one in the last quarter
+  of its time is asked about again in the background (one at a time for a description), and the
+  new answer replaces it if it may be kept, or ends it;
 - while a supervisor replaces a dead sidecar, a decision waits for the replacement (within its
   timeout) instead of being refused at once; the steps after a decision never wait;
 - host events are kept (bounded) while the sidecar is away, and sent in order once it is back.
@@ -24,6 +27,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+from .answers import MalformedAnswer
 from .connection import Connection, Unavailable
 from .cpu_room import CpuRoom
 from .kept_decisions import KeptDecisions
@@ -68,6 +72,9 @@ class DecisionClient:
         self.hold_s = timeout  # AUTHSVC_RESTART_HOLD_MS; at most the timeout
         self._hold_over: asyncio.Event | None = None  # set when a connection is made or the hold is called off
         self.push_handlers["forget"] = lambda message: self.kept.forget(message.get("epoch"))
+        # descriptions whose kept decision is being asked again in the background (one at a time)
+        self._renewing: set[tuple[Any, ...]] = set()
+        self._renewals: set[asyncio.Task] = set()
 
     @property
     def ready(self) -> bool:
@@ -165,14 +172,15 @@ class DecisionClient:
         held. It needs a live connection: a lost sidecar drops them all."""
         kept = self.kept
         if kept.holds(fields, size):
-            conn = self._conn
-            if conn is not None and not conn.closed:
-                # whatever the sidecar has sent is read first: a forget waiting behind a large
-                # answer in the socket must end this decision before it is used again
-                while conn.receive() and not conn.closed:
-                    pass
+            # No read of the socket here (it cost a system call per request, and a turn of the
+            # GIL to the host's file threads): the loop's poll that saw this request's bytes saw
+            # anything the sidecar had sent before them, and the connection read all of it then,
+            # in that turn (connection.py), so a forget that came before this request has ended
+            # the kept decision already.
             answer = kept.fresh(fields)
             if answer is not None and self._conn is not None and not self._conn.closed:
+                if fields not in self._renewing and kept.due(fields):
+                    self._renew(fields, size, message, check, answer)
                 return answer
             kept.drop(fields)
         generation = self.generation
@@ -180,6 +188,56 @@ class DecisionClient:
         if generation == self.generation:  # kept only when answered on the connection it was asked on
             kept.keep(fields, size, answer)
         return answer
+
+    def _renew(
+        self,
+        fields: tuple[Any, ...],
+        size: int,
+        message: Callable[[tuple[Any, ...]], dict[str, Any]],
+        check: Callable[[dict[str, Any]], dict[str, Any]],
+        kept_answer: dict[str, Any],
+    ) -> None:
+        """Asks the sidecar again about a kept decision in the last part of its time, while the
+        requests go on using it: otherwise, when its time ends, every request then in flight for
+        it waits for a round trip of its own (a stall of all of them once a second under load).
+        The answer replaces the kept one as any answer is kept; an answer that may not be kept
+        (a refusal, one decided across a change), no answer, or a lost connection ends it at once.
+        Nothing is ever reused past its own time, and the sidecar still decides every answer."""
+        self._renewing.add(fields)
+        task = asyncio.ensure_future(self._renewal(fields, size, message, check, kept_answer))
+        self._renewals.add(task)
+        task.add_done_callback(self._renewals.discard)
+
+    async def _renewal(
+        self,
+        fields: tuple[Any, ...],
+        size: int,
+        message: Callable[[tuple[Any, ...]], dict[str, Any]],
+        check: Callable[[dict[str, Any]], dict[str, Any]],
+        kept_answer: dict[str, Any],
+    ) -> None:
+        kept = self.kept
+        try:
+            conn, generation = self._conn, self.generation
+            if conn is None or conn.closed:
+                kept.drop(fields, kept_answer)
+                return
+            try:
+                answer, _ = await self._call(conn, message(fields), spin=False)
+                answer = check(answer)
+            except Unavailable as exc:
+                kept.drop(fields, kept_answer)
+                if isinstance(exc, MalformedAnswer):
+                    log.error("authsvc: malformed sidecar answer (%s) when asked again about a kept decision; it ends", exc)
+                return
+            if generation != self.generation or not kept.keep(fields, size, answer):
+                # the answer renewed ends; one kept meanwhile (after a forget) stays
+                kept.drop(fields, kept_answer)
+        except Exception:  # a bug here must not outlive the kept decision it was about
+            kept.drop(fields, kept_answer)
+            log.exception("authsvc: asking the sidecar again about a kept decision failed")
+        finally:
+            self._renewing.discard(fields)
 
     async def call(self, message: dict[str, Any], payload: bytes = b"") -> dict[str, Any]:
         """One exchange; the answer's payload, if any, is dropped (see ``exchange``)."""

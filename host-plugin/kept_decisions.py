@@ -7,11 +7,13 @@ Guarantees:
 - an answer decided before a change the plugin has already heard of (its epoch is older than the
   newest ``forget``) is never kept; ``forget`` drops every kept decision at once;
 - a kept decision answers only an equal description (the whole tuple of its fields), and only
-  until its time (``ms``, at most 5 s) runs out;
+  until its time (``ms``, at most 5 s) runs out; in its last quarter it is ``due``: the client asks
+  the sidecar again in the background, and that answer replaces it or ends it;
 - a decision made on a file (``cache.file``: ``GET /view``, decided on the file the host will
   open) answers only while that path still names the very same file in the same state
-  (``file_stamp``: device, inode, size, mtime, ctime); one ``stat`` per reuse, and any failure
-  to read it is no reuse;
+  (``file_stamp``: device, inode, size, mtime, ctime); at most one ``stat`` of a path per turn of
+  the loop, taken after every request decided with it was read, and any failure to read it is no
+  reuse;
 - bounded: at most ``_KEPT_MAX`` descriptions holding ``_KEPT_SIZE_MAX`` characters together, none
   longer than ``_KEPT_DESCRIPTION_MAX``; the least recently kept goes first.
 
@@ -20,6 +22,7 @@ decision is used, and a lost connection drops them all.
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any, Callable
@@ -31,6 +34,9 @@ _KEPT_MAX = 4096
 _KEPT_DESCRIPTION_MAX = 16 * 1024
 _KEPT_SIZE_MAX = 8 * 1024 * 1024
 _KEPT_MS_MAX = 5000
+# the share of a kept decision's time after which a request that reuses it has the sidecar asked
+# again in the background (the last quarter: a round trip on a loaded machine is a few ms)
+_RENEW_AFTER = 0.75
 # what a decision kept for reuse may not carry: each needs the sidecar again for the same request
 _NOT_REUSABLE = ("need_body", "need_form", "ws_tag", "ws_entry", "body_replaced")
 
@@ -49,8 +55,11 @@ class KeptDecisions:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         # answer, the time it ends, the characters of its description, the file it was decided on
-        self._entries: dict[tuple[Any, ...], tuple[dict[str, Any], float, int, tuple[str, str] | None]] = {}
+        # and the time from which it is asked again in the background
+        self._entries: dict[tuple[Any, ...], tuple[dict[str, Any], float, int, tuple[str, str] | None, float]] = {}
         self._size = 0  # characters of the descriptions held
+        # file stamps read in this turn of the loop, by path (_stamp_now)
+        self._stamps: dict[str, str] = {}
         self.epoch = 0  # the newest access epoch heard of (hello, forget)
 
     def holds(self, fields: tuple[Any, ...], size: int) -> bool:
@@ -63,43 +72,78 @@ class KeptDecisions:
         if entry is None or entry[1] <= self._clock():
             return None
         condition = entry[3]
-        if condition is not None:
-            # the file the decision was made on, still there and unchanged under the path the host opens
-            try:
-                if file_stamp(os.stat(condition[0])) != condition[1]:
-                    return None
-            except (OSError, ValueError):
-                return None
+        # the file the decision was made on, still there and unchanged under the path the host opens
+        if condition is not None and self._stamp_now(condition[0]) != condition[1]:
+            return None
         return entry[0]
 
-    def keep(self, fields: tuple[Any, ...], size: int, answer: dict[str, Any]) -> None:
-        """Keeps the sidecar's answer for this description when its ``cache`` field allows."""
+    def _stamp_now(self, path: str) -> str:
+        """The stamp of the file at ``path`` now; "" (no stamp) when it cannot be read.
+
+        Within one turn of the running loop, one ``stat`` per path: a callback that runs before
+        the memo's clear was queued no later than the turn the stat was taken in, so the request
+        it serves was read by that turn's poll or an earlier one, before the stat. A change made
+        before such a request was sent is therefore in the stat it gets (the same as a stat of
+        its own); each stat is a system call that hands the GIL to the host's file threads, and
+        several /view of one file are often decided in the same turn. Without a running loop,
+        every call stats."""
+        stamps = self._stamps
+        stamp = stamps.get(path)
+        if stamp is not None:
+            return stamp
+        try:
+            stamp = file_stamp(os.stat(path))
+        except (OSError, ValueError):
+            stamp = ""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return stamp
+        if not stamps:
+            loop.call_soon(stamps.clear)
+        stamps[path] = stamp
+        return stamp
+
+    def keep(self, fields: tuple[Any, ...], size: int, answer: dict[str, Any]) -> bool:
+        """Keeps the sidecar's answer for this description when its ``cache`` field allows; whether it did."""
         cache = answer.get("cache")
         if size > _KEPT_DESCRIPTION_MAX or answer.get("action") != "pass" or not isinstance(cache, dict):
-            return
+            return False
         ms, epoch = cache.get("ms"), cache.get("epoch")
         if not (isinstance(ms, int) and 0 < ms <= _KEPT_MS_MAX and isinstance(epoch, int)):
-            return
+            return False
         condition = _file_condition(cache)
         if condition is False:
-            return
+            return False
         # decided before a change we have already been told about: not for reuse
         if epoch != self.epoch or any(k in answer for k in _NOT_REUSABLE):
-            return
+            return False
         # a filter is reused only with a memo: the memo names everything its result depends on
         # besides the host's answer, and every change of that moves the epoch (a forget)
         spec = answer.get("filter")
         if spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("memo"), str)):
-            return
+            return False
         self.drop(fields)
         while self._entries and (len(self._entries) >= _KEPT_MAX or self._size + size > _KEPT_SIZE_MAX):
             self.drop(next(iter(self._entries)))
-        self._entries[fields] = (answer, self._clock() + ms / 1000, size, condition or None)
+        now = self._clock()
+        self._entries[fields] = (answer, now + ms / 1000, size, condition or None, now + ms * _RENEW_AFTER / 1000)
         self._size += size
+        return True
 
-    def drop(self, fields: tuple[Any, ...]) -> None:
-        entry = self._entries.pop(fields, None)
-        if entry is not None:
+    def due(self, fields: tuple[Any, ...]) -> bool:
+        """Whether the kept decision for this description is in the last part of its time, when
+        the sidecar is asked again in the background (decision_client.py) so that the requests
+        after its end do not all wait for a new one."""
+        entry = self._entries.get(fields)
+        return entry is not None and entry[4] <= self._clock()
+
+    def drop(self, fields: tuple[Any, ...], only: dict[str, Any] | None = None) -> None:
+        """Drops the kept decision for this description; with ``only``, only while that answer is
+        the one kept (a renewal that failed must not end a newer answer kept meanwhile)."""
+        entry = self._entries.get(fields)
+        if entry is not None and (only is None or entry[0] is only):
+            del self._entries[fields]
             self._size -= entry[2]
 
     def forget(self, epoch: Any = None) -> None:

@@ -2,6 +2,7 @@
 request description, and for nothing else; ``forget``, the time limit and a lost sidecar end it."""
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 import unittest
@@ -25,6 +26,41 @@ async def until_asked(s: Stack, count: int, what: str, timeout: float = 5.0) -> 
             return
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out waiting until {what}")
+
+
+async def get_until_asked(s: Stack, count: int, what: str, timeout: float = 5.0) -> list[int]:
+    """Bounded: GET /prompt again until the sidecar has been asked ``count`` times; the statuses seen."""
+    deadline = time.monotonic() + timeout
+    statuses = []
+    while True:
+        status, _, _ = await s.get("/prompt")
+        statuses.append(status)
+        if len(s.fake.decides()) >= count:
+            return statuses
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+
+
+def renewals(ms: int, held: bool = False, then: dict | None = None):
+    """decide: the first ask a kept pass of ``ms``; the second (the background renewal) never answered
+    when ``held``, else ``then`` (default: the same kept pass); any later one the kept pass."""
+    first = {**KEEP, "cache": {"ms": ms, "epoch": 0}}
+    asked = [0]
+    never = asyncio.Event()
+
+    async def unanswered() -> dict:
+        await never.wait()
+        return first
+
+    def script(msg: dict):
+        if msg["type"] != "decide":
+            raise AssertionError(f"unexpected message {msg}")
+        asked[0] += 1
+        if asked[0] == 2:
+            return unanswered() if held else (then or first)
+        return first
+
+    return script
 
 
 def answer(decision: dict):
@@ -225,14 +261,18 @@ class Ending(PluginCase):
         self.assertEqual(len(s.fake.decides()), 4, "an answer of the current epoch is kept again")
 
     async def test_the_time_limit_ends_a_kept_decision(self) -> None:
-        s = await self.start(answer({**KEEP, "cache": {"ms": 300, "epoch": 0}}))
+        # the background renewal in its last quarter is never answered: the time alone ends it
+        s = await self.start(renewals(held=True, ms=300))
         await s.get("/prompt")
         asked_at = time.monotonic()
         await s.get("/prompt")
         self.assertEqual(len(s.fake.decides()), 1, "kept within its time")
 
-        await until_asked(s, 2, "asked again once the time ran out")
+        statuses = await get_until_asked(s, 2, "asked again in the background in its last quarter")
+        self.assertGreaterEqual(time.monotonic() - asked_at, 0.2, "not before its last quarter")
+        statuses += await get_until_asked(s, 3, "asked again once the time ran out, the renewal still unanswered")
         self.assertGreaterEqual(time.monotonic() - asked_at, 0.29, "not before its time")
+        self.assertEqual(set(statuses), {200}, "no request waited for the unanswered renewal")
 
     async def test_a_lost_sidecar_ends_every_kept_decision(self) -> None:
         s = await self.start(answer(KEEP))
@@ -243,6 +283,72 @@ class Ending(PluginCase):
         status, _, body = await s.get("/prompt")
         assert_unavailable(self, status, body)
         self.assertEqual(s.host.calls["prompt_get"], 2, "the host never ran the request")
+
+
+class Renewal(PluginCase):
+    """A kept decision in the last quarter of its time is asked about again in the background by a
+    request that reuses it: no request waits for that round trip, and the answer replaces or ends it."""
+
+    async def test_renewed_without_waiting_and_the_new_answer_is_used_past_the_first_ones_end(self) -> None:
+        s = await self.start(renewals(ms=2000))
+        await s.get("/prompt")
+        asked_at = time.monotonic()
+        statuses = await get_until_asked(s, 2, "asked again in the background")
+        renewed_after = time.monotonic() - asked_at
+        self.assertGreaterEqual(renewed_after, 1.49, "not before its last quarter")
+        self.assertLess(renewed_after, 2.0, "asked while the first answer was still in use, not at its end")
+        # past the first answer's end (2 s), before the renewed one's last quarter (from about 3 s)
+        while time.monotonic() - asked_at < 2.3:
+            status, _, _ = await s.get("/prompt")
+            statuses.append(status)
+        self.assertLess(time.monotonic() - asked_at, renewed_after + 1.5, "the check ran before the renewed answer was due itself")
+        self.assertEqual(len(s.fake.decides()), 2, "the renewed answer was reused past the first one's end")
+        self.assertEqual(set(statuses), {200})
+        self.assertEqual(s.host.calls["prompt_get"], len(statuses) + 1, "every request ran on the host")
+
+    async def test_a_renewal_answered_with_a_refusal_ends_the_kept_decision_before_its_time(self) -> None:
+        refusal = {"action": "respond", "status": 403, "headers": [["Content-Type", "application/json"]],
+                   "body_text": '{"error":"Forbidden","code":"FORBIDDEN","statusCode":403}'}
+        s = await self.start(renewals(ms=2000, then=refusal))
+        await s.get("/prompt")
+        asked_at = time.monotonic()
+        await get_until_asked(s, 2, "asked again in the background")
+        s.fake.decide = answer(refusal)
+        deadline = time.monotonic() + 5
+        while True:
+            status, _, _ = await s.get("/prompt")
+            if status == 403:
+                break
+            self.assertLess(time.monotonic(), deadline, "never refused")
+        self.assertLess(time.monotonic() - asked_at, 2.0, "refused before the kept decision's own end")
+        self.assertEqual(len(s.fake.decides()), 3, "the request after the refusing renewal asked for itself")
+
+    async def test_a_malformed_renewal_ends_the_kept_decision_with_an_error_line(self) -> None:
+        import logging
+
+        from .support import LOGS
+
+        s = await self.start(renewals(ms=2000, then={"action": "nonsense"}))
+        await s.get("/prompt")
+        asked_at = time.monotonic()
+        await get_until_asked(s, 2, "asked again in the background")
+        s.fake.decide = answer({"action": "pass"})
+        await get_until_asked(s, 3, "asked again after the malformed renewal")
+        self.assertLess(time.monotonic() - asked_at, 2.0, "before the kept decision's own end")
+        self.assertEqual(len(LOGS.lines(logging.ERROR, "malformed sidecar answer")), 1)
+
+    def test_a_failed_renewal_ends_only_the_answer_it_renewed(self) -> None:
+        kept = plugin_module("kept_decisions").KeptDecisions()
+        fields = ("GET", "/prompt")
+        old = {**KEEP, "cache": {"ms": 5000, "epoch": 0}}
+        self.assertTrue(kept.keep(fields, 10, old))
+        kept.forget(1)  # a change: then a request kept a newer answer
+        newer = {**KEEP, "cache": {"ms": 5000, "epoch": 1}}
+        self.assertTrue(kept.keep(fields, 10, newer))
+        kept.drop(fields, old)
+        self.assertIs(kept.fresh(fields), newer, "the newer answer stays")
+        kept.drop(fields, newer)
+        self.assertIsNone(kept.fresh(fields), "the answer renewed ends")
 
 
 def memo_script(memo: str | None = "alice 3", answer_memo: str | None = "alice 3"):
@@ -322,9 +428,9 @@ class ForgetBehindALargeFrame(PluginCase):
         await s.get("/prompt")
         await s.get("/prompt")
         self.assertEqual(len(s.fake.decides()), 1)
-        # 8 MB of an answer nobody waits for (ignored), then the forget: the plugin reads a socket
-        # 256 KiB per loop turn, so without reading everything before reusing a decision, the next
-        # request would be passed on the kept one while the forget still waits in the socket
+        # 8 MB of an answer nobody waits for (ignored), then the forget: one read takes 256 KiB, so
+        # unless the turn of the loop that sees the socket readable reads everything waiting in it,
+        # the next request would be passed on the kept one while the forget still waits there
         for writer in list(s.fake.open_connections):
             # room in the kernel for all of it at once, as a sidecar's socket under a larger buffer
             # has: the whole backlog is then the plugin's to read, turn by turn
@@ -452,6 +558,62 @@ class KeptOnAFile(unittest.TestCase):
                 self.next_tick()
                 change()
                 self.assertIsNone(self.kept.fresh(self.fields), label)
+
+    def test_in_the_loop_one_stat_a_turn_and_every_change_is_seen_by_the_next_turn(self) -> None:
+        """Inside the host's loop the stamp is read once per path per turn (several /view of one file
+        are decided in one turn under load); a request decided in a later turn than the change gets
+        a stat taken after it: each change row again, the change made between two turns."""
+        import asyncio
+        from unittest import mock
+
+        os = self.os
+
+        async def stats_per_turn() -> list[int]:
+            with mock.patch.object(os, "stat", wraps=os.stat) as stat:
+                counts = []
+                for _ in range(2):
+                    for _ in range(3):
+                        self.assertIsNotNone(self.kept.fresh(self.fields))
+                    counts.append(stat.call_count)
+                    await asyncio.sleep(0)  # the next turn of the loop
+                return counts
+
+        self.keep()
+        self.assertEqual(asyncio.run(stats_per_turn()), [1, 2], "one stat per turn, a new one each turn")
+
+        def rewrite_same_size() -> None:
+            with open(self.path, "r+b") as f:
+                f.write(b"NSFW-bytes!")
+
+        def rename_over() -> None:
+            other = os.path.join(self.dir.name, "a", "new.png")
+            with open(other, "wb") as f:
+                f.write(b"clean-bytes")
+            os.replace(other, self.path)
+
+        def relink() -> None:
+            os.unlink(os.path.join(self.dir.name, "link"))
+            os.symlink(os.path.join(self.dir.name, "b"), os.path.join(self.dir.name, "link"))
+
+        rows = [
+            ("rewritten in place, same size", rewrite_same_size),
+            ("another file renamed over it", rename_over),
+            ("a link in the path moved to another folder", relink),
+            ("deleted", lambda: os.unlink(self.path)),
+        ]
+        for label, change in rows:
+            with self.subTest(label):
+                self.setUp()
+                self.keep()
+
+                async def scenario() -> None:
+                    self.next_tick()
+                    self.assertIsNotNone(self.kept.fresh(self.fields), "kept before the change (its stamp read this turn)")
+                    change()
+                    await asyncio.sleep(0)  # a request read after the change is decided in a later turn
+                    self.assertIsNone(self.kept.fresh(self.fields), label)
+
+                asyncio.run(scenario())
 
     def test_a_stamp_that_does_not_match_now_or_a_malformed_condition_is_never_used(self) -> None:
         rows = [
