@@ -68,11 +68,14 @@ const head = (lines: string[]) => Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, '
 const ok = (length: number, extra: string[] = []) => head(['HTTP/1.1 200 OK', `Content-Length: ${length}`, 'Connection: close', ...extra])
 
 let n = 0
-async function run(url: string, stallMs = 5000): Promise<{ result?: { sha256: string; bytes: number }; error?: SourceError; partial: string; reports: TransferReport[] }> {
+async function run(url: string, stallMs = 5000, onReport: (r: TransferReport) => void = () => {}): Promise<{ result?: { sha256: string; bytes: number }; error?: SourceError; partial: string; reports: TransferReport[] }> {
   const partial = join(dir, `p${n++}.part`)
   const reports: TransferReport[] = []
   try {
-    await transfer({ source: 'civitai', url, policy: { base: new URL(url).origin, allowPrivate: true }, partialPath: partial, resumeFrom: 0, validator: '', knownTotal: 0, stallMs }, (r) => reports.push(r), new AbortController().signal)
+    await transfer({ source: 'civitai', url, policy: { base: new URL(url).origin, allowPrivate: true }, partialPath: partial, resumeFrom: 0, validator: '', knownTotal: 0, stallMs }, (r) => {
+      reports.push(r)
+      onReport(r)
+    }, new AbortController().signal)
   } catch (err) {
     assert.ok(err instanceof SourceError, String(err))
     return { error: err, partial, reports }
@@ -153,6 +156,25 @@ describe('a body read into the transfer\'s buffers: exactly what the head announ
       const { error } = await run(`${s.url}/f`, 400)
       assert.equal(error!.message, 'The transfer stalled: nothing arrived for 0 s')
       assert.equal(error!.retryable, true)
+    } finally {
+      s.close()
+    }
+  })
+
+  it('a source that pauses mid-body: what came is on disk and reported before the rest arrives (a resume starts there)', { timeout: 20_000 }, async () => {
+    const first = 1536 * 1024 + 1000
+    let release = () => {}
+    const s = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      sendSlowly(socket, BODY.subarray(0, first), 65536, () => {
+        release = () => sendSlowly(socket, BODY.subarray(first), 65536, () => socket.end())
+      })
+    })
+    try {
+      const { result } = await run(`${s.url}/f`, 5000, (r) => {
+        if (r.type === 'progress' && r.bytes === first) release()
+      })
+      assert.equal(result?.sha256, sha(BODY))
     } finally {
       s.close()
     }

@@ -32,6 +32,8 @@ const SLOTS = 8
 /** a read gets at least this much room: a slot with less left is written out first */
 const MIN_READ = 64 * 1024
 const HEAD_READ = 64 * 1024
+/** a source quiet this long has what came so far written out (progress counts bytes on disk: a resume starts there) */
+const QUIET_MS = 50
 
 /** The fixed buffers of one thread's transfers (one transfer per thread at a time), made on first use. */
 let ring: Buffer[] | undefined
@@ -85,10 +87,12 @@ export class DirectConnection {
       let settled = false
       let waitingForSlot = false
       const stall = setTimeout(() => fail(stallError()), stallMs)
+      const quiet = setTimeout(() => flush(), QUIET_MS)
       const finish = () => {
         if (settled) return
         settled = true
         clearTimeout(stall)
+        clearTimeout(quiet)
         signal.removeEventListener('abort', onAbort)
         socket.destroy()
         resolve(written)
@@ -97,6 +101,7 @@ export class DirectConnection {
         if (settled) return
         settled = true
         clearTimeout(stall)
+        clearTimeout(quiet)
         signal.removeEventListener('abort', onAbort)
         socket.destroy()
         reject(err)
@@ -114,7 +119,7 @@ export class DirectConnection {
         })
       }
       const flush = () => {
-        if (fill === 0) return
+        if (fill === 0 || settled) return
         const i = cur
         const n = fill
         busy[i] = true
@@ -172,6 +177,7 @@ export class DirectConnection {
         onRead: (n, buf) => {
           if (settled) return
           stall.refresh()
+          quiet.refresh()
           // the read after this takeover was given the head buffer, before the ring was in use
           if (buf.buffer !== slots[cur].buffer || buf.byteOffset !== fill) copyIn(buf.subarray(0, n))
           else took(n)
