@@ -200,6 +200,49 @@ describe('a body read into the transfer\'s buffers: exactly what the head announ
   })
 })
 
+describe('two transfers and a cancel', () => {
+  it('two transfers at once in one thread: each gets its own bytes', async () => {
+    const other = randomBytes(2 * 1024 * 1024 + 77)
+    const a = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      sendSlowly(socket, BODY, 65536, () => socket.end())
+    })
+    const b = await rawServer((socket) => {
+      socket.write(ok(other.length))
+      sendSlowly(socket, other, 65536, () => socket.end())
+    })
+    try {
+      const [ra, rb] = await Promise.all([run(`${a.url}/f`), run(`${b.url}/f`)])
+      assert.equal(ra.result?.sha256, sha(BODY))
+      assert.equal(rb.result?.sha256, sha(other))
+      assert.ok(readFileSync(ra.partial).equals(BODY))
+      assert.ok(readFileSync(rb.partial).equals(other))
+    } finally {
+      a.close()
+      b.close()
+    }
+  })
+
+  it('a cancel mid-body ends the transfer with the cancel; the partial holds what came, and no more is written', async () => {
+    const first = 1024 * 1024 + 4321
+    const s = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      sendSlowly(socket, BODY.subarray(0, first), 65536, () => {}) // then holds the connection
+    })
+    try {
+      const partial = join(dir, 'cancelled.part')
+      const aborter = new AbortController()
+      const cancelled = transfer({ source: 'civitai', url: `${s.url}/f`, policy: { base: s.url, allowPrivate: true }, partialPath: partial, resumeFrom: 0, validator: '', knownTotal: 0, stallMs: 5000 }, (r) => {
+        if (r.type === 'progress' && r.bytes === first) aborter.abort(new Error('cancelled by the test'))
+      }, aborter.signal)
+      await assert.rejects(cancelled, /cancelled by the test/)
+      assert.ok(readFileSync(partial).equals(BODY.subarray(0, first)))
+    } finally {
+      s.close()
+    }
+  })
+})
+
 describe('bodies the direct path leaves to Node\'s parser', () => {
   it('chunked (no Content-Length): refused as before, the size was never announced', async () => {
     const s = await rawServer((socket) => {

@@ -35,8 +35,10 @@ const HEAD_READ = 64 * 1024
 /** a source quiet this long has what came so far written out (progress counts bytes on disk: a resume starts there) */
 const QUIET_MS = 50
 
-/** The fixed buffers of one thread's transfers (one transfer per thread at a time), made on first use. */
+/** The fixed buffers of one thread's transfers, made on first use and kept; a second transfer at once in the same thread gets its own. */
 let ring: Buffer[] | undefined
+let ringInUse = false
+const newRing = () => Array.from({ length: SLOTS }, () => Buffer.allocUnsafeSlow(SLOT))
 
 export class DirectConnection {
   readonly socket: net.Socket
@@ -71,7 +73,9 @@ export class DirectConnection {
    * `stallMs` (with `stallError()`).
    */
   takeOver(response: IncomingMessage, fd: number, hash: Hash, length: number, stallMs: number, onWritten: (bytes: number) => void, stallError: () => Error, signal: AbortSignal): Promise<number> {
-    const slots = (ring ??= Array.from({ length: SLOTS }, () => Buffer.allocUnsafeSlow(SLOT)))
+    const shared = !ringInUse
+    const slots = shared ? (ring ??= newRing()) : newRing()
+    if (shared) ringInUse = true
     const busy = new Array<boolean>(SLOTS).fill(false)
     const socket = this.socket
     // the parser's objects end when the socket is destroyed below: their errors are not ours
@@ -86,6 +90,14 @@ export class DirectConnection {
       let ended = false
       let settled = false
       let waitingForSlot = false
+      let failure: Error | undefined
+      // the ring is free, and the fd may be closed, only once no write from it is in flight
+      const settle = () => {
+        if (pending > 0) return
+        if (shared) ringInUse = false
+        if (failure !== undefined) reject(failure)
+        else resolve(written)
+      }
       const stall = setTimeout(() => fail(stallError()), stallMs)
       const quiet = setTimeout(() => flush(), QUIET_MS)
       const finish = () => {
@@ -95,7 +107,7 @@ export class DirectConnection {
         clearTimeout(quiet)
         signal.removeEventListener('abort', onAbort)
         socket.destroy()
-        resolve(written)
+        settle()
       }
       const fail = (err: Error) => {
         if (settled) return
@@ -104,7 +116,8 @@ export class DirectConnection {
         clearTimeout(quiet)
         signal.removeEventListener('abort', onAbort)
         socket.destroy()
-        reject(err)
+        failure = err
+        settle()
       }
       const onAbort = () => fail(signal.reason instanceof Error ? signal.reason : new Error('aborted'))
       signal.addEventListener('abort', onAbort, { once: true })
@@ -127,7 +140,7 @@ export class DirectConnection {
         writeOut(slots[i], 0, n, (err) => {
           busy[i] = false
           pending--
-          if (settled) return
+          if (settled) return settle()
           if (err) return fail(err)
           written += n
           onWritten(written)
