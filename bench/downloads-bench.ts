@@ -16,7 +16,8 @@
  *    reality, and at nice 0 it competed with the sidecar's loop as no remote source does (see
  *    docs/decisions.md, "The downloads bench: what competes with the decision loop"). Parts 1 and
  *    2 keep it at nice 0 for curl and the sidecar alike, so neither is measured against a starved
- *    server. The CPU each party used during the busy window is printed (/proc, per thread).
+ *    server. The CPU each party used during the busy windows is printed (/proc, per thread);
+ *    BENCH_THREADS=1 also prints each of the sidecar's threads (nice, CPU, of it system time).
  * Prints PASS/FAIL lines; exits 1 on a miss.
  */
 import assert from 'node:assert/strict'
@@ -50,8 +51,8 @@ function rssKb(pidOf: () => number): number {
 const TICK_S = 0.01 // USER_HZ is 100 on Linux
 
 /** Every thread of a process: its nice value and CPU ticks (user + system) so far. */
-function threadTicks(pid: number): Map<number, { name: string; nice: number; ticks: number }> {
-  const out = new Map<number, { name: string; nice: number; ticks: number }>()
+function threadTicks(pid: number): Map<number, { name: string; nice: number; ticks: number; sys: number }> {
+  const out = new Map<number, { name: string; nice: number; ticks: number; sys: number }>()
   let tids: string[] = []
   try {
     tids = readdirSync(`/proc/${pid}/task`)
@@ -63,7 +64,7 @@ function threadTicks(pid: number): Map<number, { name: string; nice: number; tic
       const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8')
       const close = stat.lastIndexOf(')')
       const fields = stat.slice(close + 2).split(' ') // fields[0] is field 3 (state)
-      out.set(Number(tid), { name: stat.slice(stat.indexOf('(') + 1, close), nice: Number(fields[16]), ticks: Number(fields[11]) + Number(fields[12]) })
+      out.set(Number(tid), { name: stat.slice(stat.indexOf('(') + 1, close), nice: Number(fields[16]), ticks: Number(fields[11]) + Number(fields[12]), sys: Number(fields[12]) })
     } catch {
       // the thread ended meanwhile
     }
@@ -188,6 +189,7 @@ async function main(): Promise<void> {
       const idleEnd = Date.now() + IDLE_MS
       idle.push(...(await decisions(() => Date.now() > idleEnd)))
       const before = { sidecar: threadTicks(sidecarPid), standin: threadTicks(child.pid!), bench: threadTicks(process.pid) }
+      const detailBefore = before.sidecar
       const busyStart = performance.now()
       let busyDone = false
       const parallel = Promise.all([download(2), download(3)]).finally(() => (busyDone = true))
@@ -196,6 +198,11 @@ async function main(): Promise<void> {
       busyS += (performance.now() - busyStart) / 1000
       for (const [group, used] of cpuBetween(before.sidecar, threadTicks(sidecarPid), (tid, t) => (tid === sidecarPid ? 'loop' : t.nice >= 10 ? 'transfer threads (nice 10)' : 'other threads at nice 0 (libuv pool, V8 helpers)'))) {
         sidecarCpu.set(group, (sidecarCpu.get(group) ?? 0) + used)
+      }
+      if (process.env.BENCH_THREADS === '1') {
+        const now = threadTicks(sidecarPid)
+        const rows = [...now].map(([tid, t]) => ({ tid, nice: t.nice, cpu: (t.ticks - (detailBefore.get(tid)?.ticks ?? 0)) * TICK_S, sys: (t.sys - (detailBefore.get(tid)?.sys ?? 0)) * TICK_S })).filter((r) => r.cpu > 0.05).sort((a, b) => b.cpu - a.cpu)
+        console.log(`  threads: ${rows.map((r) => `${r.tid === sidecarPid ? 'loop' : r.tid} nice ${r.nice} ${r.cpu.toFixed(2)} s (sys ${r.sys.toFixed(2)})`).join('; ')}`)
       }
       standinCpu += sum(cpuBetween(before.standin, threadTicks(child.pid!), () => 'all'))
       benchCpu += sum(cpuBetween(before.bench, threadTicks(process.pid), () => 'all'))
