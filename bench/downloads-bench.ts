@@ -14,7 +14,7 @@
  *    Target: p99 while downloading ≤ 1.1 × idle p99. For this part only, every thread of the
  *    stand-in process runs at nice 19: it plays a remote source, whose CPU is another machine's in
  *    reality, and at nice 0 it competed with the sidecar's loop as no remote source does (see
- *    docs/decisions.md, "The downloads bench: what competes with the decision loop"). Parts 1 and
+ *    docs/decisions.md, "The downloads bench: reading the body without Node's body path"). Parts 1 and
  *    2 keep it at nice 0 for curl and the sidecar alike, so neither is measured against a starved
  *    server. The CPU each party used during the busy windows is printed (/proc, per thread);
  *    BENCH_THREADS=1 also prints each of the sidecar's threads (nice, CPU, of it system time).
