@@ -20,6 +20,7 @@ import http, { type IncomingMessage, type IncomingHttpHeaders } from 'node:http'
 import https from 'node:https'
 import { isIP, type LookupFunction } from 'node:net'
 import { IpSet } from '../access/ip.js'
+import { DirectConnection } from './direct-body.js'
 import { loggableUrl, outboundUrlProblem } from '../kernel/http/outbound.js'
 
 export const MAX_HOPS = 5
@@ -96,18 +97,26 @@ export const publicOnlyLookup: LookupFunction = (hostname, options, callback) =>
 
 const agents = { http: new http.Agent({ keepAlive: false }), https: new https.Agent({ keepAlive: false }) }
 
-/** One GET, answered with its headers (the body is the caller's to read or drop). */
-function get(url: string, headers: Record<string, string>, signal: AbortSignal, checkAddress: boolean): Promise<IncomingMessage> {
+/**
+ * One GET, answered with its headers (the body is the caller's to read or drop). `direct`: over
+ * a DirectConnection (direct-body.ts), whose body the caller may then read without Node's body
+ * path; the request, head and everything else are Node's as ever.
+ */
+function get(url: string, headers: Record<string, string>, signal: AbortSignal, checkAddress: boolean, direct: boolean): Promise<{ response: IncomingMessage; connection?: DirectConnection }> {
   return new Promise((resolve, reject) => {
     const target = new URL(url)
     const client = target.protocol === 'https:' ? https : http
+    const lookup = checkAddress ? publicOnlyLookup : undefined
+    let connection: DirectConnection | undefined
     const request = client.get(target, {
       headers,
       signal,
-      agent: target.protocol === 'https:' ? agents.https : agents.http,
-      ...(checkAddress ? { lookup: publicOnlyLookup } : {}),
+      ...(direct
+        ? { createConnection: () => (connection = new DirectConnection(target, lookup)).socket }
+        : { agent: target.protocol === 'https:' ? agents.https : agents.http, ...(lookup !== undefined ? { lookup } : {}) }),
     })
-    request.once('response', resolve)
+    if (connection !== undefined) connection.request = request
+    request.once('response', (response) => resolve({ response, ...(connection !== undefined ? { connection } : {}) }))
     request.once('error', reject)
   })
 }
@@ -122,7 +131,7 @@ export interface Hop {
  * GETs `first` (which must pass `firstProblem`), following redirects under the rules above;
  * resolves with the last answer (any status but a redirect) and the hops before it.
  */
-export async function openFollowing(first: string, policy: HopPolicy, headers: Record<string, string>, signal: AbortSignal): Promise<{ response: IncomingMessage; url: string; hops: Hop[] }> {
+export async function openFollowing(first: string, policy: HopPolicy, headers: Record<string, string>, signal: AbortSignal, direct = false): Promise<{ response: IncomingMessage; url: string; hops: Hop[]; connection?: DirectConnection }> {
   const baseOrigin = new URL(policy.base).origin
   const hops: Hop[] = []
   let url = first
@@ -133,8 +142,9 @@ export async function openFollowing(first: string, policy: HopPolicy, headers: R
     const sent: Record<string, string> = { ...headers, 'user-agent': 'authsvc-model-download', 'accept-encoding': 'identity' }
     if (sameOrigin && policy.authorization !== undefined) sent.authorization = policy.authorization
     let response: IncomingMessage
+    let connection: DirectConnection | undefined
     try {
-      response = await get(url, sent, signal, hop > 0 && !policy.allowPrivate)
+      ;({ response, connection } = await get(url, sent, signal, hop > 0 && !policy.allowPrivate, direct))
     } catch (err) {
       if (signal.aborted) throw err
       const code = (err as { code?: string }).code
@@ -153,7 +163,7 @@ export async function openFollowing(first: string, policy: HopPolicy, headers: R
       }
       continue
     }
-    return { response, url, hops }
+    return { response, url, hops, ...(connection !== undefined ? { connection } : {}) }
   }
 }
 

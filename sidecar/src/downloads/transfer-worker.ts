@@ -1,9 +1,11 @@
 /**
  * One transfer, in its own thread (so neither the hashing nor the copying ever runs on the
  * sidecar's event loop, where every user's decisions are made): GET the URL under the rules of
- * hops.ts, stream the body into the partial file while the SHA-256 is fed the same chunks
- * (stream.pipeline into a sink that hashes and writes each chunk, so a slow disk slows the socket:
- * backpressure, bounded memory), and report.
+ * hops.ts, read the body into the partial file while the SHA-256 is fed the same bytes, and
+ * report. A body framed by a plain Content-Length is read straight into a ring of fixed buffers
+ * (direct-body.ts: no allocation per read, no stream); any other goes through stream.pipeline
+ * into a sink that hashes and writes each chunk. Either way a slow disk slows the socket
+ * (backpressure, bounded memory).
  *
  * Resume: with `resumeFrom` > 0 and the validator the partial was started under, the request
  * carries `Range: bytes=N-` and `If-Range: <validator>`; a 206 whose Content-Range starts at N
@@ -22,6 +24,7 @@ import { open, stat, truncate, type FileHandle } from 'node:fs/promises'
 import { Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { parentPort } from 'node:worker_threads'
+import { plainLength } from './direct-body.js'
 import { openFollowing, SourceError, type HopPolicy } from './hops.js'
 import { answerError } from './sources.js'
 import type { SourceName } from './store.js'
@@ -50,17 +53,44 @@ const PROGRESS_MS = 250
 class StallError extends Error {}
 
 /**
- * The end of the pipeline: feeds each chunk to the hash and writes it to the partial file, and
- * counts a byte only once it is written (so a reported count is on disk: a resume after a kill
- * starts from what the file holds). No chunk for `stallMs` calls `onStall`. Progress is reported
- * at most every PROGRESS_MS, and once more after the last chunk of a burst.
+ * Progress reports: at most every PROGRESS_MS, and once more after the last update of a burst.
+ */
+class Progress {
+  private lastReport = 0
+  private trailing: NodeJS.Timeout | undefined
+  private bytes = 0
+  constructor(private readonly report: (bytes: number) => void) {}
+  update(bytes: number): void {
+    this.bytes = bytes
+    const now = Date.now()
+    if (now - this.lastReport >= PROGRESS_MS) {
+      this.lastReport = now
+      this.report(bytes)
+      return
+    }
+    if (this.trailing === undefined) {
+      this.trailing = setTimeout(() => {
+        this.trailing = undefined
+        this.lastReport = Date.now()
+        this.report(this.bytes)
+      }, PROGRESS_MS)
+    }
+  }
+  stop(): void {
+    clearTimeout(this.trailing)
+  }
+}
+
+/**
+ * The end of the pipeline (a body that is not a plain Content-Length): feeds each chunk to the
+ * hash and writes it to the partial file, and counts a byte only once it is written (so a
+ * reported count is on disk: a resume after a kill starts from what the file holds). No chunk
+ * for `stallMs` calls `onStall`.
  */
 class Sink extends Writable {
   bytes: number
   private readonly timer: NodeJS.Timeout
-  private lastReport = 0
-  private trailing: NodeJS.Timeout | undefined
-  constructor(private readonly file: FileHandle, private readonly hash: Hash, start: number, stallMs: number, private readonly report: (bytes: number) => void, onStall: () => void) {
+  constructor(private readonly file: FileHandle, private readonly hash: Hash, start: number, stallMs: number, private readonly progress: Progress, onStall: () => void) {
     super({ highWaterMark: 1024 * 1024 })
     this.bytes = start
     this.timer = setTimeout(onStall, stallMs)
@@ -70,7 +100,7 @@ class Sink extends Writable {
     const buffers = chunks.map((c) => c.chunk)
     for (const b of buffers) this.hash.update(b)
     this.writeAll(buffers).then(() => {
-      this.progress()
+      this.progress.update(this.bytes)
       done()
     }, done)
   }
@@ -91,31 +121,12 @@ class Sink extends Writable {
       left = rest
     }
   }
-  private progress(): void {
-    const now = Date.now()
-    if (now - this.lastReport >= PROGRESS_MS) {
-      this.lastReport = now
-      this.report(this.bytes)
-      return
-    }
-    if (this.trailing === undefined) {
-      this.trailing = setTimeout(() => {
-        this.trailing = undefined
-        this.lastReport = Date.now()
-        this.report(this.bytes)
-      }, PROGRESS_MS)
-    }
-  }
-  private stopTimers(): void {
-    clearTimeout(this.timer)
-    clearTimeout(this.trailing)
-  }
   override _final(done: (error?: Error | null) => void): void {
-    this.stopTimers()
+    clearTimeout(this.timer)
     done()
   }
   override _destroy(err: Error | null, done: (error: Error | null) => void): void {
-    this.stopTimers()
+    clearTimeout(this.timer)
     done(err)
   }
 }
@@ -137,14 +148,14 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
   const headerTimer = setTimeout(() => stall.abort(new StallError()), order.stallMs)
   let opened
   try {
-    opened = await openFollowing(order.url, order.policy, headers, both)
+    opened = await openFollowing(order.url, order.policy, headers, both, true)
   } catch (err) {
     if (stall.signal.aborted && !signal.aborted) throw new SourceError(`No answer from the source for ${Math.round(order.stallMs / 1000)} s`, true)
     throw err
   } finally {
     clearTimeout(headerTimer)
   }
-  const { response, hops } = opened
+  const { response, hops, connection } = opened
   const status = response.statusCode ?? 0
   if (status !== 200 && status !== 206) throw await answerError(order.source, response)
 
@@ -192,13 +203,27 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
     await (await open(order.partialPath, 'w', 0o644)).close()
   }
   const file = await open(order.partialPath, 'a')
-  const sink = new Sink(file, hash, start, order.stallMs, (bytes) => post({ type: 'progress', bytes }), () => sink.destroy(new StallError()))
+  const report = new Progress((bytes) => post({ type: 'progress', bytes }))
+  let bytes = start
   try {
-    await pipeline(response, sink, { signal })
+    // the body straight into fixed buffers when its framing is a plain Content-Length
+    // (direct-body.ts); anything else through Node's stream, as ever
+    const plain = connection !== undefined ? plainLength(response) : undefined
+    if (connection !== undefined && plain !== undefined) {
+      bytes += await connection.takeOver(response, file.fd, hash, plain, order.stallMs, (n) => report.update(start + n), () => new StallError(), signal)
+    } else {
+      const sink = new Sink(file, hash, start, order.stallMs, report, () => sink.destroy(new StallError()))
+      try {
+        await pipeline(response, sink, { signal })
+      } finally {
+        bytes = sink.bytes
+      }
+    }
   } catch (err) {
     if (signal.aborted) throw err
     if (err instanceof StallError) throw new SourceError(`The transfer stalled: nothing arrived for ${Math.round(order.stallMs / 1000)} s`, true)
     const code = (err as { code?: string }).code
+    if (code === 'ETOOLONG') throw new SourceError('The source sent more bytes than it announced', false)
     if (code === 'ENOSPC') throw new SourceError('The disk is full', false)
     if (code === 'EDQUOT') throw new SourceError('The disk quota is used up', false)
     if (code !== undefined && /^E[A-Z]+$/.test(code) && (err as { syscall?: string }).syscall !== undefined && !['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNREFUSED'].includes(code)) {
@@ -206,12 +231,13 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
     }
     throw new SourceError(`The transfer broke off (${code ?? (err as Error).message})`, true)
   } finally {
+    report.stop()
     await file.close().catch(() => {})
   }
   const written = (await stat(order.partialPath)).size
-  if (sink.bytes !== total || written !== total) throw new SourceError(`The source sent ${sink.bytes} bytes of the ${total} it announced`, true)
-  post({ type: 'progress', bytes: sink.bytes })
-  post({ type: 'done', sha256: hash.digest('hex'), bytes: sink.bytes })
+  if (bytes !== total || written !== total) throw new SourceError(`The source sent ${bytes} bytes of the ${total} it announced`, true)
+  post({ type: 'progress', bytes })
+  post({ type: 'done', sha256: hash.digest('hex'), bytes })
 }
 
 /**

@@ -1,0 +1,327 @@
+/**
+ * A transfer's body read straight into its buffers (sidecar/src/downloads/direct-body.ts), against
+ * sources written byte by byte on real sockets: every way a body can differ from what its head
+ * announced is a row, and so is each way the body must leave the direct path (chunked, already
+ * complete with the head), a redirect, a stall, and TLS (a certificate that does not verify is
+ * refused; one that does, in a child process trusting it, downloads the right bytes).
+ */
+import assert from 'node:assert/strict'
+import { execFile, execFileSync } from 'node:child_process'
+import { promisify } from 'node:util'
+import { createHash, randomBytes } from 'node:crypto'
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { once } from 'node:events'
+import net, { type AddressInfo, type Socket } from 'node:net'
+import tls from 'node:tls'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { after, describe, it } from 'node:test'
+import { transfer, type TransferReport } from '../../sidecar/src/downloads/transfer-worker.js'
+import { SourceError } from '../../sidecar/src/downloads/hops.js'
+
+const dir = mkdtempSync(join(tmpdir(), 'as-direct-'))
+after(() => rmSync(dir, { recursive: true, force: true }))
+
+const BODY = randomBytes(3 * 1024 * 1024 + 12345)
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex')
+
+/** A server that answers every connection with `answer(socket)` (raw bytes), on 127.0.0.1. */
+async function rawServer(answer: (socket: Socket) => void, secure?: { key: string; cert: string }): Promise<{ url: string; close: () => void }> {
+  const onConnection = (socket: Socket) => {
+    socket.on('error', () => {})
+    let head = ''
+    socket.on('data', (d: Buffer) => {
+      if (head.includes('\r\n\r\n')) return
+      head += d.toString('latin1')
+      if (head.includes('\r\n\r\n')) answer(socket)
+    })
+  }
+  const server = secure ? tls.createServer(secure, onConnection) : net.createServer(onConnection)
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const sockets = new Set<Socket>()
+  server.on(secure ? 'secureConnection' : 'connection', (s: Socket) => sockets.add(s))
+  return {
+    url: `${secure ? 'https' : 'http'}://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () => {
+      for (const s of sockets) s.destroy()
+      server.close()
+    },
+  }
+}
+
+/** Writes `data` in pieces of `piece` bytes, each after the last drained, then calls `end`. */
+function sendSlowly(socket: Socket, data: Buffer, piece: number, end: () => void): void {
+  let at = 0
+  const next = () => {
+    if (socket.destroyed) return
+    if (at >= data.length) return end()
+    const part = data.subarray(at, at + piece)
+    at += piece
+    if (socket.write(part)) setImmediate(next)
+    else socket.once('drain', next)
+  }
+  next()
+}
+
+const head = (lines: string[]) => Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1')
+const ok = (length: number, extra: string[] = []) => head(['HTTP/1.1 200 OK', `Content-Length: ${length}`, 'Connection: close', ...extra])
+
+let n = 0
+async function run(url: string, stallMs = 5000, onReport: (r: TransferReport) => void = () => {}): Promise<{ result?: { sha256: string; bytes: number }; error?: SourceError; partial: string; reports: TransferReport[] }> {
+  const partial = join(dir, `p${n++}.part`)
+  const reports: TransferReport[] = []
+  try {
+    await transfer({ source: 'civitai', url, policy: { base: new URL(url).origin, allowPrivate: true }, partialPath: partial, resumeFrom: 0, validator: '', knownTotal: 0, stallMs }, (r) => {
+      reports.push(r)
+      onReport(r)
+    }, new AbortController().signal)
+  } catch (err) {
+    assert.ok(err instanceof SourceError, String(err))
+    return { error: err, partial, reports }
+  }
+  const done = reports.find((r) => r.type === 'done')
+  assert.ok(done && done.type === 'done')
+  return { result: { sha256: done.sha256, bytes: done.bytes }, partial, reports }
+}
+
+describe('a body read into the transfer\'s buffers: exactly what the head announced', () => {
+  it('a Content-Length body in many small writes: every byte, the right hash, progress ends at the size', async () => {
+    const s = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      sendSlowly(socket, BODY, 7000, () => socket.end())
+    })
+    try {
+      const { result, partial, reports } = await run(`${s.url}/f`)
+      assert.deepEqual(result, { sha256: sha(BODY), bytes: BODY.length })
+      assert.ok(readFileSync(partial).equals(BODY))
+      assert.deepEqual(reports.filter((r) => r.type === 'progress').at(-1), { type: 'progress', bytes: BODY.length })
+    } finally {
+      s.close()
+    }
+  })
+
+  it('head and the start of the body in one write, the rest later: the bytes the parser took first are not lost', async () => {
+    const s = await rawServer((socket) => {
+      socket.write(Buffer.concat([ok(BODY.length), BODY.subarray(0, 1000)]))
+      setImmediate(() => sendSlowly(socket, BODY.subarray(1000), 65536, () => socket.end()))
+    })
+    try {
+      const { result, partial } = await run(`${s.url}/f`)
+      assert.equal(result?.sha256, sha(BODY))
+      assert.ok(readFileSync(partial).equals(BODY))
+    } finally {
+      s.close()
+    }
+  })
+
+  it('a short body (the source closes early): failed, retryable, and the partial holds only what came', async () => {
+    const s = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      sendSlowly(socket, BODY.subarray(0, 2 * 1024 * 1024), 65536, () => socket.end())
+    })
+    try {
+      const { error, partial } = await run(`${s.url}/f`)
+      assert.match(error!.message, /^The source sent \d+ bytes of the 3158073 it announced$/)
+      assert.equal(error!.retryable, true)
+      assert.ok(statSync(partial).size <= 2 * 1024 * 1024)
+      assert.ok(readFileSync(partial).equals(BODY.subarray(0, statSync(partial).size)))
+    } finally {
+      s.close()
+    }
+  })
+
+  it('a body past its Content-Length: failed, not retried, and nothing past the announced size is written', async () => {
+    const long = Buffer.concat([BODY, randomBytes(100_000)])
+    const s = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      sendSlowly(socket, long, 65536, () => socket.end())
+    })
+    try {
+      const { error, partial } = await run(`${s.url}/f`)
+      assert.equal(error!.message, 'The source sent more bytes than it announced')
+      assert.equal(error!.retryable, false)
+      assert.ok(statSync(partial).size <= BODY.length)
+    } finally {
+      s.close()
+    }
+  })
+
+  it('a source that stalls mid-body: the stall timer ends it (retryable), not a hang', async () => {
+    const s = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      sendSlowly(socket, BODY.subarray(0, 1024 * 1024), 65536, () => {}) // then nothing, connection open
+    })
+    try {
+      const { error } = await run(`${s.url}/f`, 400)
+      assert.equal(error!.message, 'The transfer stalled: nothing arrived for 0 s')
+      assert.equal(error!.retryable, true)
+    } finally {
+      s.close()
+    }
+  })
+
+  it('a source that pauses mid-body: what came is on disk and reported before the rest arrives (a resume starts there)', { timeout: 20_000 }, async () => {
+    const first = 1536 * 1024 + 1000
+    let release = () => {}
+    const s = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      sendSlowly(socket, BODY.subarray(0, first), 65536, () => {
+        release = () => sendSlowly(socket, BODY.subarray(first), 65536, () => socket.end())
+      })
+    })
+    try {
+      const { result } = await run(`${s.url}/f`, 5000, (r) => {
+        if (r.type === 'progress' && r.bytes === first) release()
+      })
+      assert.equal(result?.sha256, sha(BODY))
+    } finally {
+      s.close()
+    }
+  })
+
+  it('a redirect: its body is dropped, the target\'s body is the file', async () => {
+    const target = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      sendSlowly(socket, BODY, 65536, () => socket.end())
+    })
+    const first = await rawServer((socket) => {
+      const junk = 'x'.repeat(5000)
+      socket.end(Buffer.concat([head(['HTTP/1.1 302 Found', `Location: ${target.url}/cdn`, `Content-Length: ${junk.length}`, 'Connection: close']), Buffer.from(junk)]))
+    })
+    try {
+      const { result, partial } = await run(`${first.url}/f`)
+      assert.equal(result?.sha256, sha(BODY))
+      assert.equal(statSync(partial).size, BODY.length)
+    } finally {
+      first.close()
+      target.close()
+    }
+  })
+})
+
+describe('two transfers and a cancel', () => {
+  it('two transfers at once in one thread: each gets its own bytes', async () => {
+    const other = randomBytes(2 * 1024 * 1024 + 77)
+    const a = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      sendSlowly(socket, BODY, 65536, () => socket.end())
+    })
+    const b = await rawServer((socket) => {
+      socket.write(ok(other.length))
+      sendSlowly(socket, other, 65536, () => socket.end())
+    })
+    try {
+      const [ra, rb] = await Promise.all([run(`${a.url}/f`), run(`${b.url}/f`)])
+      assert.equal(ra.error?.message, undefined)
+      assert.equal(rb.error?.message, undefined)
+      assert.equal(ra.result?.sha256, sha(BODY))
+      assert.equal(rb.result?.sha256, sha(other))
+      assert.ok(readFileSync(ra.partial).equals(BODY))
+      assert.ok(readFileSync(rb.partial).equals(other))
+    } finally {
+      a.close()
+      b.close()
+    }
+  })
+
+  it('a cancel mid-body ends the transfer with the cancel; the partial holds what came, and no more is written', async () => {
+    const first = 1024 * 1024 + 4321
+    const s = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      sendSlowly(socket, BODY.subarray(0, first), 65536, () => {}) // then holds the connection
+    })
+    try {
+      const partial = join(dir, 'cancelled.part')
+      const aborter = new AbortController()
+      const cancelled = transfer({ source: 'civitai', url: `${s.url}/f`, policy: { base: s.url, allowPrivate: true }, partialPath: partial, resumeFrom: 0, validator: '', knownTotal: 0, stallMs: 5000 }, (r) => {
+        if (r.type === 'progress' && r.bytes === first) aborter.abort(new Error('cancelled by the test'))
+      }, aborter.signal)
+      await assert.rejects(cancelled, /cancelled by the test/)
+      assert.ok(readFileSync(partial).equals(BODY.subarray(0, first)))
+    } finally {
+      s.close()
+    }
+  })
+})
+
+describe('bodies the direct path leaves to Node\'s parser', () => {
+  it('chunked (no Content-Length): refused as before, the size was never announced', async () => {
+    const s = await rawServer((socket) => {
+      socket.end(Buffer.concat([head(['HTTP/1.1 200 OK', 'Transfer-Encoding: chunked', 'Connection: close']), Buffer.from('5\r\nhello\r\n0\r\n\r\n')]))
+    })
+    try {
+      const { error } = await run(`${s.url}/f`)
+      assert.equal(error!.message, 'The source did not announce the file size')
+    } finally {
+      s.close()
+    }
+  })
+
+  it('Content-Length and Transfer-Encoding together: Node\'s parser refuses the answer', async () => {
+    const s = await rawServer((socket) => {
+      socket.end(Buffer.concat([head(['HTTP/1.1 200 OK', 'Content-Length: 5', 'Transfer-Encoding: chunked', 'Connection: close']), Buffer.from('5\r\nhello\r\n0\r\n\r\n')]))
+    })
+    try {
+      const { error } = await run(`${s.url}/f`)
+      assert.match(error!.message, /^127\.0\.0\.1:\d+ could not be reached \(HPE_INVALID_TRANSFER_ENCODING\)$/)
+      assert.equal(existsSync(join(dir, `p${n - 1}.part`)), false)
+    } finally {
+      s.close()
+    }
+  })
+
+  it('a small file complete with its head (one write): the ordinary path, the right bytes', async () => {
+    const small = randomBytes(2000)
+    const s = await rawServer((socket) => socket.end(Buffer.concat([ok(small.length), small])))
+    try {
+      const { result, partial } = await run(`${s.url}/f`)
+      assert.deepEqual(result, { sha256: sha(small), bytes: small.length })
+      assert.ok(readFileSync(partial).equals(small))
+    } finally {
+      s.close()
+    }
+  })
+})
+
+describe('TLS', () => {
+  const key = join(dir, 'key.pem')
+  const cert = join(dir, 'cert.pem')
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2', '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1', '-keyout', key, '-out', cert], { stdio: 'ignore' })
+  const secure = { key: readFileSync(key, 'utf8'), cert: readFileSync(cert, 'utf8') }
+  const serve = () => rawServer((socket) => {
+    socket.write(ok(BODY.length))
+    sendSlowly(socket, BODY, 65536, () => socket.end())
+  }, secure)
+
+  it('a certificate that does not verify is refused before any byte is written', async () => {
+    const s = await serve()
+    try {
+      const { error, partial } = await run(`${s.url}/f`)
+      assert.match(error!.message, /^127\.0\.0\.1:\d+ could not be reached \(DEPTH_ZERO_SELF_SIGNED_CERT\)$/)
+      assert.equal(existsSync(partial), false)
+    } finally {
+      s.close()
+    }
+  })
+
+  it('a trusted certificate: the body read after decryption is every byte, with the right hash', async () => {
+    const s = await serve()
+    try {
+      const partial = join(dir, 'tls.part')
+      const script = join(dir, 'tls-child.mts')
+      writeFileSync(script, `
+import { transfer } from ${JSON.stringify(new URL('../../sidecar/src/downloads/transfer-worker.ts', import.meta.url).href)}
+const reports = []
+await transfer({ source: 'civitai', url: ${JSON.stringify(`${s.url}/f`)}, policy: { base: ${JSON.stringify(s.url)}, allowPrivate: true }, partialPath: ${JSON.stringify(partial)}, resumeFrom: 0, validator: '', knownTotal: 0, stallMs: 5000 }, (r) => reports.push(r), new AbortController().signal)
+console.log(JSON.stringify(reports.find((r) => r.type === 'done')))
+`)
+      // the server is in this process: the child runs asynchronously
+      const child = await promisify(execFile)(process.execPath, ['--import', 'tsx', script], { env: { ...process.env, NODE_EXTRA_CA_CERTS: cert }, encoding: 'utf8' })
+      assert.deepEqual(JSON.parse(child.stdout.trim()), { type: 'done', sha256: sha(BODY), bytes: BODY.length })
+      assert.ok(readFileSync(partial).equals(BODY))
+    } finally {
+      s.close()
+    }
+  })
+})
