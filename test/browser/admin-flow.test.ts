@@ -377,12 +377,18 @@ describe('authsvc run by clicking (issue 13)', { concurrency: false }, () => {
     await audit.getByRole('button', { name: 'Show' }).click()
     await admin.waitForURL(/#audit\?user=alice&kind=api_token_created$/)
     const rows = admin.locator('#audit-rows tr')
-    await rows.first().waitFor()
+    // the unfiltered rows stay until the filtered answer replaces them: wait for that answer
+    const onlyKind = (kind: string) => admin.waitForFunction((k) => {
+      const trs = [...document.querySelectorAll('#audit-rows tr')] as HTMLElement[]
+      return trs.length > 0 && trs.every((tr) => tr.dataset.kind === k)
+    }, kind)
+    await onlyKind('api_token_created')
     assert.deepEqual(await admin.locator('#audit-rows tr').evaluateAll((trs) => trs.map((tr) => (tr as HTMLElement).dataset.kind)), ['api_token_created'])
     assert.match(await rows.first().innerText(), /API token created[\s\S]*alice[\s\S]*127\.0\.0\.1[\s\S]*token_hash_prefix/)
     await admin.reload()
     await admin.locator('body[data-ready=true]').waitFor()
     assert.equal(await audit.getByLabel('User', { exact: true }).inputValue(), 'alice', 'the filter survives a reload')
+    await onlyKind('api_token_created')
     assert.deepEqual(await admin.locator('#audit-rows tr').evaluateAll((trs) => trs.map((tr) => (tr as HTMLElement).dataset.kind)), ['api_token_created'])
     // a second view, then back to the first
     await audit.getByLabel('Event', { exact: true }).selectOption({ label: 'Signed in' })
