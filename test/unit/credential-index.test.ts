@@ -172,7 +172,7 @@ describe('OwnerIndex: a user\'s records found without holding them', () => {
         await store.set(`session:s${i}`, { jti: `s${i}`, user_id: `u${i % 3}`, created_at_iso: exp, last_used_at_iso: exp, exp_at_iso: exp, remember_me: false, revoked: false })
       }
       const records = await Collection.load<SessionRecord>(store, 'session', { lazy: { max: 5 } })
-      const index = new OwnerIndex(store, 'session_index', records, 'session', Date.now)
+      const index = new OwnerIndex('session_index', records, 'session', Date.now)
       const entryOf = (s: SessionRecord) => ({ userId: s.user_id, entry: [s.jti, Date.parse(s.exp_at_iso)] as [string, number] })
       assert.equal(await buildIndexesOnce(store, index, 'session', entryOf), 3)
       assert.deepEqual((await index.ids('u1')).map(([j]) => j).sort(), ['s1', 's10', 's13', 's16', 's19', 's22', 's25', 's28', 's4', 's7'])

@@ -51,7 +51,7 @@ export class ApiTokenService {
     private readonly tokens: Collection<ApiTokenRecord>,
     private readonly clock: Clock,
   ) {
-    this.index = new OwnerIndex(tokens.store, 'token_index', tokens, 'token', clock)
+    this.index = new OwnerIndex('token_index', tokens, 'token', clock)
   }
 
   /** Builds the users' indexes of a store written before them (once). */
@@ -117,10 +117,8 @@ export class ApiTokenService {
     return this.tokens.fetch(hash)
   }
 
-  private async ofUser(userId: string): Promise<ApiTokenRecord[]> {
-    const entries = await this.index.ids(userId)
-    const records = await Promise.all(entries.map(([hash]) => this.tokens.fetch(hash)))
-    return records.filter((t): t is ApiTokenRecord => t !== undefined && t.user_id === userId)
+  private ofUser(userId: string): Promise<ApiTokenRecord[]> {
+    return this.index.recordsOf(userId, (t) => t.user_id)
   }
 
   async activeForUser(userId: string): Promise<ApiTokenRecord[]> {

@@ -15,9 +15,9 @@
  */
 import { AuthsvcError } from '../kernel/errors.js'
 import type { Clock } from '../kernel/clock.js'
-import { storeUnavailable, type Collection } from '../store/collection.js'
+import { storeUnavailable, writeInOrder, type Collection } from '../store/collection.js'
 import type { KeyValueStore } from '../store/kv.js'
-import type { Check, SharedStore, Write } from '../store/shared-store.js'
+import type { Check, Write } from '../store/shared-store.js'
 
 /** [record id, expiry in ms] */
 export type IndexEntry = [string, number]
@@ -28,23 +28,22 @@ interface IndexRecord {
 
 const ATTEMPTS = 20
 
-function sharedOf(kv: KeyValueStore): SharedStore | null {
-  const s = kv as Partial<SharedStore>
-  return typeof s.getVersioned === 'function' && typeof s.commit === 'function' ? (kv as SharedStore) : null
-}
-
 export class OwnerIndex<T> {
   private readonly chains = new Map<string, Promise<unknown>>()
 
   constructor(
-    private readonly kv: KeyValueStore,
     /** `session_index` or `token_index` */
     private readonly kind: string,
+    /** the records named; the index is kept in their store */
     private readonly records: Collection<T>,
     /** the kind of the records named (`session`, `token`): expired ones are deleted with the index write */
     private readonly recordKind: string,
     private readonly clock: Clock,
   ) {}
+
+  private get kv(): KeyValueStore {
+    return this.records.store
+  }
 
   private key(userId: string): string {
     return `${this.kind}:${userId}`
@@ -52,7 +51,7 @@ export class OwnerIndex<T> {
 
   /** The user's index as stored, with its version (null: absent, or a store without versions). */
   private async readVersioned(userId: string): Promise<{ seq: number | null; entries: IndexEntry[] }> {
-    const shared = sharedOf(this.kv)
+    const shared = this.records.shared
     try {
       if (shared !== null) {
         const found = await shared.getVersioned<IndexRecord>(this.key(userId))
@@ -97,17 +96,14 @@ export class OwnerIndex<T> {
           { key: this.key(userId), value: next.length === 0 ? undefined : { entries: next } },
           ...expired.map((id) => ({ key: `${this.recordKind}:${id}`, value: undefined })),
         ]
-        const checks: Check[] = sharedOf(this.kv) === null ? [] : [{ key: this.key(userId), seq }]
-        let ok: boolean
+        const shared = this.records.shared
+        const checks: Check[] = shared === null ? [] : [{ key: this.key(userId), seq }]
+        let ok = true
         if (extra !== undefined) ok = await this.records.commit(extra.id, extra.record, checks, writes)
         else {
-          const shared = sharedOf(this.kv)
           try {
             if (shared !== null) ok = await shared.commit(checks, writes)
-            else {
-              for (const w of writes) await (w.value === undefined ? this.kv.delete(w.key) : this.kv.set(w.key, w.value))
-              ok = true
-            }
+            else await writeInOrder(this.kv, writes)
           } catch (err) {
             throw storeUnavailable(this.kind, err)
           }
@@ -121,6 +117,13 @@ export class OwnerIndex<T> {
   /** Stores `record` under `id`, named by the user's index, in one transaction: durable first. */
   async addWith(userId: string, id: string, expMs: number, record: T): Promise<void> {
     await this.rewrite(userId, (live) => [...live.filter(([e]) => e !== id), [id, expMs]], { id, record })
+  }
+
+  /** Every record the user's index names that is still stored and still `userId`'s (`ownerOf`). */
+  async recordsOf(userId: string, ownerOf: (record: T) => string): Promise<T[]> {
+    const entries = await this.ids(userId)
+    const found = await Promise.all(entries.map(([id]) => this.records.fetch(id)))
+    return found.filter((r): r is Awaited<T> => r !== undefined && ownerOf(r) === userId)
   }
 
   /** Adds entries of records already stored (building the index of a store written before it). */

@@ -19,7 +19,6 @@ import { iso, type Clock } from '../kernel/clock.js'
 import { GUEST_LIMITS, GUEST_ROLE, GUEST_SUBJECT, GuestLoginRate, guestEvictions, type GuestLimits } from './guest-sessions.js'
 import { addressKey } from './throttle.js'
 import { OwnerIndex, buildIndexesOnce } from './owner-index.js'
-import type { KeyValueStore } from '../store/kv.js'
 
 export interface SessionRecord {
   jti: string
@@ -75,10 +74,9 @@ export class SessionService {
     private readonly clock: Clock,
     private readonly settings: SessionSettings,
     private readonly guestLimits: GuestLimits = GUEST_LIMITS,
-    kv?: KeyValueStore,
   ) {
     this.guestRate = new GuestLoginRate(clock, guestLimits)
-    this.index = new OwnerIndex(kv ?? sessions.store, 'session_index', sessions, 'session', clock)
+    this.index = new OwnerIndex('session_index', sessions, 'session', clock)
   }
 
   /** Builds the users' indexes of a store written before them (once); reads the guest sessions held in the store (their bounds hold from the start). */
@@ -86,11 +84,7 @@ export class SessionService {
     await buildIndexesOnce<SessionRecord>(this.sessions.store, this.index, 'session', (s) =>
       typeof s?.jti === 'string' && typeof s.user_id === 'string' ? { userId: s.user_id, entry: [s.jti, Date.parse(s.exp_at_iso) || 0] } : null,
     )
-    const guests: SessionRecord[] = []
-    for (const [jti] of await this.index.ids(GUEST_SUBJECT)) {
-      const s = await this.sessions.fetch(jti)
-      if (s !== undefined && s.user_id === GUEST_SUBJECT) guests.push(s)
-    }
+    const guests = await this.ofUser(GUEST_SUBJECT)
     guests.sort((a, b) => a.created_at_iso.localeCompare(b.created_at_iso))
     // a guest record written before addresses were kept counts only against the total bound
     for (const s of guests) this.guests.set(s.jti, s.guest_key ?? `unknown:${s.jti}`)
@@ -253,10 +247,8 @@ export class SessionService {
   }
 
   /** Every session record the user's index names (missing ones left out). */
-  private async ofUser(userId: string): Promise<SessionRecord[]> {
-    const entries = await this.index.ids(userId)
-    const records = await Promise.all(entries.map(([jti]) => this.sessions.fetch(jti)))
-    return records.filter((s): s is SessionRecord => s !== undefined && s.user_id === userId)
+  private ofUser(userId: string): Promise<SessionRecord[]> {
+    return this.index.recordsOf(userId, (s) => s.user_id)
   }
 
   async activeForUser(userId: string): Promise<SessionRecord[]> {

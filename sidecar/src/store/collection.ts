@@ -66,6 +66,11 @@ export function storeUnavailable(kind: string, cause: unknown): AuthsvcError {
   return new AuthsvcError('STORE_UNAVAILABLE', `The store refused a write of ${kind} records; try again shortly`, { 'Retry-After': '5' }, cause)
 }
 
+/** A store without `commit` (one process): the writes one after the other, unchecked. */
+export async function writeInOrder(kv: KeyValueStore, writes: Write[]): Promise<void> {
+  for (const w of writes) await (w.value === undefined ? kv.delete(w.key) : kv.set(w.key, w.value))
+}
+
 export class Collection<T> {
   private readonly records = new Map<string, T>()
   private readonly chains = new Map<string, Promise<void>>()
@@ -495,7 +500,7 @@ export class Collection<T> {
         const all = [...writes, { key: `${this.kind}:${id}`, value }]
         if (shared !== null) ok = await shared.commit(checks, all)
         else {
-          for (const w of all) await (w.value === undefined ? this.kv.delete(w.key) : this.kv.set(w.key, w.value))
+          await writeInOrder(this.kv, all)
           ok = true
         }
       } catch (err) {
