@@ -484,6 +484,9 @@ async function loadGrants() {
     // a user's role may grant more: shown beside their own grants
     u && Object.hasOwn(state.roles, u.role) ? call(`/authsvc/api/roles/${enc(u.role)}/shared-items`).then((r) => r.data.items) : Promise.resolve([]),
   ])
+  // a later pick may have been answered first: an answer for someone no longer picked is dropped
+  $('#models').dataset.answers = String(Number($('#models').dataset.answers ?? 0) + 1)
+  if (grantee().path !== who.path) return
   models.grants = data.items
   models.inherited = inherited
   renderGrants()
@@ -501,6 +504,7 @@ function renderGrants() {
     const whoSees = who.kind === 'role' ? 'its users see' : `${who.name} sees`
     $('#grant-moot').replaceChildren(`The ${role} role has "See every model": ${whoSees} every model, and these grants do nothing until it is turned off in `, el('a', { href: '#roles' }, 'Roles'), '.')
   }
+  $('#grant-list').dataset.for = `${who.kind}:${who.name}`
   $('#grant-list').replaceChildren(...(models.grants.length ? models.grants.map((g) => el('li', { dataset: { grant: `${g.folder}/${g.item_name}` } },
     el('span', { class: 'mono' }, `${g.folder}/${g.item_name}`), ' ',
     el('button', { type: 'button', class: 'danger small', 'aria-label': `Take back ${g.folder}/${g.item_name} from ${who.label}`, onclick: () => changeGrant('DELETE', g.folder, g.item_name) }, 'Take back'))) : [el('li', {}, 'Nothing granted yet.')]))
@@ -529,9 +533,11 @@ async function changeGrant(method, folder, item) {
   $('#models-status').hidden = true
   await act($('#models-error'), async () => {
     const { data } = await call(who.path, { method, body: { folder, item_name: item } })
-    models.grants = data.items
-    renderGrants()
-    renderItems()
+    if (grantee().path === who.path) {
+      models.grants = data.items
+      renderGrants()
+      renderItems()
+    }
     const subject = who.kind === 'role' ? `Every user of the role ${who.name}` : who.name
     say($('#models-status'), method === 'POST' ? `${subject} may now use ${folder}/${item}.` : `${folder}/${item} was taken back from ${who.label}.`)
   })

@@ -25,7 +25,7 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { mkdirSync, writeFileSync, existsSync } from 'node:fs'
 import { join } from 'node:path'
-import type { Browser, BrowserContext, Page } from 'playwright-core'
+import type { Browser, BrowserContext, Page, Route } from 'playwright-core'
 import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, json, login, register } from '../helpers/client.js'
 import { adminContext, launchChromium, shootAndCheck, watchCsp } from './browser-kit.js'
@@ -251,8 +251,10 @@ describe('admin panel by task (issue 26)', { concurrency: false }, () => {
       await page.setViewportSize({ width, height: 900 })
       await go('Models', 'models')
       await page.locator('#models[data-ready=true]').waitFor()
+      await page.locator('#models').getByLabel('Grant to').selectOption('user')
       await page.locator('#models').getByLabel('User', { exact: true }).selectOption('user-02')
       await page.waitForURL(/#models\?user=user-02$/)
+      await page.locator('#grant-list[data-for="user:user-02"]').waitFor()
       await page.locator('#grant-moot:not([hidden])').waitFor()
       assert.match(await page.locator('#grant-moot').innerText(), /these grants do nothing until it is turned off/)
       await page.locator('#models').getByLabel('Folder', { exact: true }).selectOption('checkpoints')
@@ -266,11 +268,35 @@ describe('admin panel by task (issue 26)', { concurrency: false }, () => {
 
       // every user of a role: the viewer role (user-01 has it, without "See every model")
       const models = page.locator('#models')
+      // the user role (which has a grant) is picked just before viewer and answered only after
+      // viewer's: its late answer must not be shown as viewer's grants
+      const userRoleGrants = `${stack.url}/authsvc/api/roles/user/shared-items`
+      const marked = await fetch(userRoleGrants, { method: 'POST', headers: { ...auth(), 'content-type': 'application/json' }, body: JSON.stringify({ folder: 'checkpoints', item_name: 'photo-xl.safetensors' }) })
+      assert.equal(marked.status, 200, await marked.text())
       await models.getByLabel('Grant to').selectOption('role')
+      await models.getByLabel('Role', { exact: true }).selectOption('admin')
+      await page.locator('#grant-list[data-for="role:admin"]').waitFor()
+      let release!: () => void
+      const held = new Promise<void>((resolve) => { release = resolve })
+      let heldOne = false
+      const holdFirst = async (route: Route) => {
+        heldOne = true
+        await held
+        await route.continue()
+      }
+      await page.route(/\/authsvc\/api\/roles\/user\/shared-items$/, holdFirst)
+      await models.getByLabel('Role', { exact: true }).selectOption('user')
       await models.getByLabel('Role', { exact: true }).selectOption('viewer')
       await page.waitForURL(/#models\?role=viewer$/)
       assert.equal(await models.getByLabel('User', { exact: true }).isVisible(), false, 'the user picker steps aside')
-      await page.locator('#grant-list', { hasText: 'Nothing granted yet.' }).waitFor()
+      await page.locator('#grant-list[data-for="role:viewer"]', { hasText: 'Nothing granted yet.' }).waitFor()
+      assert.equal(heldOne, true, "the user role's answer is held until viewer's is shown")
+      const answers = Number(await models.getAttribute('data-answers'))
+      release()
+      await page.locator(`#models[data-answers="${answers + 1}"]`).waitFor({ state: 'attached' })
+      await page.unroute(/\/authsvc\/api\/roles\/user\/shared-items$/, holdFirst)
+      assert.equal(await page.locator('#grant-list li[data-grant]').count(), 0, "the user role's late answer is dropped, not shown as viewer's")
+      assert.equal((await fetch(userRoleGrants, { method: 'DELETE', headers: { ...auth(), 'content-type': 'application/json' }, body: JSON.stringify({ folder: 'checkpoints', item_name: 'photo-xl.safetensors' }) })).status, 200)
       assert.equal(await page.locator('#grant-moot').isVisible(), false, 'the viewer role limits models: its grants count')
       await models.getByLabel('Folder', { exact: true }).selectOption('checkpoints')
       await page.getByRole('button', { name: 'Grant checkpoints/dreamy-v1.safetensors to every user of the role viewer' }).click()
@@ -282,6 +308,7 @@ describe('admin panel by task (issue 26)', { concurrency: false }, () => {
       await models.getByLabel('Grant to').selectOption('user')
       await models.getByLabel('User', { exact: true }).selectOption('user-01')
       await page.waitForURL(/#models\?user=user-01$/)
+      await page.locator('#grant-list[data-for="user:user-01"]').waitFor()
       await page.locator('#grant-inherited li[data-grant="checkpoints/dreamy-v1.safetensors"]').waitFor()
       assert.equal(await page.locator('#grant-inherited-title').innerText(), 'Also granted through the role viewer')
       await page.locator('#grant-inherited').getByRole('link', { name: 'change the viewer role\'s grants' }).first().click()
