@@ -193,12 +193,16 @@ for (const backend of backends) {
     })
 
     it('a user, session and token made on A a moment ago work on B before its feed delivers them', async () => {
-      // C's feed is held: nothing A writes reaches C's replica until released, as on a slow link
+      // C's feed is held: nothing A writes reaches C's replica until released, as on a slow link;
+      // so is news of C's connection (a blip under load would make C read every replica again)
       let held: Array<() => void> | null = null
       const holdFeed = (kv: KeyValueStore): KeyValueStore => new Proxy(kv, {
         get(target, prop) {
           if (prop === 'subscribe') {
             return (listener: (c: Change) => void) => (target as SharedStore).subscribe((c) => (held !== null ? held.push(() => listener(c)) : listener(c)))
+          }
+          if (prop === 'onConnection') {
+            return (listener: (up: boolean) => void) => (target as SharedStore).onConnection((up) => (held !== null ? held.push(() => listener(up)) : listener(up)))
           }
           const value = Reflect.get(target, prop, target) as unknown
           return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
