@@ -40,6 +40,8 @@ const OUTCOMES = { success: 'ok', failure: 'failed', refused: 'refused' }
 const details = (d) => Object.entries(d).map(([k, v]) => `${k}: ${typeof v === 'string' ? v : JSON.stringify(v)}`).join(', ')
 const isoOf = (local) => (local ? new Date(local).toISOString() : '')
 let nextBefore = null
+/** the newest show() asked: an older answer that comes after it is dropped */
+let asked = 0
 
 function query(before) {
   const form = $('#audit-form')
@@ -68,16 +70,23 @@ function row(e) {
 async function show({ more = false } = {}) {
   const slot = $('#audit-error')
   slot.hidden = true
+  const mine = ++asked
+  const q = query(more ? nextBefore : null)
   try {
-    const { data } = await call(`/authsvc/api/audit?${query(more ? nextBefore : null)}`)
+    const { data } = await call(`/authsvc/api/audit?${q}`)
+    if (mine !== asked) return
     const rows = data.events.map(row)
     if (more) $('#audit-rows').append(...rows)
     else $('#audit-rows').replaceChildren(...rows)
+    // what the rows answer (the filters, without paging): a test, or a reader, can tell
+    q.delete('limit')
+    q.delete('before')
+    $('#audit-rows').dataset.for = String(q)
     nextBefore = data.next_before
     $('#audit-older').hidden = nextBefore === null
     $('#audit-empty').hidden = $('#audit-rows').children.length > 0
   } catch (error) {
-    say(slot, error.message)
+    if (mine === asked) say(slot, error.message)
   }
 }
 

@@ -471,7 +471,9 @@ async function loadFolders() {
 
 async function loadItems() {
   const folder = $('#grant-folder').value
-  models.items = folder ? (await call(`/authsvc/api/model-cache/folders/${enc(folder)}/items`)).data.items : []
+  const items = folder ? (await call(`/authsvc/api/model-cache/folders/${enc(folder)}/items`)).data.items : []
+  if ($('#grant-folder').value !== folder) return // another folder was picked meanwhile: its items are on their way
+  models.items = items
   renderItems()
 }
 
@@ -582,6 +584,7 @@ async function loadUserWorkflows() {
   const username = $('#publish-user').value
   if (!username) return
   const { data } = await call(`/authsvc/api/users/${enc(username)}/workflows`)
+  if ($('#publish-user').value !== username) return // another user was picked meanwhile: theirs is on its way
   $('#publish-file').replaceChildren(...(data.workflows.length ? data.workflows.map((w) => el('option', { value: w.filename }, w.filename)) : [el('option', { value: '' }, `${username} has no workflow`)]))
   $('#publish').disabled = data.workflows.length === 0
 }
