@@ -225,6 +225,30 @@ describe('two transfers and a cancel', () => {
     }
   })
 
+  it('four fast transfers at once, several buffers each on their way to the disk: every file holds its body in order', { timeout: 60_000 }, async () => {
+    // the pool runs up to four writes at once; appends of one file taken by two of its threads
+    // reached the kernel out of order (4 of 24 files, hash of the stream still right) before a
+    // transfer's writes went one at a time
+    const big = randomBytes(32 * 1024 * 1024)
+    const s = await rawServer((socket) => {
+      socket.write(ok(big.length))
+      socket.end(big)
+    })
+    try {
+      for (let round = 0; round < 4; round++) {
+        const results = await Promise.all([0, 1, 2, 3].map(() => run(`${s.url}/f`)))
+        for (const r of results) {
+          assert.equal(r.error?.message, undefined)
+          assert.equal(r.result?.sha256, sha(big))
+          assert.equal(sha(readFileSync(r.partial)), sha(big), 'the bytes on disk are the body, in order')
+          rmSync(r.partial)
+        }
+      }
+    } finally {
+      s.close()
+    }
+  })
+
   it('a cancel mid-body ends the transfer with the cancel; the partial holds what came, and no more is written', async () => {
     const first = 1024 * 1024 + 4321
     const s = await rawServer((socket) => {

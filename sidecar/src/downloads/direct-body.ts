@@ -91,6 +91,11 @@ export class DirectConnection {
       let settled = false
       let waitingForSlot = false
       let failure: Error | undefined
+      // full buffers waiting for the disk, in order; one write at a time, so the file only ever
+      // holds a prefix of the body (appends on the pool's threads may reach the kernel in any
+      // order, and a resume starts from the file's size)
+      const queued: Array<{ slot: number; n: number }> = []
+      let writing = false
       // the ring is free, and the fd may be closed, only once no write from it is in flight
       const settle = () => {
         if (pending > 0) return
@@ -122,7 +127,7 @@ export class DirectConnection {
       const onAbort = () => fail(signal.reason instanceof Error ? signal.reason : new Error('aborted'))
       signal.addEventListener('abort', onAbort, { once: true })
       const maybeDone = () => {
-        if (pending === 0 && (written === length || (ended && fill === 0))) finish()
+        if (pending === 0 && queued.length === 0 && (written === length || (ended && fill === 0))) finish()
       }
       const writeOut = (slot: Buffer, from: number, to: number, done: (err: Error | null) => void) => {
         write(fd, slot, from, to - from, null, (err, n) => {
@@ -131,13 +136,13 @@ export class DirectConnection {
           done(null)
         })
       }
-      const flush = () => {
-        if (fill === 0 || settled) return
-        const i = cur
-        const n = fill
-        busy[i] = true
+      const pump = () => {
+        if (writing || settled || queued.length === 0) return
+        const { slot: i, n } = queued.shift()!
+        writing = true
         pending++
         writeOut(slots[i], 0, n, (err) => {
+          writing = false
           busy[i] = false
           pending--
           if (settled) return settle()
@@ -148,8 +153,16 @@ export class DirectConnection {
             waitingForSlot = false
             socket.resume()
           }
+          pump()
           maybeDone()
         })
+      }
+      const flush = () => {
+        if (fill === 0 || settled) return
+        const i = cur
+        busy[i] = true
+        queued.push({ slot: i, n: fill })
+        pump()
         cur = (cur + 1) % SLOTS
         fill = 0
         if (busy[cur]) {
