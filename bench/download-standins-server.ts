@@ -10,8 +10,12 @@ import { startDownloadStandins } from '../test/helpers/download-sources.js'
 const bytes = Number(process.env.BENCH_DOWNLOAD_BYTES ?? 2 * 1024 ** 3)
 const src = await startDownloadStandins()
 const big = { id: 1, name: 'big.safetensors', size: bytes, seed: 1 }
-const a = { id: 2, name: 'par-a.safetensors', size: Math.floor(bytes / 2), seed: 2 }
-const b = { id: 3, name: 'par-b.safetensors', size: Math.floor(bytes / 2), seed: 3 }
+// the two files of the decision line come at a network link's speed, BENCH_PARALLEL_MBPS MB/s each
+// (default 100: two downloads filling a 1.6 Gbit/s link; 0: as fast as loopback goes)
+const parallelBps = Number(process.env.BENCH_PARALLEL_MBPS ?? 100) * 1e6
+const paced = parallelBps > 0 ? { slowBps: parallelBps } : {}
+const a = { id: 2, name: 'par-a.safetensors', size: Math.floor(bytes / 2), seed: 2, ...paced }
+const b = { id: 3, name: 'par-b.safetensors', size: Math.floor(bytes / 2), seed: 3, ...paced }
 src.civitai.set(1, [big])
 src.civitai.set(2, [a])
 src.civitai.set(3, [b])
