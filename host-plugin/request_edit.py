@@ -7,7 +7,10 @@ Guarantees:
   edited on the request itself, since nothing aiohttp caches is derived from them; any other edit,
   any dropped query key, and any aiohttp whose request looks otherwise get ``clone()``, the public
   way, which builds a second request (docs/architecture.md, "Host plugin layout", says why the
-  in-place edit stays).
+  in-place edit stays);
+- an in-place edit is remembered by the header lines as received and the edit (both whole), so a
+  request with equal lines and an equal edit gets the very same (read-only) headers without
+  building them again; nothing else goes into the result.
 """
 from __future__ import annotations
 
@@ -20,6 +23,14 @@ from multidict import CIMultiDict, CIMultiDictProxy, MultiDict
 # cookies, forwarded and scheme come from others); an edit of any other header clones the request
 _IN_PLACE_SAFE = frozenset(("comfy-user", "authorization"))
 
+# in-place edits by what they are computed from (the header lines as received and the edit): a
+# client on a keep-alive connection sends the same lines again and again, and a kept decision
+# edits them the same way each time; at most this many, none from more than _MEMO_CHARS
+# characters of header lines
+_MEMO: dict[tuple[Any, ...], tuple[CIMultiDictProxy, tuple[tuple[bytes, bytes], ...]]] = {}
+_MEMO_MAX = 512
+_MEMO_CHARS = 16 * 1024
+
 
 def edited(request: web.Request, decision: dict[str, Any]) -> web.Request:
     """The request with the decision's edits: ``request`` itself when there are none, or when
@@ -29,14 +40,29 @@ def edited(request: web.Request, decision: dict[str, Any]) -> web.Request:
     drop_query = decision.get("drop_query")
     if not (set_headers or strip_headers or drop_query):
         return request
+    key = None
+    if not drop_query and isinstance(set_headers, dict) and isinstance(strip_headers, (list, type(None))):
+        try:
+            key = (request.raw_headers, tuple(set_headers.items()), tuple(strip_headers or ()))
+            found = _MEMO.get(key)
+        except TypeError:  # an unhashable value: no memo, the edit below says what is wrong with it
+            key = found = None
+        if found is not None and _put_headers(request, *found):
+            return request
     headers = request.headers.copy()
     for name in strip_headers or ():
         headers.popall(name, None)
     for name, value in (set_headers or {}).items():
         headers[name] = value
     if not drop_query:
-        if _IN_PLACE_SAFE.issuperset(n.lower() for n in (*(strip_headers or ()), *(set_headers or {}))) and _replace_headers(request, headers):
-            return request
+        if _IN_PLACE_SAFE.issuperset(n.lower() for n in (*(strip_headers or ()), *(set_headers or {}))):
+            made = _replace_headers(request, headers)
+            if made is not None:
+                if key is not None and sum(len(k) + len(v) for k, v in key[0]) <= _MEMO_CHARS:
+                    if len(_MEMO) >= _MEMO_MAX:
+                        _MEMO.clear()
+                    _MEMO[key] = made
+                return request
         return request.clone(headers=headers)
     query = MultiDict(request.rel_url.query)
     for key in drop_query:
@@ -44,19 +70,26 @@ def edited(request: web.Request, decision: dict[str, Any]) -> web.Request:
     return request.clone(headers=headers, rel_url=request.rel_url.with_query(query))
 
 
-def _replace_headers(request: web.Request, headers: CIMultiDict) -> bool:
-    """Gives ``request`` these headers in place: what ``clone(headers=)`` does to the headers, without
-    building a second Request (a third of the gate's own Python per request). aiohttp 3.8 to 3.13 keep
-    them in ``_headers`` and ``_message`` and cache ``headers``/``raw_headers`` in ``_cache``; before
-    the gate runs nothing else derived from the headers is cached (the description reads ``headers``
-    only). Where this aiohttp looks otherwise: False, and the caller clones."""
+def _put_headers(request: web.Request, proxy: CIMultiDictProxy, raw: tuple[tuple[bytes, bytes], ...]) -> bool:
+    """Gives ``request`` these headers (made by ``_replace_headers`` for equal header lines and edit)."""
     cache = getattr(request, "_cache", None)
     message = getattr(request, "_message", None)
     if not isinstance(cache, dict) or not hasattr(message, "_replace") or not hasattr(request, "_headers"):
         return False
-    proxy = CIMultiDictProxy(headers)
-    request._message = message._replace(headers=proxy, raw_headers=tuple((k.encode("utf-8"), v.encode("utf-8")) for k, v in headers.items()))
+    request._message = message._replace(headers=proxy, raw_headers=raw)
     request._headers = proxy
     cache.pop("headers", None)
     cache.pop("raw_headers", None)
     return True
+
+
+def _replace_headers(request: web.Request, headers: CIMultiDict) -> tuple[CIMultiDictProxy, tuple[tuple[bytes, bytes], ...]] | None:
+    """Gives ``request`` these headers in place: what ``clone(headers=)`` does to the headers, without
+    building a second Request (a third of the gate's own Python per request). aiohttp 3.8 to 3.13 keep
+    them in ``_headers`` and ``_message`` and cache ``headers``/``raw_headers`` in ``_cache``; before
+    the gate runs nothing else derived from the headers is cached (the description reads ``headers``
+    only). What it gave (to be given again to a request with the same lines and edit); where this
+    aiohttp looks otherwise: None, and the caller clones."""
+    proxy = CIMultiDictProxy(headers)
+    raw = tuple((k.encode("utf-8"), v.encode("utf-8")) for k, v in headers.items())
+    return (proxy, raw) if _put_headers(request, proxy, raw) else None

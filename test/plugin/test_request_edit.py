@@ -1,0 +1,64 @@
+"""request_edit.py: the headers a host handler sees after a pass's edits, remembered or not."""
+from __future__ import annotations
+
+import unittest
+
+from aiohttp.test_utils import make_mocked_request
+from multidict import CIMultiDict
+
+from .support import plugin_module
+
+edit = plugin_module("request_edit")
+
+
+def request(headers: dict[str, str]):
+    return make_mocked_request("GET", "/view?filename=a.png&type=input", headers=CIMultiDict(headers))
+
+
+def seen(req) -> list[tuple[str, str]]:
+    return [(k.lower(), v) for k, v in req.headers.items()]
+
+
+class RememberedEdits(unittest.TestCase):
+    def setUp(self) -> None:
+        edit._MEMO.clear()
+
+    def test_equal_lines_and_edit_give_the_same_headers_each_time(self) -> None:
+        decision = {"action": "pass", "set_headers": {"comfy-user": "u-1"}, "strip_headers": ["authorization"]}
+        first = edit.edited(request({"Host": "h", "Authorization": "Bearer secret"}), decision)
+        second = edit.edited(request({"Host": "h", "Authorization": "Bearer secret"}), decision)
+        self.assertEqual(seen(first), [("host", "h"), ("comfy-user", "u-1")])
+        self.assertEqual(seen(second), seen(first))
+        self.assertEqual(second.raw_headers, ((b"Host", b"h"), (b"comfy-user", b"u-1")))
+        self.assertEqual(len(edit._MEMO), 1)
+
+    def test_each_row_gets_its_own_headers(self) -> None:
+        base = {"Host": "h", "Authorization": "Bearer secret"}
+        rows = [
+            # (header lines, edit, what the handler must see)
+            (base, {"set_headers": {"comfy-user": "u-1"}, "strip_headers": ["authorization"]}, [("host", "h"), ("comfy-user", "u-1")]),
+            (base, {"set_headers": {"comfy-user": "u-2"}, "strip_headers": ["authorization"]}, [("host", "h"), ("comfy-user", "u-2")]),
+            (base, {"set_headers": {"comfy-user": "u-1"}, "strip_headers": []}, [("host", "h"), ("authorization", "Bearer secret"), ("comfy-user", "u-1")]),
+            ({**base, "Authorization": "Bearer other"}, {"set_headers": {"comfy-user": "u-1"}, "strip_headers": ["authorization"]}, [("host", "h"), ("comfy-user", "u-1")]),
+            ({"Host": "h", "Authorization": "Bearer secret", "Comfy-User": "forged"}, {"set_headers": {"comfy-user": "u-1"}, "strip_headers": ["authorization", "comfy-user"]}, [("host", "h"), ("comfy-user", "u-1")]),
+            ({"Host": "h", "Comfy-User": "forged"}, {"set_headers": {"comfy-user": "u-3"}, "strip_headers": ["comfy-user"]}, [("host", "h"), ("comfy-user", "u-3")]),
+        ]
+        for _ in range(2):  # the second pass is served by what the first remembered
+            for lines, change, expected in rows:
+                with self.subTest(lines=lines, change=change):
+                    self.assertEqual(seen(edit.edited(request(lines), {"action": "pass", **change})), expected)
+
+    def test_an_unhashable_edit_is_not_remembered_and_still_applied(self) -> None:
+        decision = {"action": "pass", "set_headers": {"comfy-user": ["not", "a", "string"]}}
+        with self.assertRaises(AttributeError):  # a bug in the answer: gate.py answers 503, as before the memo
+            edit.edited(request({"Host": "h"}), decision)
+        self.assertEqual(edit._MEMO, {})
+
+    def test_the_memo_is_bounded(self) -> None:
+        for i in range(edit._MEMO_MAX + 10):
+            edit.edited(request({"Host": "h", "X-N": str(i)}), {"set_headers": {"comfy-user": "u"}})
+        self.assertLessEqual(len(edit._MEMO), edit._MEMO_MAX)
+
+
+if __name__ == "__main__":
+    unittest.main()
