@@ -115,6 +115,20 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       }
     })
 
+    it('an admin (sees every file; the pass is kept on the principal alone) gets sfw_check: the next /view is blocked', async () => {
+      assert.equal((await admin_('PUT', '/authsvc/api/users/bob', { role: 'admin' })).status, 200)
+      try {
+        const bobAdmin = (await login(host, 'bob')).jwt // a role change ends his sessions
+        await assertKept(bobAdmin, 'bobs.png')
+        assert.equal((await admin_('PUT', '/authsvc/api/users/bob', { sfw_check: true })).status, 200)
+        const next = await view(bobAdmin, 'bobs.png')
+        assert.deepEqual([next.status, next.text], [403, BLOCKED_TEXT])
+      } finally {
+        assert.equal((await admin_('PUT', '/authsvc/api/users/bob', { sfw_check: false, role: 'user' })).status, 200)
+        bob = (await login(host, 'bob')).jwt
+      }
+    })
+
     it('alice logs out: the next /view with that session is refused (401)', async () => {
       const session = (await login(host, 'alice')).jwt
       await assertKept(session, 'logout.png')

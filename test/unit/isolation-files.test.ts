@@ -110,6 +110,14 @@ describe('files: per-user folders, decided on the path the host resolves', () =>
     assert.equal((await view(w.bobJwt, `filename=a_00001_.png&type=output&subfolder=${A}`) as { cache?: unknown }).cache, undefined, 'a refusal is never kept')
   })
 
+  it('the admin (sees every file, not checked): a pass decided on the principal alone, kept as a plain route\'s, whatever the file', async () => {
+    for (const [label, q] of [['her output', `filename=a_00001_.png&type=output&subfolder=${A}`], ['a file nobody has', 'filename=never.png&type=output'], ['no file named', '']]) {
+      const pass = assertPass(await view(w.adminJwt, q), label)
+      assert.deepEqual(pass.cache, { ms: 1000, epoch: w.sc.services.accessEpoch.value }, label)
+      assert.equal('keep_plain' in pass, false, `${label}: the behaviour's word never leaves the sidecar`)
+    }
+  })
+
   it('shapes the host refuses by itself whatever exists get the gate\'s JSON error of the same status (400 VALIDATION_FAILED, 403 PERMISSION_DENIED)', async () => {
     const hostRefuses = [
       'filename=../x.png', 'filename=/etc/passwd', 'filename=a.png&type=nope', 'filename=a.png&subfolder=../../etc', 'filename=a.png&subfolder=/etc', '',

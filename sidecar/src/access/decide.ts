@@ -153,10 +153,12 @@ function decideHost(
     if (decision.action !== 'pass') return decision
     // a pass decided on one file (GET /view): kept only while that file stays as it was
     const file = decision.keep_while
+    const plain = decision.keep_plain === true
     delete decision.keep_while
+    delete decision.keep_plain
     if (cache === undefined || cache.ms <= 0 || cache.epoch.value !== epoch) return decision
     if (file !== undefined && onlyRead) decision.cache = { ms: cache.ms, epoch, file }
-    else if (keep) decision.cache = { ms: cache.ms, epoch }
+    else if (keep || (plain && onlyRead)) decision.cache = { ms: cache.ms, epoch }
     return decision
   }
   if (policy.behaviour === undefined) return kept(pass)

@@ -164,6 +164,11 @@ export interface PassDecision {
    * as it was (decide.ts turns it into `cache.file` when the pass is kept at all).
    */
   keep_while?: KeptFile
+  /**
+   * Never sent (decide.ts takes it out): a behaviour's word that this GET pass read nothing but the
+   * principal and what moves the access epoch, so it may be kept as a plain route's pass is.
+   */
+  keep_plain?: true
 }
 
 /** A file as the host's stat saw it when a decision was made on it (host-plugin/kept_decisions.py file_stamp). */

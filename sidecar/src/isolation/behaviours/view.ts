@@ -11,7 +11,8 @@
  * For a caller the content-safety policy looks at (an sfw_check user, nsfw/), the resolved file
  * then goes to its gate (deps.contentGate), which may answer 403 "NSFW content blocked".
  *
- * A pass on a file is kept by the plugin (`cache.file`, docs/architecture.md "Kept decisions")
+ * A pass for a principal who sees every file and is not checked is decided on the principal alone
+ * and kept as a plain route's pass. A pass on a file is kept by the plugin (`cache.file`, docs/architecture.md "Kept decisions")
  * while the path the host opens names the same file in the same state; what else it read (the
  * principal, the file's owner, its tag) moves the access epoch when it changes.
  */
@@ -26,7 +27,9 @@ export function viewBehaviour(deps: BehaviourDeps): RouteBehaviour {
       // the content-safety policy (nsfw/) looks at the file for its sfw_check users only
       const gate = deps.contentGate?.() ?? null
       const checks = gate !== null && gate.applies(principal)
-      if (seesAll && !checks) return pass
+      // decided on the principal alone (whose role, sfw_check and session move the access epoch;
+      // the policy is composed at start): kept as a plain route's pass, whatever the file
+      if (seesAll && !checks) return { ...pass, keep_plain: true }
       const { results, roots } = await host.resolve([{ op: 'view', query: desc.query }])
       const place = results[0]
       if (place?.status === 404) return pass // no file named at all: the host's own 404
