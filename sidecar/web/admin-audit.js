@@ -40,10 +40,14 @@ const OUTCOMES = { success: 'ok', failure: 'failed', refused: 'refused' }
 const details = (d) => Object.entries(d).map(([k, v]) => `${k}: ${typeof v === 'string' ? v : JSON.stringify(v)}`).join(', ')
 const isoOf = (local) => (local ? new Date(local).toISOString() : '')
 let nextBefore = null
-/** the newest show() asked: an older answer that comes after it is dropped */
+/** the newest view asked (a filter shown from its first page): an answer for an older one is dropped */
 let asked = 0
+/** the newest "Older events" asked within it: an older page that comes after it is dropped */
+let paged = 0
+/** the filters of the rows shown (without paging) */
+let shown = null
 
-function query(before) {
+function query() {
   const form = $('#audit-form')
   const q = new URLSearchParams()
   const user = form.user.value.trim()
@@ -52,7 +56,6 @@ function query(before) {
   if (form.since.value) q.set('since', isoOf(form.since.value))
   if (form.until.value) q.set('until', isoOf(form.until.value))
   q.set('limit', String(PAGE))
-  if (before) q.set('before', String(before))
   return q
 }
 
@@ -70,11 +73,15 @@ function row(e) {
 async function show({ more = false } = {}) {
   const slot = $('#audit-error')
   slot.hidden = true
-  const mine = ++asked
-  const q = query(more ? nextBefore : null)
+  // a new view ends what was asked for the old one, its pages too; "Older" waits for the new first page
+  if (!more) $('#audit-older').hidden = true
+  const view = more ? asked : ++asked
+  const page = ++paged
+  // a page of the view shown (its filters as they were shown, not as the form may read now)
+  const q = more && shown !== null ? new URLSearchParams({ ...Object.fromEntries(shown), limit: String(PAGE), before: String(nextBefore) }) : query()
   try {
     const { data } = await call(`/authsvc/api/audit?${q}`)
-    if (mine !== asked) return
+    if (view !== asked || (more && page !== paged)) return
     const rows = data.events.map(row)
     if (more) $('#audit-rows').append(...rows)
     else $('#audit-rows').replaceChildren(...rows)
@@ -82,11 +89,12 @@ async function show({ more = false } = {}) {
     q.delete('limit')
     q.delete('before')
     $('#audit-rows').dataset.for = String(q)
+    shown = q
     nextBefore = data.next_before
     $('#audit-older').hidden = nextBefore === null
     $('#audit-empty').hidden = $('#audit-rows').children.length > 0
   } catch (error) {
-    if (mine === asked) say(slot, error.message)
+    if (view === asked) say(slot, error.message)
   }
 }
 
@@ -111,7 +119,7 @@ export async function startAudit() {
   }
   $('#audit-form').addEventListener('submit', (event) => {
     event.preventDefault()
-    const q = query(null)
+    const q = query()
     q.delete('limit')
     history.pushState(null, '', `#audit${q.size > 0 ? `?${q}` : ''}`)
     void show()

@@ -419,7 +419,9 @@ onSubmit($('#guest-form'), async (data) => {
 
 // ---- models (#models?user=<name> or #models?role=<name>)
 
-const models = { folders: null, items: [], grants: [], inherited: [] }
+const models = { folders: null, items: [], itemsFolder: null, grants: [], inherited: [], dropped: {} }
+/** the newest of each kind of question asked: an answer to an older one that comes later is dropped */
+const asked = { grants: 0, items: 0, workflows: 0 }
 
 /** Whom the section grants to: one user, or every user of a role. */
 function grantee() {
@@ -471,9 +473,11 @@ async function loadFolders() {
 
 async function loadItems() {
   const folder = $('#grant-folder').value
+  const mine = ++asked.items
   const items = folder ? (await call(`/authsvc/api/model-cache/folders/${enc(folder)}/items`)).data.items : []
-  if ($('#grant-folder').value !== folder) return // another folder was picked meanwhile: its items are on their way
+  if (mine !== asked.items) return // asked again meanwhile (another folder, a refresh): that answer is the one
   models.items = items
+  models.itemsFolder = folder
   renderItems()
 }
 
@@ -481,14 +485,19 @@ async function loadGrants() {
   const who = grantee()
   if (!who.name) return
   const u = who.kind === 'user' ? state.users.find((x) => x.username === who.name) : null
+  const mine = ++asked.grants
   const [{ data }, inherited] = await Promise.all([
     call(who.path),
     // a user's role may grant more: shown beside their own grants
     u && Object.hasOwn(state.roles, u.role) ? call(`/authsvc/api/roles/${enc(u.role)}/shared-items`).then((r) => r.data.items) : Promise.resolve([]),
   ])
-  // a later pick may have been answered first: an answer for someone no longer picked is dropped
-  $('#models').dataset.answers = String(Number($('#models').dataset.answers ?? 0) + 1)
-  if (grantee().path !== who.path) return
+  // asked again meanwhile (another pick, a grant made): an older answer coming later is dropped
+  // (counted per question on the section, for a reader or a test to tell it came)
+  if (mine !== asked.grants) {
+    models.dropped[who.path] = (models.dropped[who.path] ?? 0) + 1
+    $('#models').dataset.dropped = JSON.stringify(models.dropped)
+    return
+  }
   models.grants = data.items
   models.inherited = inherited
   renderGrants()
@@ -519,23 +528,26 @@ function renderGrants() {
 function renderItems() {
   const folder = $('#grant-folder').value
   const q = $('#grant-filter').value.trim().toLowerCase()
+  // the items of the folder picked, once they came (never another folder's under its name)
+  const listed = models.itemsFolder === folder ? models.items : []
   const granted = new Set(models.grants.filter((g) => g.folder === folder).map((g) => g.item_name))
-  const items = models.items.filter((i) => !q || i.toLowerCase().includes(q))
+  const items = listed.filter((i) => !q || i.toLowerCase().includes(q))
   const who = grantee()
   $('#grant-items').replaceChildren(...items.slice(0, 200).map((item) => el('li', { dataset: { item } },
     el('span', { class: 'mono' }, item), ' ',
     granted.has(item)
       ? el('span', { class: 'tag' }, 'granted')
       : el('button', { type: 'button', class: 'secondary small', 'aria-label': `Grant ${folder}/${item} to ${who.label}`, onclick: () => changeGrant('POST', folder, item) }, 'Grant'))))
-  $('#grant-items-empty').hidden = models.items.length > 0 || !folder
+  $('#grant-items-empty').hidden = listed.length > 0 || !folder || models.itemsFolder !== folder
 }
 
 async function changeGrant(method, folder, item) {
   const who = grantee()
   $('#models-status').hidden = true
   await act($('#models-error'), async () => {
+    const mine = ++asked.grants
     const { data } = await call(who.path, { method, body: { folder, item_name: item } })
-    if (grantee().path === who.path) {
+    if (mine === asked.grants) {
       models.grants = data.items
       renderGrants()
       renderItems()
@@ -583,8 +595,9 @@ async function loadShared() {
 async function loadUserWorkflows() {
   const username = $('#publish-user').value
   if (!username) return
+  const mine = ++asked.workflows
   const { data } = await call(`/authsvc/api/users/${enc(username)}/workflows`)
-  if ($('#publish-user').value !== username) return // another user was picked meanwhile: theirs is on its way
+  if (mine !== asked.workflows) return // another user was picked meanwhile: theirs is on its way
   $('#publish-file').replaceChildren(...(data.workflows.length ? data.workflows.map((w) => el('option', { value: w.filename }, w.filename)) : [el('option', { value: '' }, `${username} has no workflow`)]))
   $('#publish').disabled = data.workflows.length === 0
 }

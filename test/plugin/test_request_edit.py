@@ -29,6 +29,7 @@ class RememberedEdits(unittest.TestCase):
         second = edit.edited(request({"Host": "h", "Authorization": "Bearer secret"}), decision)
         self.assertEqual(seen(first), [("host", "h"), ("comfy-user", "u-1")])
         self.assertEqual(seen(second), seen(first))
+        self.assertIs(second.headers, first.headers, "the second request got the remembered headers")
         self.assertEqual(second.raw_headers, ((b"Host", b"h"), (b"comfy-user", b"u-1")))
         self.assertEqual(len(edit._MEMO), 1)
 
@@ -42,9 +43,14 @@ class RememberedEdits(unittest.TestCase):
             ({**base, "Authorization": "Bearer other"}, {"set_headers": {"comfy-user": "u-1"}, "strip_headers": ["authorization"]}, [("host", "h"), ("comfy-user", "u-1")]),
             ({"Host": "h", "Authorization": "Bearer secret", "Comfy-User": "forged"}, {"set_headers": {"comfy-user": "u-1"}, "strip_headers": ["authorization", "comfy-user"]}, [("host", "h"), ("comfy-user", "u-1")]),
             ({"Host": "h", "Comfy-User": "forged"}, {"set_headers": {"comfy-user": "u-3"}, "strip_headers": ["comfy-user"]}, [("host", "h"), ("comfy-user", "u-3")]),
+            # the first row's edit on other lines that the edit leaves: each request keeps its own
+            ({"Host": "h2", "Authorization": "Bearer secret"}, {"set_headers": {"comfy-user": "u-1"}, "strip_headers": ["authorization"]}, [("host", "h2"), ("comfy-user", "u-1")]),
+            ({"Host": "h", "Cookie": "a=1", "Authorization": "Bearer secret"}, {"set_headers": {"comfy-user": "u-1"}, "strip_headers": ["authorization"]}, [("host", "h"), ("cookie", "a=1"), ("comfy-user", "u-1")]),
         ]
         for _ in range(2):  # the second pass is served by what the first remembered
             for lines, change, expected in rows:
+                if _ == 1:
+                    self.assertEqual(len(edit._MEMO), len(rows), "every row was remembered")
                 with self.subTest(lines=lines, change=change):
                     self.assertEqual(seen(edit.edited(request(lines), {"action": "pass", **change})), expected)
 
