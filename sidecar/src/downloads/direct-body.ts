@@ -187,6 +187,13 @@ export class DirectConnection {
       /** bytes that are not where the next read was to land (the parser's, or a read into the head buffer): copied in */
       const copyIn = (chunk: Uint8Array): boolean => {
         for (let at = 0; at < chunk.length;) {
+          // every buffer is waiting for the disk and the socket was paused, yet bytes came (a read
+          // already under way): never over a buffer not yet written; the transfer ends (retried,
+          // resumed from what is on disk)
+          if (busy[cur]) {
+            fail(Object.assign(new Error('bytes came while every buffer was waiting for the disk'), { code: 'EOVERRUN' }))
+            return false
+          }
           const n = Math.min(SLOT - fill, chunk.length - at)
           slots[cur].set(chunk.subarray(at, at + n), fill)
           at += n
@@ -199,7 +206,8 @@ export class DirectConnection {
         if (!copyIn(chunk)) return
       }
       this.reader = {
-        target: () => slots[cur].subarray(fill),
+        // a buffer still waiting for the disk is never read into: such a read lands aside (copyIn ends the transfer)
+        target: () => (busy[cur] ? this.scratch : slots[cur].subarray(fill)),
         onRead: (n, buf) => {
           if (settled) return
           stall.refresh()
