@@ -15,7 +15,7 @@
  */
 import { AuthsvcError } from '../kernel/errors.js'
 import type { Clock } from '../kernel/clock.js'
-import { storeUnavailable, writeInOrder, type Collection } from '../store/collection.js'
+import { storeUnavailable, type Collection } from '../store/collection.js'
 import type { KeyValueStore } from '../store/kv.js'
 import type { Check, Write } from '../store/shared-store.js'
 
@@ -96,14 +96,12 @@ export class OwnerIndex<T> {
           { key: this.key(userId), value: next.length === 0 ? undefined : { entries: next } },
           ...expired.map((id) => ({ key: `${this.recordKind}:${id}`, value: undefined })),
         ]
-        const shared = this.records.shared
-        const checks: Check[] = shared === null ? [] : [{ key: this.key(userId), seq }]
-        let ok = true
+        const checks: Check[] = this.records.shared === null ? [] : [{ key: this.key(userId), seq }]
+        let ok: boolean
         if (extra !== undefined) ok = await this.records.commit(extra.id, extra.record, checks, writes)
         else {
           try {
-            if (shared !== null) ok = await shared.commit(checks, writes)
-            else await writeInOrder(this.kv, writes)
+            ok = await this.records.writeAll(checks, writes)
           } catch (err) {
             throw storeUnavailable(this.kind, err)
           }

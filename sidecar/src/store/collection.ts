@@ -66,11 +66,6 @@ export function storeUnavailable(kind: string, cause: unknown): AuthsvcError {
   return new AuthsvcError('STORE_UNAVAILABLE', `The store refused a write of ${kind} records; try again shortly`, { 'Retry-After': '5' }, cause)
 }
 
-/** A store without `commit` (one process): the writes one after the other, unchecked. */
-export async function writeInOrder(kv: KeyValueStore, writes: Write[]): Promise<void> {
-  for (const w of writes) await (w.value === undefined ? kv.delete(w.key) : kv.set(w.key, w.value))
-}
-
 export class Collection<T> {
   private readonly records = new Map<string, T>()
   private readonly chains = new Map<string, Promise<void>>()
@@ -470,6 +465,18 @@ export class Collection<T> {
     return this.kv
   }
 
+  /**
+   * `writes` to this collection's store (other kinds' keys too), in one transaction only if every
+   * check holds where the store has `commit`; elsewhere (one process) one after the other,
+   * unchecked. Whether they were written. Memory is not touched: callers show what they stored.
+   */
+  async writeAll(checks: Check[], writes: Write[]): Promise<boolean> {
+    const shared = this.shared
+    if (shared !== null) return shared.commit(checks, writes)
+    for (const w of writes) await (w.value === undefined ? this.kv.delete(w.key) : this.kv.set(w.key, w.value))
+    return true
+  }
+
   /** The store under this collection when it has the atomic verbs and the feed (sqlite too). */
   get shared(): SharedStore | null {
     return isShared(this.kv) ? this.kv : null
@@ -493,16 +500,10 @@ export class Collection<T> {
    */
   async commit(id: string, value: T | undefined, checks: Check[], writes: Write[]): Promise<boolean> {
     const version = ++this.seq
-    const shared = this.shared
     let ok = false
     await this.chain(id, async () => {
       try {
-        const all = [...writes, { key: `${this.kind}:${id}`, value }]
-        if (shared !== null) ok = await shared.commit(checks, all)
-        else {
-          await writeInOrder(this.kv, all)
-          ok = true
-        }
+        ok = await this.writeAll(checks, [...writes, { key: `${this.kind}:${id}`, value }])
       } catch (err) {
         throw storeUnavailable(this.kind, err)
       }
