@@ -48,11 +48,20 @@ def description_fields(request: web.Request) -> tuple[tuple[Any, ...], int]:
         if found is not None:
             return found
     result = _description_fields(request, match_info, resource)
-    if raw_key is not None and sum(len(k) + len(v) for k, v in raw_headers) <= _RAW_MEMO_CHARS:
-        if len(_RAW_MEMO) >= _RAW_MEMO_MAX:
-            _RAW_MEMO.clear()
-        _RAW_MEMO[raw_key] = result
+    if raw_key is not None:
+        remember_by_lines(_RAW_MEMO, raw_key, result, raw_headers)
     return result
+
+
+def remember_by_lines(memo: dict[Any, Any], key: Any, value: Any, raw_headers: tuple[tuple[bytes, bytes], ...]) -> None:
+    """Keeps ``value`` in a memo of what was computed from a request's header lines (``key`` holds
+    them whole): none from more than _RAW_MEMO_CHARS characters of lines, at most _RAW_MEMO_MAX,
+    the whole memo dropped when full."""
+    if sum(len(k) + len(v) for k, v in raw_headers) > _RAW_MEMO_CHARS:
+        return
+    if len(memo) >= _RAW_MEMO_MAX:
+        memo.clear()
+    memo[key] = value
 
 
 def _description_fields(request: web.Request, match_info: Any, resource: Any) -> tuple[tuple[Any, ...], int]:

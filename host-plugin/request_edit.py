@@ -19,17 +19,16 @@ from typing import Any
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy, MultiDict
 
+from .describe import remember_by_lines
+
 # the headers the gate edits in place: nothing aiohttp caches is derived from them (host, url,
 # cookies, forwarded and scheme come from others); an edit of any other header clones the request
 _IN_PLACE_SAFE = frozenset(("comfy-user", "authorization"))
 
 # in-place edits by what they are computed from (the header lines as received and the edit): a
 # client on a keep-alive connection sends the same lines again and again, and a kept decision
-# edits them the same way each time; at most this many, none from more than _MEMO_CHARS
-# characters of header lines
+# edits them the same way each time (bounded as the description's memo: describe.remember_by_lines)
 _MEMO: dict[tuple[Any, ...], tuple[CIMultiDictProxy, tuple[tuple[bytes, bytes], ...]]] = {}
-_MEMO_MAX = 512
-_MEMO_CHARS = 16 * 1024
 
 
 def edited(request: web.Request, decision: dict[str, Any]) -> web.Request:
@@ -58,10 +57,8 @@ def edited(request: web.Request, decision: dict[str, Any]) -> web.Request:
         if _IN_PLACE_SAFE.issuperset(n.lower() for n in (*(strip_headers or ()), *(set_headers or {}))):
             made = _replace_headers(request, headers)
             if made is not None:
-                if key is not None and sum(len(k) + len(v) for k, v in key[0]) <= _MEMO_CHARS:
-                    if len(_MEMO) >= _MEMO_MAX:
-                        _MEMO.clear()
-                    _MEMO[key] = made
+                if key is not None:
+                    remember_by_lines(_MEMO, key, made, key[0])
                 return request
         return request.clone(headers=headers)
     query = MultiDict(request.rel_url.query)

@@ -9,6 +9,7 @@ from multidict import CIMultiDict
 from .support import plugin_module
 
 edit = plugin_module("request_edit")
+describe = plugin_module("describe")
 
 
 def request(headers: dict[str, str]):
@@ -61,9 +62,9 @@ class RememberedEdits(unittest.TestCase):
         self.assertEqual(edit._MEMO, {})
 
     def test_the_memo_is_bounded(self) -> None:
-        for i in range(edit._MEMO_MAX + 10):
+        for i in range(describe._RAW_MEMO_MAX + 10):
             edit.edited(request({"Host": "h", "X-N": str(i)}), {"set_headers": {"comfy-user": "u"}})
-        self.assertLessEqual(len(edit._MEMO), edit._MEMO_MAX)
+        self.assertLessEqual(len(edit._MEMO), describe._RAW_MEMO_MAX)
 
 
 if __name__ == "__main__":
