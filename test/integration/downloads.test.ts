@@ -47,7 +47,7 @@ function file(over: Partial<StandinFile> = {}): StandinFile {
   return { id, name: `model-${id}.safetensors`, size: 300 * 1024 + (id % 7), seed: id, ...over }
 }
 
-async function openWorld(src: DownloadStandins, config: Record<string, unknown> = {}, dir = tempDir('as-dl-')): Promise<World> {
+async function openWorld(src: DownloadStandins, config: Record<string, unknown> = {}, dir = tempDir('as-dl-'), hello = true): Promise<World> {
   const modelsDir = join(dir, 'models')
   for (const f of FOLDERS) mkdirSync(join(modelsDir, f), { recursive: true })
   const sc = await openSidecar({
@@ -65,12 +65,29 @@ async function openWorld(src: DownloadStandins, config: Record<string, unknown> 
   const alice = await ensure('alice', 'downloader')
   const bob = await ensure('bob', 'downloader')
   const plain = await ensure('plain', 'user')
-  sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: facts(modelsDir) })
+  if (hello) sayHello(sc, modelsDir)
   const changes = new EventEmitter()
   if (process.env.DL_DEBUG) sc.services.events.onAny((r) => console.error(JSON.stringify(r)))
   const queue = await (sc.built.features.find((f) => f.name === 'downloads') as DownloadsFeature).queue()
   queue.onChange = (job) => { if (process.env.DL_DEBUG) console.error(Date.now() % 100000, job.status, job.bytes_done, job.attempts, job.error); changes.emit(job.job_id, job) }
   return { sc, src, modelsDir, dir, changes, adminJwt: admin.jwt, aliceJwt: await sessionJwt(sc, alice), aliceId: alice.user_id, bobJwt: await apiToken(sc, bob), plainJwt: await sessionJwt(sc, plain) }
+}
+
+function sayHello(sc: Sidecar, modelsDir: string): void {
+  sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: facts(modelsDir) })
+}
+
+/** Resolves with the job's first state that is no longer plainly queued (running, ended, or queued with a note). */
+function moved(w: World, jobId: string): Promise<DownloadJobRecord> {
+  return new Promise((resolve) => {
+    const check = (job: DownloadJobRecord) => {
+      if (job.status === 'queued' && job.error === '') return
+      w.changes.off(jobId, check)
+      resolve(job)
+    }
+    w.changes.on(jobId, check)
+    void jobOf(w, jobId, w.adminJwt).then((j) => j && check(j as DownloadJobRecord))
+  })
 }
 
 const FINAL = new Set(['completed', 'failed', 'cancelled'])
@@ -436,6 +453,38 @@ describe('a restart mid-way resumes with Range and finishes with the right hash'
       assert.match(ranged[1].range ?? '', /^bytes=\d+-$/)
       assert.equal(ranged[1].range, `bytes=${2 * 1024 * 1024}-`, 'the resume asked for the rest, not the start')
       assert.equal(ranged[1].ifRange, `"${src.trueSha256(f)}"`)
+    } finally {
+      await w.sc.close()
+      await src.close()
+    }
+  })
+
+  it('a sidecar started before the plugin\'s hello keeps the job queued, saying why, and resumes it once the host\'s folders come', async () => {
+    // a restarted sidecar knows no model folder until the plugin reconnects: the job once
+    // failed here as "The model folder checkpoints is gone" (CI, real-host-downloads)
+    const src = await startDownloadStandins()
+    const dir = tempDir('as-dl-nohello-')
+    let w = await openWorld(src, {}, dir)
+    try {
+      const f = file({ size: 4 * 1024 * 1024, pauseAt: 2 * 1024 * 1024 })
+      src.civitai.set(802, [f])
+      const paused = once(src.events, 'paused')
+      const jobId = await start(w, { source: 'civitai', model_version_id: 802 })
+      await Promise.all([paused, progressed(w, jobId, 2 * 1024 * 1024)])
+      await w.sc.close({ keepDir: true })
+      const asked = src.seen.length
+      w = await openWorld(src, {}, dir, false)
+      const waiting = await moved(w, jobId)
+      assert.equal(waiting.status, 'queued', waiting.error)
+      assert.match(waiting.error, /Waiting for ComfyUI to say which model folders it has/)
+      assert.equal(src.seen.length, asked, 'nothing was asked of the source before the host spoke')
+      sayHello(w.sc, w.modelsDir)
+      const job = await ended(w, jobId)
+      assert.equal(job.status, 'completed', job.error)
+      assert.equal(sha(join(w.modelsDir, 'checkpoints', f.name)), src.trueSha256(f))
+      const ranged = src.seen.filter((s) => s.server === 'cdn' && s.path.startsWith(`/files/${f.id}/`))
+      assert.equal(ranged.length, 2)
+      assert.equal(ranged[1].range, `bytes=${2 * 1024 * 1024}-`)
     } finally {
       await w.sc.close()
       await src.close()

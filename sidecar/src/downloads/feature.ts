@@ -64,6 +64,9 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
             await opened?.queue.stop()
           },
         }],
+        hostFacts() {
+          opened?.queue.hostKnown()
+        },
       }
     },
   }

@@ -109,6 +109,7 @@ class TransferThreads {
 
 export const PARTIAL_SUFFIX = '.authsvc-partial'
 const MAX_BACKOFF_MS = 5 * 60_000
+const WAITING_FOR_HOST = 'Waiting for ComfyUI to say which model folders it has'
 
 /** What the queue hands on when a file landed (the models feature: refresh the cache, grant it). */
 export interface Landing {
@@ -169,6 +170,16 @@ export class DownloadQueue {
     await Promise.allSettled([...this.running.values()].map((r) => r.done))
     await this.threads.close()
     await this.jobs.flush()
+  }
+
+  /** The host's facts came (a hello or its startup facts): jobs waiting for its folders start. */
+  hostKnown(): void {
+    this.pump()
+  }
+
+  private async note(jobId: string, error: string): Promise<void> {
+    const job = await this.jobs.update(jobId, { error })
+    if (job) this.onChange(job)
   }
 
   folders(): ModelFolder[] {
@@ -236,6 +247,12 @@ export class DownloadQueue {
   private pump(): void {
     if (this.stopping) return
     const queued = this.jobs.list().filter((j) => j.status === 'queued' && !this.running.has(j.job_id)).reverse()
+    // A sidecar (re)started before the plugin's hello knows no model folder yet: a job resumed
+    // then would fail as "folder gone". It waits, saying so, until the host's facts come.
+    if (this.folders().length === 0) {
+      for (const job of queued) if (job.error !== WAITING_FOR_HOST) void this.note(job.job_id, WAITING_FOR_HOST)
+      return
+    }
     for (const job of queued) {
       if (this.running.size >= this.cfg.max_active_total) return
       const ofSource = [...this.running.keys()].filter((id) => this.jobs.get(id)?.source === job.source).length
