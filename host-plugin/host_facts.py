@@ -4,7 +4,8 @@ Facts are read twice: at import (the first hello) and again at the app's startup
 custom node has been imported (ComfyUI imports them all before it starts the server), so
 folders other packages add to ``folder_paths.folder_names_and_paths`` and their loader nodes
 are in. The startup facts replace the hello's (every later hello carries them) and are sent
-at once as a ``host_facts`` event.
+at once as a ``host_facts`` event; they say so (``all_nodes_loaded``), even when reading them
+again failed and the first hello's stay.
 
 ``model_inputs`` says which node inputs list a model folder's files. It is read from the host's
 own ``GET /object_info`` handler while ``folder_paths.get_filename_list`` adds one marker item
@@ -154,13 +155,17 @@ def install(app: Any, prompt_server: Any, hello: dict[str, Any], send_event: Cal
             facts = collect()
         except Exception:  # facts must never stop the host from starting
             log.exception("authsvc: reading the host facts again failed; the first hello's facts stay")
-            return
-        try:
-            facts["model_inputs"] = await probe_model_inputs(prompt_server)
-            facts["writer_inputs"] = dict(_last_writer_inputs)
-        except Exception:
-            # the sidecar then finds model lists from the folders' files alone (see the module doc)
-            log.exception("authsvc: reading the host's model inputs failed")
+            facts = dict(hello.get("host") or {})
+        else:
+            try:
+                facts["model_inputs"] = await probe_model_inputs(prompt_server)
+                facts["writer_inputs"] = dict(_last_writer_inputs)
+            except Exception:
+                # the sidecar then finds model lists from the folders' files alone (see the module doc)
+                log.exception("authsvc: reading the host's model inputs failed")
+        # what the sidecar waits for before it takes a missing model folder as gone (a download
+        # resumed at start for a folder a later custom node adds)
+        facts["all_nodes_loaded"] = True
         hello["host"] = facts
         send_event({"name": "host_facts", "t": time.time(), "data": facts})
 

@@ -490,6 +490,49 @@ describe('a restart mid-way resumes with Range and finishes with the right hash'
       await src.close()
     }
   })
+
+  it('a ComfyUI starting names its folders twice: a job for a folder only the startup facts name waits for them; complete facts without it fail the job as gone', async () => {
+    const src = await startDownloadStandins()
+    const dir = tempDir('as-dl-facts-')
+    let w = await openWorld(src, {}, dir)
+    try {
+      const f = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
+      src.civitai.set(803, [f])
+      const g = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
+      src.civitai.set(804, [g])
+      const paused = once(src.events, 'paused')
+      const later = await start(w, { source: 'civitai', model_version_id: 803, folder_type: 'loras' })
+      await Promise.all([paused, progressed(w, later, 1024 * 1024)])
+      await w.sc.close({ keepDir: true })
+      w = await openWorld(src, {}, dir, false)
+      // the import-time hello: checkpoints only (loras is a later custom node's, say)
+      const atImport = facts(w.modelsDir)
+      w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { ...atImport, model_folders: { checkpoints: atImport.model_folders.checkpoints } } })
+      const waiting = await moved(w, later)
+      assert.equal(waiting.status, 'queued', waiting.error)
+      assert.match(waiting.error, /Waiting for ComfyUI to say which model folders it has/)
+      // every custom node loaded: loras is there, the job resumes into it
+      w.sc.handlers.event({ type: 'event', name: 'host_facts', t: Date.now() / 1000, data: { ...atImport, all_nodes_loaded: true } })
+      const done = await ended(w, later)
+      assert.equal(done.status, 'completed', done.error)
+      assert.equal(sha(join(w.modelsDir, 'loras', f.name)), src.trueSha256(f))
+
+      // the same job shape after complete facts that do not name its folder: gone, and said so
+      const pausedAgain = once(src.events, 'paused')
+      const orphan = await start(w, { source: 'civitai', model_version_id: 804, folder_type: 'loras' })
+      await Promise.all([pausedAgain, progressed(w, orphan, 1024 * 1024)])
+      await w.sc.close({ keepDir: true })
+      w = await openWorld(src, {}, dir, false)
+      w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { ...atImport, model_folders: { checkpoints: atImport.model_folders.checkpoints }, all_nodes_loaded: true } })
+      const gone = await ended(w, orphan)
+      assert.equal(gone.status, 'failed')
+      assert.match(gone.error, /The model folder loras is gone/)
+      assert.deepEqual(listing(w, 'loras').filter((n) => n.includes(g.name)), [], 'no partial file is left')
+    } finally {
+      await w.sc.close()
+      await src.close()
+    }
+  })
 })
 
 describe('outbound rules: the SSRF rows refuse (allow_private_hosts off)', () => {

@@ -7,6 +7,7 @@ import json
 import sys
 import types
 import unittest
+from unittest import mock
 from typing import Any
 
 from .support import plugin_module
@@ -100,6 +101,22 @@ class ModelInputs(unittest.IsolatedAsyncioTestCase):
         self.assertEqual(facts["legacy_folders"], {"clip": "text_encoders"})
         self.assertEqual(facts["model_inputs"]["Ckpt"], {"ckpt_name": {"folders": ["checkpoints"], "extras": []}})
         self.assertIn(facts["model_paths"]["sep"], ("/", "\\"))
+        self.assertIs(facts["all_nodes_loaded"], True)
+        self.assertNotIn("all_nodes_loaded", host_facts.collect(), "the import-time facts do not say it")
+
+    async def test_startup_facts_that_cannot_be_read_again_keep_the_hellos_and_say_every_node_loaded(self) -> None:
+        class App:
+            on_startup: list[Any] = []
+
+        app = App()
+        app.on_startup = []
+        hello: dict[str, Any] = {"protocol": 2, "host": {"model_folders": {"checkpoints": ["/m/checkpoints"]}}}
+        sent: list[dict[str, Any]] = []
+        host_facts.install(app, self.server, hello, sent.append)
+        with mock.patch.object(host_facts, "collect", side_effect=RuntimeError("broken folder_paths")), self.assertLogs("authsvc", "ERROR"):
+            await app.on_startup[0](app)
+        self.assertEqual(sent[0]["data"], {"model_folders": {"checkpoints": ["/m/checkpoints"]}, "all_nodes_loaded": True})
+        self.assertIs(hello["host"], sent[0]["data"])
 
 
 if __name__ == "__main__":

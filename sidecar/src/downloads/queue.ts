@@ -247,13 +247,17 @@ export class DownloadQueue {
   private pump(): void {
     if (this.stopping) return
     const queued = this.jobs.list().filter((j) => j.status === 'queued' && !this.running.has(j.job_id)).reverse()
-    // A sidecar (re)started before the plugin's hello knows no model folder yet: a job resumed
-    // then would fail as "folder gone". It waits, saying so, until the host's facts come.
-    if (this.folders().length === 0) {
-      for (const job of queued) if (job.error !== WAITING_FOR_HOST) void this.note(job.job_id, WAITING_FOR_HOST)
-      return
-    }
+    // A sidecar (re)started before the plugin's hello knows no model folder yet, and a ComfyUI
+    // starting says only the folders known at the plugin's import until every custom node has
+    // loaded (`all_nodes_loaded`): a job resumed then for a folder not yet said would fail as
+    // "folder gone". It waits, saying so, until the host's facts name its folder or are complete.
+    const known = new Set(this.folders().map((f) => f.name))
+    const complete = known.size > 0 && this.services.host.facts?.all_nodes_loaded === true
     for (const job of queued) {
+      if (!known.has(job.folder_type) && !complete) {
+        if (job.error !== WAITING_FOR_HOST) void this.note(job.job_id, WAITING_FOR_HOST)
+        continue
+      }
       if (this.running.size >= this.cfg.max_active_total) return
       const ofSource = [...this.running.keys()].filter((id) => this.jobs.get(id)?.source === job.source).length
       if (ofSource >= this.cfg.max_active_per_source) continue

@@ -122,6 +122,8 @@ export interface HostFacts {
   comfyui_version?: string
   /** class → text inputs by which an output node names where it writes (`filename_prefix`, SaveLoRANode's `prefix`) */
   writer_inputs?: Record<string, string[]>
+  /** set in the startup facts (every custom node loaded); absent from the import-time hello's */
+  all_nodes_loaded?: boolean
 }
 
 export interface PassDecision {
