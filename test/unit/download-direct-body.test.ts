@@ -17,6 +17,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
 import { transfer, type TransferReport } from '../../sidecar/src/downloads/transfer-worker.js'
+import { disk } from '../../sidecar/src/downloads/direct-body.js'
 import { SourceError } from '../../sidecar/src/downloads/hops.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'as-direct-'))
@@ -245,6 +246,41 @@ describe('two transfers and a cancel', () => {
         }
       }
     } finally {
+      s.close()
+    }
+  })
+
+  it('a disk that answers some writes late: one write at a time, so none overtakes another and the file is the body in order', async () => {
+    // the deterministic form of the row above: every other write reaches the disk a moment late;
+    // a write issued while another was in flight would land before it
+    const big = randomBytes(12 * 1024 * 1024 + 777)
+    const real = disk.write
+    let inFlight = 0
+    let most = 0
+    let calls = 0
+    disk.write = ((fd: number, buffer: Buffer, offset: number, length: number, position: null, done: (err: NodeJS.ErrnoException | null, n: number) => void) => {
+      inFlight++
+      most = Math.max(most, inFlight)
+      const go = () => real(fd, buffer, offset, length, position, (err, n) => {
+        inFlight--
+        done(err, n)
+      })
+      if (calls++ % 2 === 0) setTimeout(go, 5)
+      else go()
+    }) as typeof disk.write
+    const s = await rawServer((socket) => {
+      socket.write(ok(big.length))
+      socket.end(big)
+    })
+    try {
+      const r = await run(`${s.url}/f`)
+      assert.equal(r.error?.message, undefined)
+      assert.ok(calls >= 12, `the body went to the disk in ${calls} writes`)
+      assert.equal(most, 1, 'never two writes of a transfer in flight')
+      assert.equal(sha(readFileSync(r.partial)), sha(big), 'the bytes on disk are the body, in order')
+      rmSync(r.partial)
+    } finally {
+      disk.write = real
       s.close()
     }
   })

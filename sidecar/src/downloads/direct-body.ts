@@ -35,6 +35,9 @@ const HEAD_READ = 64 * 1024
 /** a source quiet this long has what came so far written out (progress counts bytes on disk: a resume starts there) */
 const QUIET_MS = 50
 
+/** The file writes (`fs.write`): a test puts its own here to shape when each reaches the disk. */
+export const disk: { write: typeof write } = { write }
+
 /** The fixed buffers of one thread's transfers, made on first use and kept; a second transfer at once in the same thread gets its own. */
 let ring: Buffer[] | undefined
 let ringInUse = false
@@ -130,7 +133,7 @@ export class DirectConnection {
         if (pending === 0 && queued.length === 0 && (written === length || (ended && fill === 0))) finish()
       }
       const writeOut = (slot: Buffer, from: number, to: number, done: (err: Error | null) => void) => {
-        write(fd, slot, from, to - from, null, (err, n) => {
+        disk.write(fd, slot, from, to - from, null, (err, n) => {
           if (err) return done(err)
           if (from + n < to) return writeOut(slot, from + n, to, done)
           done(null)
