@@ -206,8 +206,13 @@ async function main(): Promise<void> {
     for (let round = 0; round < DECISION_ROUNDS; round++) {
       // the stand-in at nice 0 for the speed lines above, at nice 19 from here on (see the header)
       for (const tid of threadTicks(child.pid!).keys()) setPriority(tid, 19)
+      // each window starts with nothing of an earlier one waiting to be written back (its own
+      // download's writeback stays in it): the earlier parts left GBs of dirty pages, whose
+      // flush landed on whichever window came next and moved the floor 2x from run to run
+      spawnSync('sync')
       const idleEnd = Date.now() + IDLE_MS
       idle.push(...(await decisions(() => Date.now() > idleEnd)))
+      spawnSync('sync')
       const before = { sidecar: threadTicks(sidecarPid), standin: threadTicks(child.pid!), bench: threadTicks(process.pid) }
       const detailBefore = before.sidecar
       const busyStart = performance.now()
@@ -228,6 +233,7 @@ async function main(): Promise<void> {
       benchCpu += sum(cpuBetween(before.bench, threadTicks(process.pid), () => 'all'))
       rmSync(join(folder, names[2]))
       rmSync(join(folder, names[3]))
+      spawnSync('sync')
       let floorDone = false
       const fetched = Promise.all([viaCurl(2), viaCurl(3)]).finally(() => (floorDone = true))
       floor.push(...(await decisions(() => floorDone)))
