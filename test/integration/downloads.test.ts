@@ -25,6 +25,7 @@ function facts(modelsDir: string) {
     model_folders: Object.fromEntries(FOLDERS.map((f) => [f, [join(modelsDir, f)]])),
     model_folder_extensions: Object.fromEntries(FOLDERS.map((f) => [f, ['.safetensors', '.ckpt', '.pt']])),
     model_paths: { sep: '/', case_insensitive: false },
+    all_nodes_loaded: true,
   }
 }
 
@@ -431,6 +432,16 @@ describe('a job outlives its request, not its account', () => {
   })
 })
 
+/** Starts a download of `f` (its source pauses half-way), waits until that half is on disk, and stops the sidecar keeping its files. */
+async function stoppedHalfWay(w: World, src: DownloadStandins, version: number, f: StandinFile, folder = 'checkpoints'): Promise<string> {
+  src.civitai.set(version, [f])
+  const paused = once(src.events, 'paused')
+  const jobId = await start(w, { source: 'civitai', model_version_id: version, folder_type: folder })
+  await Promise.all([paused, progressed(w, jobId, f.pauseAt!)])
+  await w.sc.close({ keepDir: true })
+  return jobId
+}
+
 describe('a restart mid-way resumes with Range and finishes with the right hash', () => {
   it('the partial file is kept across a stop; the next start asks for the rest only', async () => {
     const src = await startDownloadStandins()
@@ -438,11 +449,7 @@ describe('a restart mid-way resumes with Range and finishes with the right hash'
     let w = await openWorld(src, {}, dir)
     try {
       const f = file({ size: 4 * 1024 * 1024, pauseAt: 2 * 1024 * 1024 })
-      src.civitai.set(801, [f])
-      const paused = once(src.events, 'paused')
-      const jobId = await start(w, { source: 'civitai', model_version_id: 801 })
-      await Promise.all([paused, progressed(w, jobId, 2 * 1024 * 1024)])
-      await w.sc.close({ keepDir: true })
+      const jobId = await stoppedHalfWay(w, src, 801, f)
       assert.ok(readdirSync(join(w.modelsDir, 'checkpoints')).some((n) => n.endsWith('.authsvc-partial')))
       w = await openWorld(src, {}, dir)
       const job = await ended(w, jobId)
@@ -467,11 +474,7 @@ describe('a restart mid-way resumes with Range and finishes with the right hash'
     let w = await openWorld(src, {}, dir)
     try {
       const f = file({ size: 4 * 1024 * 1024, pauseAt: 2 * 1024 * 1024 })
-      src.civitai.set(802, [f])
-      const paused = once(src.events, 'paused')
-      const jobId = await start(w, { source: 'civitai', model_version_id: 802 })
-      await Promise.all([paused, progressed(w, jobId, 2 * 1024 * 1024)])
-      await w.sc.close({ keepDir: true })
+      const jobId = await stoppedHalfWay(w, src, 802, f)
       const asked = src.seen.length
       w = await openWorld(src, {}, dir, false)
       const waiting = await moved(w, jobId)
@@ -491,37 +494,38 @@ describe('a restart mid-way resumes with Range and finishes with the right hash'
     }
   })
 
-  it('a ComfyUI starting names its folders twice: a job for a folder only the startup facts name waits for them; complete facts without it fail the job as gone', async () => {
+  it('a ComfyUI starting names its folders twice: every job waits for the startup facts (a folder, or a path, only they name); complete facts without its folder fail the job as gone', async () => {
     const src = await startDownloadStandins()
     const dir = tempDir('as-dl-facts-')
     let w = await openWorld(src, {}, dir)
     try {
       const f = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
-      src.civitai.set(803, [f])
-      const g = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
-      src.civitai.set(804, [g])
-      const paused = once(src.events, 'paused')
-      const later = await start(w, { source: 'civitai', model_version_id: 803, folder_type: 'loras' })
-      await Promise.all([paused, progressed(w, later, 1024 * 1024)])
-      await w.sc.close({ keepDir: true })
+      const later = await stoppedHalfWay(w, src, 803, f, 'loras')
       w = await openWorld(src, {}, dir, false)
-      // the import-time hello: checkpoints only (loras is a later custom node's, say)
-      const atImport = facts(w.modelsDir)
+      // the import-time hello: checkpoints only (loras is a later custom node's, say), not complete
+      const { all_nodes_loaded: _, ...atImport } = facts(w.modelsDir)
       w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { ...atImport, model_folders: { checkpoints: atImport.model_folders.checkpoints } } })
       const waiting = await moved(w, later)
       assert.equal(waiting.status, 'queued', waiting.error)
       assert.match(waiting.error, /Waiting for ComfyUI to say which model folders it has/)
-      // every custom node loaded: loras is there, the job resumes into it
+      // a new job for a folder the import-time facts do name waits as well: a path a later node
+      // adds to checkpoints may hold a model of its name, which it would shadow
+      const h = file({ size: 256 * 1024 })
+      src.civitai.set(805, [h])
+      const fresh = await start(w, { source: 'civitai', model_version_id: 805 })
+      const freshWaiting = await moved(w, fresh)
+      assert.equal(freshWaiting.status, 'queued', freshWaiting.error)
+      assert.match(freshWaiting.error, /Waiting for ComfyUI/)
+      // every custom node loaded: loras is there, both jobs run
       w.sc.handlers.event({ type: 'event', name: 'host_facts', t: Date.now() / 1000, data: { ...atImport, all_nodes_loaded: true } })
-      const done = await ended(w, later)
+      const [done, freshDone] = await Promise.all([ended(w, later), ended(w, fresh)])
       assert.equal(done.status, 'completed', done.error)
       assert.equal(sha(join(w.modelsDir, 'loras', f.name)), src.trueSha256(f))
+      assert.equal(freshDone.status, 'completed', freshDone.error)
 
       // the same job shape after complete facts that do not name its folder: gone, and said so
-      const pausedAgain = once(src.events, 'paused')
-      const orphan = await start(w, { source: 'civitai', model_version_id: 804, folder_type: 'loras' })
-      await Promise.all([pausedAgain, progressed(w, orphan, 1024 * 1024)])
-      await w.sc.close({ keepDir: true })
+      const g = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
+      const orphan = await stoppedHalfWay(w, src, 804, g, 'loras')
       w = await openWorld(src, {}, dir, false)
       w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { ...atImport, model_folders: { checkpoints: atImport.model_folders.checkpoints }, all_nodes_loaded: true } })
       const gone = await ended(w, orphan)

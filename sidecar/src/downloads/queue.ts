@@ -177,9 +177,12 @@ export class DownloadQueue {
     this.pump()
   }
 
-  private async note(jobId: string, error: string): Promise<void> {
-    const job = await this.jobs.update(jobId, { error })
-    if (job) this.onChange(job)
+  /** A word on a queued job (why it waits); a store that refuses the write loses only the word. */
+  private note(jobId: string, error: string): void {
+    this.jobs.update(jobId, { error }).then(
+      (job) => job && this.onChange(job),
+      (err: unknown) => this.log.warn({ err, job_id: jobId }, 'a download job\'s note was not stored'),
+    )
   }
 
   folders(): ModelFolder[] {
@@ -248,16 +251,15 @@ export class DownloadQueue {
     if (this.stopping) return
     const queued = this.jobs.list().filter((j) => j.status === 'queued' && !this.running.has(j.job_id)).reverse()
     // A sidecar (re)started before the plugin's hello knows no model folder yet, and a ComfyUI
-    // starting says only the folders known at the plugin's import until every custom node has
-    // loaded (`all_nodes_loaded`): a job resumed then for a folder not yet said would fail as
-    // "folder gone". It waits, saying so, until the host's facts name its folder or are complete.
-    const known = new Set(this.folders().map((f) => f.name))
-    const complete = known.size > 0 && this.services.host.facts?.all_nodes_loaded === true
+    // starting says only the folders and paths known at the plugin's import until every custom
+    // node has loaded (`all_nodes_loaded`): a job run then could fail as "folder gone", or miss a
+    // model of the same name in a path a later node adds and shadow it. Jobs wait, saying so,
+    // until the host's facts are complete.
+    if (this.services.host.facts?.all_nodes_loaded !== true) {
+      for (const job of queued) if (job.error !== WAITING_FOR_HOST) this.note(job.job_id, WAITING_FOR_HOST)
+      return
+    }
     for (const job of queued) {
-      if (!known.has(job.folder_type) && !complete) {
-        if (job.error !== WAITING_FOR_HOST) void this.note(job.job_id, WAITING_FOR_HOST)
-        continue
-      }
       if (this.running.size >= this.cfg.max_active_total) return
       const ofSource = [...this.running.keys()].filter((id) => this.jobs.get(id)?.source === job.source).length
       if (ofSource >= this.cfg.max_active_per_source) continue
