@@ -442,101 +442,96 @@ async function stoppedHalfWay(w: World, src: DownloadStandins, version: number, 
   return jobId
 }
 
-describe('a restart mid-way resumes with Range and finishes with the right hash', () => {
-  it('the partial file is kept across a stop; the next start asks for the rest only', async () => {
-    const src = await startDownloadStandins()
-    const dir = tempDir('as-dl-restart-')
-    let w = await openWorld(src, {}, dir)
-    try {
-      const f = file({ size: 4 * 1024 * 1024, pauseAt: 2 * 1024 * 1024 })
-      const jobId = await stoppedHalfWay(w, src, 801, f)
-      assert.ok(readdirSync(join(w.modelsDir, 'checkpoints')).some((n) => n.endsWith('.authsvc-partial')))
-      w = await openWorld(src, {}, dir)
-      const job = await ended(w, jobId)
-      assert.equal(job.status, 'completed', job.error)
-      assert.equal(sha(join(w.modelsDir, 'checkpoints', f.name)), src.trueSha256(f))
-      const ranged = src.seen.filter((s) => s.server === 'cdn' && s.path.startsWith(`/files/${f.id}/`))
-      assert.equal(ranged.length, 2)
-      assert.match(ranged[1].range ?? '', /^bytes=\d+-$/)
-      assert.equal(ranged[1].range, `bytes=${2 * 1024 * 1024}-`, 'the resume asked for the rest, not the start')
-      assert.equal(ranged[1].ifRange, `"${src.trueSha256(f)}"`)
-    } finally {
-      await w.sc.close()
-      await src.close()
-    }
-  })
+/**
+ * A row that stops its sidecar and opens another on the same data dir: `reopen` opens the next
+ * (`hello` false: no plugin has spoken yet); whichever is open at the end is closed, and the stand-ins.
+ */
+async function withRestarts(prefix: string, row: (src: DownloadStandins, first: World, reopen: (hello?: boolean) => Promise<World>) => Promise<void>): Promise<void> {
+  const src = await startDownloadStandins()
+  const dir = tempDir(prefix)
+  let current = await openWorld(src, {}, dir)
+  try {
+    await row(src, current, async (hello = true) => (current = await openWorld(src, {}, dir, hello)))
+  } finally {
+    await current.sc.close()
+    await src.close()
+  }
+}
 
-  it('a sidecar started before the plugin\'s hello keeps the job queued, saying why, and resumes it once the host\'s folders come', async () => {
+describe('a restart mid-way resumes with Range and finishes with the right hash', () => {
+  it('the partial file is kept across a stop; the next start asks for the rest only', () => withRestarts('as-dl-restart-', async (src, first, reopen) => {
+    let w = first
+    const f = file({ size: 4 * 1024 * 1024, pauseAt: 2 * 1024 * 1024 })
+    const jobId = await stoppedHalfWay(w, src, 801, f)
+    assert.ok(readdirSync(join(w.modelsDir, 'checkpoints')).some((n) => n.endsWith('.authsvc-partial')))
+    w = await reopen()
+    const job = await ended(w, jobId)
+    assert.equal(job.status, 'completed', job.error)
+    assert.equal(sha(join(w.modelsDir, 'checkpoints', f.name)), src.trueSha256(f))
+    const ranged = src.seen.filter((s) => s.server === 'cdn' && s.path.startsWith(`/files/${f.id}/`))
+    assert.equal(ranged.length, 2)
+    assert.match(ranged[1].range ?? '', /^bytes=\d+-$/)
+    assert.equal(ranged[1].range, `bytes=${2 * 1024 * 1024}-`, 'the resume asked for the rest, not the start')
+    assert.equal(ranged[1].ifRange, `"${src.trueSha256(f)}"`)
+  }))
+
+  it('a sidecar started before the plugin\'s hello keeps the job queued, saying why, and resumes it once the host\'s folders come', () => withRestarts('as-dl-nohello-', async (src, first, reopen) => {
     // a restarted sidecar knows no model folder until the plugin reconnects: the job once
     // failed here as "The model folder checkpoints is gone" (CI, real-host-downloads)
-    const src = await startDownloadStandins()
-    const dir = tempDir('as-dl-nohello-')
-    let w = await openWorld(src, {}, dir)
-    try {
-      const f = file({ size: 4 * 1024 * 1024, pauseAt: 2 * 1024 * 1024 })
-      const jobId = await stoppedHalfWay(w, src, 802, f)
-      const asked = src.seen.length
-      w = await openWorld(src, {}, dir, false)
-      const waiting = await moved(w, jobId)
-      assert.equal(waiting.status, 'queued', waiting.error)
-      assert.match(waiting.error, /Waiting for ComfyUI to say which model folders it has/)
-      assert.equal(src.seen.length, asked, 'nothing was asked of the source before the host spoke')
-      sayHello(w.sc, w.modelsDir)
-      const job = await ended(w, jobId)
-      assert.equal(job.status, 'completed', job.error)
-      assert.equal(sha(join(w.modelsDir, 'checkpoints', f.name)), src.trueSha256(f))
-      const ranged = src.seen.filter((s) => s.server === 'cdn' && s.path.startsWith(`/files/${f.id}/`))
-      assert.equal(ranged.length, 2)
-      assert.equal(ranged[1].range, `bytes=${2 * 1024 * 1024}-`)
-    } finally {
-      await w.sc.close()
-      await src.close()
-    }
-  })
+    let w = first
+    const f = file({ size: 4 * 1024 * 1024, pauseAt: 2 * 1024 * 1024 })
+    const jobId = await stoppedHalfWay(w, src, 802, f)
+    const asked = src.seen.length
+    w = await reopen(false)
+    const waiting = await moved(w, jobId)
+    assert.equal(waiting.status, 'queued', waiting.error)
+    assert.match(waiting.error, /Waiting for ComfyUI to say which model folders it has/)
+    assert.equal(src.seen.length, asked, 'nothing was asked of the source before the host spoke')
+    sayHello(w.sc, w.modelsDir)
+    const job = await ended(w, jobId)
+    assert.equal(job.status, 'completed', job.error)
+    assert.equal(sha(join(w.modelsDir, 'checkpoints', f.name)), src.trueSha256(f))
+    const ranged = src.seen.filter((s) => s.server === 'cdn' && s.path.startsWith(`/files/${f.id}/`))
+    assert.equal(ranged.length, 2)
+    assert.equal(ranged[1].range, `bytes=${2 * 1024 * 1024}-`)
+  }))
 
-  it('a ComfyUI starting names its folders twice: every job waits for the startup facts (a folder, or a path, only they name); complete facts without its folder fail the job as gone', async () => {
-    const src = await startDownloadStandins()
-    const dir = tempDir('as-dl-facts-')
-    let w = await openWorld(src, {}, dir)
-    try {
-      const f = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
-      const later = await stoppedHalfWay(w, src, 803, f, 'loras')
-      w = await openWorld(src, {}, dir, false)
-      // the import-time hello: checkpoints only (loras is a later custom node's, say), not complete
-      const { all_nodes_loaded: _, ...atImport } = facts(w.modelsDir)
-      w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { ...atImport, model_folders: { checkpoints: atImport.model_folders.checkpoints } } })
-      const waiting = await moved(w, later)
-      assert.equal(waiting.status, 'queued', waiting.error)
-      assert.match(waiting.error, /Waiting for ComfyUI to say which model folders it has/)
-      // a new job for a folder the import-time facts do name waits as well: a path a later node
-      // adds to checkpoints may hold a model of its name, which it would shadow
-      const h = file({ size: 256 * 1024 })
-      src.civitai.set(805, [h])
-      const fresh = await start(w, { source: 'civitai', model_version_id: 805 })
-      const freshWaiting = await moved(w, fresh)
-      assert.equal(freshWaiting.status, 'queued', freshWaiting.error)
-      assert.match(freshWaiting.error, /Waiting for ComfyUI/)
-      // every custom node loaded: loras is there, both jobs run
-      w.sc.handlers.event({ type: 'event', name: 'host_facts', t: Date.now() / 1000, data: { ...atImport, all_nodes_loaded: true } })
-      const [done, freshDone] = await Promise.all([ended(w, later), ended(w, fresh)])
-      assert.equal(done.status, 'completed', done.error)
-      assert.equal(sha(join(w.modelsDir, 'loras', f.name)), src.trueSha256(f))
-      assert.equal(freshDone.status, 'completed', freshDone.error)
+  it('a ComfyUI starting names its folders twice: every job waits for the startup facts (a folder, or a path, only they name); complete facts without its folder fail the job as gone', () => withRestarts('as-dl-facts-', async (src, first, reopen) => {
+    let w = first
+    const f = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
+    const later = await stoppedHalfWay(w, src, 803, f, 'loras')
+    w = await reopen(false)
+    // the import-time hello: checkpoints only (loras is a later custom node's, say), not complete
+    const { all_nodes_loaded: _, ...atImport } = facts(w.modelsDir)
+    w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { ...atImport, model_folders: { checkpoints: atImport.model_folders.checkpoints } } })
+    const waiting = await moved(w, later)
+    assert.equal(waiting.status, 'queued', waiting.error)
+    assert.match(waiting.error, /Waiting for ComfyUI to say which model folders it has/)
+    // a new job for a folder the import-time facts do name waits as well: a path a later node
+    // adds to checkpoints may hold a model of its name, which it would shadow
+    const h = file({ size: 256 * 1024 })
+    src.civitai.set(805, [h])
+    const fresh = await start(w, { source: 'civitai', model_version_id: 805 })
+    const freshWaiting = await moved(w, fresh)
+    assert.equal(freshWaiting.status, 'queued', freshWaiting.error)
+    assert.match(freshWaiting.error, /Waiting for ComfyUI/)
+    // every custom node loaded: loras is there, both jobs run
+    w.sc.handlers.event({ type: 'event', name: 'host_facts', t: Date.now() / 1000, data: { ...atImport, all_nodes_loaded: true } })
+    const [done, freshDone] = await Promise.all([ended(w, later), ended(w, fresh)])
+    assert.equal(done.status, 'completed', done.error)
+    assert.equal(sha(join(w.modelsDir, 'loras', f.name)), src.trueSha256(f))
+    assert.equal(freshDone.status, 'completed', freshDone.error)
 
-      // the same job shape after complete facts that do not name its folder: gone, and said so
-      const g = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
-      const orphan = await stoppedHalfWay(w, src, 804, g, 'loras')
-      w = await openWorld(src, {}, dir, false)
-      w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { ...atImport, model_folders: { checkpoints: atImport.model_folders.checkpoints }, all_nodes_loaded: true } })
-      const gone = await ended(w, orphan)
-      assert.equal(gone.status, 'failed')
-      assert.match(gone.error, /The model folder loras is gone/)
-      assert.deepEqual(listing(w, 'loras').filter((n) => n.includes(g.name)), [], 'no partial file is left')
-    } finally {
-      await w.sc.close()
-      await src.close()
-    }
-  })
+    // the same job shape after complete facts that do not name its folder: gone, and said so
+    const g = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
+    const orphan = await stoppedHalfWay(w, src, 804, g, 'loras')
+    w = await reopen(false)
+    w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { ...atImport, model_folders: { checkpoints: atImport.model_folders.checkpoints }, all_nodes_loaded: true } })
+    const gone = await ended(w, orphan)
+    assert.equal(gone.status, 'failed')
+    assert.match(gone.error, /The model folder loras is gone/)
+    assert.deepEqual(listing(w, 'loras').filter((n) => n.includes(g.name)), [], 'no partial file is left')
+  }))
 })
 
 describe('outbound rules: the SSRF rows refuse (allow_private_hosts off)', () => {
