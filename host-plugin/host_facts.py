@@ -163,8 +163,8 @@ def install(app: Any, prompt_server: Any, hello: dict[str, Any], send_event: Cal
             except Exception:
                 # the sidecar then finds model lists from the folders' files alone (see the module doc)
                 log.exception("authsvc: reading the host's model inputs failed")
-        # what the sidecar waits for before it takes a missing model folder as gone (a download
-        # resumed at start for a folder a later custom node adds)
+        # what the sidecar's download queue waits for before any job runs (the import-time facts
+        # lack the folders and paths later custom nodes add)
         facts["all_nodes_loaded"] = True
         hello["host"] = facts
         send_event({"name": "host_facts", "t": time.time(), "data": facts})
