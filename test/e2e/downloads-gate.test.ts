@@ -33,7 +33,8 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       }, 30_000), JSON.stringify(job))
       return job
     }
-    const folder = () => readdirSync(join(stack.baseDir, 'models', 'checkpoints'))
+    /** every name under the folder, the staging directory's partial files included */
+    const folder = () => readdirSync(join(stack.baseDir, 'models', 'checkpoints'), { recursive: true }) as string[]
 
     before(async () => {
       src = await startDownloadStandins()
@@ -59,6 +60,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(started.status, 202, JSON.stringify(started.body))
       await paused
       assert.ok(await poll(async () => (await call('GET', `/authsvc/api/model-download/jobs/${started.body.job_id}`, alice)).body.job.bytes_done > 0, 10_000))
+      assert.ok(folder().some((n) => n.startsWith('.authsvc-partial/cancel-me.safetensors.')), 'the partial file is in the staging directory')
       const cancel = await call('POST', `/authsvc/api/model-download/jobs/${started.body.job_id}/cancel`, alice)
       assert.equal(cancel.status, 200, JSON.stringify(cancel.body))
       assert.equal(cancel.body.job.status, 'cancelled')

@@ -15,6 +15,8 @@ import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
 import type { DownloadsFeature } from '../../sidecar/src/downloads/feature.js'
 import type { DownloadJobRecord } from '../../sidecar/src/downloads/store.js'
 import { DEFAULT_GROUPS } from '../../sidecar/src/access/roles.js'
+import { transfersRunning } from '../../sidecar/src/downloads/queue.js'
+import { DOWNLOAD_STAGING_DIR } from '../../sidecar/src/models/model-cache.js'
 import { addUser, apiToken, bootstrapAdmin, call, openSidecar, sessionJwt, tempDir, type Sidecar } from '../unit/fixtures.js'
 import { startDownloadStandins, type DownloadStandins, type StandinFile } from '../helpers/download-sources.js'
 
@@ -131,8 +133,13 @@ async function start(w: World, body: Record<string, unknown>, jwt = w.aliceJwt):
 }
 
 const sha = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex')
-/** Every name in a model folder, partial files included. */
+/** Every name in a model folder (the staging directory of partial files included, while it exists). */
 const listing = (w: World, folder: string) => readdirSync(join(w.modelsDir, folder)).sort()
+/** The partial files in a model folder's staging directory ([] when there is none). */
+const staged = (w: World, folder: string) => {
+  const dir = join(w.modelsDir, folder, DOWNLOAD_STAGING_DIR)
+  return existsSync(dir) ? readdirSync(dir).sort() : []
+}
 
 describe('model downloads against the stand-ins', () => {
   let src: DownloadStandins
@@ -242,14 +249,49 @@ describe('model downloads against the stand-ins', () => {
     const paused = once(src.events, 'paused')
     const jobId = await start(w, { source: 'civitai', model_version_id: 611 })
     await Promise.all([paused, progressed(w, jobId)])
-    assert.ok(listing(w, 'checkpoints').some((n) => n.endsWith('.authsvc-partial')), 'the partial file exists while it runs')
+    assert.deepEqual(staged(w, 'checkpoints').map((n) => n.startsWith(`${f.name}.`) && n.endsWith('.authsvc-partial')), [true], 'the partial file is in the staging directory while it runs')
+    assert.ok(!listing(w, 'checkpoints').some((n) => n.includes(f.name)), 'and not in the folder itself')
+    assert.equal(transfersRunning(), true, 'the decision loop is told a transfer runs (its busy poll stays off)')
     const res = await call(w.sc, { method: 'POST', url: `/authsvc/api/model-download/jobs/${jobId}/cancel`, bearer: w.aliceJwt })
     assert.equal(res.statusCode, 200, res.body)
     assert.equal(JSON.parse(res.body).job.status, 'cancelled')
     assert.ok(!listing(w, 'checkpoints').some((n) => n.includes(f.name)), 'neither the model nor its partial file')
+    assert.ok(!existsSync(join(w.modelsDir, 'checkpoints', DOWNLOAD_STAGING_DIR)), 'the staging directory went with its last partial file')
+    assert.equal(transfersRunning(), false)
     const again = await call(w.sc, { method: 'POST', url: `/authsvc/api/model-download/jobs/${jobId}/cancel`, bearer: w.aliceJwt })
     assert.equal(again.statusCode, 409)
     assert.equal(JSON.parse(again.body).code, 'CONFLICT')
+  })
+
+  it('two downloads into one folder share its staging directory: it stays while either partial file is in it, and goes with the last', async () => {
+    const a = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
+    const b = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
+    src.civitai.set(612, [a])
+    src.civitai.set(613, [b])
+    const paused = new Set<number>()
+    const bothPaused = new Promise<void>((resolve) => {
+      const onPaused = (id: number) => {
+        paused.add(id)
+        if (paused.has(a.id) && paused.has(b.id)) {
+          src.events.off('paused', onPaused)
+          resolve()
+        }
+      }
+      src.events.on('paused', onPaused)
+    })
+    const jobA = await start(w, { source: 'civitai', model_version_id: 612 })
+    const jobB = await start(w, { source: 'civitai', model_version_id: 613 })
+    await Promise.all([bothPaused, progressed(w, jobA), progressed(w, jobB)])
+    assert.equal(staged(w, 'checkpoints').length, 2)
+    const res = await call(w.sc, { method: 'POST', url: `/authsvc/api/model-download/jobs/${jobA}/cancel`, bearer: w.aliceJwt })
+    assert.equal(res.statusCode, 200, res.body)
+    assert.deepEqual(staged(w, 'checkpoints').map((n) => n.startsWith(`${b.name}.`)), [true], 'the other partial file and its directory stay')
+    src.release(b.id)
+    const done = await ended(w, jobB)
+    assert.equal(done.status, 'completed', done.error)
+    assert.equal(sha(join(w.modelsDir, 'checkpoints', b.name)), src.trueSha256(b))
+    assert.ok(!existsSync(join(w.modelsDir, 'checkpoints', DOWNLOAD_STAGING_DIR)), 'gone with the last partial file')
+    assert.ok(!listing(w, 'checkpoints').includes(a.name))
   })
 
   it('an existing model of the same name is never overwritten', async () => {
@@ -463,7 +505,7 @@ describe('a restart mid-way resumes with Range and finishes with the right hash'
     let w = first
     const f = file({ size: 4 * 1024 * 1024, pauseAt: 2 * 1024 * 1024 })
     const jobId = await stoppedHalfWay(w, src, 801, f)
-    assert.ok(readdirSync(join(w.modelsDir, 'checkpoints')).some((n) => n.endsWith('.authsvc-partial')))
+    assert.equal(staged(w, 'checkpoints').length, 1, 'the partial file is kept across the stop')
     w = await reopen()
     const job = await ended(w, jobId)
     assert.equal(job.status, 'completed', job.error)

@@ -162,6 +162,27 @@ describe('TreeWatcher', () => {
     assert.deepEqual(seen, [['output/a/link.png', true]])
   })
 
+  it('a directory it is told never to enter (the download staging directory) is not: nothing in it is reported, at the start or later', async () => {
+    watcher.close()
+    watcher = new TreeWatcher((abs, present) => seen.push([abs.slice(base.length + 1), present]), silent, 'model directory', new Set(['.git', '.authsvc-partial']))
+    mkdirSync(join(root, '.authsvc-partial'))
+    writeFileSync(join(root, '.authsvc-partial', 'old.safetensors.1.authsvc-partial'), 'x')
+    mkdirSync(join(root, 'sub', '.authsvc-partial'), { recursive: true })
+    await watcher.add(root)
+    assert.equal(seen.length, 0, `not entered at the start, at any depth: ${JSON.stringify(seen)}`)
+    writeFileSync(join(root, '.authsvc-partial', 'new.safetensors.2.authsvc-partial'), 'x')
+    for (let i = 0; i < 20; i++) appendFileSync(join(root, '.authsvc-partial', 'new.safetensors.2.authsvc-partial'), 'more')
+    writeFileSync(join(root, 'sub', '.authsvc-partial', 'deep.authsvc-partial'), 'x')
+    mkdirSync(join(root, 'later', '.authsvc-partial'), { recursive: true })
+    writeFileSync(join(root, 'later', '.authsvc-partial', 'made-after.authsvc-partial'), 'x')
+    renameSync(join(root, '.authsvc-partial', 'new.safetensors.2.authsvc-partial'), join(root, 'placed.safetensors'))
+    await reported('output/placed.safetensors')
+    await marker(join(root, 'later'))
+    await marker()
+    assert.deepEqual(seen.filter(([p]) => p.includes('.authsvc-partial')), [], 'never anything inside it')
+    assert.equal(count('output/placed.safetensors', true), 1, 'a file moved out of it into the folder is reported')
+  })
+
   it('after close nothing is reported', async () => {
     await watcher.add(root, { quiet: true })
     watcher.close()

@@ -16,19 +16,22 @@
  * - the file appears in the folder only complete, with the SHA-256 the source published (when
  *   it published one), by `link` (which never replaces an existing file) then unlink of the
  *   partial, or a rename after a check when the file system has no hard links;
+ * - the partial file is in the folder's staging directory (DOWNLOAD_STAGING_DIR, same file
+ *   system, never watched: a watched file's every write wakes the decision loop), which goes
+ *   again when its last partial file does;
  * - a cancel of a queued job ends it; of a running one aborts the transfer, waits for the
  *   worker to end, and removes the partial file; a finished job cannot be cancelled (409).
  */
 import { randomUUID } from 'node:crypto'
 import { existsSync } from 'node:fs'
-import { link, mkdir, rename, stat, unlink } from 'node:fs/promises'
-import { extname, join, relative, resolve, sep } from 'node:path'
+import { link, mkdir, rename, rmdir, stat, unlink } from 'node:fs/promises'
+import { basename, dirname, extname, join, relative, resolve, sep } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import { Worker } from 'node:worker_threads'
 import type { FastifyBaseLogger } from 'fastify'
 import { AuthsvcError } from '../kernel/errors.js'
 import type { Config } from '../kernel/config/schema.js'
-import { modelFoldersOf, type ModelFolder } from '../models/model-cache.js'
+import { DOWNLOAD_STAGING_DIR, modelFoldersOf, type ModelFolder } from '../models/model-cache.js'
 import type { Services } from '../services.js'
 import { SourceError, type HopPolicy } from './hops.js'
 import { resolveRequest, type Resolved } from './sources.js'
@@ -52,6 +55,10 @@ type Tagged = TransferReport & { id: number }
  * TypeScript sources much more); one transfer per thread at a time; an idle thread does not keep
  * the process alive; a thread that dies is replaced on the next transfer.
  */
+/** Transfers running in this process (every queue's): the decision loop's busy poll stays off while any does. */
+let transfersInFlight = 0
+export const transfersRunning = (): boolean => transfersInFlight > 0
+
 class TransferThreads {
   private readonly idle: Worker[] = []
   private readonly all = new Set<Worker>()
@@ -61,11 +68,13 @@ class TransferThreads {
     const worker = this.idle.pop() ?? this.spawn()
     worker.ref()
     const id = this.nextId++
+    transfersInFlight++
     return new Promise((resolve) => {
       let settled = false
       const finish = (report: TransferReport & { type: 'done' | 'error' }, reusable: boolean) => {
         if (settled) return
         settled = true
+        transfersInFlight--
         worker.off('message', onMessage)
         worker.off('exit', onExit)
         signal.removeEventListener('abort', onAbort)
@@ -333,7 +342,8 @@ export class DownloadQueue {
       throw new SourceError(`${folder.name} already has a file named ${resolved.filename}; it is never overwritten or shadowed`, false)
     }
     await mkdir(dir, { recursive: true })
-    const partialPath = start.partial_path !== '' && start.filename === resolved.filename ? start.partial_path : join(dir, `${resolved.filename}.${start.job_id.slice(0, 8)}${PARTIAL_SUFFIX}`)
+    // (a job from before the staging directory resumes from where its partial file is)
+    const partialPath = start.partial_path !== '' && start.filename === resolved.filename ? start.partial_path : join(dir, DOWNLOAD_STAGING_DIR, `${resolved.filename}.${start.job_id.slice(0, 8)}${PARTIAL_SUFFIX}`)
     let resumeFrom = 0
     if (start.partial_path === partialPath && start.etag !== '') {
       resumeFrom = await stat(partialPath).then((s) => s.size, () => 0)
@@ -422,8 +432,16 @@ export class DownloadQueue {
   }
 }
 
+/** Removes a partial file, and its staging directory when that is now empty. */
 async function removeQuietly(path: string): Promise<void> {
   await unlink(path).catch(() => {})
+  await dropStagingDir(path)
+}
+
+/** The staging directory of `partialPath` goes once it holds nothing (another job's file keeps it: ENOTEMPTY). */
+async function dropStagingDir(partialPath: string): Promise<void> {
+  const dir = dirname(partialPath)
+  if (basename(dir) === DOWNLOAD_STAGING_DIR) await rmdir(dir).catch(() => {})
 }
 
 /** The partial file becomes the model without ever replacing one: link (fails when the name exists), then unlink. */
@@ -431,6 +449,7 @@ async function place(partialPath: string, finalPath: string, folder: string, nam
   try {
     await link(partialPath, finalPath)
     await unlink(partialPath)
+    await dropStagingDir(partialPath)
     return
   } catch (err) {
     const code = (err as { code?: string }).code
@@ -446,6 +465,7 @@ async function place(partialPath: string, finalPath: string, folder: string, nam
     throw new SourceError(`${folder} got a file named ${name} meanwhile; it is never overwritten, the download was removed`, false)
   }
   await rename(partialPath, finalPath)
+  await dropStagingDir(partialPath)
 }
 
 /** Waits `ms`, or less when `signal` aborts; whether it waited the whole time. */

@@ -20,7 +20,8 @@
 import { createHash, type Hash } from 'node:crypto'
 import { createReadStream, readlinkSync } from 'node:fs'
 import { setPriority } from 'node:os'
-import { open, stat, truncate, type FileHandle } from 'node:fs/promises'
+import { mkdir, open, stat, truncate, type FileHandle } from 'node:fs/promises'
+import { dirname } from 'node:path'
 import { Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { parentPort } from 'node:worker_threads'
@@ -139,6 +140,22 @@ async function hashPrefix(hash: Hash, path: string, bytes: number): Promise<void
   for await (const chunk of createReadStream(path, { start: 0, end: bytes - 1, highWaterMark: 1024 * 1024 })) hash.update(chunk as Buffer)
 }
 
+/**
+ * Creates the empty partial file and its staging directory. Another job's end removes that
+ * directory once it is empty, so it can go between the mkdir and the open: then both again.
+ */
+async function createPartial(path: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    await mkdir(dirname(path), { recursive: true, mode: 0o755 })
+    try {
+      await (await open(path, 'w', 0o644)).close()
+      return
+    } catch (err) {
+      if ((err as { code?: string }).code !== 'ENOENT' || attempt === 3) throw err
+    }
+  }
+}
+
 export async function transfer(order: TransferOrder, post: (report: TransferReport) => void, signal: AbortSignal): Promise<void> {
   const resumeFrom = order.resumeFrom > 0 && order.validator !== '' ? order.resumeFrom : 0
   const headers: Record<string, string> = resumeFrom > 0 ? { range: `bytes=${resumeFrom}-`, 'if-range': `"${order.validator}"` } : {}
@@ -199,8 +216,8 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
     await truncate(order.partialPath, start)
     await hashPrefix(hash, order.partialPath, start)
   } else {
-    // a fresh start: an empty partial (created 0600? the host must read it: 0644 as a model file)
-    await (await open(order.partialPath, 'w', 0o644)).close()
+    // a fresh start: an empty partial (0644: the host reads it as a model file once placed)
+    await createPartial(order.partialPath)
   }
   const file = await open(order.partialPath, 'a')
   const report = new Progress((bytes) => post({ type: 'progress', bytes }))

@@ -22,7 +22,7 @@
  * about 150 ms of CPU per new image; of 10,000: about 280 ms per image, and 1 s to start.
  * A root that does not exist yet is waited for: a watcher on its nearest existing parent
  * enters it once it appears. A directory reached twice (a symlink loop, on one walk) is
- * entered once; `.git` is never entered.
+ * entered once; `.git` is never entered, nor any other name the owner gives (`neverEnter`).
  */
 import { watch, type FSWatcher } from 'node:fs'
 import { opendir, stat } from 'node:fs/promises'
@@ -80,11 +80,13 @@ export class TreeWatcher {
    * @param onFile every file that appears (`present`) or goes, by absolute path; with its ctime
    *   when it was just looked at alone (a whole-directory read stats nothing)
    * @param label what the roots are, for the log
+   * @param neverEnter directory names never entered or watched, wherever they are
    */
   constructor(
     private readonly onFile: (abs: string, present: boolean, ctimeMs?: number) => void,
     private readonly log: Pick<FastifyBaseLogger, 'warn'>,
     private readonly label = 'directory',
+    private readonly neverEnter: ReadonlySet<string> = new Set(['.git']),
   ) {}
 
   /**
@@ -219,7 +221,7 @@ export class TreeWatcher {
       this.log.warn({ err, dir }, `cannot read a ${this.label}; it keeps what it held`)
       return
     }
-    dirs.delete('.git')
+    for (const name of this.neverEnter) dirs.delete(name)
     if (this.closed) return
     for (const name of state.files) if (!files.has(name)) this.onFile(join(dir, name), false)
     if (!quiet) for (const name of files) if (!state.files.has(name)) this.onFile(join(dir, name), true)
@@ -232,7 +234,7 @@ export class TreeWatcher {
 
   /** One entry of the directory, as it is now. */
   private async look(dir: string, state: DirState, name: string): Promise<void> {
-    const found: Kind = name === '.git' ? { kind: 'gone' } : await this.kind(join(dir, name))
+    const found: Kind = this.neverEnter.has(name) ? { kind: 'gone' } : await this.kind(join(dir, name))
     if (this.closed || found.kind === 'unknown' || this.dirs.get(dir) !== state) return
     const path = join(dir, name)
     if (found.kind !== 'file' && state.files.delete(name)) this.onFile(path, false)

@@ -37,6 +37,17 @@ export interface ModelFolder {
   extensions: string[]
 }
 
+/**
+ * Where a download's partial file lives while it arrives: a directory of this name inside the
+ * model folder it lands in (the same file system, so the finished file is linked into place). It
+ * is never watched or listed: every write to a file in a watched directory wakes the event loop
+ * that makes decisions (inotify reports each one), hundreds of times a second per download. What
+ * it holds ends in `.authsvc-partial`, an extension no model folder lists.
+ */
+export const DOWNLOAD_STAGING_DIR = '.authsvc-partial'
+/** Directory names inside model folders that are never entered. */
+const NEVER_ENTERED: ReadonlySet<string> = new Set(['.git', DOWNLOAD_STAGING_DIR])
+
 /** Folder names never treated as model folders. */
 export const NOT_MODEL_FOLDERS: ReadonlySet<string> = new Set(['custom_nodes'])
 
@@ -62,7 +73,7 @@ type Items = Map<string, Map<string, Set<number>>>
 
 const fits = (folder: ModelFolder, name: string): boolean => folder.extensions.length === 0 || folder.extensions.includes(extname(name).toLowerCase())
 
-/** Every file under `dir`, relative with `/`, following symlinks (as os.walk(followlinks=True)), skipping `.git`. */
+/** Every file under `dir`, relative with `/`, following symlinks (as os.walk(followlinks=True)), skipping `.git` and the download staging directory. */
 async function walk(dir: string, seen = new Set<string>()): Promise<string[]> {
   const out: string[] = []
   const visit = async (abs: string, rel: string): Promise<void> => {
@@ -86,7 +97,7 @@ async function walk(dir: string, seen = new Set<string>()): Promise<string[]> {
       const childRel = rel === '' ? e.name : `${rel}/${e.name}`
       const childAbs = join(abs, e.name)
       if (e.isDirectory() || e.isSymbolicLink()) {
-        if (e.name === '.git') continue
+        if (NEVER_ENTERED.has(e.name)) continue
         let isDir = e.isDirectory()
         let isFile = false
         if (e.isSymbolicLink()) {
@@ -229,7 +240,7 @@ export class ModelCache {
         this.onChange()
       }
     }
-    const watcher = new TreeWatcher(onFile, this.log, 'model directory')
+    const watcher = new TreeWatcher(onFile, this.log, 'model directory', NEVER_ENTERED)
     for (const dir of new Set(folders.flatMap((f) => f.paths))) await watcher.add(dir)
     // the scan is complete: swap it in whole, then stop the old watchers
     const old = this.watcher
