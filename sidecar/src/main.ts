@@ -8,6 +8,7 @@ import { mkdirSync, chmodSync, mkdtempSync, writeFileSync, rmSync } from 'node:f
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { buildApp, prepareApp } from './app.js'
+import { transfersRunning } from './downloads/queue.js'
 import { systemClock } from './kernel/clock.js'
 import { ConfigError, dataDirFromEnv, loadConfig } from './kernel/config/load.js'
 import { listenDecisionSocket, removeStaleSocket } from './kernel/server.js'
@@ -126,7 +127,8 @@ async function main(): Promise<void> {
   chmodSync(httpSocket, 0o600)
   const decisionServer = await listenDecisionSocket(decisionSocket, handlers(httpSocket), log, {
     windowMs: Number(process.env.AUTHSVC_BUSY_POLL_US ?? 2000) / 1000,
-    cpuIsFree: () => !services.passwords.hashing,
+    // not while a password hash or a download runs: the CPU is spoken for, and polling takes from it
+    cpuIsFree: () => !services.passwords.hashing && !transfersRunning(),
   })
   built.setPush(decisionServer.push)
   built.setFlushed(decisionServer.flushed)

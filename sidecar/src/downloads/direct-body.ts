@@ -22,7 +22,7 @@
  * certificates verified as Node's https does by default.
  */
 import type { Hash } from 'node:crypto'
-import { write } from 'node:fs'
+import { writeSync } from 'node:fs'
 import type { ClientRequest, IncomingMessage } from 'node:http'
 import net, { isIP, type LookupFunction } from 'node:net'
 import tls from 'node:tls'
@@ -38,8 +38,27 @@ const HEAD_READ = 64 * 1024
 /** a source quiet this long has what came so far written out (progress counts bytes on disk: a resume starts there) */
 const QUIET_MS = 50
 
-/** The file writes (`fs.write`): a test puts its own here to shape when each reaches the disk. */
-export const disk: { write: typeof write } = { write }
+/**
+ * A buffer's write to the partial file, made in the transfer's own thread (`writeSync`), its
+ * callback on the next tick. Not `fs.write`: that hands every write to the libuv pool, whose
+ * threads run at the sidecar's priority, not the transfer's, and each write crosses threads
+ * twice (a wake-up each way, an interrupt each on this two-core VM): during two downloads at 100
+ * MB/s each, the decision loop then waited longer for its CPU and took about 25 µs more per
+ * decision (docs/decisions.md, "The downloads bench: a download's writes and the loop").
+ */
+function writeHere(fd: number, buffer: Buffer, offset: number, length: number, position: null, callback: (err: NodeJS.ErrnoException | null, written: number) => void): void {
+  let written = 0
+  let error: NodeJS.ErrnoException | null = null
+  try {
+    written = writeSync(fd, buffer, offset, length, position)
+  } catch (err) {
+    error = err as NodeJS.ErrnoException
+  }
+  process.nextTick(callback, error, written)
+}
+
+/** The file writes: a test puts its own here to shape when each reaches the disk. */
+export const disk: { write: (fd: number, buffer: Buffer, offset: number, length: number, position: null, callback: (err: NodeJS.ErrnoException | null, written: number) => void) => void } = { write: writeHere }
 
 /** The fixed buffers of one thread's transfers, made on first use and kept; a second transfer at once in the same thread gets its own. */
 let ring: Buffer[] | undefined
