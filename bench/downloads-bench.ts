@@ -9,7 +9,7 @@
  * 2. Memory: the sidecar's RSS (/proc VmRSS, sampled every 50 ms) during the sidecar runs, above
  *    its RSS just before. Target ≤ 50 MB.
  * 3. Another user's decisions: bob's GET /prompt decisions on the decision socket, one at a time
- *    with a 2 ms pause, while the sidecar is idle (2 s) and while two 1 GB downloads run side by
+ *    with a 2 ms pause, while the sidecar is idle (10 s) and while two 1 GB downloads run side by
  *    side, alternately, three rounds (BENCH_DECISION_ROUNDS), the samples of each kind pooled.
  *    Target: p99 while downloading ≤ 1.1 × idle p99. The two files come at 100 MB/s each
  *    (BENCH_PARALLEL_MBPS; 0 for loopback speed): a download runs at a network link's speed, and at
@@ -40,7 +40,8 @@ const PROTOCOL = (JSON.parse(readFileSync(join(ROOT, 'shared/protocol.json'), 'u
 const ROUNDS = Number(process.env.BENCH_DOWNLOAD_ROUNDS ?? 3)
 /** part 3: idle and busy windows, alternating */
 const DECISION_ROUNDS = Number(process.env.BENCH_DECISION_ROUNDS ?? 3)
-const IDLE_MS = 2000
+/** as long as a busy window (1 GB at 100 MB/s), so the idle p99 rests on as many samples as the busy one */
+const IDLE_MS = 10_000
 /** part 3: what the stand-in paces each of the two files at (download-standins-server.ts) */
 const PARALLEL_MBPS = Number(process.env.BENCH_PARALLEL_MBPS ?? 100)
 const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((sorted.length * p) / 100))]
@@ -171,7 +172,11 @@ async function main(): Promise<void> {
     const client = await FrameClient.open(join(stack.dataDir, 'authsvc.sock'))
     assert.equal((await client.send({ type: 'hello', protocol: PROTOCOL, plugin_version: 'bench' })).type, 'hello')
     const describe: Frame = { type: 'decide', method: 'GET', path: '/prompt', query: '', route: { pattern: '/prompt', kind: 'route' }, route_status: 200, match_info: {}, headers: { authorization: `Bearer ${bob}` }, peer: '127.0.0.1', scheme: 'http' }
-    const decisions = async (until: () => boolean): Promise<number[]> => {
+    // the loop thread's CPU time and run-queue wait (/proc schedstat, ns), per kind of window
+    const schedstat = () => readFileSync(`/proc/${pid()}/task/${pid()}/schedstat`, 'utf8').trim().split(' ').map(Number)
+    const loopTime: Record<string, { cpu: number; wait: number; n: number }> = {}
+    const decisions = async (until: () => boolean, kind: string): Promise<number[]> => {
+      const before = schedstat()
       const out: number[] = []
       while (!until()) {
         const t = performance.now()
@@ -180,6 +185,11 @@ async function main(): Promise<void> {
         assert.equal(answer.action, 'pass')
         await new Promise((r) => setTimeout(r, 2))
       }
+      const after = schedstat()
+      const t = (loopTime[kind] ??= { cpu: 0, wait: 0, n: 0 })
+      t.cpu += after[0] - before[0]
+      t.wait += after[1] - before[1]
+      t.n += out.length
       return out.sort((a, b) => a - b)
     }
     // idle and busy windows alternate (as curl and the sidecar do above), so a burst of the
@@ -211,14 +221,14 @@ async function main(): Promise<void> {
       // flush landed on whichever window came next and moved the floor 2x from run to run
       spawnSync('sync')
       const idleEnd = Date.now() + IDLE_MS
-      idle.push(...(await decisions(() => Date.now() > idleEnd)))
+      idle.push(...(await decisions(() => Date.now() > idleEnd, 'idle')))
       spawnSync('sync')
       const before = { sidecar: threadTicks(sidecarPid), standin: threadTicks(child.pid!), bench: threadTicks(process.pid) }
       const detailBefore = before.sidecar
       const busyStart = performance.now()
       let busyDone = false
       const parallel = Promise.all([download(2), download(3)]).finally(() => (busyDone = true))
-      busy.push(...(await decisions(() => busyDone)))
+      busy.push(...(await decisions(() => busyDone, 'two downloads')))
       await parallel
       busyS += (performance.now() - busyStart) / 1000
       for (const [group, used] of cpuBetween(before.sidecar, threadTicks(sidecarPid), (tid, t) => (tid === sidecarPid ? 'loop' : t.nice >= 10 ? 'transfer threads (nice 10)' : 'other threads at nice 0 (libuv pool, V8 helpers)'))) {
@@ -236,7 +246,7 @@ async function main(): Promise<void> {
       spawnSync('sync')
       let floorDone = false
       const fetched = Promise.all([viaCurl(2), viaCurl(3)]).finally(() => (floorDone = true))
-      floor.push(...(await decisions(() => floorDone)))
+      floor.push(...(await decisions(() => floorDone, 'two curl')))
       await fetched
       for (const version of [2, 3]) rmSync(join(floorDir, names[version]))
     }
@@ -248,6 +258,7 @@ async function main(): Promise<void> {
     client.close()
     fsWatcher.close()
     console.log(`  bob's decisions (${DECISION_ROUNDS} alternating rounds, downloads at ${PARALLEL_MBPS > 0 ? `${PARALLEL_MBPS} MB/s each` : 'loopback speed'}): idle ${idle.length}, p50/p99 ${pct(idle, 50).toFixed(3)}/${pct(idle, 99).toFixed(3)} ms; during two downloads ${busy.length}, p50/p99 ${pct(busy, 50).toFixed(3)}/${pct(busy, 99).toFixed(3)} ms`)
+    console.log(`  the sidecar loop per decision (CPU / waiting for a CPU): ${Object.entries(loopTime).map(([k, t]) => `${k} ${(t.cpu / t.n / 1000).toFixed(0)} / ${(t.wait / t.n / 1000).toFixed(0)} µs`).join(', ')}`)
     console.log(`  the machine's floor (not a verdict): during two curl downloads of the same files (nice 10, an unwatched folder) ${floor.length}, p50/p99 ${pct(floor, 50).toFixed(3)}/${pct(floor, 99).toFixed(3)} ms, p99 ${(pct(floor, 99) / pct(idle, 99)).toFixed(2)}x idle`)
 
     const verdicts: Verdict[] = [
