@@ -65,6 +65,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(cancel.status, 200, JSON.stringify(cancel.body))
       assert.equal(cancel.body.job.status, 'cancelled')
       assert.deepEqual(folder().filter((n) => n.includes('cancel-me')), [])
+      assert.ok(!folder().includes('.authsvc-partial'), 'nor the staging directory')
     })
 
     it('a wrong published SHA-256 fails the job and leaves no file', async () => {
@@ -74,6 +75,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(job.status, 'failed')
       assert.match(job.error, /SHA-256 is [0-9a-f]{64}, not the [0-9a-f]{64} the source published/)
       assert.deepEqual(folder().filter((n) => n.includes('wrong')), [])
+      assert.ok(!folder().includes('.authsvc-partial'), 'nor the staging directory')
     })
 
     it('an archived model is a failed job that says so', async () => {

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
 import { EventEmitter, once } from 'node:events'
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmdirSync, writeFileSync } from 'node:fs'
 import { createHash } from 'node:crypto'
 import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
@@ -515,6 +515,45 @@ describe('a restart mid-way resumes with Range and finishes with the right hash'
     assert.match(ranged[1].range ?? '', /^bytes=\d+-$/)
     assert.equal(ranged[1].range, `bytes=${2 * 1024 * 1024}-`, 'the resume asked for the rest, not the start')
     assert.equal(ranged[1].ifRange, `"${src.trueSha256(f)}"`)
+    assert.ok(!existsSync(join(w.modelsDir, 'checkpoints', DOWNLOAD_STAGING_DIR)), 'the staging directory went once the file was placed')
+  }))
+
+  it('a source that names another file after the restart: the old partial file is removed, the new one lands, the staging directory goes', () => withRestarts('as-dl-renamed-', async (src, first, reopen) => {
+    let w = first
+    const f = file({ size: 4 * 1024 * 1024, pauseAt: 2 * 1024 * 1024 })
+    const jobId = await stoppedHalfWay(w, src, 805, f)
+    assert.equal(staged(w, 'checkpoints').length, 1)
+    const renamed = { ...f, id: nextId++, name: `renamed-${f.id}.safetensors`, pauseAt: undefined }
+    src.civitai.set(805, [renamed])
+    w = await reopen()
+    const job = await ended(w, jobId)
+    assert.equal(job.status, 'completed', job.error)
+    assert.equal(sha(join(w.modelsDir, 'checkpoints', renamed.name)), src.trueSha256(renamed))
+    assert.ok(!listing(w, 'checkpoints').includes(f.name))
+    assert.ok(!existsSync(join(w.modelsDir, 'checkpoints', DOWNLOAD_STAGING_DIR)), 'no partial file of the first name is left behind in it')
+  }))
+
+  it('a job from before the staging directory resumes from its partial file in the folder itself', () => withRestarts('as-dl-oldlayout-', async (src, first, reopen) => {
+    let w = first
+    const f = file({ size: 4 * 1024 * 1024, pauseAt: 2 * 1024 * 1024 })
+    const jobId = await stoppedHalfWay(w, src, 806, f)
+    // as an older sidecar left it: the partial file beside the models, its path in the job
+    const [name] = staged(w, 'checkpoints')
+    const oldPath = join(w.modelsDir, 'checkpoints', name)
+    renameSync(join(w.modelsDir, 'checkpoints', DOWNLOAD_STAGING_DIR, name), oldPath)
+    rmdirSync(join(w.modelsDir, 'checkpoints', DOWNLOAD_STAGING_DIR))
+    w = await reopen(false)
+    // no hello yet: the job waits, and its stored path is set as the older sidecar stored it
+    assert.equal((await moved(w, jobId)).status, 'queued')
+    const queue = await (w.sc.built.features.find((x) => x.name === 'downloads') as DownloadsFeature).queue()
+    await (queue as unknown as { jobs: { update(id: string, fields: Partial<DownloadJobRecord>): Promise<unknown> } }).jobs.update(jobId, { partial_path: oldPath })
+    sayHello(w.sc, w.modelsDir)
+    const job = await ended(w, jobId)
+    assert.equal(job.status, 'completed', job.error)
+    assert.equal(sha(join(w.modelsDir, 'checkpoints', f.name)), src.trueSha256(f))
+    assert.deepEqual(listing(w, 'checkpoints').filter((n) => n.includes(f.name)), [f.name], 'the model in place, the old partial file gone')
+    const cdn = src.seen.filter((x) => x.server === 'cdn' && x.path.startsWith(`/files/${f.id}/`))
+    assert.equal(cdn.at(-1)?.range, `bytes=${2 * 1024 * 1024}-`, 'resumed from the old partial file, not started again')
   }))
 
   it('a sidecar started before the plugin\'s hello keeps the job queued, saying why, and resumes it once the host\'s folders come', () => withRestarts('as-dl-nohello-', async (src, first, reopen) => {
@@ -567,12 +606,14 @@ describe('a restart mid-way resumes with Range and finishes with the right hash'
     // the same job shape after complete facts that do not name its folder: gone, and said so
     const g = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
     const orphan = await stoppedHalfWay(w, src, 804, g, 'loras')
+    assert.equal(staged(w, 'loras').length, 1)
     w = await reopen(false)
     w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { ...atImport, model_folders: { checkpoints: atImport.model_folders.checkpoints }, all_nodes_loaded: true } })
     const gone = await ended(w, orphan)
     assert.equal(gone.status, 'failed')
     assert.match(gone.error, /The model folder loras is gone/)
-    assert.deepEqual(listing(w, 'loras').filter((n) => n.includes(g.name)), [], 'no partial file is left')
+    assert.deepEqual(listing(w, 'loras').filter((n) => n.includes(g.name)), [], 'no file is left')
+    assert.ok(!existsSync(join(w.modelsDir, 'loras', DOWNLOAD_STAGING_DIR)), 'no partial file, nor its staging directory')
   }))
 })
 

@@ -309,6 +309,14 @@ describe('model lists for a principal without can_view_all_comfyui_items', () =>
     }
   })
 
+  it('/object_info: a list the host did not report never keeps a name in a download staging directory (the cache does not know it: unknown names are otherwise kept)', async () => {
+    const partial = '.authsvc-partial/theirs.ckpt.1a2b3c4d.authsvc-partial'
+    const host = `{"UnreportedLoader": {"input": {"optional": {"m": [["None", "mine.ckpt", "theirs.ckpt", "${partial}", "sub/.authsvc-partial/x.ckpt"]]}}}}`
+    const o = { path: '/object_info', pattern: '/object_info' }
+    assert.equal((await filtered(w.sc, { ...o, headers: bearer(w.internJwt) }, host)).body, '{"UnreportedLoader": {"input": {"optional": {"m": [["None", "mine.ckpt"]]}}}}')
+    assert.deepEqual(await filtered(w.sc, { ...o, headers: bearer(w.adminJwt) }, host), { filter: false, body: host }, 'admin')
+  })
+
   it('a grant or a revocation changes the next answer', async () => {
     const o = { path: '/models/loras', pattern: '/models/{folder}', match_info: { folder: 'loras' }, headers: bearer(w.internJwt) }
     const host = '["other.safetensors", "style.safetensors"]'
@@ -361,6 +369,11 @@ describe('the /prompt model check', () => {
     ['a name wrapped in __value__', { 1: node('CheckpointLoaderSimple', { ckpt_name: { __value__: 'secret.safetensors' } }) }, ['checkpoints/secret.safetensors']],
     ['a name wrapped twice', { 1: node('LoraLoader', { lora_name: { __value__: { __value__: 'other.safetensors' } } }) }, ['loras/other.safetensors']],
     ['a wrapped name in a loader the host did not report', { 1: node('SomeOtherLoader', { anything: { __value__: 'secret.safetensors' } }) }, ['checkpoints/secret.safetensors']],
+    // a download's staging directory is never entered by the cache, yet the host loads from it by name
+    ['a partial download in a loader the host did not report', { 1: node('SomeOtherLoader', { anything: '.authsvc-partial/big.ckpt.1a2b3c4d.authsvc-partial' }) }, ['.authsvc-partial/big.ckpt.1a2b3c4d.authsvc-partial']],
+    ['a staging directory reached through ../', { 1: node('SomeOtherLoader', { anything: 'sub/../.authsvc-partial/x.safetensors' }) }, ['sub/../.authsvc-partial/x.safetensors']],
+    ['a staging directory deeper down', { 1: node('SomeOtherLoader', { anything: { __value__: 'sub/.authsvc-partial/x.safetensors' } }) }, ['sub/.authsvc-partial/x.safetensors']],
+    ['a staging directory in a reported model input', { 1: node('CheckpointLoaderSimple', { ckpt_name: '.authsvc-partial/x.safetensors.1a2b3c4d.authsvc-partial' }) }, ['checkpoints/.authsvc-partial/x.safetensors.1a2b3c4d.authsvc-partial']],
   ]
   for (const [label, graph, named] of ATTACKS) {
     it(`${label} → 403 MODEL_NOT_ALLOWED naming ${named.join(', ')}; nothing is recorded`, async () => {

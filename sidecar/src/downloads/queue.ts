@@ -94,7 +94,13 @@ class TransferThreads {
       worker.on('message', onMessage)
       worker.once('exit', onExit)
       signal.addEventListener('abort', onAbort, { once: true })
-      worker.postMessage({ type: 'start', id, order })
+      try {
+        worker.postMessage({ type: 'start', id, order })
+      } catch (err) {
+        // an order that cannot be sent (never plain data) ends here, the count of transfers with it
+        finish({ type: 'error', message: `The transfer could not start (${(err as Error).message})`, retryable: false, restart: false }, true)
+        return
+      }
       if (signal.aborted) onAbort()
     })
   }
@@ -344,6 +350,8 @@ export class DownloadQueue {
     await mkdir(dir, { recursive: true })
     // (a job from before the staging directory resumes from where its partial file is)
     const partialPath = start.partial_path !== '' && start.filename === resolved.filename ? start.partial_path : join(dir, DOWNLOAD_STAGING_DIR, `${resolved.filename}.${start.job_id.slice(0, 8)}${PARTIAL_SUFFIX}`)
+    // the source now names another file: the old partial is of no use (and would keep its staging directory)
+    if (start.partial_path !== '' && start.partial_path !== partialPath) await removeQuietly(start.partial_path)
     let resumeFrom = 0
     if (start.partial_path === partialPath && start.etag !== '') {
       resumeFrom = await stat(partialPath).then((s) => s.size, () => 0)

@@ -234,7 +234,8 @@ export class TreeWatcher {
 
   /** One entry of the directory, as it is now. */
   private async look(dir: string, state: DirState, name: string): Promise<void> {
-    const found: Kind = this.neverEnter.has(name) ? { kind: 'gone' } : await this.kind(join(dir, name))
+    let found: Kind = await this.kind(join(dir, name))
+    if (found.kind === 'dir' && this.neverEnter.has(name)) found = { kind: 'gone' } // a file of that name is a file
     if (this.closed || found.kind === 'unknown' || this.dirs.get(dir) !== state) return
     const path = join(dir, name)
     if (found.kind !== 'file' && state.files.delete(name)) this.onFile(path, false)

@@ -24,7 +24,7 @@ import { posix } from 'node:path'
 import { denyDecision } from '../kernel/answers.js'
 import type { Decision, HostFacts, RespondDecision } from '../kernel/protocol.js'
 import { can, type Principal } from '../identity/principal.js'
-import type { ModelCache } from './model-cache.js'
+import { DOWNLOAD_STAGING_DIR, type ModelCache } from './model-cache.js'
 import type { ModelGrants } from './model-grants.js'
 import { arrayElements, keepElements, rootStart } from '../isolation/json-spans.js'
 import type { RouteBehaviour } from '../kernel/behaviour.js'
@@ -115,6 +115,15 @@ export class ModelAccess {
     this.factsVersion++
   }
 
+  /**
+   * Whether a name reaches into a download staging directory (models/model-cache.ts): the cache
+   * never enters one, so what is in it is unknown to it, yet the host lists and loads it by this
+   * name. It is never a model for a principal limited to grants (deny what cannot be checked).
+   */
+  inStaging(name: string): boolean {
+    return this.hostPath(name).split('/').includes(DOWNLOAD_STAGING_DIR)
+  }
+
   /** The model folder a request names (the host maps legacy names such as `unet`). */
   folderOf(name: string): string {
     return this.legacy.get(name) ?? name
@@ -197,6 +206,10 @@ export class ModelAccess {
           continue
         }
         if (typeof value !== 'string') continue
+        if (this.inStaging(value)) {
+          refused.add(value)
+          continue
+        }
         // a text that is a model's name, wherever it is (covers loaders whose lists the host did not report)
         for (const folder of this.foldersNaming(value)) if (!view.allows(folder, value)) refused.add(`${folder}/${value}`)
         for (const item of this.embeddingsNamed(value)) if (!view.allows('embeddings', item)) refused.add(`embeddings/${item}`)
@@ -374,7 +387,7 @@ export function objectInfoModelKeep(
   for (const option of new Set(options)) for (const f of cache.foldersHolding(option)) seen.set(f, (seen.get(f) ?? 0) + 1)
   const folders = [...seen].filter(([f, n]) => n === cache.size(f)).map(([f]) => f)
   if (folders.length === 0) return null
-  return (name) => !folders.some((f) => cache.has(f, name)) || folders.some((f) => view.allows(f, name))
+  return (name) => !deps.models.inStaging(name) && (!folders.some((f) => cache.has(f, name)) || folders.some((f) => view.allows(f, name)))
 }
 
 /** The object_info filter's cache key part for models (empty when the principal sees every model). */

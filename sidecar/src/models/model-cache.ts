@@ -42,7 +42,10 @@ export interface ModelFolder {
  * model folder it lands in (the same file system, so the finished file is linked into place). It
  * is never watched or listed: every write to a file in a watched directory wakes the event loop
  * that makes decisions (inotify reports each one), hundreds of times a second per download. What
- * it holds ends in `.authsvc-partial`, an extension no model folder lists.
+ * it holds ends in `.authsvc-partial`, an extension no built-in model folder lists; the host
+ * still lists it in a folder that takes every file, and loads any name inside such a directory,
+ * so a name that reaches into one is never a model for a principal limited to grants
+ * (ModelAccess.inStaging).
  */
 export const DOWNLOAD_STAGING_DIR = '.authsvc-partial'
 /** Directory names inside model folders that are never entered. */
