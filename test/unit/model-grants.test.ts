@@ -315,6 +315,9 @@ describe('model lists for a principal without can_view_all_comfyui_items', () =>
     const o = { path: '/object_info', pattern: '/object_info' }
     assert.equal((await filtered(w.sc, { ...o, headers: bearer(w.internJwt) }, host)).body, '{"UnreportedLoader": {"input": {"optional": {"m": [["None", "mine.ckpt"]]}}}}')
     assert.deepEqual(await filtered(w.sc, { ...o, headers: bearer(w.adminJwt) }, host), { filter: false, body: host }, 'admin')
+    // a list the cache cannot tie to a folder (nothing else of a folder in it): the partial still goes
+    const alone = `{"OtherLoader": {"input": {"required": {"m": [["None", "${partial}"]]}}}}`
+    assert.equal((await filtered(w.sc, { ...o, headers: bearer(w.internJwt) }, alone)).body, '{"OtherLoader": {"input": {"required": {"m": [["None"]]}}}}')
   })
 
   it('a grant or a revocation changes the next answer', async () => {

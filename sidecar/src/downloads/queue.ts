@@ -50,15 +50,15 @@ function startWorker(): Worker {
 
 type Tagged = TransferReport & { id: number }
 
+/** Transfers running in this process (every queue's): the decision loop's busy poll stays off while any does. */
+let transfersInFlight = 0
+export const transfersRunning = (): boolean => transfersInFlight > 0
+
 /**
  * Transfer threads, kept between transfers (starting one costs tens of milliseconds, from the
  * TypeScript sources much more); one transfer per thread at a time; an idle thread does not keep
  * the process alive; a thread that dies is replaced on the next transfer.
  */
-/** Transfers running in this process (every queue's): the decision loop's busy poll stays off while any does. */
-let transfersInFlight = 0
-export const transfersRunning = (): boolean => transfersInFlight > 0
-
 class TransferThreads {
   private readonly idle: Worker[] = []
   private readonly all = new Set<Worker>()

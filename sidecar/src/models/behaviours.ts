@@ -386,7 +386,8 @@ export function objectInfoModelKeep(
   const seen = new Map<string, number>()
   for (const option of new Set(options)) for (const f of cache.foldersHolding(option)) seen.set(f, (seen.get(f) ?? 0) + 1)
   const folders = [...seen].filter(([f, n]) => n === cache.size(f)).map(([f]) => f)
-  if (folders.length === 0) return null
+  // not a folder's list as far as the cache can tell; a name in a staging directory still goes
+  if (folders.length === 0) return options.some((o) => deps.models.inStaging(o)) ? (name) => !deps.models.inStaging(name) : null
   return (name) => !deps.models.inStaging(name) && (!folders.some((f) => cache.has(f, name)) || folders.some((f) => view.allows(f, name)))
 }
 
