@@ -58,7 +58,7 @@ function writeHere(fd: number, buffer: Buffer, offset: number, length: number, p
 }
 
 /** The file writes: a test puts its own here to shape when each reaches the disk. */
-export const disk: { write: (fd: number, buffer: Buffer, offset: number, length: number, position: null, callback: (err: NodeJS.ErrnoException | null, written: number) => void) => void } = { write: writeHere }
+export const disk: { write: typeof writeHere } = { write: writeHere }
 
 /** The fixed buffers of one thread's transfers, made on first use and kept; a second transfer at once in the same thread gets its own. */
 let ring: Buffer[] | undefined
