@@ -26,10 +26,10 @@ import { randomUUID } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { link, mkdir, rename, rmdir, stat, unlink } from 'node:fs/promises'
 import { basename, dirname, extname, join, relative, resolve, sep } from 'node:path'
-import { fileURLToPath, pathToFileURL } from 'node:url'
-import { Worker } from 'node:worker_threads'
+import type { Worker } from 'node:worker_threads'
 import type { FastifyBaseLogger } from 'fastify'
 import { AuthsvcError } from '../kernel/errors.js'
+import { startThread } from '../kernel/threads.js'
 import type { Config } from '../kernel/config/schema.js'
 import { DOWNLOAD_STAGING_DIR, modelFoldersOf, type ModelFolder } from '../models/model-cache.js'
 import type { Services } from '../services.js'
@@ -39,14 +39,7 @@ import type { DownloadJobRecord, DownloadJobs, DownloadRequest, JobStatus, Sourc
 import type { TransferOrder, TransferReport } from './transfer-worker.js'
 import './events.js'
 
-const FROM_SOURCES = import.meta.url.endsWith('.ts')
-const WORKER = fileURLToPath(new URL(FROM_SOURCES ? './transfer-worker.ts' : './transfer-worker.js', import.meta.url))
-
-function startWorker(): Worker {
-  if (!FROM_SOURCES) return new Worker(WORKER)
-  const code = `const { register } = await import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}); register(); await import(${JSON.stringify(pathToFileURL(WORKER).href)})`
-  return new Worker(new URL(`data:text/javascript,${encodeURIComponent(code)}`))
-}
+const startWorker = (): Worker => startThread(import.meta.url, 'transfer-worker')
 
 type Tagged = TransferReport & { id: number }
 

@@ -6,24 +6,16 @@
  * another user's filtered read. Threads start on demand; one that dies is
  * replaced (the jobs it had then fail: their requests are refused).
  */
-import { fileURLToPath, pathToFileURL } from 'node:url'
-import { Worker } from 'node:worker_threads'
+import type { Worker } from 'node:worker_threads'
+import { startThread } from '../kernel/threads.js'
 import { filterHistory, filterQueue } from './host-json-filters.js'
 
 export const INLINE_BYTES = 64 * 1024
 
-const FROM_SOURCES = import.meta.url.endsWith('.ts')
-const WORKER = fileURLToPath(new URL(FROM_SOURCES ? './filter-worker.ts' : './filter-worker.js', import.meta.url))
 
 type Job =
   | { kind: 'history'; own: string[]; maxItems: number | null; offset: number }
   | { kind: 'queue'; own: string[]; seesAll: boolean }
-
-/** From the TypeScript sources (tests): the worker registers tsx first, then loads its module. */
-function sourceWorker(): Worker {
-  const code = `const { register } = await import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}); register(); await import(${JSON.stringify(pathToFileURL(WORKER).href)})`
-  return new Worker(new URL(`data:text/javascript,${encodeURIComponent(code)}`))
-}
 
 export type FilterJob = Job & { id: number; body: ArrayBuffer }
 export type FilterJobResult = { id: number; bytes?: ArrayBuffer; error?: string }
@@ -95,7 +87,7 @@ export class FilterPool {
   }
 
   private start(): Slot {
-    const worker = FROM_SOURCES ? sourceWorker() : new Worker(WORKER)
+    const worker = startThread(import.meta.url, 'filter-worker')
     worker.unref()
     const slot: Slot = { worker, inFlight: 0, idleTimer: null }
     worker.on('message', (result: FilterJobResult) => {

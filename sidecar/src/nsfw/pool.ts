@@ -12,22 +12,14 @@
  * hangs) when its deadline passes, the queue is full (`queue_max`), the worker failed to start or
  * died (a new one starts for the next job), or the pool is closed.
  */
-import { fileURLToPath, pathToFileURL } from 'node:url'
-import { Worker } from 'node:worker_threads'
+import type { Worker } from 'node:worker_threads'
+import { startThread } from '../kernel/threads.js'
 import type { FastifyBaseLogger } from 'fastify'
 import { ClassifyError, type Classified, type Classifier, type ClassifyTarget } from './classifier.js'
 import type { EngineName } from './engines.js'
 import type { WorkerAnswer, WorkerJob } from './worker.js'
 
-const FROM_SOURCES = import.meta.url.endsWith('.ts')
-const WORKER = fileURLToPath(new URL(FROM_SOURCES ? './worker.ts' : './worker.js', import.meta.url))
-
-/** From the TypeScript sources (tests): the worker registers tsx first, then loads its module. */
-function startWorker(engine: EngineName): Worker {
-  if (!FROM_SOURCES) return new Worker(WORKER, { workerData: { engine } })
-  const code = `const { register } = await import(${JSON.stringify(import.meta.resolve('tsx/esm/api'))}); register(); await import(${JSON.stringify(pathToFileURL(WORKER).href)})`
-  return new Worker(new URL(`data:text/javascript,${encodeURIComponent(code)}`), { workerData: { engine } })
-}
+const startWorker = (engine: EngineName): Worker => startThread(import.meta.url, 'worker', { workerData: { engine } })
 
 interface Waiter { resolve(c: Classified): void; reject(e: Error): void }
 
