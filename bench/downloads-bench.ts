@@ -5,7 +5,9 @@
  * 1. Speed: a 2 GB file from the loopback stand-in, through the sidecar's queue (Civitai API,
  *    redirect to the CDN, hashed while streaming, placed by link), against `curl -o` fetching the
  *    same CDN URL to a file in the same folder; run alternately (curl, sidecar, curl, sidecar),
- *    the ratio of the medians within this run. Target: sidecar ≥ 0.9 × curl.
+ *    the ratio of the medians within this run. Target: sidecar ≥ 0.9 × curl. Each run starts after
+ *    a `sync` (the one before leaves gigabytes of dirty pages), and prints the CPU each party used
+ *    per GB (curl by /usr/bin/time; the sidecar's threads and the stand-in from /proc).
  * 2. Memory: the sidecar's RSS (/proc VmRSS, sampled every 50 ms) during the sidecar runs, above
  *    its RSS just before. Target ≤ 50 MB.
  * 3. Another user's decisions: bob's GET /prompt decisions on the decision socket, one at a time
@@ -142,29 +144,45 @@ async function main(): Promise<void> {
       return { ms: Date.parse(job.finished_at_iso) - Date.parse(job.started_at_iso), bytes: job.total_bytes }
     }
 
+    const sum = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0)
     // 1 and 2: alternately, curl then the sidecar
     const curlRates: number[] = []
     const sidecarRates: number[] = []
     let rssGrowthKb = 0
     for (let round = 0; round < ROUNDS; round++) {
       const curlFile = join(folder, 'curl-copy.bin')
+      // each run starts with nothing of the one before waiting to be written back (as in part 3)
+      spawnSync('sync')
+      const standinBefore = threadTicks(child.pid!)
       const t0 = performance.now()
-      const curl = spawnSync('curl', ['-s', '-f', '-o', curlFile, urls.bigUrl])
+      // /usr/bin/time reports curl's own CPU (user, system) on stderr
+      const curl = spawnSync('/usr/bin/time', ['-f', 'CPU %U %S', 'curl', '-s', '-f', '-o', curlFile, urls.bigUrl])
       const curlMs = performance.now() - t0
       assert.equal(curl.status, 0, curl.stderr.toString())
+      const curlCpu = /CPU ([\d.]+) ([\d.]+)/.exec(curl.stderr.toString())
+      const curlStandin = sum(cpuBetween(standinBefore, threadTicks(child.pid!), () => 'all'))
       const size = statSync(curlFile).size
       rmSync(curlFile)
       curlRates.push(size / curlMs / 1000)
 
+      spawnSync('sync')
+      const sidecarBefore = threadTicks(pid())
+      const standinBefore2 = threadTicks(child.pid!)
       const baseline = rssKb(pid)
       let peak = baseline
       const sampler = setInterval(() => (peak = Math.max(peak, rssKb(pid))), 50)
       const { ms, bytes } = await download(1).finally(() => clearInterval(sampler))
       assert.ok(baseline > 0, 'the sidecar\'s RSS was read')
       rssGrowthKb = Math.max(rssGrowthKb, peak - baseline)
+      const sidecarCpu = cpuBetween(sidecarBefore, threadTicks(pid()), (tid, t) => (tid === pid() ? 'loop' : t.nice >= 10 ? 'transfer' : 'nice 0'))
+      const sidecarStandin = sum(cpuBetween(standinBefore2, threadTicks(child.pid!), () => 'all'))
+      const sidecarSys = [...threadTicks(pid())].reduce((a, [tid, t]) => a + (t.sys - (sidecarBefore.get(tid)?.sys ?? 0)) * TICK_S, 0)
       rmSync(join(folder, 'big.safetensors'))
       sidecarRates.push(bytes / ms / 1000)
       console.log(`  round ${round + 1}: curl ${(size / curlMs / 1000).toFixed(0)} MB/s, sidecar ${(bytes / ms / 1000).toFixed(0)} MB/s (${bytes} bytes), sidecar RSS ${(baseline / 1024).toFixed(0)} → peak ${(peak / 1024).toFixed(0)} MB`)
+      // CPU seconds per GB of each party: where the speed line's time goes
+      const perGb = (s: number, b: number) => (s / (b / 1e9)).toFixed(2)
+      console.log(`    CPU s/GB: curl ${curlCpu ? `${perGb(Number(curlCpu[1]) + Number(curlCpu[2]), size)}, of it system ${perGb(Number(curlCpu[2]), size)}` : '?'} (stand-in ${perGb(curlStandin, size)}); sidecar ${[...sidecarCpu].map(([g, c]) => `${g} ${perGb(c, bytes)}`).join(', ')}, of it system ${perGb(sidecarSys, bytes)} (stand-in ${perGb(sidecarStandin, bytes)})`)
     }
     const ratio = median(sidecarRates) / median(curlRates)
 
@@ -212,7 +230,6 @@ async function main(): Promise<void> {
     let standinCpu = 0
     let benchCpu = 0
     let busyS = 0
-    const sum = (m: Map<string, number>) => [...m.values()].reduce((a, b) => a + b, 0)
     for (let round = 0; round < DECISION_ROUNDS; round++) {
       // the stand-in at nice 0 for the speed lines above, at nice 19 from here on (see the header)
       for (const tid of threadTicks(child.pid!).keys()) setPriority(tid, 19)
