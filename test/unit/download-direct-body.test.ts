@@ -17,7 +17,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, it } from 'node:test'
 import { transfer, type TransferReport } from '../../sidecar/src/downloads/transfer-worker.js'
-import { disk } from '../../sidecar/src/downloads/direct-body.js'
+import { disk, hashingSeams } from '../../sidecar/src/downloads/direct-body.js'
 import { SourceError } from '../../sidecar/src/downloads/hops.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'as-direct-'))
@@ -69,11 +69,12 @@ const head = (lines: string[]) => Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, '
 const ok = (length: number, extra: string[] = []) => head(['HTTP/1.1 200 OK', `Content-Length: ${length}`, 'Connection: close', ...extra])
 
 let n = 0
-async function run(url: string, stallMs = 5000, onReport: (r: TransferReport) => void = () => {}): Promise<{ result?: { sha256: string; bytes: number }; error?: SourceError; partial: string; reports: TransferReport[] }> {
+async function run(url: string, stallMs = 5000, onReport: (r: TransferReport) => void = () => {}, resume?: { prefix: Buffer; validator: string; total: number }): Promise<{ result?: { sha256: string; bytes: number }; error?: SourceError; partial: string; reports: TransferReport[] }> {
   const partial = join(dir, `p${n++}.part`)
+  if (resume) writeFileSync(partial, resume.prefix)
   const reports: TransferReport[] = []
   try {
-    await transfer({ source: 'civitai', url, policy: { base: new URL(url).origin, allowPrivate: true }, partialPath: partial, resumeFrom: 0, validator: '', knownTotal: 0, stallMs }, (r) => {
+    await transfer({ source: 'civitai', url, policy: { base: new URL(url).origin, allowPrivate: true }, partialPath: partial, resumeFrom: resume?.prefix.length ?? 0, validator: resume?.validator ?? '', knownTotal: resume?.total ?? 0, stallMs }, (r) => {
       reports.push(r)
       onReport(r)
     }, new AbortController().signal)
@@ -299,6 +300,126 @@ describe('two transfers and a cancel', () => {
       }, aborter.signal)
       await assert.rejects(cancelled, /cancelled by the test/)
       assert.ok(readFileSync(partial).equals(BODY.subarray(0, first)))
+    } finally {
+      s.close()
+    }
+  })
+})
+
+/** Resolves once `ready()` holds, looked at after every turn of the loop (the transfer runs on this thread too). */
+async function until(ready: () => boolean, what: string, ms = 20_000): Promise<void> {
+  const end = Date.now() + ms
+  while (!ready()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setImmediate(r))
+  }
+}
+
+// the ring: 32 buffers (direct-body.ts); hashed on a thread of its own, read into again only once
+// written and hashed
+const RING_BUFFERS = 32
+
+describe('the hash on a thread of its own', () => {
+  it('a body eight times the ring, sent as fast as loopback goes: every byte, the right hash', { timeout: 60_000 }, async () => {
+    const big = randomBytes(64 * 1024 * 1024 + 4321)
+    const s = await rawServer((socket) => {
+      socket.write(ok(big.length))
+      socket.end(big)
+    })
+    try {
+      const { result, partial } = await run(`${s.url}/f`)
+      assert.deepEqual(result, { sha256: sha(big), bytes: big.length })
+      assert.ok(readFileSync(partial).equals(big))
+    } finally {
+      s.close()
+    }
+  })
+
+  it('the hash held back: reading stops once every buffer waits for it, and the hash is right once it goes on', { timeout: 60_000 }, async () => {
+    const big = randomBytes(20 * 1024 * 1024 + 99)
+    const s = await rawServer((socket) => {
+      socket.write(ok(big.length))
+      socket.end(big)
+    })
+    hashingSeams.hold(true)
+    try {
+      const running = run(`${s.url}/f`)
+      // every buffer filled and written, none hashed: a buffer read into again now would be
+      // hashed after it was overwritten
+      await until(() => hashingSeams.counts().filled >= RING_BUFFERS, 'the ring to fill')
+      const held = hashingSeams.counts()
+      assert.deepEqual(held, { filled: RING_BUFFERS, hashed: 0 })
+      hashingSeams.hold(false)
+      const { result, partial } = await running
+      assert.deepEqual(result, { sha256: sha(big), bytes: big.length })
+      assert.ok(readFileSync(partial).equals(big))
+    } finally {
+      hashingSeams.hold(false)
+      s.close()
+    }
+  })
+
+  it('a transfer that fails while its buffers wait for the hash: the next transfer\'s hash is its own bytes\' alone', { timeout: 60_000 }, async () => {
+    // a byte past the announced size fails the transfer at once, its buffers not hashed
+    const s = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      socket.end(Buffer.concat([BODY, Buffer.from('extra')]))
+    })
+    const good = await rawServer((socket) => {
+      socket.write(ok(BODY.length))
+      socket.end(BODY)
+    })
+    hashingSeams.hold(true)
+    try {
+      let seen = { filled: 0, hashed: 0 }
+      const failed = await run(`${s.url}/f`, 5000, (r) => {
+        if (r.type === 'progress' && seen.filled === 0) seen = hashingSeams.counts()
+      })
+      assert.match(failed.error?.message ?? '', /more bytes than it announced/)
+      assert.ok(seen.filled > 0 && seen.hashed === 0, `buffers were left unhashed: ${JSON.stringify(seen)}`)
+      hashingSeams.hold(false)
+      const { result } = await run(`${good.url}/f`)
+      assert.equal(result?.sha256, sha(BODY))
+    } finally {
+      hashingSeams.hold(false)
+      s.close()
+      good.close()
+    }
+  })
+
+  it('the hashing thread ends mid-transfer: the transfer fails and may be retried; the next one gets a new thread and the right hash', { timeout: 60_000 }, async () => {
+    const big = randomBytes(20 * 1024 * 1024 + 5)
+    const s = await rawServer((socket) => {
+      socket.write(ok(big.length))
+      socket.end(big)
+    })
+    hashingSeams.hold(true)
+    try {
+      const running = run(`${s.url}/f`)
+      await until(() => hashingSeams.counts().filled >= RING_BUFFERS, 'the ring to fill')
+      await hashingSeams.endHashingThread()
+      const { error } = await running
+      assert.equal(error?.retryable, true)
+      assert.match(error?.message ?? '', /hashing thread ended/)
+      hashingSeams.hold(false)
+      const again = await run(`${s.url}/f`)
+      assert.deepEqual(again.result, { sha256: sha(big), bytes: big.length })
+    } finally {
+      hashingSeams.hold(false)
+      s.close()
+    }
+  })
+
+  it('a resumed transfer: the thread hashes what the partial already holds, then the rest', async () => {
+    const at = 1024 * 1024 + 17
+    const s = await rawServer((socket) => {
+      socket.write(head(['HTTP/1.1 206 Partial Content', `Content-Length: ${BODY.length - at}`, `Content-Range: bytes ${at}-${BODY.length - 1}/${BODY.length}`, 'ETag: "v1"', 'Connection: close']))
+      sendSlowly(socket, BODY.subarray(at), 65536, () => socket.end())
+    })
+    try {
+      const { result, partial } = await run(`${s.url}/f`, 5000, () => {}, { prefix: BODY.subarray(0, at), validator: 'v1', total: BODY.length })
+      assert.deepEqual(result, { sha256: sha(BODY), bytes: BODY.length })
+      assert.ok(readFileSync(partial).equals(BODY))
     } finally {
       s.close()
     }

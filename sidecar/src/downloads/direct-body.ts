@@ -13,25 +13,36 @@
  *   compressed bodies are all Node's, unchanged.
  * - `takeOver` is allowed only for a 200 or 206 whose framing is a plain Content-Length (no
  *   Transfer-Encoding, no Content-Encoding but identity); from then on the socket's reads land
- *   in a ring of fixed buffers (no allocation per read), each read is hashed and the full buffers
- *   are written to the partial file, and the parser sees nothing more. Exactly Content-Length
+ *   in a ring of fixed buffers (no allocation per read), the full buffers are written to the
+ *   partial file and hashed by the ring's own thread (ring-hash-worker.ts) meanwhile, and the
+ *   parser sees nothing more. A buffer is read into again only once it is written and hashed. Exactly Content-Length
  *   bytes are taken: a byte more is an error (nothing past the announced size is ever written),
  *   fewer (the connection ends) leaves the count short for the caller's check.
  *
  * TLS: the same for `https` (tls.connect reads into the same buffers after decryption),
  * certificates verified as Node's https does by default.
  */
-import type { Hash } from 'node:crypto'
-import { writeSync } from 'node:fs'
+import { createHash, type Hash } from 'node:crypto'
+import { createReadStream, writeSync } from 'node:fs'
 import type { ClientRequest, IncomingMessage } from 'node:http'
 import net, { isIP, type LookupFunction } from 'node:net'
 import tls from 'node:tls'
+import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads'
+import { startThread } from '../kernel/threads.js'
+import { FILLED, HASHED, HOLD, LENGTHS, WAKE, type HasherData, type HasherOrder, type HasherReport } from './ring-hash-protocol.js'
 
 // 256 KiB buffers: on this machine a 1 MiB write into the page cache costs 3-6x the CPU of four
 // 256 KiB ones (fs.write of 2 GB: 3.3-6.3 s against 1.0 s), and 64 KiB writes pay the pool's round
 // trips instead (2.3-2.5 s); 32 of them hold what eight 1 MiB ones did (docs/decisions.md)
 const SLOT = 256 * 1024
 const SLOTS = 32
+/**
+ * A buffer goes to the file in writes of this size. Measured here (writeSync of 1 GB, each buffer
+ * hashed just before, as a transfer does): 64 KiB writes cost 0.25 s of system time per GB at
+ * 1.15-1.2 GB/s, 256 KiB writes of the same buffers 1.1-1.5 s/GB at 0.48-0.57 GB/s
+ * (docs/decisions.md, "The downloads bench: the size of a write")
+ */
+const WRITE_PIECE = 64 * 1024
 /** a read gets at least this much room: a slot with less left is written out first */
 const MIN_READ = 64 * 1024
 const HEAD_READ = 64 * 1024
@@ -50,9 +61,15 @@ function writeHere(fd: number, buffer: Buffer, offset: number, length: number, p
   let written = 0
   let error: NodeJS.ErrnoException | null = null
   try {
-    written = writeSync(fd, buffer, offset, length, position)
+    while (written < length) {
+      const piece = Math.min(WRITE_PIECE, length - written)
+      const n = writeSync(fd, buffer, offset + written, piece, position)
+      written += n
+      if (n < piece) break // a short write, as the kernel gave it: the caller writes the rest
+    }
   } catch (err) {
-    error = err as NodeJS.ErrnoException
+    // after some pieces: a short write (the caller's next write meets the error again)
+    if (written === 0) error = err as NodeJS.ErrnoException
   }
   process.nextTick(callback, error, written)
 }
@@ -60,10 +77,184 @@ function writeHere(fd: number, buffer: Buffer, offset: number, length: number, p
 /** The file writes: a test puts its own here to shape when each reaches the disk. */
 export const disk: { write: typeof writeHere } = { write: writeHere }
 
-/** The fixed buffers of one thread's transfers, made on first use and kept; a second transfer at once in the same thread gets its own. */
-let ring: Buffer[] | undefined
+/** the hashing thread is woken once this many full buffers wait for it (and always before the transfer waits for one) */
+const WAKE_BATCH = 4
+
+/** The first `bytes` of `path` into `hash` (a resumed partial: the hash state of a killed process is gone). */
+export async function hashPrefix(hash: Hash, path: string, bytes: number): Promise<void> {
+  if (bytes === 0) return
+  for await (const chunk of createReadStream(path, { start: 0, end: bytes - 1, highWaterMark: 1024 * 1024 })) hash.update(chunk as Buffer)
+}
+
+/** `Atomics.waitAsync` (Node 16+; not in the ES2022 library's types) */
+const waitAsync = (Atomics as unknown as { waitAsync(a: Int32Array, index: number, value: number): { async: false; value: string } | { async: true; value: Promise<string> } }).waitAsync
+
+/**
+ * The hashing thread of a ring (ring-hash-worker.ts), as the transfer thread sees it: one run
+ * (one transfer's hash) at a time. If the thread ends, every wait ends with `dead` set and the
+ * ring gets a new one on its next transfer.
+ */
+class RingHasher {
+  private readonly worker: Worker
+  private readonly port: MessagePort
+  private run = 0
+  private filled = 0
+  /** between a run's `begin` and its digest or drop */
+  running = false
+  private awaited: { run: number; resolve: (r: HasherReport) => void; reject: (e: Error) => void } | undefined
+  dead: Error | undefined
+
+  constructor(ring: SharedArrayBuffer, readonly ctl: Int32Array) {
+    const { port1, port2 } = new MessageChannel()
+    this.port = port1
+    const data: HasherData = { ring, ctl: ctl.buffer as SharedArrayBuffer, slot: SLOT, slots: SLOTS, port: port2 }
+    this.worker = startThread(import.meta.url, 'ring-hash-worker', { workerData: data, transferList: [port2] })
+    this.worker.unref()
+    this.port.unref()
+    const end = (err: Error) => {
+      this.dead ??= err
+      // a transfer waiting for a buffer to be hashed wakes and sees `dead`
+      Atomics.notify(this.ctl, HASHED)
+      const awaited = this.awaited
+      this.awaited = undefined
+      awaited?.reject(err)
+    }
+    this.worker.on('error', end)
+    this.worker.once('exit', (code) => end(new Error(`the hashing thread ended (${code})`)))
+    this.port.on('message', (report: HasherReport) => {
+      const awaited = this.awaited
+      if (awaited === undefined || report.run !== awaited.run) return
+      this.awaited = undefined
+      if (report.type === 'failed') awaited.reject(new Error(report.message))
+      else awaited.resolve(report)
+    })
+  }
+
+  private order(order: HasherOrder): void {
+    this.port.postMessage(order)
+    this.wake()
+  }
+
+  private answer(): Promise<HasherReport> {
+    if (this.dead !== undefined) return Promise.reject(this.dead)
+    return new Promise((resolve, reject) => (this.awaited = { run: this.run, resolve, reject }))
+  }
+
+  wake(): void {
+    Atomics.add(this.ctl, WAKE, 1)
+    Atomics.notify(this.ctl, WAKE)
+  }
+
+  /** A new run; the thread hashes the first `bytes` of `path` before it answers. */
+  async begin(path: string, bytes: number): Promise<void> {
+    this.run++
+    this.filled = 0
+    Atomics.store(this.ctl, FILLED, 0)
+    const ready = this.answer()
+    this.order({ type: 'begin', run: this.run, path, bytes })
+    this.port.ref()
+    try {
+      await ready
+      this.running = true
+    } finally {
+      this.port.unref()
+    }
+  }
+
+  /** Buffer `i` holds `n` bytes to hash; returns its number in this run (1, 2, ...). */
+  publish(i: number, n: number): number {
+    Atomics.store(this.ctl, LENGTHS + i, n)
+    Atomics.store(this.ctl, FILLED, ++this.filled)
+    if (this.filled - this.hashed() >= WAKE_BATCH) this.wake()
+    return this.filled
+  }
+
+  hashed(): number {
+    return Atomics.load(this.ctl, HASHED)
+  }
+
+  /** Calls `then` once buffer number `seq` of this run is hashed (or the thread ended). */
+  whenHashed(seq: number, then: () => void): void {
+    this.wake()
+    const seen = this.hashed()
+    if (seen >= seq || this.dead !== undefined) return void queueMicrotask(then)
+    const wait = waitAsync(this.ctl, HASHED, seen)
+    if (wait.async) void wait.value.then(() => this.whenHashed(seq, then))
+    else queueMicrotask(() => this.whenHashed(seq, then))
+  }
+
+  /** The run's SHA-256 once every published buffer is hashed. */
+  async digest(): Promise<string> {
+    const answer = this.answer()
+    this.order({ type: 'end', run: this.run })
+    this.port.ref()
+    try {
+      return ((await answer) as Extract<HasherReport, { type: 'digest' }>).sha256
+    } finally {
+      this.running = false
+      this.port.unref()
+    }
+  }
+
+  /** Ends the thread (a test's seam: what a crash of it does). */
+  async end(): Promise<void> {
+    await this.worker.terminate()
+  }
+
+  /** The run is abandoned: nothing more of it is hashed. */
+  drop(): void {
+    this.running = false
+    this.awaited = undefined
+    this.order({ type: 'drop', run: this.run })
+  }
+}
+
+/**
+ * The fixed buffers of one thread's transfers, made on first use and kept, shared with their
+ * hashing thread; a second transfer at once in the same thread gets buffers of its own and hashes
+ * them itself.
+ */
+interface Ring {
+  slots: Buffer[]
+  memory: SharedArrayBuffer
+  ctl: Int32Array
+  hasher: RingHasher | undefined
+}
+let ring: Ring | undefined
 let ringInUse = false
-const newRing = () => Array.from({ length: SLOTS }, () => Buffer.allocUnsafeSlow(SLOT))
+function newRing(): Ring {
+  const memory = new SharedArrayBuffer(SLOT * SLOTS)
+  return {
+    memory,
+    slots: Array.from({ length: SLOTS }, (_, i) => Buffer.from(memory, i * SLOT, SLOT)),
+    ctl: new Int32Array(new SharedArrayBuffer(4 * (LENGTHS + SLOTS))),
+    hasher: undefined,
+  }
+}
+
+/**
+ * Tests' seams on this thread's shared ring: `hold` stops its hashing thread hashing (the reads go
+ * on until every buffer waits for the hash); `endHashingThread` ends that thread as a crash would.
+ */
+export const hashingSeams = {
+  hold(on: boolean): void {
+    ring ??= newRing()
+    Atomics.store(ring.ctl, HOLD, on ? 1 : 0)
+    ring.hasher?.wake()
+  },
+  async endHashingThread(): Promise<void> {
+    await ring?.hasher?.end()
+  },
+  /** buffers of the run under way filled, and hashed (none when no run is) */
+  counts(): { filled: number; hashed: number } {
+    return ring?.hasher?.running ? { filled: Atomics.load(ring.ctl, FILLED), hashed: Atomics.load(ring.ctl, HASHED) } : { filled: 0, hashed: 0 }
+  },
+}
+
+/** How takeOver hashes what it reads: the ring's thread, or (a ring of its own) itself, per read. */
+type BodyHash =
+  | { kind: 'thread'; hasher: RingHasher; seqOf: number[] }
+  | { kind: 'here'; hash: Hash }
 
 export class DirectConnection {
   readonly socket: net.Socket
@@ -91,17 +282,60 @@ export class DirectConnection {
   }
 
   /**
-   * Reads the rest of `response`'s body (exactly `total - start` bytes from here) into the ring:
-   * hashed, written to `fd` in order, `onWritten` told each byte count once it is on disk.
-   * Resolves with the bytes written when the last is on disk or the connection ended; rejects on
-   * a write error, a connection error, a byte past the announced size, `signal`, or no read for
-   * `stallMs` (with `stallError()`).
+   * Reads the rest of `response`'s body (exactly `length` bytes from here) into the ring: written
+   * to `fd` in order, `onWritten` told each byte count once it is on disk, and hashed after the
+   * first `prefix.bytes` of `prefix.path` (what the partial file already holds). Resolves with
+   * the bytes written and the SHA-256 of prefix and body when the last byte is on disk and hashed
+   * or the connection ended; rejects on a write error, a connection error, a byte past the
+   * announced size, `signal`, no read for `stallMs` (with `stallError()`), or a hash that could
+   * not be computed.
    */
-  takeOver(response: IncomingMessage, fd: number, hash: Hash, length: number, stallMs: number, onWritten: (bytes: number) => void, stallError: () => Error, signal: AbortSignal): Promise<number> {
+  async takeOver(response: IncomingMessage, fd: number, prefix: { path: string; bytes: number }, length: number, stallMs: number, onWritten: (bytes: number) => void, stallError: () => Error, signal: AbortSignal): Promise<{ bytes: number; sha256: string }> {
     const shared = !ringInUse
-    const slots = shared ? (ring ??= newRing()) : newRing()
+    const own = shared ? (ring ??= newRing()) : newRing()
     if (shared) ringInUse = true
+    let body: BodyHash
+    try {
+      body = await this.hashing(own, shared, prefix)
+    } catch (err) {
+      if (shared) ringInUse = false
+      response.destroy()
+      throw err
+    }
+    let bytes: number
+    try {
+      bytes = await this.readBody(response, fd, own.slots, body, length, stallMs, onWritten, stallError, signal)
+    } catch (err) {
+      if (body.kind === 'thread') body.hasher.drop()
+      if (shared) ringInUse = false
+      throw err
+    }
+    try {
+      return { bytes, sha256: body.kind === 'thread' ? await body.hasher.digest() : body.hash.digest('hex') }
+    } finally {
+      if (shared) ringInUse = false
+    }
+  }
+
+  /** The shared ring's hashing thread, started if need be, begun on `prefix`; a ring of its own hashes here. */
+  private async hashing(own: Ring, shared: boolean, prefix: { path: string; bytes: number }): Promise<BodyHash> {
+    if (shared) {
+      if (own.hasher?.dead !== undefined) own.hasher = undefined
+      own.hasher ??= new RingHasher(own.memory, own.ctl)
+      await own.hasher.begin(prefix.path, prefix.bytes)
+      return { kind: 'thread', hasher: own.hasher, seqOf: new Array<number>(SLOTS).fill(0) }
+    }
+    const hash = createHash('sha256')
+    await hashPrefix(hash, prefix.path, prefix.bytes)
+    return { kind: 'here', hash }
+  }
+
+  private readBody(response: IncomingMessage, fd: number, slots: Buffer[], body: BodyHash, length: number, stallMs: number, onWritten: (bytes: number) => void, stallError: () => Error, signal: AbortSignal): Promise<number> {
     const busy = new Array<boolean>(SLOTS).fill(false)
+    // a buffer may be read into again once it is written and (on the ring's thread) hashed
+    const free = body.kind === 'here'
+      ? (i: number) => !busy[i]
+      : (i: number) => !busy[i] && body.hasher.hashed() >= body.seqOf[i]
     const socket = this.socket
     // the parser's objects end when the socket is destroyed below: their errors are not ours
     response.on('error', () => {})
@@ -124,7 +358,6 @@ export class DirectConnection {
       // the ring is free, and the fd may be closed, only once no write from it is in flight
       const settle = () => {
         if (pending > 0) return
-        if (shared) ringInUse = false
         if (failure !== undefined) reject(failure)
         else resolve(written)
       }
@@ -174,26 +407,39 @@ export class DirectConnection {
           if (err) return fail(err)
           written += n
           onWritten(written)
-          if (waitingForSlot && !busy[cur]) {
-            waitingForSlot = false
-            socket.resume()
-          }
+          resumeIfFree()
           pump()
           maybeDone()
         })
+      }
+      const resumeIfFree = () => {
+        if (!waitingForSlot || settled) return
+        if (free(cur)) {
+          waitingForSlot = false
+          socket.resume()
+        } else if (!busy[cur] && body.kind === 'thread') {
+          // written, not yet hashed: on once the ring's thread is past it
+          const { hasher } = body
+          hasher.whenHashed(body.seqOf[cur], () => {
+            if (hasher.dead !== undefined) fail(hasher.dead)
+            else resumeIfFree()
+          })
+        }
       }
       const flush = () => {
         if (fill === 0 || settled) return
         const i = cur
         busy[i] = true
+        if (body.kind === 'thread') body.seqOf[i] = body.hasher.publish(i, fill)
         queued.push({ slot: i, n: fill })
         pump()
         cur = (cur + 1) % SLOTS
         fill = 0
-        if (busy[cur]) {
-          // every buffer is on its way to the disk: the socket waits (backpressure)
+        if (!free(cur)) {
+          // every buffer is on its way to the disk or the hash: the socket waits (backpressure)
           waitingForSlot = true
           socket.pause()
+          resumeIfFree()
         }
       }
       /** `n` new bytes at slots[cur][fill..] */
@@ -202,7 +448,7 @@ export class DirectConnection {
           fail(Object.assign(new Error('more bytes than announced'), { code: 'ETOOLONG' }))
           return false
         }
-        hash.update(slots[cur].subarray(fill, fill + n))
+        if (body.kind === 'here') body.hash.update(slots[cur].subarray(fill, fill + n))
         fill += n
         received += n
         if (received === length || SLOT - fill < MIN_READ) flush()
@@ -215,7 +461,7 @@ export class DirectConnection {
           // every buffer is waiting for the disk and the socket was paused, yet bytes came (a read
           // already under way): never over a buffer not yet written; the transfer ends (retried,
           // resumed from what is on disk)
-          if (busy[cur]) {
+          if (!free(cur)) {
             fail(Object.assign(new Error('bytes came while every buffer was waiting for the disk'), { code: 'EOVERRUN' }))
             return false
           }
@@ -232,13 +478,13 @@ export class DirectConnection {
       }
       this.reader = {
         // a buffer still waiting for the disk is never read into: such a read lands aside (copyIn ends the transfer)
-        target: () => (busy[cur] ? this.scratch : slots[cur].subarray(fill)),
+        target: () => (!free(cur) ? this.scratch : slots[cur].subarray(fill)),
         onRead: (n, buf) => {
           if (settled) return
           stall.refresh()
           quiet.refresh()
           // the read after this takeover was given the head buffer, before the ring was in use
-          if (buf.buffer !== slots[cur].buffer || buf.byteOffset !== fill) copyIn(buf.subarray(0, n))
+          if (buf.buffer !== slots[cur].buffer || buf.byteOffset !== slots[cur].byteOffset + fill) copyIn(buf.subarray(0, n))
           else took(n)
         },
       }

@@ -18,14 +18,13 @@
  * (retryable); ENOSPC is "the disk is full" (not retryable).
  */
 import { createHash, type Hash } from 'node:crypto'
-import { createReadStream, readlinkSync } from 'node:fs'
-import { setPriority } from 'node:os'
 import { mkdir, open, stat, truncate, type FileHandle } from 'node:fs/promises'
 import { dirname } from 'node:path'
 import { Writable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { parentPort } from 'node:worker_threads'
-import { plainLength } from './direct-body.js'
+import { hashPrefix, plainLength } from './direct-body.js'
+import { lowerOwnPriority } from './priority.js'
 import { openFollowing, SourceError, type HopPolicy } from './hops.js'
 import { answerError } from './sources.js'
 import type { SourceName } from './store.js'
@@ -135,11 +134,6 @@ class Sink extends Writable {
 const header = (value: string | string[] | undefined): string => (Array.isArray(value) ? value[0] : value) ?? ''
 const unquote = (etag: string): string => etag.replace(/^W\//, '').replace(/^"|"$/g, '')
 
-async function hashPrefix(hash: Hash, path: string, bytes: number): Promise<void> {
-  if (bytes === 0) return
-  for await (const chunk of createReadStream(path, { start: 0, end: bytes - 1, highWaterMark: 1024 * 1024 })) hash.update(chunk as Buffer)
-}
-
 /**
  * Creates the empty partial file and its staging directory. Another job's end removes that
  * directory once it is empty, so it can go between the mkdir and the open: then both again.
@@ -211,10 +205,8 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
   }
   post({ type: 'started', total, validator, linkedSha256, resumed: start > 0 })
 
-  const hash = createHash('sha256')
   if (start > 0) {
     await truncate(order.partialPath, start)
-    await hashPrefix(hash, order.partialPath, start)
   } else {
     // a fresh start: an empty partial (0644: the host reads it as a model file once placed)
     await createPartial(order.partialPath)
@@ -222,19 +214,25 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
   const file = await open(order.partialPath, 'a')
   const report = new Progress((bytes) => post({ type: 'progress', bytes }))
   let bytes = start
+  let sha256: string
   try {
     // the body straight into fixed buffers when its framing is a plain Content-Length
-    // (direct-body.ts); anything else through Node's stream, as ever
+    // (direct-body.ts, hashed on a thread of its own); anything else through Node's stream, as ever
     const plain = connection !== undefined ? plainLength(response) : undefined
     if (connection !== undefined && plain !== undefined) {
-      bytes += await connection.takeOver(response, file.fd, hash, plain, order.stallMs, (n) => report.update(start + n), () => new StallError(), signal)
+      const body = await connection.takeOver(response, file.fd, { path: order.partialPath, bytes: start }, plain, order.stallMs, (n) => report.update(start + n), () => new StallError(), signal)
+      bytes += body.bytes
+      sha256 = body.sha256
     } else {
+      const hash = createHash('sha256')
+      await hashPrefix(hash, order.partialPath, start)
       const sink = new Sink(file, hash, start, order.stallMs, report, () => sink.destroy(new StallError()))
       try {
         await pipeline(response, sink, { signal })
       } finally {
         bytes = sink.bytes
       }
+      sha256 = hash.digest('hex')
     }
   } catch (err) {
     if (signal.aborted) throw err
@@ -254,21 +252,7 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
   const written = (await stat(order.partialPath)).size
   if (bytes !== total || written !== total) throw new SourceError(`The source sent ${bytes} bytes of the ${total} it announced`, true)
   post({ type: 'progress', bytes })
-  post({ type: 'done', sha256: hash.digest('hex'), bytes })
-}
-
-/**
- * On Linux, this thread (only: a nice value is per thread there) runs at nice 10, so when the
- * CPU is short the sidecar's event loop, which answers every user's decisions, goes first and a
- * transfer takes what is left.
- */
-function lowerOwnPriority(): void {
-  try {
-    const tid = Number(readlinkSync('/proc/thread-self').split('/').pop())
-    if (Number.isInteger(tid) && tid > 0) setPriority(tid, 10)
-  } catch {
-    // not Linux, or not allowed: the transfer runs at the process's priority
-  }
+  post({ type: 'done', sha256, bytes })
 }
 
 // as a worker thread: orders in (one at a time), reports out tagged with the order's id; an
