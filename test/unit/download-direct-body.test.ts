@@ -505,4 +505,45 @@ console.log(JSON.stringify(reports.find((r) => r.type === 'done')))
       s.close()
     }
   })
+
+  it('the hash held back until every buffer waits for it, five times in one body: what TLS decrypted after the pause is kept, every byte, the right hash', { timeout: 60_000 }, async () => {
+    // a paused TLS socket still hands over the records it already decrypted from the last TCP
+    // read; with every buffer waiting for the hash they have nowhere to go in the ring
+    const big = randomBytes(64 * 1024 * 1024 + 3)
+    const s = await rawServer((socket) => {
+      socket.write(ok(big.length))
+      socket.end(big)
+    }, secure)
+    try {
+      const partial = join(dir, 'tls-held.part')
+      const script = join(dir, 'tls-held-child.mts')
+      writeFileSync(script, `
+import { transfer } from ${JSON.stringify(new URL('../../sidecar/src/downloads/transfer-worker.ts', import.meta.url).href)}
+import { hashingSeams } from ${JSON.stringify(new URL('../../sidecar/src/downloads/direct-body.ts', import.meta.url).href)}
+const reports = []
+let ended = false
+const until = async (ready) => { while (!ready() && !ended) await new Promise((r) => setImmediate(r)) }
+hashingSeams.hold(true)
+const running = transfer({ source: 'civitai', url: ${JSON.stringify(`${s.url}/f`)}, policy: { base: ${JSON.stringify(s.url)}, allowPrivate: true }, partialPath: ${JSON.stringify(partial)}, resumeFrom: 0, validator: '', knownTotal: 0, stallMs: 5000 }, (r) => reports.push(r), new AbortController().signal)
+  .then(() => null, (err) => err.message)
+  .finally(() => (ended = true))
+for (let i = 0; i < 5; i++) {
+  hashingSeams.hold(true)
+  // every buffer waiting for the hash, or the whole body read and written (the last buffers then
+  // wait for a hash that is held: released below)
+  await until(() => { const c = hashingSeams.counts(); return c.filled - c.hashed >= ${RING_BUFFERS} || reports.some((r) => r.type === 'progress' && r.bytes === ${big.length}) })
+  hashingSeams.hold(false)
+  await until(() => { const c = hashingSeams.counts(); return c.hashed > 0 && c.filled - c.hashed < ${RING_BUFFERS} })
+}
+hashingSeams.hold(false)
+const failed = await running
+console.log(JSON.stringify(failed === null ? reports.find((r) => r.type === 'done') : { failed }))
+`)
+      const child = await promisify(execFile)(process.execPath, ['--import', 'tsx', script], { env: { ...process.env, NODE_EXTRA_CA_CERTS: cert }, encoding: 'utf8' })
+      assert.deepEqual(JSON.parse(child.stdout.trim()), { type: 'done', sha256: sha(big), bytes: big.length })
+      assert.ok(readFileSync(partial).equals(big))
+    } finally {
+      s.close()
+    }
+  })
 })

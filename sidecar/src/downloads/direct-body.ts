@@ -46,6 +46,12 @@ const WRITE_PIECE = 64 * 1024
 /** a read gets at least this much room: a slot with less left is written out first */
 const MIN_READ = 64 * 1024
 const HEAD_READ = 64 * 1024
+/**
+ * Bytes that come while every buffer waits for the disk or the hash are kept aside (copies), up to
+ * this much: a paused TLS socket still hands over the records it already decrypted from its last
+ * TCP read (a plain socket's reads stop at once)
+ */
+const ASIDE_MAX = 1024 * 1024
 /** a source quiet this long has what came so far written out (progress counts bytes on disk: a resume starts there) */
 const QUIET_MS = 50
 
@@ -110,7 +116,6 @@ class RingHasher {
     const data: HasherData = { ring, ctl: ctl.buffer as SharedArrayBuffer, slot: SLOT, slots: SLOTS, port: port2 }
     this.worker = startThread(import.meta.url, 'ring-hash-worker', { workerData: data, transferList: [port2] })
     this.worker.unref()
-    this.port.unref()
     const end = (err: Error) => {
       this.dead ??= err
       // a transfer waiting for a buffer to be hashed wakes and sees `dead`
@@ -125,9 +130,11 @@ class RingHasher {
       const awaited = this.awaited
       if (awaited === undefined || report.run !== awaited.run) return
       this.awaited = undefined
-      if (report.type === 'failed') awaited.reject(new Error(report.message))
+      if (report.type === 'failed') awaited.reject(Object.assign(new Error(report.message), { code: report.code }))
       else awaited.resolve(report)
     })
+    // a listener refs the port: it holds the loop only while an answer is awaited (begin, digest)
+    this.port.unref()
   }
 
   private order(order: HasherOrder): void {
@@ -173,14 +180,18 @@ class RingHasher {
     return Atomics.load(this.ctl, HASHED)
   }
 
-  /** Calls `then` once buffer number `seq` of this run is hashed (or the thread ended). */
-  whenHashed(seq: number, then: () => void): void {
+  /**
+   * Calls `then` once buffer number `seq` of this run is hashed (or the thread ended), unless
+   * `live()` turns false first (the transfer ended: its own settle notifies HASHED to end the wait).
+   */
+  whenHashed(seq: number, live: () => boolean, then: () => void): void {
+    if (!live()) return
     this.wake()
     const seen = this.hashed()
     if (seen >= seq || this.dead !== undefined) return void queueMicrotask(then)
     const wait = waitAsync(this.ctl, HASHED, seen)
-    if (wait.async) void wait.value.then(() => this.whenHashed(seq, then))
-    else queueMicrotask(() => this.whenHashed(seq, then))
+    if (wait.async) void wait.value.then(() => this.whenHashed(seq, live, then))
+    else queueMicrotask(() => this.whenHashed(seq, live, then))
   }
 
   /** The run's SHA-256 once every published buffer is hashed. */
@@ -321,9 +332,14 @@ export class DirectConnection {
   private async hashing(own: Ring, shared: boolean, prefix: { path: string; bytes: number }): Promise<BodyHash> {
     if (shared) {
       if (own.hasher?.dead !== undefined) own.hasher = undefined
-      own.hasher ??= new RingHasher(own.memory, own.ctl)
-      await own.hasher.begin(prefix.path, prefix.bytes)
-      return { kind: 'thread', hasher: own.hasher, seqOf: new Array<number>(SLOTS).fill(0) }
+      const hasher = (own.hasher ??= new RingHasher(own.memory, own.ctl))
+      try {
+        await hasher.begin(prefix.path, prefix.bytes)
+        return { kind: 'thread', hasher, seqOf: new Array<number>(SLOTS).fill(0) }
+      } catch (err) {
+        // a thread that could not start, or ended: this transfer hashes here (the next tries a new thread)
+        if (hasher.dead === undefined) throw err
+      }
     }
     const hash = createHash('sha256')
     await hashPrefix(hash, prefix.path, prefix.bytes)
@@ -349,6 +365,10 @@ export class DirectConnection {
       let ended = false
       let settled = false
       let waitingForSlot = false
+      /** a wait for the ring's thread to hash the buffer `cur` is armed (one at a time) */
+      let hashWaitArmed = false
+      const aside: Buffer[] = []
+      let asideBytes = 0
       let failure: Error | undefined
       // full buffers waiting for the disk, in order; one write at a time, so the file only ever
       // holds a prefix of the body (appends on the pool's threads may reach the kernel in any
@@ -357,6 +377,8 @@ export class DirectConnection {
       let writing = false
       // the ring is free, and the fd may be closed, only once no write from it is in flight
       const settle = () => {
+        // an armed wait for the hash wakes and, seeing this settled, ends
+        if (body.kind === 'thread') Atomics.notify(body.hasher.ctl, HASHED)
         if (pending > 0) return
         if (failure !== undefined) reject(failure)
         else resolve(written)
@@ -385,7 +407,7 @@ export class DirectConnection {
       const onAbort = () => fail(signal.reason instanceof Error ? signal.reason : new Error('aborted'))
       signal.addEventListener('abort', onAbort, { once: true })
       const maybeDone = () => {
-        if (pending === 0 && queued.length === 0 && (written === length || (ended && fill === 0))) finish()
+        if (pending === 0 && queued.length === 0 && aside.length === 0 && (written === length || (ended && fill === 0))) finish()
       }
       const writeOut = (slot: Buffer, from: number, to: number, done: (err: Error | null) => void) => {
         disk.write(fd, slot, from, to - from, null, (err, n) => {
@@ -412,15 +434,36 @@ export class DirectConnection {
           maybeDone()
         })
       }
+      /** What was kept aside, into the ring in order while a buffer is free; true once none is left. */
+      const replay = (): boolean => {
+        while (aside.length > 0 && !settled) {
+          // a buffer filled while replaying: flush paused and armed the wait again
+          if (!free(cur)) return false
+          const chunk = aside[0]
+          const n = Math.min(SLOT - fill, chunk.length)
+          slots[cur].set(chunk.subarray(0, n), fill)
+          if (n === chunk.length) aside.shift()
+          else aside[0] = chunk.subarray(n)
+          asideBytes -= n
+          if (!took(n)) return false
+        }
+        return aside.length === 0
+      }
       const resumeIfFree = () => {
         if (!waitingForSlot || settled) return
         if (free(cur)) {
           waitingForSlot = false
+          if (!replay() || settled) return
+          // the source ended while its last bytes were aside: nothing more will come to flush them
+          if (ended) flush()
           socket.resume()
-        } else if (!busy[cur] && body.kind === 'thread') {
+          maybeDone()
+        } else if (!busy[cur] && body.kind === 'thread' && !hashWaitArmed) {
           // written, not yet hashed: on once the ring's thread is past it
           const { hasher } = body
-          hasher.whenHashed(body.seqOf[cur], () => {
+          hashWaitArmed = true
+          hasher.whenHashed(body.seqOf[cur], () => !settled, () => {
+            hashWaitArmed = false
             if (hasher.dead !== undefined) fail(hasher.dead)
             else resumeIfFree()
           })
@@ -455,15 +498,27 @@ export class DirectConnection {
         return true
       }
 
-      /** bytes that are not where the next read was to land (the parser's, or a read into the head buffer): copied in */
+      /** bytes that are not where the next read was to land (the parser's, a read into the head buffer, or one that came while no buffer was free): copied in */
       const copyIn = (chunk: Uint8Array): boolean => {
         for (let at = 0; at < chunk.length;) {
-          // every buffer is waiting for the disk and the socket was paused, yet bytes came (a read
-          // already under way): never over a buffer not yet written; the transfer ends (retried,
-          // resumed from what is on disk)
-          if (!free(cur)) {
-            fail(Object.assign(new Error('bytes came while every buffer was waiting for the disk'), { code: 'EOVERRUN' }))
-            return false
+          // every buffer is waiting for the disk or the hash and the socket was paused, yet bytes
+          // came (TLS hands over what it already decrypted): never over a buffer not yet written
+          // and hashed; kept aside until one is, in order; more than ASIDE_MAX ends the transfer
+          // (retried, resumed from what is on disk)
+          if (!free(cur) || aside.length > 0) {
+            const rest = chunk.subarray(at)
+            if (asideBytes + rest.length > ASIDE_MAX) {
+              fail(Object.assign(new Error('more bytes came while every buffer was waiting for the disk or the hash than can be kept aside'), { code: 'EOVERRUN' }))
+              return false
+            }
+            aside.push(Buffer.from(rest))
+            asideBytes += rest.length
+            if (!waitingForSlot) {
+              waitingForSlot = true
+              socket.pause()
+            }
+            resumeIfFree()
+            return true
           }
           const n = Math.min(SLOT - fill, chunk.length - at)
           slots[cur].set(chunk.subarray(at, at + n), fill)
@@ -477,8 +532,9 @@ export class DirectConnection {
         if (!copyIn(chunk)) return
       }
       this.reader = {
-        // a buffer still waiting for the disk is never read into: such a read lands aside (copyIn ends the transfer)
-        target: () => (!free(cur) ? this.scratch : slots[cur].subarray(fill)),
+        // a buffer still waiting for the disk or the hash is never read into: such a read lands in
+        // the head buffer, and copyIn keeps it aside
+        target: () => (!free(cur) || aside.length > 0 ? this.scratch : slots[cur].subarray(fill)),
         onRead: (n, buf) => {
           if (settled) return
           stall.refresh()

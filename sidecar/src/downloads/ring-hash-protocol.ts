@@ -23,7 +23,8 @@ export type HasherOrder =
 export type HasherReport =
   | { type: 'ready'; run: number }
   | { type: 'digest'; run: number; sha256: string }
-  | { type: 'failed'; run: number; message: string }
+  /** `message` never names the file (it reaches the job's error): the code does */
+  | { type: 'failed'; run: number; message: string; code: string }
 
 export interface HasherData {
   ring: SharedArrayBuffer

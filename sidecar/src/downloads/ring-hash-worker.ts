@@ -50,7 +50,8 @@ function serve({ ring, ctl: ctlBuffer, slot, slots, port }: HasherData): never {
         try {
           if (order.bytes > 0) hashPrefixSync(hash, order.path, order.bytes, buffers[0])
         } catch (err) {
-          port.postMessage({ type: 'failed', run: order.run, message: (err as Error).message } satisfies HasherReport)
+          const code = (err as { code?: string }).code ?? 'EPREFIX'
+          port.postMessage({ type: 'failed', run: order.run, message: `the partial file could not be read (${code})`, code } satisfies HasherReport)
           continue
         }
         run = { id: order.run, hash, hashed: 0, ending: false }

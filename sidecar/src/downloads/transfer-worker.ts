@@ -211,21 +211,23 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
     // a fresh start: an empty partial (0644: the host reads it as a model file once placed)
     await createPartial(order.partialPath)
   }
+  // the body straight into fixed buffers when its framing is a plain Content-Length
+  // (direct-body.ts, hashed on a thread of its own, the partial's prefix too); anything else
+  // through Node's stream, as ever, hashed here
+  const plain = connection !== undefined ? plainLength(response) : undefined
+  const here = connection === undefined || plain === undefined ? createHash('sha256') : undefined
+  if (here !== undefined) await hashPrefix(here, order.partialPath, start)
   const file = await open(order.partialPath, 'a')
   const report = new Progress((bytes) => post({ type: 'progress', bytes }))
   let bytes = start
   let sha256: string
   try {
-    // the body straight into fixed buffers when its framing is a plain Content-Length
-    // (direct-body.ts, hashed on a thread of its own); anything else through Node's stream, as ever
-    const plain = connection !== undefined ? plainLength(response) : undefined
     if (connection !== undefined && plain !== undefined) {
       const body = await connection.takeOver(response, file.fd, { path: order.partialPath, bytes: start }, plain, order.stallMs, (n) => report.update(start + n), () => new StallError(), signal)
       bytes += body.bytes
       sha256 = body.sha256
     } else {
-      const hash = createHash('sha256')
-      await hashPrefix(hash, order.partialPath, start)
+      const hash = here!
       const sink = new Sink(file, hash, start, order.stallMs, report, () => sink.destroy(new StallError()))
       try {
         await pipeline(response, sink, { signal })

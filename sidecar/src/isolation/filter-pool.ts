@@ -12,7 +12,6 @@ import { filterHistory, filterQueue } from './host-json-filters.js'
 
 export const INLINE_BYTES = 64 * 1024
 
-
 type Job =
   | { kind: 'history'; own: string[]; maxItems: number | null; offset: number }
   | { kind: 'queue'; own: string[]; seesAll: boolean }
