@@ -4,14 +4,15 @@
  * version and a Hugging Face file land in their folders with the right SHA-256 and are usable in
  * a prompt by the requester only (a role without can_view_all_comfyui_items: the grant is what
  * lets them see it); a sidecar killed (SIGKILL) at 50 % of a transfer comes back, resumes with
- * Range from the partial file and finishes with the right hash. One aiohttp (the first of
+ * Range from the partial file and finishes with the right hash; a model put in a staging
+ * directory by hand, which ComfyUI lists and loads, is an admin's only. One aiohttp (the first of
  * AIOHTTP_VERSIONS): the feature is the sidecar's, the host only forwards.
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { once } from 'node:events'
 import { createHash } from 'node:crypto'
-import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { AIOHTTP_VERSIONS, poll } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, tinySafetensors, type RealHost } from '../helpers/real-host.js'
@@ -129,5 +130,27 @@ describe(`model downloads on the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL
     assert.equal(cdn[1].range, `bytes=${size / 2}-`)
     assert.ok(!existsSync(join(host.modelsDir, 'checkpoints', '.authsvc-partial')), 'the staging directory went with the partial file')
     assert.ok(existsSync(join(host.modelsDir, 'checkpoints', 'big.safetensors')))
+  })
+
+  it('a model in a download staging directory (put there by hand): ComfyUI lists and loads it, a user limited to grants neither sees nor names it however spelled', async () => {
+    const staging = join(host.modelsDir, 'checkpoints', '.authsvc-partial')
+    mkdirSync(staging, { recursive: true })
+    writeFileSync(join(staging, 'planted.safetensors'), tinySafetensors({ 'modelspec.title': 'planted' }))
+    try {
+      const ckpts = async (token: string) => (await get('/object_info/CheckpointLoaderSimple', token)).body.CheckpointLoaderSimple.input.required.ckpt_name[0] as string[]
+      // the host itself lists it (it skips only .git), so the rows below are about the gate
+      assert.ok((await ckpts(admin)).includes('.authsvc-partial/planted.safetensors'), 'ComfyUI lists the staging directory')
+      for (const token of [intern, carol]) assert.ok(!(await ckpts(token)).some((n) => n.includes('authsvc-partial')), 'not in a limited user\'s list')
+      const graph = (name: unknown) => ({ 1: { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: name } }, 2: { class_type: 'PreviewAny', inputs: { source: ['1', 2] } } })
+      const admins = await post('/prompt', admin, { prompt: graph('.authsvc-partial/planted.safetensors') })
+      assert.equal(admins.status, 200, `the host takes it from an admin: ${admins.text}`)
+      for (const name of ['.authsvc-partial/planted.safetensors', 'sub/../.authsvc-partial/planted.safetensors', './.authsvc-partial/planted.safetensors', { __value__: '.authsvc-partial/planted.safetensors' }]) {
+        const res = await post('/prompt', intern, { prompt: graph(name) })
+        assert.equal(res.status, 403, `${JSON.stringify(name)}: ${res.text}`)
+        assert.equal(res.body.code, 'MODEL_NOT_ALLOWED', JSON.stringify(name))
+      }
+    } finally {
+      rmSync(staging, { recursive: true, force: true })
+    }
   })
 })
