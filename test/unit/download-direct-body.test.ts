@@ -65,6 +65,12 @@ function sendSlowly(socket: Socket, data: Buffer, piece: number, end: () => void
   next()
 }
 
+/** A server that answers with `body` whole, as fast as the socket takes it. */
+const atOnce = (body: Buffer, secure?: { key: string; cert: string }) => rawServer((socket) => {
+  socket.write(ok(body.length))
+  socket.end(body)
+}, secure)
+
 const head = (lines: string[]) => Buffer.from(`${lines.join('\r\n')}\r\n\r\n`, 'latin1')
 const ok = (length: number, extra: string[] = []) => head(['HTTP/1.1 200 OK', `Content-Length: ${length}`, 'Connection: close', ...extra])
 
@@ -232,10 +238,7 @@ describe('two transfers and a cancel', () => {
     // reached the kernel out of order (4 of 24 files, hash of the stream still right) before a
     // transfer's writes went one at a time
     const big = randomBytes(32 * 1024 * 1024)
-    const s = await rawServer((socket) => {
-      socket.write(ok(big.length))
-      socket.end(big)
-    })
+    const s = await atOnce(big)
     try {
       for (let round = 0; round < 4; round++) {
         const results = await Promise.all([0, 1, 2, 3].map(() => run(`${s.url}/f`)))
@@ -269,10 +272,7 @@ describe('two transfers and a cancel', () => {
       if (calls++ % 2 === 0) setTimeout(go, 5)
       else go()
     }) as typeof disk.write
-    const s = await rawServer((socket) => {
-      socket.write(ok(big.length))
-      socket.end(big)
-    })
+    const s = await atOnce(big)
     try {
       const r = await run(`${s.url}/f`)
       assert.equal(r.error?.message, undefined)
@@ -322,10 +322,7 @@ const RING_BUFFERS = 32
 describe('the hash on a thread of its own', () => {
   it('a body eight times the ring, sent as fast as loopback goes: every byte, the right hash', { timeout: 60_000 }, async () => {
     const big = randomBytes(64 * 1024 * 1024 + 4321)
-    const s = await rawServer((socket) => {
-      socket.write(ok(big.length))
-      socket.end(big)
-    })
+    const s = await atOnce(big)
     try {
       const { result, partial } = await run(`${s.url}/f`)
       assert.deepEqual(result, { sha256: sha(big), bytes: big.length })
@@ -337,10 +334,7 @@ describe('the hash on a thread of its own', () => {
 
   it('the hash held back: reading stops once every buffer waits for it, and the hash is right once it goes on', { timeout: 60_000 }, async () => {
     const big = randomBytes(20 * 1024 * 1024 + 99)
-    const s = await rawServer((socket) => {
-      socket.write(ok(big.length))
-      socket.end(big)
-    })
+    const s = await atOnce(big)
     hashingSeams.hold(true)
     try {
       const running = run(`${s.url}/f`)
@@ -365,10 +359,7 @@ describe('the hash on a thread of its own', () => {
       socket.write(ok(BODY.length))
       socket.end(Buffer.concat([BODY, Buffer.from('extra')]))
     })
-    const good = await rawServer((socket) => {
-      socket.write(ok(BODY.length))
-      socket.end(BODY)
-    })
+    const good = await atOnce(BODY)
     hashingSeams.hold(true)
     try {
       let seen = { filled: 0, hashed: 0 }
@@ -389,10 +380,7 @@ describe('the hash on a thread of its own', () => {
 
   it('the hashing thread ends mid-transfer: the transfer fails and may be retried; the next one gets a new thread and the right hash', { timeout: 60_000 }, async () => {
     const big = randomBytes(20 * 1024 * 1024 + 5)
-    const s = await rawServer((socket) => {
-      socket.write(ok(big.length))
-      socket.end(big)
-    })
+    const s = await atOnce(big)
     hashingSeams.hold(true)
     try {
       const running = run(`${s.url}/f`)
@@ -510,10 +498,7 @@ console.log(JSON.stringify(reports.find((r) => r.type === 'done')))
     // a paused TLS socket still hands over the records it already decrypted from the last TCP
     // read; with every buffer waiting for the hash they have nowhere to go in the ring
     const big = randomBytes(64 * 1024 * 1024 + 3)
-    const s = await rawServer((socket) => {
-      socket.write(ok(big.length))
-      socket.end(big)
-    }, secure)
+    const s = await atOnce(big, secure)
     try {
       const partial = join(dir, 'tls-held.part')
       const script = join(dir, 'tls-held-child.mts')
