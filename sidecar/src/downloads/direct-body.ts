@@ -332,13 +332,13 @@ export class DirectConnection {
   private async hashing(own: Ring, shared: boolean, prefix: { path: string; bytes: number }): Promise<BodyHash> {
     if (shared) {
       if (own.hasher?.dead !== undefined) own.hasher = undefined
-      const hasher = (own.hasher ??= new RingHasher(own.memory, own.ctl))
       try {
+        const hasher = (own.hasher ??= new RingHasher(own.memory, own.ctl))
         await hasher.begin(prefix.path, prefix.bytes)
         return { kind: 'thread', hasher, seqOf: new Array<number>(SLOTS).fill(0) }
       } catch (err) {
-        // a thread that could not start, or ended: this transfer hashes here (the next tries a new thread)
-        if (hasher.dead === undefined) throw err
+        // a thread that could not be made, or ended: this transfer hashes here (the next tries a new thread)
+        if (own.hasher !== undefined && own.hasher.dead === undefined) throw err
       }
     }
     const hash = createHash('sha256')
