@@ -398,6 +398,36 @@ describe('the hash on a thread of its own', () => {
     }
   })
 
+  it('a hashing thread that does not answer once the body is read: the transfer fails (retried) after the stall time, and the next one gets a new thread', { timeout: 60_000 }, async () => {
+    const s = await atOnce(BODY)
+    hashingSeams.hold(true)
+    try {
+      // the body (less than the ring) is read and written; its digest is held back past the stall time
+      const { error } = await run(`${s.url}/f`, 1000)
+      assert.equal(error?.retryable, true)
+      assert.equal(error?.message, 'The transfer broke off (the hash was not done 1 s after the last byte)')
+      hashingSeams.hold(false)
+      const { result } = await run(`${s.url}/f`)
+      assert.deepEqual(result, { sha256: sha(BODY), bytes: BODY.length })
+    } finally {
+      hashingSeams.hold(false)
+      s.close()
+    }
+  })
+
+  it('no hashing thread can be made: the transfer hashes in its own thread, the right hash', async () => {
+    const s = await atOnce(BODY)
+    await hashingSeams.endHashingThread()
+    hashingSeams.refuseThreads(true)
+    try {
+      const { result } = await run(`${s.url}/f`)
+      assert.deepEqual(result, { sha256: sha(BODY), bytes: BODY.length })
+    } finally {
+      hashingSeams.refuseThreads(false)
+      s.close()
+    }
+  })
+
   it('a resumed transfer: the thread hashes what the partial already holds, then the rest', async () => {
     const at = 1024 * 1024 + 17
     const s = await rawServer((socket) => {

@@ -111,6 +111,7 @@ class RingHasher {
   dead: Error | undefined
 
   constructor(ring: SharedArrayBuffer, readonly ctl: Int32Array) {
+    if (noNewThreads) throw new Error('no hashing thread may be made (a test\'s seam)')
     const { port1, port2 } = new MessageChannel()
     this.port = port1
     const data: HasherData = { ring, ctl: ctl.buffer as SharedArrayBuffer, slot: SLOT, slots: SLOTS, port: port2 }
@@ -207,7 +208,7 @@ class RingHasher {
     }
   }
 
-  /** Ends the thread (a test's seam: what a crash of it does). */
+  /** Ends the thread (a stuck one; a test's seam for what a crash of it does). */
   async end(): Promise<void> {
     await this.worker.terminate()
   }
@@ -243,11 +244,17 @@ function newRing(): Ring {
   }
 }
 
+let noNewThreads = false
+
 /**
  * Tests' seams on this thread's shared ring: `hold` stops its hashing thread hashing (the reads go
- * on until every buffer waits for the hash); `endHashingThread` ends that thread as a crash would.
+ * on until every buffer waits for the hash); `endHashingThread` ends that thread as a crash would;
+ * `refuseThreads` makes starting a new one fail.
  */
 export const hashingSeams = {
+  refuseThreads(on: boolean): void {
+    noNewThreads = on
+  },
   hold(on: boolean): void {
     ring ??= newRing()
     Atomics.store(ring.ctl, HOLD, on ? 1 : 0)
@@ -322,9 +329,30 @@ export class DirectConnection {
       throw err
     }
     try {
-      return { bytes, sha256: body.kind === 'thread' ? await body.hasher.digest() : body.hash.digest('hex') }
+      return { bytes, sha256: body.kind === 'thread' ? await this.digest(body.hasher, stallMs) : body.hash.digest('hex') }
     } finally {
       if (shared) ringInUse = false
+    }
+  }
+
+  /**
+   * The run's digest. Once the body is read, at most the ring (8 MiB) is left to hash: a thread that
+   * has not answered within the stall time is stuck, so the transfer fails (retried) and the thread
+   * is ended (the next transfer gets a new one).
+   */
+  private async digest(hasher: RingHasher, stallMs: number): Promise<string> {
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        hasher.drop()
+        void hasher.end()
+        reject(new Error(`the hash was not done ${Math.round(stallMs / 1000)} s after the last byte`))
+      }, stallMs)
+    })
+    try {
+      return await Promise.race([hasher.digest(), late])
+    } finally {
+      clearTimeout(timer)
     }
   }
 
