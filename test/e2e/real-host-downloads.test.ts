@@ -5,7 +5,8 @@
  * a prompt by the requester only (a role without can_view_all_comfyui_items: the grant is what
  * lets them see it); a sidecar killed (SIGKILL) at 50 % of a transfer comes back, resumes with
  * Range from the partial file and finishes with the right hash; a model put in a staging
- * directory by hand, which ComfyUI lists and loads, is an admin's only. One aiohttp (the first of
+ * directory by hand, which ComfyUI lists and loads, is an admin's only, in a list the host did not
+ * report too (a node that walks the folder: test/e2e/fixtures/authsvc-listing-node). One aiohttp (the first of
  * AIOHTTP_VERSIONS): the feature is the sidecar's, the host only forwards.
  */
 import { describe, it, before, after } from 'node:test'
@@ -13,14 +14,16 @@ import assert from 'node:assert/strict'
 import { once } from 'node:events'
 import { createHash } from 'node:crypto'
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
-import { join } from 'node:path'
-import { AIOHTTP_VERSIONS, poll } from '../helpers/stack.js'
+import { join, resolve } from 'node:path'
+import { AIOHTTP_VERSIONS, ROOT, poll } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, tinySafetensors, type RealHost } from '../helpers/real-host.js'
 import { login, register } from '../helpers/client.js'
 import { hostRequests } from '../helpers/host-requests.js'
 import { startDownloadStandins, type DownloadStandins } from '../helpers/download-sources.js'
 
 const aiohttp = AIOHTTP_VERSIONS[0]
+/** a node that lists checkpoints by walking the folder (a list the host does not report: the gate keeps the names its cache does not know) */
+const WALKING_LISTER = resolve(ROOT, 'test', 'e2e', 'fixtures', 'authsvc-listing-node')
 
 describe(`model downloads on the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL_HOST_SKIP }, () => {
   let host: RealHost
@@ -52,6 +55,7 @@ describe(`model downloads on the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL
     host = await startRealHost({
       aiohttp,
       models: ['checkpoints/other.safetensors'],
+      customNodes: [WALKING_LISTER],
       config: { model_download: { civitai_base_url: src.civitaiUrl, huggingface_base_url: src.huggingfaceUrl, allow_private_hosts: true } },
     })
     assert.equal((await register(host, 'root')).status, 201)
@@ -136,6 +140,9 @@ describe(`model downloads on the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL
     const staging = join(host.modelsDir, 'checkpoints', '.authsvc-partial')
     mkdirSync(staging, { recursive: true })
     writeFileSync(join(staging, 'planted.safetensors'), tinySafetensors({ 'modelspec.title': 'planted' }))
+    // not a model file (no model extension): the gate's cache does not know it
+    const notes = join(host.modelsDir, 'checkpoints', 'notes.txt')
+    writeFileSync(notes, 'not a model')
     try {
       const ckpts = async (token: string) => (await get('/object_info/CheckpointLoaderSimple', token)).body.CheckpointLoaderSimple.input.required.ckpt_name[0] as string[]
       // the host itself lists it (it skips only .git), so the rows below are about the gate
@@ -149,8 +156,21 @@ describe(`model downloads on the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL
         assert.equal(res.status, 403, `${JSON.stringify(name)}: ${res.text}`)
         assert.equal(res.body.code, 'MODEL_NOT_ALLOWED', JSON.stringify(name))
       }
+
+      // a list the host did not report keeps the names the gate's cache does not know, but never
+      // one in a staging directory; and no node's text may name one (the rule of
+      // ModelAccess.inStaging, which grants alone do not give here)
+      const walked = async (token: string) => (await get('/object_info/AuthsvcWalkingLister', token)).body.AuthsvcWalkingLister.input.required.walked_file[0] as string[]
+      assert.ok((await walked(admin)).includes('.authsvc-partial/planted.safetensors'), 'the node lists it for an admin')
+      const theirs = await walked(intern)
+      const granted = (await get('/models/checkpoints', intern)).body as string[]
+      assert.deepEqual(theirs, [...granted, 'notes.txt'].sort(), 'their models and a name the gate does not know stay; a model not granted and a name in a staging directory do not')
+      const named = await post('/prompt', intern, { prompt: { 1: { class_type: 'AuthsvcWalkingLister', inputs: { walked_file: '.authsvc-partial/planted.safetensors' } } } })
+      assert.equal(named.status, 403, named.text)
+      assert.equal(named.body.code, 'MODEL_NOT_ALLOWED')
     } finally {
       rmSync(staging, { recursive: true, force: true })
+      rmSync(notes, { force: true })
     }
   })
 })
