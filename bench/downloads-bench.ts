@@ -7,7 +7,7 @@
  *    same CDN URL to a file in the same folder; run alternately (curl, sidecar, curl, sidecar),
  *    the ratio of the medians within this run. Target: sidecar ≥ 0.9 × curl. Each run starts after
  *    a `sync` (the one before leaves gigabytes of dirty pages), and prints the CPU each party used
- *    per GB (curl by /usr/bin/time; the sidecar's threads and the stand-in from /proc).
+ *    per GB (curl by the shell's `times`; the sidecar's threads and the stand-in from /proc).
  * 2. Memory: the sidecar's RSS (/proc VmRSS, sampled every 50 ms) during the sidecar runs, above
  *    its RSS just before. Target ≤ 50 MB.
  * 3. Another user's decisions: bob's GET /prompt decisions on the decision socket, one at a time
@@ -155,11 +155,12 @@ async function main(): Promise<void> {
       spawnSync('sync')
       const standinBefore = threadTicks(child.pid!)
       const t0 = performance.now()
-      // /usr/bin/time reports curl's own CPU (user, system) on stderr
-      const curl = spawnSync('/usr/bin/time', ['-f', 'CPU %U %S', 'curl', '-s', '-f', '-o', curlFile, urls.bigUrl])
+      // the shell's `times` reports its children's CPU (user, system): curl's
+      const curl = spawnSync('bash', ['-c', 'curl -s -f -o "$0" "$1" && times', curlFile, urls.bigUrl])
       const curlMs = performance.now() - t0
       assert.equal(curl.status, 0, curl.stderr.toString())
-      const curlCpu = /CPU ([\d.]+) ([\d.]+)/.exec(curl.stderr.toString())
+      const times = /(\d+)m([\d.]+)s (\d+)m([\d.]+)s\s*$/.exec(curl.stdout.toString())
+      const curlCpu = times ? { user: Number(times[1]) * 60 + Number(times[2]), sys: Number(times[3]) * 60 + Number(times[4]) } : null
       const curlStandin = sum(cpuBetween(standinBefore, threadTicks(child.pid!), () => 'all'))
       const size = statSync(curlFile).size
       rmSync(curlFile)
@@ -182,7 +183,7 @@ async function main(): Promise<void> {
       console.log(`  round ${round + 1}: curl ${(size / curlMs / 1000).toFixed(0)} MB/s, sidecar ${(bytes / ms / 1000).toFixed(0)} MB/s (${bytes} bytes), sidecar RSS ${(baseline / 1024).toFixed(0)} → peak ${(peak / 1024).toFixed(0)} MB`)
       // CPU seconds per GB of each party: where the speed line's time goes
       const perGb = (s: number, b: number) => (s / (b / 1e9)).toFixed(2)
-      console.log(`    CPU s/GB: curl ${curlCpu ? `${perGb(Number(curlCpu[1]) + Number(curlCpu[2]), size)}, of it system ${perGb(Number(curlCpu[2]), size)}` : '?'} (stand-in ${perGb(curlStandin, size)}); sidecar ${[...sidecarCpu].map(([g, c]) => `${g} ${perGb(c, bytes)}`).join(', ')}, of it system ${perGb(sidecarSys, bytes)} (stand-in ${perGb(sidecarStandin, bytes)})`)
+      console.log(`    CPU s/GB: curl ${curlCpu ? `${perGb(curlCpu.user + curlCpu.sys, size)}, of it system ${perGb(curlCpu.sys, size)}` : '?'} (stand-in ${perGb(curlStandin, size)}); sidecar ${[...sidecarCpu].map(([g, c]) => `${g} ${perGb(c, bytes)}`).join(', ')}, of it system ${perGb(sidecarSys, bytes)} (stand-in ${perGb(sidecarStandin, bytes)})`)
     }
     const ratio = median(sidecarRates) / median(curlRates)
 
