@@ -15,8 +15,8 @@
  *   Transfer-Encoding, no Content-Encoding but identity); from then on the socket's reads land
  *   in a ring of fixed buffers (no allocation per read), the full buffers are written to the
  *   partial file and hashed by the ring's own thread (ring-hash-worker.ts) meanwhile, and the
- *   parser sees nothing more. A buffer is read into again only once it is written and hashed. Exactly Content-Length
- *   bytes are taken: a byte more is an error (nothing past the announced size is ever written),
+ *   parser sees nothing more. A buffer is read into again only once it is written and hashed.
+ *   Exactly Content-Length bytes are taken: a byte more is an error (nothing past the announced size is ever written),
  *   fewer (the connection ends) leaves the count short for the caller's check.
  *
  * TLS: the same for `https` (tls.connect reads into the same buffers after decryption),
@@ -31,9 +31,8 @@ import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threa
 import { startThread } from '../kernel/threads.js'
 import { FILLED, HASHED, HOLD, LENGTHS, WAKE, type HasherData, type HasherOrder, type HasherReport } from './ring-hash-protocol.js'
 
-// 256 KiB buffers: on this machine a 1 MiB write into the page cache costs 3-6x the CPU of four
-// 256 KiB ones (fs.write of 2 GB: 3.3-6.3 s against 1.0 s), and 64 KiB writes pay the pool's round
-// trips instead (2.3-2.5 s); 32 of them hold what eight 1 MiB ones did (docs/decisions.md)
+// 256 KiB buffers, so one socket read can take up to 256 KiB; each is written in WRITE_PIECE writes
+// (below); 32 of them make the 8 MiB ring (docs/decisions.md)
 const SLOT = 256 * 1024
 const SLOTS = 32
 /**
@@ -143,9 +142,17 @@ class RingHasher {
     this.wake()
   }
 
-  private answer(): Promise<HasherReport> {
-    if (this.dead !== undefined) return Promise.reject(this.dead)
-    return new Promise((resolve, reject) => (this.awaited = { run: this.run, resolve, reject }))
+  /** Sends an order of this run and waits for its answer; the port holds the loop only meanwhile. */
+  private async ask(order: HasherOrder): Promise<HasherReport> {
+    if (this.dead !== undefined) throw this.dead
+    const answer = new Promise<HasherReport>((resolve, reject) => (this.awaited = { run: this.run, resolve, reject }))
+    this.order(order)
+    this.port.ref()
+    try {
+      return await answer
+    } finally {
+      this.port.unref()
+    }
   }
 
   wake(): void {
@@ -158,15 +165,8 @@ class RingHasher {
     this.run++
     this.filled = 0
     Atomics.store(this.ctl, FILLED, 0)
-    const ready = this.answer()
-    this.order({ type: 'begin', run: this.run, path, bytes })
-    this.port.ref()
-    try {
-      await ready
-      this.running = true
-    } finally {
-      this.port.unref()
-    }
+    await this.ask({ type: 'begin', run: this.run, path, bytes })
+    this.running = true
   }
 
   /** Buffer `i` holds `n` bytes to hash; returns its number in this run (1, 2, ...). */
@@ -197,14 +197,10 @@ class RingHasher {
 
   /** The run's SHA-256 once every published buffer is hashed. */
   async digest(): Promise<string> {
-    const answer = this.answer()
-    this.order({ type: 'end', run: this.run })
-    this.port.ref()
     try {
-      return ((await answer) as Extract<HasherReport, { type: 'digest' }>).sha256
+      return ((await this.ask({ type: 'end', run: this.run })) as Extract<HasherReport, { type: 'digest' }>).sha256
     } finally {
       this.running = false
-      this.port.unref()
     }
   }
 
@@ -497,6 +493,14 @@ export class DirectConnection {
           })
         }
       }
+      /** Every buffer is on its way to the disk or the hash: the socket waits (backpressure). */
+      const waitForSlot = () => {
+        if (!waitingForSlot) {
+          waitingForSlot = true
+          socket.pause()
+        }
+        resumeIfFree()
+      }
       const flush = () => {
         if (fill === 0 || settled) return
         const i = cur
@@ -506,12 +510,7 @@ export class DirectConnection {
         pump()
         cur = (cur + 1) % SLOTS
         fill = 0
-        if (!free(cur)) {
-          // every buffer is on its way to the disk or the hash: the socket waits (backpressure)
-          waitingForSlot = true
-          socket.pause()
-          resumeIfFree()
-        }
+        if (!free(cur)) waitForSlot()
       }
       /** `n` new bytes at slots[cur][fill..] */
       const took = (n: number): boolean => {
@@ -541,11 +540,7 @@ export class DirectConnection {
             }
             aside.push(Buffer.from(rest))
             asideBytes += rest.length
-            if (!waitingForSlot) {
-              waitingForSlot = true
-              socket.pause()
-            }
-            resumeIfFree()
+            waitForSlot()
             return true
           }
           const n = Math.min(SLOT - fill, chunk.length - at)
