@@ -155,8 +155,9 @@ onSubmit($('#password-form'), async (data) => {
   const { data: answer } = await call('/authsvc/api/me/password', { method: 'POST', body: { current_password: data.current_password, new_password: data.new_password } })
   $('#password-form').reset()
   const others = answer.sessions_revoked
-  say($('#password-done'), `Password changed. ${others === 1 ? '1 other session was' : `${others} other sessions were`} signed out; this one stays signed in.`)
+  // the list first, then the words: when the page says it, the list already shows it
   await loadSessions()
+  say($('#password-done'), `Password changed. ${others === 1 ? '1 other session was' : `${others} other sessions were`} signed out; this one stays signed in.`)
 })
 
 // ---- recent activity (GET /authsvc/me/console: newest last; shown newest first)
