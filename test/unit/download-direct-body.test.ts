@@ -444,6 +444,51 @@ describe('the hash on a thread of its own', () => {
   })
 })
 
+describe('a cancel before the body is reached', () => {
+  /** A source answering a resume from `at` with the rest of BODY; counts its connections closed. */
+  const resumable = (at: number) => {
+    const sent = { closed: 0 }
+    const server = rawServer((socket) => {
+      socket.on('close', () => sent.closed++)
+      socket.write(head(['HTTP/1.1 206 Partial Content', `Content-Length: ${BODY.length - at}`, `Content-Range: bytes ${at}-${BODY.length - 1}/${BODY.length}`, 'ETag: "v1"', 'Connection: close']))
+      sendSlowly(socket, BODY.subarray(at), 65536, () => socket.end())
+    })
+    return { server, sent }
+  }
+  const order = (url: string, partial: string, at: number) => ({ source: 'civitai' as const, url, policy: { base: url, allowPrivate: true }, partialPath: partial, resumeFrom: at, validator: 'v1', knownTotal: BODY.length, stallMs: 5000 })
+
+  it('a cancel while the hashing thread hashes a resumed prefix: the transfer ends with the cancel, no body byte is written, and the thread drops that prefix at once', { timeout: 60_000 }, async () => {
+    const at = 2 * 1024 * 1024 + 3
+    const { server, sent } = resumable(at)
+    const s = await server
+    const fresh = await atOnce(BODY)
+    const partial = join(dir, 'cancel-in-prefix.part')
+    writeFileSync(partial, BODY.subarray(0, at))
+    // held: the thread waits before the prefix's first read, so the cancel lands while `begin` is awaited
+    hashingSeams.hold(true)
+    try {
+      const aborter = new AbortController()
+      const cancelled = transfer(order(`${s.url}/f`, partial, at), () => {}, aborter.signal)
+      await until(() => hashingSeams.asking() === 'begin', 'the transfer to wait for its prefix\'s hash')
+      aborter.abort(new Error('cancelled by the test'))
+      await assert.rejects(cancelled, /cancelled by the test/)
+      assert.ok(readFileSync(partial).equals(BODY.subarray(0, at)), 'the partial holds its prefix and nothing of the body')
+      await until(() => sent.closed === 1, 'the source\'s connection to be closed')
+      // still held: the next transfer's own begin is answered only if the thread left the dropped
+      // prefix (it would wait for the hold there otherwise); its body then fills buffers
+      const next = run(`${fresh.url}/f`)
+      await until(() => hashingSeams.counts().filled > 0, 'the next transfer to get past its begin while the hold lasts')
+      hashingSeams.hold(false)
+      const { result } = await next
+      assert.deepEqual(result, { sha256: sha(BODY), bytes: BODY.length })
+    } finally {
+      hashingSeams.hold(false)
+      s.close()
+      fresh.close()
+    }
+  })
+})
+
 describe('bodies the direct path leaves to Node\'s parser', () => {
   it('chunked (no Content-Length): refused as before, the size was never announced', async () => {
     const s = await rawServer((socket) => {

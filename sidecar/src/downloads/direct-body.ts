@@ -29,7 +29,7 @@ import net, { isIP, type LookupFunction } from 'node:net'
 import tls from 'node:tls'
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads'
 import { startThread } from '../kernel/threads.js'
-import { FILLED, HASHED, HOLD, LENGTHS, WAKE, type HasherData, type HasherOrder, type HasherReport } from './ring-hash-protocol.js'
+import { DROPPED, FILLED, HASHED, HOLD, LENGTHS, WAKE, type HasherData, type HasherOrder, type HasherReport } from './ring-hash-protocol.js'
 
 // 256 KiB buffers, so one socket read can take up to 256 KiB; each is written in WRITE_PIECE writes
 // (below); 32 of them make the 8 MiB ring (docs/decisions.md)
@@ -86,10 +86,13 @@ export const disk: { write: typeof writeHere } = { write: writeHere }
 const WAKE_BATCH = 4
 
 /** The first `bytes` of `path` into `hash` (a resumed partial: the hash state of a killed process is gone). */
-export async function hashPrefix(hash: Hash, path: string, bytes: number): Promise<void> {
+export async function hashPrefix(hash: Hash, path: string, bytes: number, signal?: AbortSignal): Promise<void> {
   if (bytes === 0) return
-  for await (const chunk of createReadStream(path, { start: 0, end: bytes - 1, highWaterMark: 1024 * 1024 })) hash.update(chunk as Buffer)
+  for await (const chunk of createReadStream(path, { start: 0, end: bytes - 1, highWaterMark: 1024 * 1024, signal })) hash.update(chunk as Buffer)
 }
+
+/** What a transfer ends with when `signal` has aborted it (the reason the canceller gave). */
+const abortError = (signal: AbortSignal): Error => (signal.reason instanceof Error ? signal.reason : new Error('aborted'))
 
 /** `Atomics.waitAsync` (Node 16+; not in the ES2022 library's types) */
 const waitAsync = (Atomics as unknown as { waitAsync(a: Int32Array, index: number, value: number): { async: false; value: string } | { async: true; value: Promise<string> } }).waitAsync
@@ -106,8 +109,13 @@ class RingHasher {
   private filled = 0
   /** between a run's `begin` and its digest or drop */
   running = false
-  private awaited: { run: number; resolve: (r: HasherReport) => void; reject: (e: Error) => void } | undefined
+  private awaited: { run: number; type: HasherOrder['type']; resolve: (r: HasherReport) => void; reject: (e: Error) => void } | undefined
   dead: Error | undefined
+
+  /** the order whose answer is awaited (a test's seam) */
+  get asking(): HasherOrder['type'] | undefined {
+    return this.awaited?.type
+  }
 
   constructor(ring: SharedArrayBuffer, readonly ctl: Int32Array) {
     if (noNewThreads) throw new Error('no hashing thread may be made (a test\'s seam)')
@@ -142,16 +150,27 @@ class RingHasher {
     this.wake()
   }
 
-  /** Sends an order of this run and waits for its answer; the port holds the loop only meanwhile. */
-  private async ask(order: HasherOrder): Promise<HasherReport> {
+  /**
+   * Sends an order of this run and waits for its answer, or for `signal` (then the run is dropped:
+   * the thread stops a prefix it hashes for it); the port holds the loop only meanwhile.
+   */
+  private async ask(order: HasherOrder, signal?: AbortSignal): Promise<HasherReport> {
     if (this.dead !== undefined) throw this.dead
-    const answer = new Promise<HasherReport>((resolve, reject) => (this.awaited = { run: this.run, resolve, reject }))
+    if (signal?.aborted) throw abortError(signal)
+    const answer = new Promise<HasherReport>((resolve, reject) => (this.awaited = { run: this.run, type: order.type, resolve, reject }))
+    const onAbort = () => {
+      const awaited = this.awaited
+      this.drop()
+      awaited?.reject(abortError(signal!))
+    }
+    signal?.addEventListener('abort', onAbort, { once: true })
     this.order(order)
     this.port.ref()
     try {
       return await answer
     } finally {
       this.port.unref()
+      signal?.removeEventListener('abort', onAbort)
     }
   }
 
@@ -160,12 +179,12 @@ class RingHasher {
     Atomics.notify(this.ctl, WAKE)
   }
 
-  /** A new run; the thread hashes the first `bytes` of `path` before it answers. */
-  async begin(path: string, bytes: number): Promise<void> {
+  /** A new run; the thread hashes the first `bytes` of `path` before it answers (a cancel meanwhile drops the run). */
+  async begin(path: string, bytes: number, signal: AbortSignal): Promise<void> {
     this.run++
     this.filled = 0
     Atomics.store(this.ctl, FILLED, 0)
-    await this.ask({ type: 'begin', run: this.run, path, bytes })
+    await this.ask({ type: 'begin', run: this.run, path, bytes }, signal)
     this.running = true
   }
 
@@ -209,10 +228,11 @@ class RingHasher {
     await this.worker.terminate()
   }
 
-  /** The run is abandoned: nothing more of it is hashed. */
+  /** The run is abandoned: nothing more of it is hashed, its prefix included. */
   drop(): void {
     this.running = false
     this.awaited = undefined
+    Atomics.store(this.ctl, DROPPED, this.run)
     this.order({ type: 'drop', run: this.run })
   }
 }
@@ -244,7 +264,7 @@ let noNewThreads = false
 
 /**
  * Tests' seams on this thread's shared ring: `hold` stops its hashing thread hashing (the reads go
- * on until every buffer waits for the hash); `endHashingThread` ends that thread as a crash would;
+ * on until every buffer waits for the hash; a resumed prefix waits before its first read); `endHashingThread` ends that thread as a crash would;
  * `refuseThreads` makes starting a new one fail.
  */
 export const hashingSeams = {
@@ -258,6 +278,10 @@ export const hashingSeams = {
   },
   async endHashingThread(): Promise<void> {
     await ring?.hasher?.end()
+  },
+  /** the order to the hashing thread whose answer is awaited: `begin` while it hashes a resumed prefix */
+  asking(): string | undefined {
+    return ring?.hasher?.asking
   },
   /** buffers of the run under way filled, and hashed (none when no run is) */
   counts(): { filled: number; hashed: number } {
@@ -310,7 +334,7 @@ export class DirectConnection {
     if (shared) ringInUse = true
     let body: BodyHash
     try {
-      body = await this.hashing(own, shared, prefix)
+      body = await this.hashing(own, shared, prefix, signal)
     } catch (err) {
       if (shared) ringInUse = false
       response.destroy()
@@ -353,12 +377,12 @@ export class DirectConnection {
   }
 
   /** The shared ring's hashing thread, started if need be, begun on `prefix`; a ring of its own hashes here. */
-  private async hashing(own: Ring, shared: boolean, prefix: { path: string; bytes: number }): Promise<BodyHash> {
+  private async hashing(own: Ring, shared: boolean, prefix: { path: string; bytes: number }, signal: AbortSignal): Promise<BodyHash> {
     if (shared) {
       if (own.hasher?.dead !== undefined) own.hasher = undefined
       try {
         const hasher = (own.hasher ??= new RingHasher(own.memory, own.ctl))
-        await hasher.begin(prefix.path, prefix.bytes)
+        await hasher.begin(prefix.path, prefix.bytes, signal)
         return { kind: 'thread', hasher, seqOf: new Array<number>(SLOTS).fill(0) }
       } catch (err) {
         // a thread that could not be made, or ended: this transfer hashes here (the next tries a new thread)
@@ -366,7 +390,7 @@ export class DirectConnection {
       }
     }
     const hash = createHash('sha256')
-    await hashPrefix(hash, prefix.path, prefix.bytes)
+    await hashPrefix(hash, prefix.path, prefix.bytes, signal)
     return { kind: 'here', hash }
   }
 
@@ -428,8 +452,11 @@ export class DirectConnection {
         failure = err
         settle()
       }
-      const onAbort = () => fail(signal.reason instanceof Error ? signal.reason : new Error('aborted'))
+      const onAbort = () => fail(abortError(signal))
       signal.addEventListener('abort', onAbort, { once: true })
+      // a cancel that came before the body was reached (while the prefix was hashed, the partial
+      // opened): the listener above never fires for it, and nothing of the body is read
+      if (signal.aborted) return onAbort()
       const maybeDone = () => {
         if (pending === 0 && queued.length === 0 && aside.length === 0 && (written === length || (ended && fill === 0))) finish()
       }

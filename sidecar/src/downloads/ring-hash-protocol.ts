@@ -12,6 +12,8 @@ export const HASHED = 1
 export const WAKE = 2
 /** not 0: the hashing thread hashes nothing (a test's seam, to hold the hash behind the reads) */
 export const HOLD = 3
+/** the newest run the transfer thread abandoned: a resumed prefix being hashed for it stops there */
+export const DROPPED = 4
 /** the byte count of each buffer, from this word on */
 export const LENGTHS = 8
 

@@ -14,25 +14,40 @@
  *   FILLED and then WAKE; this thread hashes buffers up to FILLED in order and raises HASHED after
  *   each (a buffer may be read into again only once it is hashed and written).
  * - `end {run}`: once every filled buffer is hashed, `digest {run, sha256}` is posted.
- * - `drop {run}`: the run is abandoned (a failed transfer); nothing more is hashed for it.
+ * - `drop {run}`: the run is abandoned (a failed or cancelled transfer); nothing more is hashed
+ *   for it. The transfer thread stores the run in DROPPED first, so a prefix being hashed for it
+ *   (which may be gigabytes) stops at its next read, and nothing is posted for that run.
  */
 import { createHash, type Hash } from 'node:crypto'
 import { closeSync, openSync, readSync } from 'node:fs'
 import { receiveMessageOnPort, workerData } from 'node:worker_threads'
 import { lowerOwnPriority } from './priority.js'
-import { FILLED, HASHED, HOLD, LENGTHS, WAKE, type HasherData, type HasherOrder, type HasherReport } from './ring-hash-protocol.js'
+import { DROPPED, FILLED, HASHED, HOLD, LENGTHS, WAKE, type HasherData, type HasherOrder, type HasherReport } from './ring-hash-protocol.js'
 
-function hashPrefixSync(hash: Hash, path: string, bytes: number, scratch: Buffer): void {
+/** Hashes the first `bytes` of `path`; false when the run was dropped meanwhile (looked at before each read). */
+function hashPrefixSync(hash: Hash, path: string, bytes: number, scratch: Buffer, ctl: Int32Array, run: number): boolean {
   const fd = openSync(path, 'r')
   try {
     for (let at = 0; at < bytes;) {
+      if (!goOn(ctl, run)) return false
       const n = readSync(fd, scratch, 0, Math.min(scratch.length, bytes - at), at)
       if (n === 0) throw new Error('the partial file is shorter than its recorded progress')
       hash.update(scratch.subarray(0, n))
       at += n
     }
+    return true
   } finally {
     closeSync(fd)
+  }
+}
+
+/** Whether a prefix's hash goes on: not while HOLD is set (a test's seam), never once its run is dropped. */
+function goOn(ctl: Int32Array, run: number): boolean {
+  for (;;) {
+    const wake = Atomics.load(ctl, WAKE)
+    if (Atomics.load(ctl, DROPPED) === run) return false
+    if (Atomics.load(ctl, HOLD) === 0) return true
+    Atomics.wait(ctl, WAKE, wake)
   }
 }
 
@@ -48,7 +63,7 @@ function serve({ ring, ctl: ctlBuffer, slot, slots, port }: HasherData): never {
         run = undefined
         const hash = createHash('sha256')
         try {
-          if (order.bytes > 0) hashPrefixSync(hash, order.path, order.bytes, buffers[0])
+          if (order.bytes > 0 && !hashPrefixSync(hash, order.path, order.bytes, buffers[0], ctl, order.run)) continue
         } catch (err) {
           const code = (err as { code?: string }).code ?? 'EPREFIX'
           port.postMessage({ type: 'failed', run: order.run, message: `the partial file could not be read (${code})`, code } satisfies HasherReport)

@@ -216,7 +216,7 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
   // through Node's stream, as ever, hashed here
   const plain = connection !== undefined ? plainLength(response) : undefined
   const here = connection === undefined || plain === undefined ? createHash('sha256') : undefined
-  if (here !== undefined) await hashPrefix(here, order.partialPath, start)
+  if (here !== undefined) await hashPrefix(here, order.partialPath, start, signal)
   const file = await open(order.partialPath, 'a')
   const report = new Progress((bytes) => post({ type: 'progress', bytes }))
   let bytes = start
