@@ -191,6 +191,29 @@ describe('mark-nsfw and nsfw-management', () => {
     assert.equal((await call(sc, { method: 'POST', url: '/authsvc/api/nsfw-management', bearer: admin, body: { action: 'list_tags' } })).statusCode, 200)
     assert.equal(sc.services.accessEpoch.value, before, 'listing the tags changes nothing')
   })
+
+  it('an owner lifts only their own mark: an administrator\'s mark on their image stays, and it still blocks them', async () => {
+    writeFileSync(join(host(), 'output', userFolder(aliceId), 'missed.png'), cleanPng(5))
+    const image = { filename: 'missed.png', subfolder: userFolder(aliceId), type: 'output' }
+    const path = join(host(), 'output', userFolder(aliceId), 'missed.png')
+    const view = () => decide(sc, { path: '/view', pattern: '/view', query: `filename=missed.png&type=output&subfolder=${userFolder(aliceId)}`, headers: { authorization: `Bearer ${alice}` } })
+    assert.equal((await view()).action, 'pass', 'the detector finds it clean')
+    // the detector missed it: an administrator marks it
+    assert.equal((await mark(admin, { ...image, is_nsfw: true })).statusCode, 200)
+    assert.equal((await view() as { status?: number }).status, 403)
+    assertError(await mark(alice, { ...image, is_nsfw: false }), 403, 'PERMISSION_DENIED', 'the owner may not lift the admin\'s mark')
+    assert.deepEqual([nsfw().tags.get(path)?.source, nsfw().tags.get(path)?.is_nsfw, nsfw().tags.get(path)?.by], ['manual', true, 'root-admin'])
+    assert.equal((await view() as { status?: number }).status, 403, 'still blocked for its owner')
+    // her own mark over it is hers to lift (the detector decides again)
+    assert.equal((await mark(alice, { ...image, is_nsfw: true })).statusCode, 200)
+    assert.equal((await mark(alice, { ...image, is_nsfw: false })).statusCode, 200)
+    assert.equal(nsfw().tags.get(path), undefined)
+    assert.equal((await view()).action, 'pass', 'the detector decides again')
+    // an administrator lifts anyone's mark
+    assert.equal((await mark(alice, { ...image, is_nsfw: true })).statusCode, 200)
+    assert.equal((await mark(admin, { ...image, is_nsfw: false })).statusCode, 200)
+    assert.deepEqual([nsfw().tags.get(path)?.source, nsfw().tags.get(path)?.is_nsfw], ['manual', false])
+  })
 })
 
 describe('with the policy off', () => {

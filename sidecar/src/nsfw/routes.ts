@@ -222,8 +222,14 @@ export function markRoutes(services: RouteServices, bound: () => NsfwBound | nul
       const facts = { size: Number(s.size), mtime_ms: Number(s.mtimeNs / 1_000_000n) }
       const previous = b.tags.get(real)
       if (!admin && !is_nsfw) {
-        // an owner's unmark removes only a manual tag: the detector (or the file's own tag) decides again
-        if (previous?.source === 'manual') await b.tags.remove(real)
+        // an owner's unmark removes only a manual tag they set themselves: the detector (or the
+        // file's own tag) decides again. An administrator's mark (or a co-owner's) is theirs to lift:
+        // an owner with the SFW check could otherwise unblock what an admin blocked for them.
+        if (previous?.source === 'manual') {
+          const theirs = previous.by_id !== undefined ? previous.by_id === principal.userId : previous.by === principal.username
+          if (!theirs) throw new AuthsvcError('PERMISSION_DENIED', 'Someone else marked this image; only they or an administrator may lift the mark')
+          await b.tags.remove(real)
+        }
       } else {
         const where = placeOf(real, roots)
         const at = where === null ? -1 : where.rel.lastIndexOf('/')
@@ -237,6 +243,7 @@ export function markRoutes(services: RouteServices, bound: () => NsfwBound | nul
           ...(previous?.scores !== undefined ? { scores: previous.scores } : {}),
           at_iso: new Date(services.clock()).toISOString(),
           by: principal.username,
+          ...(principal.userId !== null ? { by_id: principal.userId } : {}),
         })
       }
       services.events.emit('nsfw_marked', { ...eventContext(request), filename, is_nsfw })

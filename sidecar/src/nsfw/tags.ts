@@ -30,8 +30,10 @@ export interface NsfwTag {
   /** the detector's scores, when it ran (also kept under a manual tag) */
   scores?: Scores
   at_iso: string
-  /** who set a manual tag */
+  /** who set a manual tag (the username then) */
   by?: string
+  /** the account that set it (tags set before this field was kept have only `by`) */
+  by_id?: string
 }
 
 export interface TagRepository {
