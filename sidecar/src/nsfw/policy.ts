@@ -116,13 +116,25 @@ export class NsfwPolicy {
   /** What an sfw_check principal gets for this file: blocked or not, classifying it first when needed. */
   async verdict(file: SeenFile): Promise<Verdict> {
     const tag = this.tags.current(file.path, file.size, file.mtime_ms)
-    if (tag !== undefined) return this.tagSaysNsfw(tag) ? { blocked: true, reason: tag.source === 'detector' ? 'detected' : 'tagged' } : { blocked: false }
+    if (tag !== undefined) return this.said(tag)
+    const until = performance.now() + this.options.viewDeadlineMs
     try {
-      const fresh = await this.classifyFile(file.path, true, this.options.viewDeadlineMs)
-      return this.tagSaysNsfw(fresh) ? { blocked: true, reason: fresh.source === 'detector' ? 'detected' : 'tagged' } : { blocked: false }
+      // A classification of this path already under way (the pool merges them by path) may have
+      // read the file before it was rewritten: its tag answers only for the state this request
+      // saw. Otherwise classified once more, within what is left of the deadline; a file that
+      // keeps changing is unclassifiable.
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const fresh = await this.classifyFile(file.path, true, Math.max(1, Math.round(until - performance.now())))
+        if ((file.size === undefined || fresh.size === file.size) && (file.mtime_ms === undefined || fresh.mtime_ms === file.mtime_ms)) return this.said(fresh)
+      }
     } catch {
-      return { blocked: true, reason: 'unclassifiable' }
+      // unclassifiable: below
     }
+    return { blocked: true, reason: 'unclassifiable' }
+  }
+
+  private said(tag: NsfwTag): Verdict {
+    return this.tagSaysNsfw(tag) ? { blocked: true, reason: tag.source === 'detector' ? 'detected' : 'tagged' } : { blocked: false }
   }
 
   /** The /view decision's part: null (go on) for anyone without sfw_check, or for an image that is not blocked. */
