@@ -502,6 +502,37 @@ describe('bodies the direct path leaves to Node\'s parser', () => {
     }
   })
 
+  it('a 206 without Content-Length (chunked, or ended by the connection), sending past its Content-Range: stopped at the announced size, not retried', async () => {
+    const piece = Buffer.alloc(64 * 1024, 7)
+    const chunked = await rawServer((socket) => {
+      socket.write(head(['HTTP/1.1 206 Partial Content', 'Content-Range: bytes 0-999/1000', 'Transfer-Encoding: chunked', 'Connection: close']))
+      let sent = 0
+      const next = () => {
+        if (socket.destroyed) return
+        if (sent >= 80) return void socket.end('0\r\n\r\n') // 5 MB for an announced 1000 bytes
+        sent++
+        if (socket.write(Buffer.concat([Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n')]))) setImmediate(next)
+        else socket.once('drain', next)
+      }
+      next()
+    })
+    const closeDelimited = await rawServer((socket) => {
+      socket.write(head(['HTTP/1.1 206 Partial Content', 'Content-Range: bytes 0-999/1000', 'Connection: close']))
+      sendSlowly(socket, Buffer.alloc(5 * 1024 * 1024, 9), 65536, () => socket.end())
+    })
+    try {
+      for (const s of [chunked, closeDelimited]) {
+        const { error, partial } = await run(`${s.url}/f`)
+        assert.equal(error?.message, 'The source sent more bytes than it announced')
+        assert.equal(error?.retryable, false)
+        assert.ok(statSync(partial).size <= 1000, `the partial holds ${statSync(partial).size} bytes`)
+      }
+    } finally {
+      chunked.close()
+      closeDelimited.close()
+    }
+  })
+
   it('Content-Length and Transfer-Encoding together: Node\'s parser refuses the answer', async () => {
     const s = await rawServer((socket) => {
       socket.end(Buffer.concat([head(['HTTP/1.1 200 OK', 'Content-Length: 5', 'Transfer-Encoding: chunked', 'Connection: close']), Buffer.from('5\r\nhello\r\n0\r\n\r\n')]))

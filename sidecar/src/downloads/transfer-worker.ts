@@ -90,7 +90,8 @@ class Progress {
 class Sink extends Writable {
   bytes: number
   private readonly timer: NodeJS.Timeout
-  constructor(private readonly file: FileHandle, private readonly hash: Hash, start: number, stallMs: number, private readonly progress: Progress, onStall: () => void) {
+  /** `limit`: the file's announced size; a byte past it fails the write (ETOOLONG), none of it written */
+  constructor(private readonly file: FileHandle, private readonly hash: Hash, start: number, private readonly limit: number, stallMs: number, private readonly progress: Progress, onStall: () => void) {
     super({ highWaterMark: 1024 * 1024 })
     this.bytes = start
     this.timer = setTimeout(onStall, stallMs)
@@ -98,6 +99,11 @@ class Sink extends Writable {
   override _writev(chunks: Array<{ chunk: Buffer }>, done: (error?: Error | null) => void): void {
     this.timer.refresh()
     const buffers = chunks.map((c) => c.chunk)
+    // a body framed by chunks or by the connection's end (a 206 may come without Content-Length)
+    // has no length of its own: it stops at the size the source announced, not at a full disk
+    if (buffers.reduce((sum, b) => sum + b.length, this.bytes) > this.limit) {
+      return done(Object.assign(new Error('the source sent more bytes than it announced'), { code: 'ETOOLONG' }))
+    }
     for (const b of buffers) this.hash.update(b)
     this.writeAll(buffers).then(() => {
       this.progress.update(this.bytes)
@@ -228,7 +234,7 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
       sha256 = body.sha256
     } else {
       const hash = here!
-      const sink = new Sink(file, hash, start, order.stallMs, report, () => sink.destroy(new StallError()))
+      const sink = new Sink(file, hash, start, total, order.stallMs, report, () => sink.destroy(new StallError()))
       try {
         await pipeline(response, sink, { signal })
       } finally {
