@@ -19,6 +19,7 @@ import { after, describe, it } from 'node:test'
 import { transfer, type TransferReport } from '../../sidecar/src/downloads/transfer-worker.js'
 import { disk, hashingSeams } from '../../sidecar/src/downloads/direct-body.js'
 import { SourceError } from '../../sidecar/src/downloads/hops.js'
+import { resolveRequest } from '../../sidecar/src/downloads/sources.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'as-direct-'))
 after(() => rmSync(dir, { recursive: true, force: true }))
@@ -440,6 +441,44 @@ describe('the hash on a thread of its own', () => {
       assert.ok(readFileSync(partial).equals(BODY))
     } finally {
       s.close()
+    }
+  })
+})
+
+describe('answers that never finish: each within the stall time', () => {
+  it('an error status whose body never ends: the status\'s error after the stall time, not a hang', { timeout: 20_000 }, async () => {
+    const s = await rawServer((socket) => {
+      socket.write(head(['HTTP/1.1 429 Too Many Requests', 'Content-Type: application/json', 'Content-Length: 1000']))
+      socket.write('{"error":') // and nothing more: the connection stays open
+    })
+    try {
+      const { error } = await run(`${s.url}/f`, 1000)
+      assert.match(error?.message ?? '', /rate limiting/)
+      assert.equal(error?.retryable, true)
+    } finally {
+      s.close()
+    }
+  })
+
+  it('Civitai\'s metadata: no answer at all, or a head whose body never ends: failed (retryable) after the stall time, not a job that holds its slot for ever', { timeout: 20_000 }, async () => {
+    const silent = await rawServer(() => {}) // reads the request, answers nothing
+    const unfinished = await rawServer((socket) => {
+      socket.write(head(['HTTP/1.1 200 OK', 'Content-Type: application/json', 'Content-Length: 1000']))
+      socket.write('{"files":[')
+    })
+    try {
+      for (const s of [silent, unfinished]) {
+        const asked = resolveRequest({ source: 'civitai', model_version_id: 1 }, { base: s.url, allowPrivate: true }, new AbortController().signal, 1000)
+        await assert.rejects(asked, (err: unknown) => err instanceof SourceError && err.retryable && err.message === 'Civitai did not answer within 1 s')
+      }
+      // a cancel meanwhile is the cancel, not a source error
+      const aborter = new AbortController()
+      const cancelled = resolveRequest({ source: 'civitai', model_version_id: 1 }, { base: silent.url, allowPrivate: true }, aborter.signal, 60_000)
+      aborter.abort(new Error('cancelled by the test'))
+      await assert.rejects(cancelled, (err: unknown) => !(err instanceof SourceError))
+    } finally {
+      silent.close()
+      unfinished.close()
     }
   })
 })

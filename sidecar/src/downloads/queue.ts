@@ -324,7 +324,7 @@ export class DownloadQueue {
     }
     const key = this.keys.open(start.user_id, start.source)
     const policy: HopPolicy = { base: this.baseOf(start.source), allowPrivate: this.cfg.allow_private_hosts, ...(key ? { authorization: `Bearer ${key}` } : {}) }
-    const resolved: Resolved = await resolveRequest(start.request, policy, run.aborter.signal)
+    const resolved: Resolved = await resolveRequest(start.request, policy, run.aborter.signal, this.cfg.stall_timeout_seconds * 1000)
     if (resolved.filename === '') throw new SourceError('The source names no usable file name', false)
     const folder = this.folders().find((f) => f.name === start.folder_type)
     if (folder === undefined) throw new SourceError(`The model folder ${start.folder_type} is gone`, false)

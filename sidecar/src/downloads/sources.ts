@@ -147,10 +147,23 @@ export async function answerError(source: SourceName, response: IncomingMessage)
   return errorOfAnswer(source, status, typeof code === 'string' ? code : undefined, message?.replace(/[\u0000-\u001f]/g, ' '))
 }
 
-async function getJson(source: SourceName, url: string, policy: HopPolicy, signal: AbortSignal): Promise<unknown> {
-  const { response } = await openFollowing(url, policy, { accept: 'application/json' }, signal)
-  if (response.statusCode !== 200) throw await answerError(source, response)
-  const body = await readSmall(response, 4 * 1024 * 1024)
+/**
+ * A source's JSON answer, whole within `stallMs` (headers and body): a source that accepts the
+ * connection and never finishes its answer would otherwise hold the job, and its source's slot,
+ * until someone cancels it.
+ */
+async function getJson(source: SourceName, url: string, policy: HopPolicy, signal: AbortSignal, stallMs: number): Promise<unknown> {
+  const deadline = AbortSignal.timeout(stallMs)
+  const both = AbortSignal.any([signal, deadline])
+  let body: Buffer
+  try {
+    const { response } = await openFollowing(url, policy, { accept: 'application/json' }, both)
+    if (response.statusCode !== 200) throw await answerError(source, response)
+    body = await readSmall(response, 4 * 1024 * 1024)
+  } catch (err) {
+    if (deadline.aborted && !signal.aborted) throw new SourceError(`${source === 'civitai' ? 'Civitai' : 'Hugging Face'} did not answer within ${Math.round(stallMs / 1000)} s`, true)
+    throw err
+  }
   try {
     return JSON.parse(body.toString('utf8'))
   } catch {
@@ -171,7 +184,7 @@ interface CivitaiFile {
 const trimBase = (base: string) => base.replace(/\/+$/, '')
 
 /** Asks the source what to fetch (Civitai: its metadata; Hugging Face: nothing to ask first). */
-export async function resolveRequest(req: DownloadRequest, policy: HopPolicy, signal: AbortSignal): Promise<Resolved> {
+export async function resolveRequest(req: DownloadRequest, policy: HopPolicy, signal: AbortSignal, stallMs: number): Promise<Resolved> {
   const base = trimBase(policy.base)
   if (req.source === 'huggingface') {
     const path = [req.subfolder, req.filename].filter((p) => p !== undefined && p !== '').join('/')
@@ -185,12 +198,12 @@ export async function resolveRequest(req: DownloadRequest, policy: HopPolicy, si
   }
   let versionId = req.model_version_id
   if (versionId === undefined) {
-    const model = (await getJson('civitai', `${base}/api/v1/models/${req.model_id}`, policy, signal)) as { modelVersions?: Array<{ id?: unknown }> }
+    const model = (await getJson('civitai', `${base}/api/v1/models/${req.model_id}`, policy, signal, stallMs)) as { modelVersions?: Array<{ id?: unknown }> }
     const newest = model.modelVersions?.[0]?.id
     if (typeof newest !== 'number') throw new SourceError('Civitai: this model has no downloadable version', false)
     versionId = newest
   }
-  const version = (await getJson('civitai', `${base}/api/v1/model-versions/${versionId}`, policy, signal)) as { files?: CivitaiFile[] }
+  const version = (await getJson('civitai', `${base}/api/v1/model-versions/${versionId}`, policy, signal, stallMs)) as { files?: CivitaiFile[] }
   const files = Array.isArray(version.files) ? version.files : []
   const wanted = (f: CivitaiFile): boolean =>
     (req.file_id === undefined || f.id === req.file_id) &&

@@ -174,7 +174,15 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
   }
   const { response, hops, connection } = opened
   const status = response.statusCode ?? 0
-  if (status !== 200 && status !== 206) throw await answerError(order.source, response)
+  if (status !== 200 && status !== 206) {
+    // the error's body is read within the stall time too (a body that never ends is cut: the status says enough)
+    const bodyTimer = setTimeout(() => stall.abort(new StallError()), order.stallMs)
+    try {
+      throw await answerError(order.source, response)
+    } finally {
+      clearTimeout(bodyTimer)
+    }
+  }
 
   // what the source published about the bytes: Hugging Face puts it on its redirect
   const linked = hops.find((h) => h.headers['x-linked-etag'] !== undefined || h.headers['x-linked-size'] !== undefined)
