@@ -483,6 +483,28 @@ describe('answers that never finish: each within the stall time', () => {
   })
 })
 
+describe('a partial that cannot be made', () => {
+  it('a name too long for the file system: failed once, not retried, and the source\'s connection closed', async () => {
+    let closed = 0
+    const s = await rawServer((socket) => {
+      socket.on('close', () => closed++)
+      socket.write(ok(BODY.length))
+      sendSlowly(socket, BODY, 65536, () => {}) // holds the connection open
+    })
+    try {
+      const reports: TransferReport[] = []
+      const partial = join(dir, `${'n'.repeat(300)}.part`)
+      await assert.rejects(
+        transfer({ source: 'civitai', url: `${s.url}/f`, policy: { base: s.url, allowPrivate: true }, partialPath: partial, resumeFrom: 0, validator: '', knownTotal: 0, stallMs: 5000 }, (r) => reports.push(r), new AbortController().signal),
+        (err: unknown) => err instanceof SourceError && !err.retryable && err.message === 'The file name is too long for the model folder\'s file system',
+      )
+      await until(() => closed === 1, 'the source\'s connection to close')
+    } finally {
+      s.close()
+    }
+  })
+})
+
 describe('a cancel before the body is reached', () => {
   /** A source answering a resume from `at` with the rest of BODY; counts its connections closed. */
   const resumable = (at: number) => {

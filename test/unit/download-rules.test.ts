@@ -98,8 +98,20 @@ describe('a file name is sanitised', () => {
     ['..', ''],
     ['/', ''],
     [`${'x'.repeat(300)}.safetensors`, `${'x'.repeat(188)}.safetensors`],
+    // file systems count bytes: 150 CJK characters are 450 bytes; cut between whole characters
+    [`${'模'.repeat(150)}.safetensors`, `${'模'.repeat(62)}.safetensors`],
+    // a cut that would split an emoji's surrogate pair leaves the whole emoji out
+    [`${'a'.repeat(187)}😀${'x'.repeat(20)}.safetensors`, `${'a'.repeat(187)}.safetensors`],
+    ['bad\ud800name.pt', 'bad_name.pt'],
+    [`${'y'.repeat(250)}.${'e'.repeat(30)}`, 'y'.repeat(200)],
   ]
-  for (const [raw, name] of rows) it(JSON.stringify(raw.slice(0, 40)), () => assert.equal(sanitiseFilename(raw), name))
+  for (const [raw, name] of rows) {
+    it(JSON.stringify(raw.slice(0, 40)), () => {
+      const got = sanitiseFilename(raw)
+      assert.equal(got, name)
+      assert.ok(Buffer.byteLength(got, 'utf8') <= 200 && got.isWellFormed())
+    })
+  }
 })
 
 describe('a request\'s fields', () => {

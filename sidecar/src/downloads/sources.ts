@@ -89,20 +89,34 @@ export function requestFromUrl(raw: string, bases: Record<SourceName, string>): 
   return null
 }
 
+/** The longest name a download gets, in UTF-8 bytes: file systems count bytes (255 on ext4, xfs,
+ * btrfs), and the partial file beside it adds `.<8 characters>.authsvc-partial` (25 bytes). */
+export const NAME_MAX_BYTES = 200
+const utf8Bytes = (s: string): number => Buffer.byteLength(s, 'utf8')
+
 /**
- * The name a file lands under: the last path part, without control characters or characters
- * file systems or shells trip over, no leading dot, at most 200 characters with its extension
- * kept. Empty when nothing usable is left.
+ * The name a file lands under: the last path part, without control characters, lone surrogates
+ * or characters file systems or shells trip over, no leading dot, at most NAME_MAX_BYTES bytes of
+ * UTF-8, cut between whole characters, its extension kept. Empty when nothing usable is left.
  */
 export function sanitiseFilename(raw: string): string {
   let name = basename(raw.replaceAll('\\', '/'))
     .normalize('NFC')
-    .replace(/[\u0000-\u001f\u007f<>:"/\\|?*]/g, '_')
+    .replace(/[\u0000-\u001f\u007f<>:"/\\|?*]|\p{Surrogate}/gu, '_')
     .replace(/^[.\s]+/, '')
     .replace(/[.\s]+$/, '')
-  if (name.length > 200) {
-    const ext = extname(name).slice(0, 20)
-    name = name.slice(0, 200 - ext.length) + ext
+  if (utf8Bytes(name) > NAME_MAX_BYTES) {
+    let ext = extname(name)
+    if (utf8Bytes(ext) > 20) ext = ''
+    const stem = Array.from(name.slice(0, name.length - ext.length)) // whole code points
+    let room = NAME_MAX_BYTES - utf8Bytes(ext)
+    let kept = ''
+    for (const ch of stem) {
+      room -= utf8Bytes(ch)
+      if (room < 0) break
+      kept += ch
+    }
+    name = kept + ext
   }
   return name === '.' || name === '..' ? '' : name
 }

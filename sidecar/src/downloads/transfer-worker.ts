@@ -156,6 +156,18 @@ async function createPartial(path: string): Promise<void> {
   }
 }
 
+/** A file system's error in words, not to be retried; undefined for anything else (a connection's error). */
+function writeError(err: unknown): SourceError | undefined {
+  const code = (err as { code?: string }).code
+  if (code === 'ENOSPC') return new SourceError('The disk is full', false)
+  if (code === 'EDQUOT') return new SourceError('The disk quota is used up', false)
+  if (code === 'ENAMETOOLONG') return new SourceError('The file name is too long for the model folder\'s file system', false)
+  if (code !== undefined && /^E[A-Z]+$/.test(code) && (err as { syscall?: string }).syscall !== undefined && !['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNREFUSED'].includes(code)) {
+    return new SourceError(`The file could not be written (${code})`, false)
+  }
+  return undefined
+}
+
 export async function transfer(order: TransferOrder, post: (report: TransferReport) => void, signal: AbortSignal): Promise<void> {
   const resumeFrom = order.resumeFrom > 0 && order.validator !== '' ? order.resumeFrom : 0
   const headers: Record<string, string> = resumeFrom > 0 ? { range: `bytes=${resumeFrom}-`, 'if-range': `"${order.validator}"` } : {}
@@ -219,17 +231,25 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
   }
   post({ type: 'started', total, validator, linkedSha256, resumed: start > 0 })
 
-  if (start > 0) {
-    await truncate(order.partialPath, start)
-  } else {
-    // a fresh start: an empty partial (0644: the host reads it as a model file once placed)
-    await createPartial(order.partialPath)
-  }
   // the body straight into fixed buffers when its framing is a plain Content-Length
   // (direct-body.ts, hashed on a thread of its own, the partial's prefix too); anything else
   // through Node's stream, as ever, hashed here
   const plain = connection !== undefined ? plainLength(response) : undefined
   const here = connection === undefined || plain === undefined ? createHash('sha256') : undefined
+  try {
+    if (start > 0) {
+      await truncate(order.partialPath, start)
+    } else {
+      // a fresh start: an empty partial (0644: the host reads it as a model file once placed)
+      await createPartial(order.partialPath)
+    }
+  } catch (err) {
+    // the partial cannot be made (a name too long for the file system, no permission, a full
+    // disk): trying again would meet the same; nothing of the answer is read
+    response.destroy()
+    if (signal.aborted) throw err
+    throw writeError(err) ?? err
+  }
   if (here !== undefined) await hashPrefix(here, order.partialPath, start, signal)
   const file = await open(order.partialPath, 'a')
   const report = new Progress((bytes) => post({ type: 'progress', bytes }))
@@ -255,11 +275,8 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
     if (err instanceof StallError) throw new SourceError(`The transfer stalled: nothing arrived for ${Math.round(order.stallMs / 1000)} s`, true)
     const code = (err as { code?: string }).code
     if (code === 'ETOOLONG') throw new SourceError('The source sent more bytes than it announced', false)
-    if (code === 'ENOSPC') throw new SourceError('The disk is full', false)
-    if (code === 'EDQUOT') throw new SourceError('The disk quota is used up', false)
-    if (code !== undefined && /^E[A-Z]+$/.test(code) && (err as { syscall?: string }).syscall !== undefined && !['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNREFUSED'].includes(code)) {
-      throw new SourceError(`The file could not be written (${code})`, false)
-    }
+    const written = writeError(err)
+    if (written !== undefined) throw written
     throw new SourceError(`The transfer broke off (${code ?? (err as Error).message})`, true)
   } finally {
     report.stop()
