@@ -76,6 +76,10 @@ describe('what a user may paste', () => {
     ['https://civitai.com/models/4201/realistic-vision?modelVersionId=130072', { source: 'civitai', model_version_id: 130072 }],
     ['https://civitai.com/models/4201', { source: 'civitai', model_id: 4201 }],
     ['https://civitai.com/api/download/models/130072', { source: 'civitai', model_version_id: 130072 }],
+    // the URL behind Civitai's own download buttons names the file: kept, not the primary file
+    ['https://civitai.com/api/download/models/128713?type=Model&format=SafeTensor&size=pruned&fp=fp16', { source: 'civitai', model_version_id: 128713, type: 'Model', format: 'SafeTensor', size: 'pruned', fp: 'fp16' }],
+    ['https://civitai.com/api/download/models/128713?type=VAE&token=abc', { source: 'civitai', model_version_id: 128713, type: 'VAE' }],
+    [`https://civitai.com/api/download/models/128713?fp=${'x'.repeat(65)}`, null],
     ['https://huggingface.co/stabilityai/sdxl-vae/blob/main/sdxl_vae.safetensors', { source: 'huggingface', repo_id: 'stabilityai/sdxl-vae', revision: 'main', filename: 'sdxl_vae.safetensors' }],
     ['https://huggingface.co/o/r/resolve/v1.0/sub/dir/m.safetensors?download=true', { source: 'huggingface', repo_id: 'o/r', revision: 'v1.0', filename: 'sub/dir/m.safetensors' }],
     ['https://huggingface.co/o/r', null],

@@ -70,7 +70,17 @@ export function requestFromUrl(raw: string, bases: Record<SourceName, string>): 
   if (hostIs('civitai', 'civitai.com')) {
     const version = url.searchParams.get('modelVersionId')
     const download = /^\/api\/download\/models\/(\d{1,12})\/?$/.exec(url.pathname)
-    if (download) return { source: 'civitai', model_version_id: Number(download[1]) }
+    if (download) {
+      // the URL of Civitai's own download buttons names the file it means: kept, not the primary
+      const pick: DownloadRequest = { source: 'civitai', model_version_id: Number(download[1]) }
+      for (const key of ['type', 'format', 'size', 'fp'] as const) {
+        const value = url.searchParams.get(key)
+        if (value === null || value === '') continue
+        if (value.length > 64) return null // as the fields themselves: at most 64 characters
+        pick[key] = value
+      }
+      return pick
+    }
     const page = /^\/models\/(\d{1,12})(?:\/[^/]*)?\/?$/.exec(url.pathname)
     if (!page) return null
     if (version !== null && /^\d{1,12}$/.test(version)) return { source: 'civitai', model_version_id: Number(version) }
