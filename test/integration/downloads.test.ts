@@ -384,6 +384,13 @@ describe('model downloads against the stand-ins', () => {
         { url: `${src.civitaiUrl}/models/1`, source: 'huggingface' },
         { source: 'civitai', model_version_id: 1, extra: true },
       ]
+      // a key pasted with an invisible character (a zero-width space, a no-break space) never works in a header: refused when set
+      for (const api_key of ['secretkey\u200b', 'secret\u00a0key', 'clé-secrète', 'two words']) {
+        const res = await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'civitai', api_key } })
+        assert.equal(res.statusCode, 400, `${JSON.stringify(api_key)} → ${res.body}`)
+        assert.equal(JSON.parse(res.body).code, 'VALIDATION_FAILED')
+        assert.ok(!res.body.includes('secret'), 'the answer does not repeat the key')
+      }
       for (const body of rows) {
         const res = await call(w.sc, { method: 'POST', url: '/authsvc/api/model-download/download', bearer: w.aliceJwt, body })
         assert.equal(res.statusCode, 400, `${JSON.stringify(body)} → ${res.body}`)
@@ -467,6 +474,31 @@ describe('a job outlives its request, not its account', () => {
       const job = await ended(w, queued)
       assert.equal(job.status, 'failed')
       assert.match(job.error ?? '', /disabled or deleted/)
+    } finally {
+      await w.sc.close()
+      await src.close()
+    }
+  })
+
+  it('a queued job of a user whose role may no longer download fails before any request with their key', async () => {
+    const src = await startDownloadStandins()
+    const w = await openWorld(src, { max_active_per_source: 1, max_active_total: 1 })
+    try {
+      const slow = file({ size: 1024 * 1024, pauseAt: 256 * 1024 })
+      src.civitai.set(811, [slow])
+      src.civitai.set(812, [file()])
+      const paused = once(src.events, 'paused')
+      const first = await start(w, { source: 'civitai', model_version_id: 811 }, w.adminJwt)
+      await paused
+      const queued = await start(w, { source: 'civitai', model_version_id: 812 })
+      assert.equal((await jobOf(w, queued)).status, 'queued')
+      const alice = w.sc.services.users.byUsername('alice')!
+      await w.sc.services.users.update(alice.user_id, { role: 'user' })
+      src.release(slow.id)
+      assert.equal((await ended(w, first)).status, 'completed')
+      const job = await ended(w, queued)
+      assert.equal(job.status, 'failed')
+      assert.match(job.error ?? '', /may no longer download models/)
     } finally {
       await w.sc.close()
       await src.close()

@@ -27,6 +27,7 @@ import { existsSync } from 'node:fs'
 import { link, mkdir, rename, rmdir, stat, unlink } from 'node:fs/promises'
 import { basename, dirname, extname, join, relative, resolve, sep } from 'node:path'
 import type { Worker } from 'node:worker_threads'
+import { ADMIN_ROLE } from '../identity/principal.js'
 import type { FastifyBaseLogger } from 'fastify'
 import { AuthsvcError } from '../kernel/errors.js'
 import { startThread } from '../kernel/threads.js'
@@ -136,7 +137,7 @@ export interface JobView extends DownloadJobRecord {
   speed_bps: number
 }
 
-type QueueServices = Pick<Services, 'config' | 'host' | 'clock' | 'events'> & Partial<Pick<Services, 'users'>>
+type QueueServices = Pick<Services, 'config' | 'host' | 'clock' | 'events'> & Partial<Pick<Services, 'users' | 'roles'>>
 
 export class DownloadQueue {
   private readonly running = new Map<string, Running>()
@@ -321,6 +322,11 @@ export class DownloadQueue {
     const owner = this.services.users?.byId(start.user_id)
     if (this.services.users !== undefined && (owner === undefined || owner.disabled)) {
       throw new SourceError('The account that asked for this download is disabled or deleted', false)
+    }
+    // nor with a role that may no longer download (changed since the job was queued)
+    const roles = this.services.roles
+    if (owner !== undefined && roles !== undefined && owner.role !== ADMIN_ROLE && roles.permissions(owner.role).can_download_models !== true) {
+      throw new SourceError('The account that asked for this download may no longer download models', false)
     }
     const key = this.keys.open(start.user_id, start.source)
     const policy: HopPolicy = { base: this.baseOf(start.source), allowPrivate: this.cfg.allow_private_hosts, ...(key ? { authorization: `Bearer ${key}` } : {}) }

@@ -144,7 +144,9 @@ export function downloadRoutes(services: Pick<Services, 'config' | 'events'>, ha
       const p = downloader(request)
       const { source, api_key } = request.body
       const key = api_key.trim()
-      if (/[\s\u0000-\u001f\u007f]/.test(key)) throw new AuthsvcError('VALIDATION_FAILED', 'A key is one word without spaces or control characters')
+      // printable ASCII only: an invisible character pasted with it (a zero-width space) is not a
+      // space to \s, and no HTTP header can carry it, so every download would fail later
+      if (!/^[\x21-\x7e]*$/.test(key)) throw new AuthsvcError('VALIDATION_FAILED', 'A key is one word of letters, digits and punctuation, without spaces or invisible characters')
       await (await handle.keys()).set(p.userId, source, key)
       services.events.emit('download_key_changed', { ...eventContext(request), subject: p.username, source, cleared: key === '' })
       return { status: 'ok' as const, source }
