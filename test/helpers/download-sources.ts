@@ -261,7 +261,8 @@ export async function startDownloadStandins(): Promise<DownloadStandins> {
     const range = /^bytes=(\d+)-$/.exec(req.headers.range ?? '')
     const ifRange = req.headers['if-range']
     if (range && (ifRange === undefined || ifRange === etag)) start = Number(range[1])
-    if (start > f.size) {
+    // as real servers answer (RFC 9110): a range that starts at the end of the file or past it
+    if (start > 0 && start >= f.size) {
       res.writeHead(416, { 'content-range': `bytes */${f.size}` }).end()
       return
     }

@@ -505,6 +505,36 @@ describe('a partial that cannot be made', () => {
   })
 })
 
+describe('a resume the source cannot satisfy (416)', () => {
+  const unsatisfiable = (total: number) => rawServer((socket) => socket.end(head(['HTTP/1.1 416 Range Not Satisfiable', `Content-Range: bytes */${total}`, 'Content-Length: 0', 'Connection: close'])))
+
+  it('the partial already holds every byte (a stop before it was placed): hashed and done, nothing fetched again', async () => {
+    const s = await unsatisfiable(BODY.length)
+    try {
+      const { result, reports, partial } = await run(`${s.url}/f`, 5000, () => {}, { prefix: BODY, validator: 'v1', total: BODY.length })
+      assert.deepEqual(result, { sha256: sha(BODY), bytes: BODY.length })
+      assert.ok(readFileSync(partial).equals(BODY))
+      assert.deepEqual(reports.map((r) => r.type), ['started', 'progress', 'done'])
+    } finally {
+      s.close()
+    }
+  })
+
+  it('any other 416 (the file is now shorter, or another size than recorded): tried again from byte 0', async () => {
+    for (const [prefix, total] of [[BODY, BODY.length - 10], [BODY.subarray(0, 1000), BODY.length]] as const) {
+      const s = await unsatisfiable(total)
+      try {
+        const { error } = await run(`${s.url}/f`, 5000, () => {}, { prefix, validator: 'v1', total: BODY.length })
+        assert.equal(error?.message, 'The source cannot serve the rest of the file; starting again')
+        assert.equal(error?.retryable, true)
+        assert.equal((error as { restart?: boolean } | undefined)?.restart, true)
+      } finally {
+        s.close()
+      }
+    }
+  })
+})
+
 describe('a cancel before the body is reached', () => {
   /** A source answering a resume from `at` with the rest of BODY; counts its connections closed. */
   const resumable = (at: number) => {

@@ -186,6 +186,23 @@ export async function transfer(order: TransferOrder, post: (report: TransferRepo
   }
   const { response, hops, connection } = opened
   const status = response.statusCode ?? 0
+  if (status === 416 && resumeFrom > 0) {
+    // RFC 9110: a range from the end of the file on is not satisfiable. The partial already holds
+    // every byte (a stop between its last write and its placing): hashed and done, not fetched
+    // again. Any other 416: the source no longer serves those bytes, so the next try starts at 0.
+    const whole = /^bytes \*\/(\d+)$/.exec(header(response.headers['content-range']))
+    response.destroy()
+    const total = whole ? Number(whole[1]) : NaN
+    if (total === resumeFrom && (order.knownTotal === 0 || order.knownTotal === total) && (await stat(order.partialPath)).size === total) {
+      post({ type: 'started', total, validator: order.validator, linkedSha256: '', resumed: true })
+      const hash = createHash('sha256')
+      await hashPrefix(hash, order.partialPath, total, signal)
+      post({ type: 'progress', bytes: total })
+      post({ type: 'done', sha256: hash.digest('hex'), bytes: total })
+      return
+    }
+    throw Object.assign(new SourceError('The source cannot serve the rest of the file; starting again', true), { restart: true })
+  }
   if (status !== 200 && status !== 206) {
     // the error's body is read within the stall time too (a body that never ends is cut: the status says enough)
     const bodyTimer = setTimeout(() => stall.abort(new StallError()), order.stallMs)
