@@ -18,6 +18,8 @@ export interface PngOptions {
   itxt?: Record<string, string>
   /** tEXt chunks after the pixels (where the tag is not read) */
   textAfter?: Record<string, string>
+  /** an APNG's animation control chunk (`acTL`, before the pixels: what makes a browser animate it) */
+  animated?: boolean
 }
 
 /** An RGB PNG whose pixels depend on `seed`: smooth gradients, so it also decodes to a plausible picture. */
@@ -35,11 +37,14 @@ export function testPng(seed: number, options: PngOptions = {}): Buffer {
   const texts = Object.entries(options.text ?? {}).map(([k, v]) => textChunk(k, v))
   const itxts = Object.entries(options.itxt ?? {}).map(([k, v]) => pngChunk('iTXt', Buffer.concat([Buffer.from(k, 'latin1'), Buffer.from([0, 0, 0]), Buffer.from('en', 'latin1'), Buffer.from([0]), Buffer.from([0]), Buffer.from(v, 'utf8')])))
   const after = Object.entries(options.textAfter ?? {}).map(([k, v]) => textChunk(k, v))
-  return Buffer.concat([PNG_SIGNATURE, pngChunk('IHDR', ihdr), ...texts, ...itxts, pngChunk('IDAT', deflateSync(Buffer.from(rows))), ...after, pngChunk('IEND', Buffer.alloc(0))])
+  const actl = options.animated ? [pngChunk('acTL', Buffer.from([0, 0, 0, 2, 0, 0, 0, 0]))] : []
+  return Buffer.concat([PNG_SIGNATURE, pngChunk('IHDR', ihdr), ...actl, ...texts, ...itxts, pngChunk('IDAT', deflateSync(Buffer.from(rows))), ...after, pngChunk('IEND', Buffer.alloc(0))])
 }
 
 /** What the deterministic classifier calls NSFW (a marker in a text chunk). */
 export const nsfwPng = (seed: number): Buffer => testPng(seed, { text: { Comment: TEST_MARKERS.nsfw } })
+/** An APNG (its frames cannot be decoded here, so it is never classified): otherwise clean. */
+export const animatedPng = (seed: number): Buffer => testPng(seed, { animated: true })
 /** What the deterministic classifier answers only after every deadline. */
 export const slowPng = (seed: number): Buffer => testPng(seed, { text: { Comment: TEST_MARKERS.slow } })
 /** A clean image. */

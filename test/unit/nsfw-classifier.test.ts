@@ -7,13 +7,14 @@
 import { describe, it, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { existsSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { pngTag, looksLikeImage } from '../../sidecar/src/nsfw/png-tag.js'
 import { ClassifierPool } from '../../sidecar/src/nsfw/pool.js'
 import { ClassifyError, isNsfw, reachesThreshold } from '../../sidecar/src/nsfw/classifier.js'
-import { classifierModulesDir, nsfwjsEngine } from '../../sidecar/src/nsfw/engines.js'
-import { cleanPng, corruptPng, nsfwPng, slowPng, testPng } from '../helpers/nsfw-images.js'
+import { ANIMATION_FRAMES_MAX, classifierModulesDir, nsfwjsEngine } from '../../sidecar/src/nsfw/engines.js'
+import { animatedPng, cleanPng, corruptPng, nsfwPng, slowPng, testPng } from '../helpers/nsfw-images.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'nsfw-unit-'))
 const file = (name: string, bytes: Buffer): string => {
@@ -82,8 +83,11 @@ describe('the pool, with the deterministic engine in its worker thread', () => {
     assert.ok(bytes.source === 'detector' && bytes.scores.Porn > 0.9)
   })
 
-  it('rejects what it cannot classify: not an image, a missing file, a deadline passed', async () => {
+  it('rejects what it cannot classify: not an image, an APNG (its frames are not decoded here), a missing file, a deadline passed', async () => {
     await assert.rejects(pool.classify({ path: file('bad.png', corruptPng()) }), (e: unknown) => e instanceof ClassifyError && e.reason === 'not_an_image')
+    await assert.rejects(pool.classify({ path: file('anim.png', animatedPng(1)) }), (e: unknown) => e instanceof ClassifyError && e.reason === 'not_an_image' && /animated PNG/.test(e.message))
+    // an APNG that tags itself NSFW is NSFW all the same
+    assert.deepEqual(await pool.classify({ bytes: testPng(1, { animated: true, text: { 'authsvc:nsfw': 'true' } }) }), { source: 'metadata', is_nsfw: true })
     await assert.rejects(pool.classify({ path: join(dir, 'missing.png') }), (e: unknown) => e instanceof ClassifyError && e.reason === 'unreadable')
     await assert.rejects(pool.classify({ path: file('slow.png', slowPng(1)) }, { deadlineMs: 200 }), (e: unknown) => e instanceof ClassifyError && e.reason === 'timeout')
   })
@@ -150,5 +154,20 @@ describe('the real engine (nsfwjs, MobileNetV2 on the wasm backend)', { skip: !i
     } finally {
       await pool.close()
     }
+  })
+
+  it('an animation is judged by every frame: its scores are each class\'s worst over all frames, an odd frame in the middle included', { timeout: 120_000 }, async () => {
+    const engine = await nsfwjsEngine()
+    const sharp = createRequire(join(classifierModulesDir(), 'package.json'))('sharp') as (input: unknown, options?: unknown) => { webp(o: unknown): { toBuffer(): Promise<Buffer> } }
+    // frame 5 is another picture: a sample of first, last and evenly between (0, 2, 4, 7) never sees it
+    const frames = Array.from({ length: 8 }, (_, i) => testPng(i === 5 ? 200 : i, { size: 64 })) // all different: the encoder merges equal frames
+    const still = await Promise.all(frames.map(async (f) => engine.scores(await sharp(f).webp({ lossless: true }).toBuffer())))
+    const animation = await engine.scores(await sharp(frames, { join: { animated: true } }).webp({ lossless: true }).toBuffer())
+    const classes = Object.keys(still[0]) as Array<keyof (typeof still)[0]>
+    const sampled = [0, 2, 4, 7]
+    const missedBySample = classes.filter((k) => Math.max(...still.map((s) => s[k])) > Math.max(...sampled.map((i) => still[i][k])) + 1e-3)
+    assert.ok(missedBySample.length > 0, 'a frame outside the old sample holds the worst score of some class (else the row could not fail)')
+    for (const k of classes) assert.ok(Math.abs(animation[k] - Math.max(...still.map((s) => s[k]))) < 1e-4, `${k}: ${animation[k]} against the frames' worst`)
+    await assert.rejects(engine.scores(await sharp(Array.from({ length: ANIMATION_FRAMES_MAX + 1 }, (_, i) => testPng(i, { size: 16 })), { join: { animated: true } }).webp({ lossless: true }).toBuffer()), (e: unknown) => e instanceof ClassifyError && e.reason === 'not_an_image')
   })
 })

@@ -62,8 +62,12 @@ interface Sharp {
 type SharpFn = ((input: Uint8Array, options?: { limitInputPixels?: number; failOn?: string; page?: number; pages?: number }) => Sharp) & { concurrency?(threads: number): number }
 
 const SIDE = 224
-/** frames of an animation classified (first, last and evenly between) */
-const ANIMATION_SAMPLES = 4
+/**
+ * An animation (WebP, GIF) is judged by every frame, the worst counting: frames left out are
+ * exactly where a harmless first frame would carry the rest past the policy. One with more
+ * frames than this cannot be judged in reasonable time (about 80 ms a frame): unclassifiable.
+ */
+export const ANIMATION_FRAMES_MAX = 100
 
 /** The packages, or a clear error saying how to install them. */
 export async function nsfwjsEngine(dir = classifierModulesDir()): Promise<Engine> {
@@ -97,15 +101,16 @@ export async function nsfwjsEngine(dir = classifierModulesDir()): Promise<Engine
   return {
     async scores(bytes) {
       if (!looksLikeImage(bytes)) throw new ClassifyError('not_an_image', 'not a PNG, JPEG or WebP image')
-      // An animation (WebP, APNG, GIF) is judged by several of its frames, the worst one counting:
-      // a harmless first frame must not carry the rest past the policy.
+      // An animation (WebP, GIF) is judged by all its frames (ANIMATION_FRAMES_MAX); an APNG, whose
+      // frames libvips does not decode, never reaches here (worker.ts)
       let pages = 1
       try {
         pages = Math.max(1, (await sharp(bytes, { limitInputPixels: 64 * 1024 * 1024 }).metadata()).pages ?? 1)
       } catch (err) {
         throw new ClassifyError('not_an_image', `the image could not be decoded: ${(err as Error).message}`)
       }
-      const frames = pages === 1 ? [0] : [...new Set(Array.from({ length: Math.min(pages, ANIMATION_SAMPLES) }, (_, i) => Math.floor((i * (pages - 1)) / Math.max(1, Math.min(pages, ANIMATION_SAMPLES) - 1))))]
+      if (pages > ANIMATION_FRAMES_MAX) throw new ClassifyError('not_an_image', `an animation of ${pages} frames (more than ${ANIMATION_FRAMES_MAX} are not classified)`)
+      const frames = Array.from({ length: pages }, (_, i) => i)
       let worst: Record<string, number> | null = null
       for (const page of frames) {
         let decoded: { data: Buffer; info: { width: number; height: number } }

@@ -51,6 +51,23 @@ export function pngTag(bytes: Uint8Array): boolean | null {
   return null
 }
 
+/**
+ * Whether a PNG is an animation (APNG: an `acTL` chunk before the first `IDAT`, where browsers look
+ * for it). Its frames cannot be decoded here (libvips reads the first), so it cannot be judged by
+ * what the browser plays: the caller treats it as unclassifiable.
+ */
+export function isAnimatedPng(bytes: Uint8Array): boolean {
+  const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  if (buf.length < 8 || !buf.subarray(0, 8).equals(SIGNATURE)) return false
+  for (let at = 8; at + 12 <= buf.length;) {
+    const type = buf.toString('latin1', at + 4, at + 8)
+    if (type === 'acTL') return true
+    if (type === 'IDAT' || type === 'IEND') return false
+    at += 12 + buf.readUInt32BE(at)
+  }
+  return false
+}
+
 /** Whether the bytes start like an image the classifier decodes (PNG, JPEG, WebP). */
 export function looksLikeImage(bytes: Uint8Array): boolean {
   const b = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)

@@ -10,7 +10,7 @@ import { setPriority } from 'node:os'
 import { parentPort, workerData } from 'node:worker_threads'
 import { ClassifyError, type Classified } from './classifier.js'
 import { nsfwjsEngine, testEngine, type Engine, type EngineName } from './engines.js'
-import { pngTag } from './png-tag.js'
+import { isAnimatedPng, pngTag } from './png-tag.js'
 
 export interface WorkerJob { id: number; path?: string; bytes?: ArrayBuffer }
 export type WorkerAnswer =
@@ -83,6 +83,7 @@ async function main(): Promise<void> {
           bytes = new Uint8Array(job.bytes ?? new ArrayBuffer(0))
         }
         const tagged = pngTag(bytes)
+        if (tagged === null && isAnimatedPng(bytes)) throw new ClassifyError('not_an_image', 'an animated PNG: its frames cannot be decoded here')
         const ok: Classified = tagged !== null ? { source: 'metadata', is_nsfw: tagged, ...facts } : { source: 'detector', scores: await engine.scores(bytes), ...facts }
         port.postMessage({ id: job.id, ok } satisfies WorkerAnswer)
       } catch (err) {
