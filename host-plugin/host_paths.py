@@ -15,7 +15,10 @@ Items (``op``):
   the base name of ``filename`` is kept.
   A file's answer adds ``size`` and ``mtime_ms`` (the NSFW tags' key), and ``opened`` (the path the
   handler opens) with its ``stamp`` (``file_stamp``) when that path names the same file: a pass may
-  be kept on it (kept_decisions.py).
+  be kept on it (kept_decisions.py). With ``head: true`` (a view the content-safety policy checks)
+  it adds the file's first ``HEAD_BYTES`` bytes, base64 (``head``), read from the file in the very
+  state of that stamp (none when it changed while they were read), so the sidecar can tell what
+  kind of file it is without reading the disk.
 - ``mask_ref``: the original image of ``POST /upload/mask`` (``original_ref``): as ``view``, but
   the whole name is kept and an empty subfolder is no subfolder.
 - ``upload``: where ``POST /upload/image`` and ``/upload/mask`` store ``filename`` for ``type``
@@ -47,6 +50,7 @@ itself, whatever exists). The answer also carries ``roots``: the real paths of t
 """
 from __future__ import annotations
 
+import base64
 import os
 import stat
 import time
@@ -114,9 +118,38 @@ def _view(fp: Any, item: dict[str, Any], whole: bool) -> dict[str, Any]:
             if _same(os.stat(opened), st):
                 place["opened"] = opened
                 place["stamp"] = file_stamp(st)
+            if item.get("head") is True:
+                head = _head(place["path"], st)
+                if head is not None:
+                    place["head"] = head
         except OSError:
             pass
     return place
+
+
+HEAD_BYTES = 512
+
+
+def _head(path: str, st: os.stat_result) -> str | None:
+    """The first HEAD_BYTES bytes of the file ``st`` describes, base64; None when the file at ``path``
+    is not that file in that state before and after the read (a rewrite meanwhile), or is no
+    regular file (never an open that waits: a FIFO put there meanwhile)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode) or file_stamp(before) != file_stamp(st):
+            return None
+        data = os.read(fd, HEAD_BYTES)
+        if file_stamp(os.fstat(fd)) != file_stamp(st):
+            return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return base64.b64encode(data).decode("ascii")
 
 
 def file_stamp(st: os.stat_result) -> str:
@@ -346,7 +379,7 @@ def resolve(items: Any, budget_s: float = BUDGET_S) -> dict[str, Any]:
         op = item.get("op") if isinstance(item, dict) else None
         try:
             if op == "view":
-                results.append(_view(fp, _query_item(item.get("query")), whole=False))
+                results.append(_view(fp, {**_query_item(item.get("query")), "head": item.get("head") is True}, whole=False))
             elif op == "mask_ref":
                 results.append(_view(fp, item, whole=True))
             elif op == "upload":

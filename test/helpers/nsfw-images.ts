@@ -51,3 +51,30 @@ export const slowPng = (seed: number): Buffer => testPng(seed, { text: { Comment
 export const cleanPng = (seed: number): Buffer => testPng(seed)
 /** Not an image at all, named like one. */
 export const corruptPng = (): Buffer => Buffer.from('this is not a PNG, whatever its name says')
+
+/** An Ogg page that begins a stream (BOS) whose first packet starts with `id` (Opus, Vorbis, Theora...). */
+export function oggBos(id: Buffer, serial = 1): Buffer {
+  const head = Buffer.alloc(27)
+  head.write('OggS', 0, 'latin1')
+  head[5] = 0x02 // begins a stream
+  head.writeUInt32LE(serial, 14)
+  head[26] = 1 // one segment
+  return Buffer.concat([head, Buffer.from([id.length]), id])
+}
+
+/** An Ogg page that begins no stream (a comment header, data). */
+export function oggPage(payload: Buffer, serial = 1): Buffer {
+  const head = Buffer.alloc(27)
+  head.write('OggS', 0, 'latin1')
+  head.writeUInt32LE(serial, 14)
+  head[26] = 1
+  return Buffer.concat([head, Buffer.from([payload.length]), payload])
+}
+
+/** The start of a safetensors file (ComfyUI's `.latent`): its header length, then the JSON. */
+export function safetensorsHead(): Buffer {
+  const json = Buffer.from('{"latent_tensor":{"dtype":"F32","shape":[1,4,64,64],"data_offsets":[0,65536]}}')
+  const length = Buffer.alloc(8)
+  length.writeBigUInt64LE(BigInt(json.length))
+  return Buffer.concat([length, json, Buffer.alloc(64)])
+}

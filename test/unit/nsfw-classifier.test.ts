@@ -14,7 +14,8 @@ import { pngTag, looksLikeImage } from '../../sidecar/src/nsfw/png-tag.js'
 import { ClassifierPool } from '../../sidecar/src/nsfw/pool.js'
 import { ClassifyError, isNsfw, reachesThreshold } from '../../sidecar/src/nsfw/classifier.js'
 import { ANIMATION_FRAMES_MAX, classifierModulesDir, nsfwjsEngine } from '../../sidecar/src/nsfw/engines.js'
-import { animatedPng, cleanPng, corruptPng, nsfwPng, slowPng, testPng } from '../helpers/nsfw-images.js'
+import { animatedPng, cleanPng, corruptPng, nsfwPng, oggBos, oggPage, safetensorsHead, slowPng, testPng } from '../helpers/nsfw-images.js'
+import { notVisual } from '../../sidecar/src/nsfw/kinds.js'
 
 const dir = mkdtempSync(join(tmpdir(), 'nsfw-unit-'))
 const file = (name: string, bytes: Buffer): string => {
@@ -49,6 +50,34 @@ describe('the metadata tag (authsvc:nsfw in a PNG text chunk)', () => {
     assert.equal(looksLikeImage(Buffer.from('RIFF\0\0\0\0WEBPVP8 ', 'latin1')), true)
     assert.equal(looksLikeImage(corruptPng()), false)
   })
+})
+
+describe('what kind of file a view serves, by its first bytes (kinds.ts): only plain audio and tensor files are left out of the policy', () => {
+  const opus = Buffer.concat([Buffer.from('OpusHead', 'latin1'), Buffer.from([1, 2, 0, 0, 0x80, 0xbb, 0, 0, 0, 0, 0])])
+  const theora = Buffer.concat([Buffer.from([0x80]), Buffer.from('theora', 'latin1'), Buffer.alloc(35)])
+  const rows: Array<[string, Buffer, boolean]> = [
+    ['FLAC', Buffer.concat([Buffer.from('fLaC', 'latin1'), Buffer.alloc(60)]), true],
+    ['MP3 behind an ID3 tag', Buffer.concat([Buffer.from('ID3', 'latin1'), Buffer.from([4, 0, 0]), Buffer.alloc(60)]), true],
+    ['an MPEG audio frame', Buffer.from([0xff, 0xfb, 0x90, 0x64, 0, 0, 0, 0]), true],
+    ['WAV', Buffer.concat([Buffer.from('RIFF', 'latin1'), Buffer.alloc(4), Buffer.from('WAVEfmt ', 'latin1')]), true],
+    ['Ogg Opus (SaveAudioOpus), its one stream named before the next page', Buffer.concat([oggBos(opus), oggPage(Buffer.from('OpusTags', 'latin1'))]), true],
+    ['a saved latent (safetensors)', safetensorsHead(), true],
+    ['PNG', testPng(1), false],
+    ['JPEG', Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0, 0x10]), false],
+    ['WebP', Buffer.concat([Buffer.from('RIFF', 'latin1'), Buffer.alloc(4), Buffer.from('WEBPVP8 ', 'latin1')]), false],
+    ['GIF', Buffer.from('GIF89a', 'latin1'), false],
+    ['Ogg Opus with a Theora video stream beside it', Buffer.concat([oggBos(opus, 1), oggBos(theora, 2), oggPage(Buffer.from('OpusTags', 'latin1'))]), false],
+    ['Ogg whose streams are not all named within the bytes read', oggBos(opus), false],
+    ['Ogg Theora', Buffer.concat([oggBos(theora), oggPage(Buffer.alloc(10))]), false],
+    ['MP4 (even one branded as audio: it may carry video)', Buffer.concat([Buffer.alloc(4), Buffer.from('ftypM4A ', 'latin1')]), false],
+    ['WebM / Matroska', Buffer.from([0x1a, 0x45, 0xdf, 0xa3, 0, 0]), false],
+    ['SVG', Buffer.from('<svg xmlns="http://www.w3.org/2000/svg">', 'latin1'), false],
+    ['plain text', Buffer.from('a prompt saved as text', 'latin1'), false],
+    ['a 3D model (glTF binary, its textures are pictures)', Buffer.from('glTF\x02\x00\x00\x00', 'latin1'), false],
+    ['a safetensors-like length with no JSON after it', Buffer.concat([Buffer.from([16, 0, 0, 0, 0, 0, 0, 0]), Buffer.from('xx')]), false],
+    ['nothing', Buffer.alloc(0), false],
+  ]
+  for (const [name, head, expected] of rows) it(name, () => assert.equal(notVisual(head), expected))
 })
 
 describe('thresholds', () => {

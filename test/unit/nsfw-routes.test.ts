@@ -12,7 +12,7 @@ import { join } from 'node:path'
 import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
 import type { NsfwFeature } from '../../sidecar/src/nsfw/feature.js'
 import { poll } from '../helpers/stack.js'
-import { cleanPng, nsfwPng } from '../helpers/nsfw-images.js'
+import { cleanPng, nsfwPng, oggBos, oggPage, safetensorsHead } from '../helpers/nsfw-images.js'
 import { addUser, assertError, bootstrapAdmin, call, decide, openSidecar, sessionJwt, tempDir, type Sidecar } from './fixtures.js'
 import { userFolder } from '../../sidecar/src/isolation/user-folders.js'
 import { CLOSE_ACCESS_CHANGED } from '../../sidecar/src/isolation/credential-state.js'
@@ -213,6 +213,25 @@ describe('mark-nsfw and nsfw-management', () => {
     assert.equal((await mark(alice, { ...image, is_nsfw: true })).statusCode, 200)
     assert.equal((await mark(admin, { ...image, is_nsfw: false })).statusCode, 200)
     assert.deepEqual([nsfw().tags.get(path)?.source, nsfw().tags.get(path)?.is_nsfw], ['manual', false])
+  })
+
+  it('an SFW user\'s view of a file no browser shows as a picture (audio, a latent) is not the policy\'s; told by its bytes, never by its name', async () => {
+    const folder = join(host(), 'output', userFolder(aliceId))
+    const opus = oggBos(Buffer.concat([Buffer.from('OpusHead', 'latin1'), Buffer.alloc(11)]))
+    const files: Array<[string, Buffer, 'pass' | 403]> = [
+      ['song.flac', Buffer.concat([Buffer.from('fLaC', 'latin1'), Buffer.alloc(2000)]), 'pass'],
+      ['voice.opus', Buffer.concat([opus, oggPage(Buffer.from('OpusTags', 'latin1')), Buffer.alloc(500)]), 'pass'],
+      ['take.latent', safetensorsHead(), 'pass'],
+      // a picture named as audio is still a picture to a browser's <img>: judged (and detected) as one
+      ['trick.flac', nsfwPng(40), 403],
+      ['clip.ogv', Buffer.concat([oggBos(Buffer.concat([Buffer.from([0x80]), Buffer.from('theora', 'latin1'), Buffer.alloc(35)])), oggPage(Buffer.alloc(10))]), 403],
+      ['notes.txt', Buffer.from('text the classifier cannot judge'), 403],
+    ]
+    for (const [name, bytes, expected] of files) {
+      writeFileSync(join(folder, name), bytes)
+      const got = await decide(sc, { path: '/view', pattern: '/view', query: `filename=${name}&type=output&subfolder=${userFolder(aliceId)}`, headers: { authorization: `Bearer ${alice}` } })
+      assert.equal(got.action === 'pass' ? 'pass' : (got as { status?: number }).status, expected, name)
+    }
   })
 })
 

@@ -15,7 +15,8 @@ import type { FileType } from '../isolation/ownership.js'
 import type { ListedFile, V2Entry } from '../workflows/workflow-store.js'
 
 export type ResolveItem =
-  | { op: 'view'; query: string }
+  /** `head`: also the file's first bytes (a view the content-safety policy checks) */
+  | { op: 'view'; query: string; head?: boolean }
   | { op: 'mask_ref'; filename: string; type?: unknown; subfolder?: unknown }
   | { op: 'upload'; type: string; subfolder: string; filename: string }
   | { op: 'name'; name: string }
@@ -42,6 +43,8 @@ export interface Place {
   /** for a `view` of a file: the path the handler opens and the file's stamp there (host_paths.py), when it is the file at `path` */
   opened?: string
   stamp?: string
+  /** for a `view` asked with `head`: the file's first bytes (base64), read in the state of `stamp` */
+  head?: string
 }
 
 /** What a `userdata` item answers besides `path`, `file` and `dir` (host-plugin/host_paths.py). */

@@ -17,6 +17,7 @@ import { ERRORS } from '../kernel/errors.js'
 import { placeOf, type Roots } from '../isolation/user-folders.js'
 import { ClassifyError, isNsfw, type Classified, type Classifier, type Thresholds } from './classifier.js'
 import type { NsfwTag, TagStore } from './tags.js'
+import { notVisual } from './kinds.js'
 import './events.js'
 
 /** The answer (SPEC §2, compat): 403 text/plain, on /view and its twins. */
@@ -35,6 +36,8 @@ export interface SeenFile {
   path: string
   size?: number
   mtime_ms?: number
+  /** its first bytes, when the host sent them (what kind of file it is: kinds.ts) */
+  head?: Uint8Array
 }
 
 export type Verdict = { blocked: false } | { blocked: true; reason: 'tagged' | 'detected' | 'unclassifiable' }
@@ -140,6 +143,8 @@ export class NsfwPolicy {
   /** The /view decision's part: null (go on) for anyone without sfw_check, or for an image that is not blocked. */
   async viewDecision(principal: Principal, file: SeenFile, ip: string): Promise<Decision | null> {
     if (!principal.sfwCheck) return null
+    // audio, a saved latent: nothing a browser shows as a picture (told by its bytes, not its name)
+    if (file.head !== undefined && notVisual(file.head)) return null
     const verdict = await this.verdict(file)
     if (!verdict.blocked) return null
     this.blockEvent(principal, describe(file.path, this.roots())?.filename ?? '', verdict.reason, ip, file.path)

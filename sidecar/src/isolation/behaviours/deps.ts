@@ -31,5 +31,5 @@ export interface BehaviourDeps {
  */
 export interface ContentGate {
   applies(principal: Principal): boolean
-  view(principal: Principal, file: { path: string; size?: number; mtime_ms?: number }, ip: string): Promise<Decision | null>
+  view(principal: Principal, file: { path: string; size?: number; mtime_ms?: number; head?: Uint8Array }, ip: string): Promise<Decision | null>
 }

@@ -30,14 +30,19 @@ export function viewBehaviour(deps: BehaviourDeps): RouteBehaviour {
       // decided on the principal alone (whose role, sfw_check and session move the access epoch;
       // the policy is composed at start): kept as a plain route's pass, whatever the file
       if (seesAll && !checks) return { ...pass, keep_plain: true }
-      const { results, roots } = await host.resolve([{ op: 'view', query: desc.query }])
+      const { results, roots } = await host.resolve([{ op: 'view', query: desc.query, ...(checks ? { head: true } : {}) }])
       const place = results[0]
       if (place?.status === 404) return pass // no file named at all: the host's own 404
       if (place?.status === 403) return denyDecision('PERMISSION_DENIED', 'The subfolder leaves its folder')
       if (place?.status === 400) return denyDecision('VALIDATION_FAILED', 'Not a file name the host reads')
       if (!seesAll && !mayReadFile(place, roots, owner, deps.ownership)) return denyDecision('NOT_FOUND')
       if (checks && place?.file === true && place.path !== undefined) {
-        const file = { path: place.path, ...(place.size !== undefined ? { size: place.size } : {}), ...(place.mtime_ms !== undefined ? { mtime_ms: place.mtime_ms } : {}) }
+        const file = {
+          path: place.path,
+          ...(place.size !== undefined ? { size: place.size } : {}),
+          ...(place.mtime_ms !== undefined ? { mtime_ms: place.mtime_ms } : {}),
+          ...(typeof place.head === 'string' ? { head: Buffer.from(place.head, 'base64') } : {}),
+        }
         const refused = await gate.view(principal, file, ip)
         if (refused !== null) return refused
       }
