@@ -63,7 +63,7 @@ type SharpFn = ((input: Uint8Array, options?: { limitInputPixels?: number; failO
 
 const SIDE = 224
 /**
- * An animation (WebP, GIF) is judged by every frame, the worst counting: frames left out are
+ * An animation (WebP) is judged by every frame, the worst counting: frames left out are
  * exactly where a harmless first frame would carry the rest past the policy. One with more
  * frames than this cannot be judged in reasonable time (about 80 ms a frame): unclassifiable.
  */
@@ -101,7 +101,7 @@ export async function nsfwjsEngine(dir = classifierModulesDir()): Promise<Engine
   return {
     async scores(bytes) {
       if (!looksLikeImage(bytes)) throw new ClassifyError('not_an_image', 'not a PNG, JPEG or WebP image')
-      // An animation (WebP, GIF) is judged by all its frames (ANIMATION_FRAMES_MAX); an APNG, whose
+      // An animated WebP is judged by all its frames (ANIMATION_FRAMES_MAX); an APNG, whose
       // frames libvips does not decode, never reaches here (worker.ts)
       let pages = 1
       try {
