@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
 import { EventEmitter, once } from 'node:events'
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmdirSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { createHash } from 'node:crypto'
 import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
@@ -312,6 +312,22 @@ describe('model downloads against the stand-ins', () => {
     assert.equal(job.filename, 'evil.safetensors')
     assert.ok(existsSync(join(w.modelsDir, 'checkpoints', 'evil.safetensors')))
     assert.ok(!existsSync(join(w.modelsDir, 'escape')))
+  })
+
+  it('an unexpected failure (a file where the model folder goes) is told by its code: the owner\'s job never names a server path', async () => {
+    const folder = join(w.modelsDir, 'loras')
+    renameSync(folder, `${folder}.aside`)
+    writeFileSync(folder, 'not a folder')
+    try {
+      src.civitai.set(614, [file()])
+      const job = await ended(w, await start(w, { source: 'civitai', model_version_id: 614, folder_type: 'loras' }))
+      assert.equal(job.status, 'failed')
+      assert.match(job.error, /^The download failed \((EEXIST|ENOTDIR)\)$/)
+      assert.ok(!job.error.includes(w.modelsDir))
+    } finally {
+      rmSync(folder, { force: true })
+      renameSync(`${folder}.aside`, folder)
+    }
   })
 
   describe('who may do what', () => {

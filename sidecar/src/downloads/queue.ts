@@ -300,7 +300,11 @@ export class DownloadQueue {
         if (run.cancelled) return this.endCancelled(jobId)
         if (this.stopping) return // kept as running: the next start resumes it
         const known = err instanceof SourceError
-        const message = known ? err.message : `The download failed (${(err as Error).message})`
+        // the job's error is shown to its owner: a file system's message names server paths, so
+        // an unexpected error is told by its code, and logged whole for the administrator
+        const code = (err as { code?: unknown }).code
+        if (!known) this.log.error({ err, job_id: jobId }, 'a download failed unexpectedly')
+        const message = known ? err.message : `The download failed (${typeof code === 'string' && /^[A-Z0-9_]{2,40}$/.test(code) ? code : 'an unexpected error; the administrator\'s log has it'})`
         const retryable = known ? err.retryable : false
         const current = this.jobs.get(jobId) ?? job
         if (!retryable || current.attempts >= this.cfg.max_retries) return this.fail(current, message)
