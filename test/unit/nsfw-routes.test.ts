@@ -13,7 +13,7 @@ import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
 import type { NsfwFeature } from '../../sidecar/src/nsfw/feature.js'
 import { poll } from '../helpers/stack.js'
 import { cleanPng, nsfwPng, oggBos, oggPage, safetensorsHead } from '../helpers/nsfw-images.js'
-import { addUser, assertError, bootstrapAdmin, call, decide, openSidecar, sessionJwt, tempDir, type Sidecar } from './fixtures.js'
+import { addUser, assertDenied, assertError, assertPass, bootstrapAdmin, call, decide, openSidecar, sessionJwt, stepAnswer, tempDir, type Sidecar, type Stepped } from './fixtures.js'
 import { userFolder } from '../../sidecar/src/isolation/user-folders.js'
 import { CLOSE_ACCESS_CHANGED } from '../../sidecar/src/isolation/credential-state.js'
 
@@ -247,4 +247,63 @@ describe('with the policy off', () => {
       await sc.close()
     }
   })
+})
+
+describe('a marked image is not copied past its mark by an SFW user (a prompt that reads it, a mask made from it)', () => {
+  for (const seperate_users of [true, false]) {
+    describe(seperate_users ? 'users kept apart' : 'users not kept apart (everyone sees every file)', () => {
+      let sc: Sidecar
+      let admin: string
+      let alice: string
+      let aliceId: string
+      const host = () => join(sc.dir, 'host')
+      before(async () => {
+        sc = await openSidecar({ host: true, config: { seperate_users, nsfw: { enabled: true, classifier: 'test' } } })
+        sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { output_dir: join(host(), 'output'), input_dir: join(host(), 'input'), temp_dir: join(host(), 'temp') } })
+        const root = await bootstrapAdmin(sc)
+        admin = root.jwt
+        await sc.services.users.update(root.user.user_id, { sfw_check: false })
+        const a = await addUser(sc, 'alice', 'alice-password-1')
+        aliceId = a.user_id
+        alice = await sessionJwt(sc, a)
+        mkdirSync(join(host(), 'input', userFolder(aliceId)), { recursive: true })
+        writeFileSync(join(host(), 'input', userFolder(aliceId), 'missed.png'), cleanPng(61))
+        writeFileSync(join(host(), 'input', userFolder(aliceId), 'fine.png'), cleanPng(62))
+        const nsfw = (sc.built.features.find((f) => f.name === 'nsfw') as NsfwFeature).bound()!
+        await nsfw.loaded
+        // the detector misses it; an administrator marks it
+        const marked = await call(sc, { method: 'POST', url: '/authsvc-gallery/mark-nsfw', bearer: admin, body: { filename: 'missed.png', subfolder: userFolder(aliceId), type: 'input', is_nsfw: true } })
+        assert.equal(marked.statusCode, 200, marked.body)
+      })
+      after(async () => {
+        await sc?.close()
+      })
+
+      const prompt = async (jwt: string, image: string): Promise<Stepped> => {
+        const d = assertPass(await decide(sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: { authorization: `Bearer ${jwt}` } }))
+        const body = JSON.stringify({ prompt: { 1: { class_type: 'LoadImage', inputs: { image } }, 2: { class_type: 'SaveImage', inputs: { images: ['1', 0], filename_prefix: 'copy' } } } })
+        return stepAnswer(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(body)))
+      }
+      const mask = async (jwt: string, filename: string): Promise<Stepped> => {
+        const d = assertPass(await decide(sc, { method: 'POST', path: '/upload/mask', pattern: '/upload/mask', headers: { authorization: `Bearer ${jwt}` } }))
+        const fields = { subfolder: 'clipspace', original_ref: JSON.stringify({ filename, type: 'input', subfolder: userFolder(aliceId) }) }
+        return stepAnswer(await sc.handlers.form({ type: 'form', id: 1, ctx: d.need_form!.ctx, fields, files: { image: 'copy.png' } }, sc.host))
+      }
+
+      it('an SFW user\'s prompt and mask are refused for the marked image, and allowed for a clean one', async () => {
+        const name = `${userFolder(aliceId)}/missed.png`
+        for (const spelled of [name, `${name} [input]`, `  "${name}"  `, `${userFolder(aliceId)}/./missed.png`]) {
+          assertDenied(await prompt(alice, spelled), 'PERMISSION_DENIED', spelled)
+        }
+        assert.equal((await prompt(alice, `${userFolder(aliceId)}/fine.png`)).action, 'pass')
+        assertDenied(await mask(alice, 'missed.png'), 'PERMISSION_DENIED')
+        assert.equal((await mask(alice, 'fine.png')).action, 'pass')
+      })
+
+      it('a user without the SFW check (here the administrator, with it turned off) may use it', async () => {
+        assert.equal((await prompt(admin, `${userFolder(aliceId)}/missed.png`)).action, 'pass')
+        assert.equal((await mask(admin, 'missed.png')).action, 'pass')
+      })
+    })
+  }
 })

@@ -103,6 +103,13 @@ export function nsfwFeature(services: NsfwServices, log: FastifyBaseLogger): Nsf
           await loaded
           return policy.viewDecision(principal, file, ip)
         },
+        async marked(paths) {
+          await loaded
+          return paths.some((path) => {
+            const tag = tags.get(path)
+            return tag !== undefined && policy.tagSaysNsfw(tag)
+          })
+        },
       }
       return {
         jobs: [{

@@ -32,4 +32,10 @@ export interface BehaviourDeps {
 export interface ContentGate {
   applies(principal: Principal): boolean
   view(principal: Principal, file: { path: string; size?: number; mtime_ms?: number; head?: Uint8Array }, ip: string): Promise<Decision | null>
+  /**
+   * Whether any of these files carries an NSFW tag (of any source; one set on an earlier state of
+   * the file counts too): what a caller it applies to may not copy by reading it into a prompt or
+   * a mask, since the copy would be judged by the detector alone, the very thing a mark corrects.
+   */
+  marked(paths: readonly string[]): Promise<boolean>
 }

@@ -69,14 +69,25 @@ function namesOf(prompt: unknown, writers: HostFacts['writer_inputs']): Set<stri
   return names
 }
 
-/** A refusal naming the first string that lands on something the caller may not read, or null. */
-export async function promptFileRefusal(prompt: unknown, host: HostLink, ownership: Ownership, owner: string, writers: HostFacts['writer_inputs'] = {}): Promise<RespondDecision | null> {
+/**
+ * A refusal naming the first string that lands on something the caller may not read, or null.
+ * `checks.ownership`: another owner's files (a caller who does not see everything);
+ * `checks.marked`: files the content-safety policy marked NSFW (a caller it applies to: a copy
+ * through a prompt would lose the mark).
+ */
+export async function promptFileRefusal(
+  prompt: unknown, host: HostLink, ownership: Ownership, owner: string, writers: HostFacts['writer_inputs'] = {},
+  checks: { ownership: boolean; marked?: (paths: readonly string[]) => Promise<boolean> } = { ownership: true },
+): Promise<RespondDecision | null> {
   const names = [...namesOf(prompt, writers)]
   if (names.length === 0) return null
   const { results, roots } = await host.resolve(names.map((name) => ({ op: 'name' as const, name })))
+  const files: string[] = []
   for (let i = 0; i < names.length; i++) {
     for (const place of results[i]?.places ?? []) {
       if (place.path === undefined) continue
+      if (place.file === true) files.push(place.path)
+      if (!checks.ownership) continue
       const where = placeOf(place.path, roots)
       if (where === null) {
         if (place.file !== true && place.dir !== true) continue
@@ -95,6 +106,9 @@ export async function promptFileRefusal(prompt: unknown, host: HostLink, ownersh
       }
       if (!mayRead(where, place, owner, ownership)) return denyDecision('NOT_OWNER', 'The prompt reads a file that is not yours')
     }
+  }
+  if (checks.marked !== undefined && files.length > 0 && (await checks.marked(files))) {
+    return denyDecision('PERMISSION_DENIED', 'The prompt reads an image marked NSFW, which your account may not use')
   }
   return null
 }

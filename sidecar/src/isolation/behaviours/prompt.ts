@@ -52,6 +52,8 @@ interface PromptState {
   /** the event fields naming who submits (access/request-context.ts actingAs) */
   who: { actor?: string; subject?: string; principal?: string }
   seesAll: boolean
+  /** the content-safety policy applies to the caller: no image it marked may be read into the prompt */
+  sfw: boolean
   userId: string | null
   username: string
   models: ModelCheck
@@ -64,7 +66,7 @@ export function promptBehaviour(deps: BehaviourDeps & ModelDeps): RouteBehaviour
     decide({ pass, principal, ip, owner, seesAll, steps }) {
       const acting = actingAs(principal)
       const who = acting.actor ? { actor: acting.actor, subject: acting.actor } : acting
-      const state: PromptState = { owner, ip, who, seesAll, userId: principal.userId, username: principal.username, models: promptModelCheck(deps, principal) }
+      const state: PromptState = { owner, ip, who, seesAll, sfw: deps.contentGate?.()?.applies(principal) === true, userId: principal.userId, username: principal.username, models: promptModelCheck(deps, principal) }
       return { ...pass, need_body: { max_bytes: deps.config.max_json_body_bytes, ctx: steps.body(state) } }
     },
 
@@ -126,7 +128,11 @@ async function promptBody(deps: BehaviourDeps & ModelDeps, state: PromptState, p
     const edits = promptOwnEdits(text, parsed.prompt, state.owner, deps.models, deps.host.facts.writer_inputs)
     if (!Array.isArray(edits)) return edits
     own = edits
-    const fileRefusal = await promptFileRefusal(parsed.prompt, host, deps.ownership, state.owner, deps.host.facts.writer_inputs)
+  }
+  const gate = state.sfw ? deps.contentGate?.() ?? null : null
+  if (!state.seesAll || gate !== null) {
+    const checks = { ownership: !state.seesAll, ...(gate !== null ? { marked: (paths: readonly string[]) => gate.marked(paths) } : {}) }
+    const fileRefusal = await promptFileRefusal(parsed.prompt, host, deps.ownership, state.owner, deps.host.facts.writer_inputs, checks)
     if (fileRefusal) return fileRefusal
   }
   const owner = state.owner

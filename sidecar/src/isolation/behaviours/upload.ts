@@ -16,6 +16,7 @@
  * then belongs to them (the ownership table, as before per-user folders).
  */
 import { denyDecision } from '../../kernel/answers.js'
+import type { RespondDecision } from '../../kernel/protocol.js'
 import { fileKey, folderOf, normalSegments, type FileType } from '../ownership.js'
 import { mayReadFile, placeOf, userFolder } from '../user-folders.js'
 import type { RouteBehaviour } from '../../kernel/behaviour.js'
@@ -41,16 +42,47 @@ export function ownSubfolder(asked: string, own: string): string | null {
 interface UploadState {
   owner: string
   seesAll: boolean
+  /** the content-safety policy applies to the uploader: a mask may not copy an image it marked */
+  sfw: boolean
 }
+
+/** original_ref as the host's mask handler reads it (JSON naming a file), or a refusal. */
+function maskRef(raw: string | undefined): { filename: string; type?: unknown; subfolder?: unknown } | RespondDecision {
+  // the host's mask handler reads original_ref unconditionally (json.loads(None) would be its 500)
+  if (raw === undefined) return denyDecision('VALIDATION_FAILED', 'original_ref is required')
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(raw)
+  } catch {
+    return denyDecision('VALIDATION_FAILED', 'original_ref must be JSON')
+  }
+  if (typeof parsed !== 'object' || parsed === null || typeof (parsed as { filename?: unknown }).filename !== 'string') {
+    return denyDecision('VALIDATION_FAILED', 'original_ref must name a file')
+  }
+  return parsed as { filename: string; type?: unknown; subfolder?: unknown }
+}
+
+/** The resolve item of a mask's original: only the fields the host reads (a key of the client's, `op`, never reaches the resolver). */
+const refItem = (ref: { filename: string; type?: unknown; subfolder?: unknown }) =>
+  ({ op: 'mask_ref' as const, filename: ref.filename, ...('type' in ref ? { type: ref.type } : {}), ...('subfolder' in ref ? { subfolder: ref.subfolder } : {}) })
+
+const MARKED = 'original_ref is an image marked NSFW, which your account may not use'
 
 export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehaviour<UploadState> {
   return {
-    decide({ pass, owner, seesAll, steps }) {
-      return { ...pass, need_form: { ctx: steps.form({ owner, seesAll }) } }
+    decide({ pass, principal, owner, seesAll, steps }) {
+      return { ...pass, need_form: { ctx: steps.form({ owner, seesAll, sfw: mask && deps.contentGate?.()?.applies(principal) === true }) } }
     },
     async form(state, msg, host, steps) {
       const type = msg.fields.type || 'input'
+      const gate = state.sfw ? deps.contentGate?.() ?? null : null
       if (state.seesAll) {
+        if (gate !== null) {
+          const ref = maskRef(msg.fields.original_ref)
+          if ('action' in ref) return ref
+          const original = (await host.resolve([refItem(ref)])).results[0]
+          if (original?.file === true && original.path !== undefined && (await gate.marked([original.path]))) return denyDecision('PERMISSION_DENIED', MARKED)
+        }
         const target = fileKey(type as FileType, msg.fields.subfolder ?? '', msg.files.image || 'x')
         if (target !== null && UPLOAD_TYPES.has(type)) deps.ownership.uploadStarting(folderOf(target), UPLOAD_WINDOW_MS)
         return { action: 'pass', filter: steps.filter('upload', state) }
@@ -62,23 +94,12 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
       const filename = msg.files.image
       const items = [{ op: 'upload' as const, type, subfolder, filename: filename ?? '' }]
       let ref: { filename: string; type?: unknown; subfolder?: unknown } | undefined
-      // the host's mask handler reads original_ref unconditionally (json.loads(None) would be its 500)
-      if (mask && msg.fields.original_ref === undefined) return denyDecision('VALIDATION_FAILED', 'original_ref is required')
       if (mask) {
-        let parsed: unknown
-        try {
-          parsed = JSON.parse(msg.fields.original_ref)
-        } catch {
-          return denyDecision('VALIDATION_FAILED', 'original_ref must be JSON')
-        }
-        if (typeof parsed !== 'object' || parsed === null || typeof (parsed as { filename?: unknown }).filename !== 'string') {
-          return denyDecision('VALIDATION_FAILED', 'original_ref must name a file')
-        }
-        ref = parsed as typeof ref
+        const parsed = maskRef(msg.fields.original_ref)
+        if ('action' in parsed) return parsed
+        ref = parsed
       }
-      // the item names only the fields the host reads: a key of the client's (`op`) never reaches the resolver
-      const refItem = ref === undefined ? [] : [{ op: 'mask_ref' as const, filename: ref.filename, ...('type' in ref ? { type: ref.type } : {}), ...('subfolder' in ref ? { subfolder: ref.subfolder } : {}) }]
-      const { results, roots } = await host.resolve([...items, ...refItem])
+      const { results, roots } = await host.resolve([...items, ...(ref === undefined ? [] : [refItem(ref)])])
       // where the host will write, with the edited subfolder: inside their folder, or refused (an
       // absolute or climbing file name, a symlink out; a shape the host itself refuses, too)
       const target = results[0]
@@ -93,6 +114,7 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
         if (!hostRefuses && !mayReadFile(original, roots, state.owner, deps.ownership)) {
           return denyDecision('NOT_OWNER', 'original_ref is not a file of yours')
         }
+        if (gate !== null && original?.file === true && original.path !== undefined && (await gate.marked([original.path]))) return denyDecision('PERMISSION_DENIED', MARKED)
       }
       return { action: 'pass', set_fields: { subfolder }, filter: steps.filter('upload', state) }
     },
