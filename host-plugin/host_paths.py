@@ -348,9 +348,14 @@ def _userdata(fp: Any, item: dict[str, Any]) -> dict[str, Any]:
 
 def slow(items: Any) -> bool:
     """Whether answering ``items`` may take long: a folder walk (``list``, a ``userdata`` listing),
-    a file read, or a prompt's strings (``name``: any number of them, each resolved four ways)."""
+    a file read (a ``userdata`` text, a ``view``'s ``head``), or a prompt's strings (``name``: any
+    number of them, each resolved four ways)."""
     return isinstance(items, list) and any(
-        isinstance(i, dict) and (i.get("op") in ("list", "name") or (i.get("op") == "userdata" and (i.get("list") is not None or i.get("read") is True or i.get("remove") is True)))
+        isinstance(i, dict) and (
+            i.get("op") in ("list", "name")
+            or (i.get("op") == "userdata" and (i.get("list") is not None or i.get("read") is True or i.get("remove") is True))
+            or (i.get("op") == "view" and i.get("head") is True)
+        )
         for i in items
     )
 

@@ -45,6 +45,11 @@ class ViewHead(unittest.TestCase):
         # a client's own query cannot ask for it: only the sidecar's item does
         self.assertNotIn("head", self.view("filename=song.flac&type=output&head=true"))
 
+    def test_a_view_with_head_is_answered_off_the_loop(self) -> None:
+        # a file read: answered from the resolver's own threads, never on the host's loop
+        self.assertTrue(self.host_paths.slow([{"op": "view", "query": "filename=x.png", "head": True}]))
+        self.assertFalse(self.host_paths.slow([{"op": "view", "query": "filename=x.png"}]))
+
     def test_a_short_file_whole_and_an_empty_one_empty(self) -> None:
         for name, data in (("short.bin", b"ID3"), ("empty.bin", b"")):
             with open(os.path.join(self.output, name), "wb") as f:
