@@ -481,6 +481,7 @@ describe('answers that never finish: each within the stall time', () => {
       unfinished.close()
     }
   })
+
 })
 
 describe('a partial that cannot be made', () => {
@@ -576,6 +577,34 @@ describe('a cancel before the body is reached', () => {
       hashingSeams.hold(false)
       s.close()
       fresh.close()
+    }
+  })
+  it('a run dropped by a cancel does not stop the run of the same number on the next hashing thread', { timeout: 60_000 }, async () => {
+    const at = 1024 * 1024 + 9
+    const first = resumable(at)
+    const s = await first.server
+    const again = resumable(at)
+    const s2 = await again.server
+    try {
+      // a fresh thread: its first run is number 1; a cancel drops it while its prefix is held
+      await hashingSeams.endHashingThread()
+      const partial = join(dir, 'dropped-run.part')
+      writeFileSync(partial, BODY.subarray(0, at))
+      hashingSeams.hold(true)
+      const aborter = new AbortController()
+      const cancelled = transfer(order(`${s.url}/f`, partial, at), () => {}, aborter.signal)
+      await until(() => hashingSeams.asking() === 'begin', 'the transfer to wait for its prefix\'s hash')
+      aborter.abort(new Error('cancelled by the test'))
+      await assert.rejects(cancelled, /cancelled by the test/)
+      hashingSeams.hold(false)
+      // the thread ends (a crash, a stuck digest); the next one's first run is number 1 again
+      await hashingSeams.endHashingThread()
+      const { result } = await run(`${s2.url}/f`, 5000, () => {}, { prefix: BODY.subarray(0, at), validator: 'v1', total: BODY.length })
+      assert.deepEqual(result, { sha256: sha(BODY), bytes: BODY.length })
+    } finally {
+      hashingSeams.hold(false)
+      s.close()
+      s2.close()
     }
   })
 })

@@ -119,6 +119,9 @@ class RingHasher {
 
   constructor(ring: SharedArrayBuffer, readonly ctl: Int32Array) {
     if (noNewThreads) throw new Error('no hashing thread may be made (a test\'s seam)')
+    // the ring's words outlive a thread: a run the last thread dropped must not stop this one's
+    // run of the same number (each thread counts its runs from 1)
+    Atomics.store(ctl, DROPPED, 0)
     const { port1, port2 } = new MessageChannel()
     this.port = port1
     const data: HasherData = { ring, ctl: ctl.buffer as SharedArrayBuffer, slot: SLOT, slots: SLOTS, port: port2 }
