@@ -76,6 +76,25 @@ describe('what kind of file a view serves, by its first bytes (kinds.ts): only p
     ['a 3D model (glTF binary, its textures are pictures)', Buffer.from('glTF\x02\x00\x00\x00', 'latin1'), false],
     ['a safetensors-like length with no JSON after it', Buffer.concat([Buffer.from([16, 0, 0, 0, 0, 0, 0, 0]), Buffer.from('xx')]), false],
     ['nothing', Buffer.alloc(0), false],
+    // polyglots: bytes that start like an allowed kind and still open as a picture (a browser sniffs
+    // them, or Pillow opens them for /view's preview and channel conversions)
+    ['a BMP whose header reads as a safetensors length and "{"', (() => {
+      const bmp = Buffer.alloc(54 + 16 * 3)
+      bmp.write('BM', 0, 'latin1') // size 0 and reserved 0: bytes 0-7 read as the length 19778
+      bmp.write('{"', 8, 'latin1') // the second reserved field
+      bmp.writeUInt32LE(54, 10) // where the pixels start
+      bmp.writeUInt32LE(40, 14)
+      bmp.writeInt32LE(4, 18)
+      bmp.writeInt32LE(4, 22)
+      bmp.writeUInt16LE(1, 26)
+      bmp.writeUInt16LE(24, 28)
+      return bmp
+    })(), false],
+    ['an SVG in UTF-16 (its byte-order mark FF FE has the MPEG sync bits)', Buffer.from('\ufeff <svg xmlns="http://www.w3.org/2000/svg"><image href="data:image/png;base64,AAAA"/></svg>', 'utf16le'), false],
+    ['an MPEG Layer I header (not what an MP3 is)', Buffer.from([0xff, 0xff, 0x90, 0x64]), false],
+    ['an ID3 header with an impossible version', Buffer.concat([Buffer.from('ID3', 'latin1'), Buffer.from([9, 0, 0, 0, 0, 0, 0]), Buffer.alloc(20)]), false],
+    ['a safetensors length with binary bytes in its "JSON"', Buffer.concat([Buffer.from([40, 0, 0, 0, 0, 0, 0, 0]), Buffer.from('{"a":', 'latin1'), Buffer.from([0, 1, 2]), Buffer.alloc(40, 0x41)]), false],
+    ['a safetensors length of 64 KiB or more', Buffer.concat([Buffer.from([0, 0, 1, 0, 0, 0, 0, 0]), Buffer.from('{"a":1}', 'latin1')]), false],
   ]
   for (const [name, head, expected] of rows) it(name, () => assert.equal(notVisual(head), expected))
 })
