@@ -204,15 +204,20 @@ describe('mark-nsfw and nsfw-management', () => {
     assertError(await mark(alice, { ...image, is_nsfw: false }), 403, 'PERMISSION_DENIED', 'the owner may not lift the admin\'s mark')
     assert.deepEqual([nsfw().tags.get(path)?.source, nsfw().tags.get(path)?.is_nsfw, nsfw().tags.get(path)?.by], ['manual', true, 'root-admin'])
     assert.equal((await view() as { status?: number }).status, 403, 'still blocked for its owner')
-    // her own mark over it is hers to lift (the detector decides again)
+    // her own mark over the admin's does not make it hers (two requests would lift it otherwise)
     assert.equal((await mark(alice, { ...image, is_nsfw: true })).statusCode, 200)
+    assert.equal(nsfw().tags.get(path)?.by, 'root-admin')
+    assertError(await mark(alice, { ...image, is_nsfw: false }), 403, 'PERMISSION_DENIED')
+    assert.equal((await view() as { status?: number }).status, 403)
+    // an administrator lifts anyone's mark ("clean" by hand)
+    assert.equal((await mark(admin, { ...image, is_nsfw: false })).statusCode, 200)
+    assert.deepEqual([nsfw().tags.get(path)?.source, nsfw().tags.get(path)?.is_nsfw], ['manual', false])
+    // her own mark, over the admin's "clean", is hers to lift: the detector decides again
+    assert.equal((await mark(alice, { ...image, is_nsfw: true })).statusCode, 200)
+    assert.equal(nsfw().tags.get(path)?.by, 'alice')
     assert.equal((await mark(alice, { ...image, is_nsfw: false })).statusCode, 200)
     assert.equal(nsfw().tags.get(path), undefined)
     assert.equal((await view()).action, 'pass', 'the detector decides again')
-    // an administrator lifts anyone's mark
-    assert.equal((await mark(alice, { ...image, is_nsfw: true })).statusCode, 200)
-    assert.equal((await mark(admin, { ...image, is_nsfw: false })).statusCode, 200)
-    assert.deepEqual([nsfw().tags.get(path)?.source, nsfw().tags.get(path)?.is_nsfw], ['manual', false])
   })
 
   it('an SFW user\'s view of a file no browser shows as a picture (audio, a latent) is not the policy\'s; told by its bytes, never by its name', async () => {

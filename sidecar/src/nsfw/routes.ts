@@ -192,6 +192,11 @@ function owns(principal: Principal, real: string, roots: Roots, services: Pick<S
   return services.ownership.file(`${where.type}/${where.rel}`)?.owners.includes(owner) === true
 }
 
+/** Whether this principal set the manual tag (tags from before `by_id` was kept name the username). */
+function markedBy(tag: NsfwTag, principal: Principal): boolean {
+  return tag.by_id !== undefined ? tag.by_id === principal.userId : tag.by === principal.username
+}
+
 export function markRoutes(services: RouteServices, bound: () => NsfwBound | null) {
   return async function (fastify: FastifyInstance): Promise<void> {
     const app = fastify.withTypeProvider<TypeBoxTypeProvider>()
@@ -226,10 +231,12 @@ export function markRoutes(services: RouteServices, bound: () => NsfwBound | nul
         // file's own tag) decides again. An administrator's mark (or a co-owner's) is theirs to lift:
         // an owner with the SFW check could otherwise unblock what an admin blocked for them.
         if (previous?.source === 'manual') {
-          const theirs = previous.by_id !== undefined ? previous.by_id === principal.userId : previous.by === principal.username
-          if (!theirs) throw new AuthsvcError('PERMISSION_DENIED', 'Someone else marked this image; only they or an administrator may lift the mark')
+          if (!markedBy(previous, principal)) throw new AuthsvcError('PERMISSION_DENIED', 'Someone else marked this image; only they or an administrator may lift the mark')
           await b.tags.remove(real)
         }
+      } else if (!admin && previous?.source === 'manual' && previous.is_nsfw && !markedBy(previous, principal)) {
+        // someone else's NSFW mark is already there: it stays theirs (were it replaced by the owner's
+        // own mark, the owner could then lift it)
       } else {
         const where = placeOf(real, roots)
         const at = where === null ? -1 : where.rel.lastIndexOf('/')
