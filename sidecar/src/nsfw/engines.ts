@@ -53,21 +53,25 @@ interface Tf {
 }
 interface Model { classify(img: Tensor, topk?: number): Promise<Array<{ className: string; probability: number }>> }
 interface Sharp {
-  metadata(): Promise<{ pages?: number }>
+  metadata(): Promise<{ pages?: number; width?: number; height?: number; pageHeight?: number }>
   removeAlpha(): Sharp
   resize(w: number, h: number, o: { fit: 'fill' }): Sharp
   raw(): Sharp
   toBuffer(o: { resolveWithObject: true }): Promise<{ data: Buffer; info: { width: number; height: number; channels: number } }>
 }
-type SharpFn = ((input: Uint8Array, options?: { limitInputPixels?: number; failOn?: string; page?: number; pages?: number }) => Sharp) & { concurrency?(threads: number): number }
+type SharpFn = ((input: Uint8Array, options?: { limitInputPixels?: number; failOn?: string; page?: number; pages?: number; raw?: { width: number; height: number; channels: number } }) => Sharp) & { concurrency?(threads: number): number }
 
 const SIDE = 224
 /**
  * An animation (WebP) is judged by every frame, the worst counting: frames left out are
- * exactly where a harmless first frame would carry the rest past the policy. One with more
- * frames than this cannot be judged in reasonable time (about 80 ms a frame): unclassifiable.
+ * exactly where a harmless first frame would carry the rest past the policy. Its frames are
+ * decoded once, together (libvips decodes frame n of an animated WebP by replaying the frames
+ * before it: one frame at a time cost quadratic time, a minute for 100 frames of 512×512), then
+ * each is scaled and classified (about 80 ms a frame on this machine). More frames, or more
+ * pixels in all, than these: unclassifiable.
  */
 export const ANIMATION_FRAMES_MAX = 100
+const ANIMATION_PIXELS_MAX = 32 * 1024 * 1024
 
 /** The packages, or a clear error saying how to install them. */
 export async function nsfwjsEngine(dir = classifierModulesDir()): Promise<Engine> {
@@ -103,21 +107,44 @@ export async function nsfwjsEngine(dir = classifierModulesDir()): Promise<Engine
       if (!looksLikeImage(bytes)) throw new ClassifyError('not_an_image', 'not a PNG, JPEG or WebP image')
       // An animated WebP is judged by all its frames (ANIMATION_FRAMES_MAX); an APNG, whose
       // frames libvips does not decode, never reaches here (worker.ts)
-      let pages = 1
+      const undecodable = (err: unknown) => new ClassifyError('not_an_image', `the image could not be decoded: ${(err as Error).message}`)
+      let meta: { pages?: number; width?: number; height?: number; pageHeight?: number }
       try {
-        pages = Math.max(1, (await sharp(bytes, { limitInputPixels: 64 * 1024 * 1024 }).metadata()).pages ?? 1)
+        meta = await sharp(bytes, { limitInputPixels: 64 * 1024 * 1024 }).metadata()
       } catch (err) {
-        throw new ClassifyError('not_an_image', `the image could not be decoded: ${(err as Error).message}`)
+        throw undecodable(err)
       }
+      const pages = Math.max(1, meta.pages ?? 1)
       if (pages > ANIMATION_FRAMES_MAX) throw new ClassifyError('not_an_image', `an animation of ${pages} frames (more than ${ANIMATION_FRAMES_MAX} are not classified)`)
-      const frames = Array.from({ length: pages }, (_, i) => i)
+      // every frame as raw pixels: one decode for a still image, one for all frames of an animation
+      const frames: Array<() => Sharp> = []
+      if (pages === 1) {
+        frames.push(() => sharp(bytes, { limitInputPixels: 64 * 1024 * 1024 }))
+      } else {
+        const width = meta.width ?? 0
+        const height = meta.pageHeight ?? meta.height ?? 0
+        if (width * height * pages > ANIMATION_PIXELS_MAX || width === 0 || height === 0) throw new ClassifyError('not_an_image', `an animation of ${pages} frames of ${width}×${height} (too many pixels to classify)`)
+        let all: { data: Buffer; info: { width: number; height: number; channels: number } }
+        try {
+          all = await sharp(bytes, { limitInputPixels: ANIMATION_PIXELS_MAX, pages: -1 }).raw().toBuffer({ resolveWithObject: true })
+        } catch (err) {
+          throw undecodable(err)
+        }
+        const channels = all.info.channels
+        const frameBytes = width * height * channels
+        if (all.info.width !== width || all.data.length < frameBytes * pages) throw new ClassifyError('not_an_image', 'the animation\'s frames could not be decoded')
+        for (let i = 0; i < pages; i++) {
+          const frame = all.data.subarray(i * frameBytes, (i + 1) * frameBytes)
+          frames.push(() => sharp(frame, { raw: { width, height, channels } }))
+        }
+      }
       let worst: Record<string, number> | null = null
-      for (const page of frames) {
+      for (const frame of frames) {
         let decoded: { data: Buffer; info: { width: number; height: number } }
         try {
-          decoded = await sharp(bytes, { limitInputPixels: 64 * 1024 * 1024, page, pages: 1 }).removeAlpha().resize(SIDE, SIDE, { fit: 'fill' }).raw().toBuffer({ resolveWithObject: true })
+          decoded = await frame().removeAlpha().resize(SIDE, SIDE, { fit: 'fill' }).raw().toBuffer({ resolveWithObject: true })
         } catch (err) {
-          throw new ClassifyError('not_an_image', `the image could not be decoded: ${(err as Error).message}`)
+          throw undecodable(err)
         }
         const img = tf.tensor3d(new Uint8Array(decoded.data), [decoded.info.height, decoded.info.width, 3], 'int32')
         let scores: Record<string, number>
