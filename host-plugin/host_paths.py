@@ -118,7 +118,8 @@ def _view(fp: Any, item: dict[str, Any], whole: bool) -> dict[str, Any]:
             if _same(os.stat(opened), st):
                 place["opened"] = opened
                 place["stamp"] = file_stamp(st)
-            if item.get("head") is True:
+            # only for the very file the handler opens (the head describes what it will serve)
+            if item.get("head") is True and "stamp" in place:
                 head = _head(place["path"], st)
                 if head is not None:
                     place["head"] = head
@@ -135,7 +136,7 @@ def _head(path: str, st: os.stat_result) -> str | None:
     is not that file in that state before and after the read (a rewrite meanwhile), or is no
     regular file (never an open that waits: a FIFO put there meanwhile)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError:
         return None
     try:
