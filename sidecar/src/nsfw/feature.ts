@@ -103,6 +103,10 @@ export function nsfwFeature(services: NsfwServices, log: FastifyBaseLogger): Nsf
           await loaded
           return policy.viewDecision(principal, file, ip)
         },
+        async marksAny() {
+          await loaded
+          return tags.all().some((tag) => policy.tagSaysNsfw(tag))
+        },
         async marked(paths) {
           await loaded
           return paths.some((path) => {

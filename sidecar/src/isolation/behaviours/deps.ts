@@ -38,4 +38,6 @@ export interface ContentGate {
    * a mask, since the copy would be judged by the detector alone, the very thing a mark corrects.
    */
   marked(paths: readonly string[]): Promise<boolean>
+  /** Whether any file carries such a tag at all (when none does, a prompt's names need no resolve for it). */
+  marksAny(): Promise<boolean>
 }

@@ -129,7 +129,9 @@ async function promptBody(deps: BehaviourDeps & ModelDeps, state: PromptState, p
     if (!Array.isArray(edits)) return edits
     own = edits
   }
-  const gate = state.sfw ? deps.contentGate?.() ?? null : null
+  const content = state.sfw ? deps.contentGate?.() ?? null : null
+  // (no NSFW tag anywhere: nothing a prompt reads can carry one, and no resolve is asked for it)
+  const gate = content !== null && (await content.marksAny()) ? content : null
   if (!state.seesAll || gate !== null) {
     const checks = { ownership: !state.seesAll, ...(gate !== null ? { marked: (paths: readonly string[]) => gate.marked(paths) } : {}) }
     const fileRefusal = await promptFileRefusal(parsed.prompt, host, deps.ownership, state.owner, deps.host.facts.writer_inputs, checks)
