@@ -140,6 +140,17 @@ describe('the pool, with the deterministic engine in its worker thread', () => {
     await assert.rejects(pool.classify({ path: file('slow.png', slowPng(1)) }, { deadlineMs: 200 }), (e: unknown) => e instanceof ClassifyError && e.reason === 'timeout')
   })
 
+  it('a classification nobody waits for any more stops: two that missed their deadlines do not hold the worker from the next one', async () => {
+    await pool.classify({ path: file('warm.png', cleanPng(14)) }) // the worker is up: the next two reach it
+    // the pool sends at most two jobs to its worker at once; both of these miss their deadlines
+    // (without the stop each would hold its place for 60 s, and the next job would miss its own)
+    await Promise.all([1, 2].map((i) => assert.rejects(pool.classify({ path: file(`slow-${i}.png`, slowPng(10 + i)) }, { deadlineMs: 200 }), (e: unknown) => e instanceof ClassifyError && e.reason === 'timeout')))
+    const next = await pool.classify({ path: file('after-slow.png', cleanPng(13)) }, { deadlineMs: 5000 })
+    assert.equal(next.source, 'detector')
+    // a new request for a file whose job was stopped starts one of its own (and it answers, here late)
+    await assert.rejects(pool.classify({ path: join(dir, 'slow-1.png') }, { deadlineMs: 200 }), (e: unknown) => e instanceof ClassifyError && e.reason === 'timeout')
+  })
+
   it('holds a bounded queue: background work beyond it is refused, urgent work is not', async () => {
     const small = new ClassifierPool('test', 2)
     try {

@@ -78,7 +78,7 @@ export class ClassifierPool implements Classifier {
         const job = this.sent.get(msg.id)
         if (job === undefined) return
         this.sent.delete(msg.id)
-        if (job.key !== null) this.byKey.delete(job.key)
+        if (job.key !== null && this.byKey.get(job.key) === job) this.byKey.delete(job.key)
         this.answered++
         for (const w of job.waiters) {
           if ('ok' in msg) w.resolve(msg.ok)
@@ -137,11 +137,17 @@ export class ClassifierPool implements Classifier {
       if (options.deadlineMs !== undefined) {
         const timer = setTimeout(() => {
           queued.waiters.delete(waiter)
-          // nobody waits for it any more and it has not reached the worker: it leaves the queue
-          if (queued.waiters.size === 0 && !this.sent.has(queued.id)) {
-            const at = this.queue.indexOf(queued)
-            if (at >= 0) this.queue.splice(at, 1)
-            if (queued.key !== null) this.byKey.delete(queued.key)
+          // nobody waits for it any more: it leaves the queue, or the worker stops it (between an
+          // animation's frames: a long one must not keep everyone else's views waiting past their
+          // deadlines); a new request for the file starts a job of its own
+          if (queued.waiters.size === 0) {
+            if (queued.key !== null && this.byKey.get(queued.key) === queued) this.byKey.delete(queued.key)
+            if (!this.sent.has(queued.id)) {
+              const at = this.queue.indexOf(queued)
+              if (at >= 0) this.queue.splice(at, 1)
+            } else {
+              this.worker?.postMessage({ id: queued.id, cancel: true } satisfies WorkerJob)
+            }
           }
           reject(new ClassifyError('timeout', `not classified within ${options.deadlineMs} ms`))
         }, options.deadlineMs)

@@ -12,7 +12,8 @@ import { ClassifyError, type Classified } from './classifier.js'
 import { nsfwjsEngine, testEngine, type Engine, type EngineName } from './engines.js'
 import { isAnimatedPng, pngTag } from './png-tag.js'
 
-export interface WorkerJob { id: number; path?: string; bytes?: ArrayBuffer }
+/** A job; or `cancel`: the job with this id is no one's any more (it stops where it can, answering `timeout`). */
+export interface WorkerJob { id: number; path?: string; bytes?: ArrayBuffer; cancel?: true }
 export type WorkerAnswer =
   | { id: number; ok: Classified }
   | { id: number; error: { reason: ClassifyError['reason']; message: string } }
@@ -70,9 +71,17 @@ async function main(): Promise<void> {
   // the model runs one image at a time; the test engine answers each at once (its slow marker must not hold up the rest)
   const serial = name !== 'test'
   let chain = Promise.resolve()
+  // jobs the pool no longer wants (everyone waiting for them timed out); looked at between steps
+  const cancelled = new Set<number>()
   port.on('message', (job: WorkerJob) => {
+    if (job.cancel === true) {
+      cancelled.add(job.id)
+      return
+    }
+    const live = () => !cancelled.has(job.id)
     const run = async (): Promise<void> => {
       try {
+        if (!live()) throw new ClassifyError('timeout', 'nobody waits for it any more')
         let bytes: Uint8Array
         let facts: { size?: number; mtime_ms?: number } = {}
         if (job.path !== undefined) {
@@ -84,11 +93,13 @@ async function main(): Promise<void> {
         }
         const tagged = pngTag(bytes)
         if (tagged === null && isAnimatedPng(bytes)) throw new ClassifyError('not_an_image', 'an animated PNG: its frames cannot be decoded here')
-        const ok: Classified = tagged !== null ? { source: 'metadata', is_nsfw: tagged, ...facts } : { source: 'detector', scores: await engine.scores(bytes), ...facts }
+        const ok: Classified = tagged !== null ? { source: 'metadata', is_nsfw: tagged, ...facts } : { source: 'detector', scores: await engine.scores(bytes, live), ...facts }
         port.postMessage({ id: job.id, ok } satisfies WorkerAnswer)
       } catch (err) {
         const reason = err instanceof ClassifyError ? err.reason : 'failed'
         port.postMessage({ id: job.id, error: { reason, message: (err as Error).message } } satisfies WorkerAnswer)
+      } finally {
+        cancelled.delete(job.id)
       }
     }
     if (serial) chain = chain.then(run)
