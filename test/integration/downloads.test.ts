@@ -471,55 +471,36 @@ describe('the queue\'s limits: one source full never holds back the other', () =
 })
 
 describe('a job outlives its request, not its account', () => {
-  it('a queued job of a user disabled meanwhile fails before any request with their key', async () => {
-    const src = await startDownloadStandins()
-    const w = await openWorld(src, { max_active_per_source: 1, max_active_total: 1 })
-    try {
-      const slow = file({ size: 1024 * 1024, pauseAt: 256 * 1024 })
-      src.civitai.set(801, [slow])
-      src.civitai.set(802, [file()])
-      const paused = once(src.events, 'paused')
-      const first = await start(w, { source: 'civitai', model_version_id: 801 }, w.adminJwt)
-      await paused
-      const queued = await start(w, { source: 'civitai', model_version_id: 802 })
-      assert.equal((await jobOf(w, queued)).status, 'queued')
-      const alice = w.sc.services.users.byUsername('alice')!
-      await w.sc.services.users.update(alice.user_id, { disabled: true })
-      src.release(slow.id)
-      assert.equal((await ended(w, first)).status, 'completed')
-      const job = await ended(w, queued)
-      assert.equal(job.status, 'failed')
-      assert.match(job.error ?? '', /disabled or deleted/)
-    } finally {
-      await w.sc.close()
-      await src.close()
-    }
-  })
-
-  it('a queued job of a user whose role may no longer download fails before any request with their key', async () => {
-    const src = await startDownloadStandins()
-    const w = await openWorld(src, { max_active_per_source: 1, max_active_total: 1 })
-    try {
-      const slow = file({ size: 1024 * 1024, pauseAt: 256 * 1024 })
-      src.civitai.set(811, [slow])
-      src.civitai.set(812, [file()])
-      const paused = once(src.events, 'paused')
-      const first = await start(w, { source: 'civitai', model_version_id: 811 }, w.adminJwt)
-      await paused
-      const queued = await start(w, { source: 'civitai', model_version_id: 812 })
-      assert.equal((await jobOf(w, queued)).status, 'queued')
-      const alice = w.sc.services.users.byUsername('alice')!
-      await w.sc.services.users.update(alice.user_id, { role: 'user' })
-      src.release(slow.id)
-      assert.equal((await ended(w, first)).status, 'completed')
-      const job = await ended(w, queued)
-      assert.equal(job.status, 'failed')
-      assert.match(job.error ?? '', /may no longer download models/)
-    } finally {
-      await w.sc.close()
-      await src.close()
-    }
-  })
+  const rows: Array<[string, Record<string, unknown>, RegExp]> = [
+    ['a queued job of a user disabled meanwhile fails before any request with their key', { disabled: true }, /disabled or deleted/],
+    ['a queued job of a user whose role may no longer download fails before any request with their key', { role: 'user' }, /may no longer download models/],
+  ]
+  for (const [name, change, error] of rows) {
+    it(name, async () => {
+      const src = await startDownloadStandins()
+      const w = await openWorld(src, { max_active_per_source: 1, max_active_total: 1 })
+      try {
+        const slow = file({ size: 1024 * 1024, pauseAt: 256 * 1024 })
+        src.civitai.set(801, [slow])
+        src.civitai.set(802, [file()])
+        const paused = once(src.events, 'paused')
+        const first = await start(w, { source: 'civitai', model_version_id: 801 }, w.adminJwt)
+        await paused
+        const queued = await start(w, { source: 'civitai', model_version_id: 802 })
+        assert.equal((await jobOf(w, queued)).status, 'queued')
+        const alice = w.sc.services.users.byUsername('alice')!
+        await w.sc.services.users.update(alice.user_id, change)
+        src.release(slow.id)
+        assert.equal((await ended(w, first)).status, 'completed')
+        const job = await ended(w, queued)
+        assert.equal(job.status, 'failed')
+        assert.match(job.error ?? '', error)
+      } finally {
+        await w.sc.close()
+        await src.close()
+      }
+    })
+  }
 })
 
 /** Starts a download of `f` (its source pauses half-way), waits until that half is on disk, and stops the sidecar keeping its files. */
