@@ -71,13 +71,16 @@ async function main(): Promise<void> {
   // the model runs one image at a time; the test engine answers each at once (its slow marker must not hold up the rest)
   const serial = name !== 'test'
   let chain = Promise.resolve()
-  // jobs the pool no longer wants (everyone waiting for them timed out); looked at between steps
+  // jobs here (received, not answered), and those the pool no longer wants (everyone waiting for
+  // them timed out): looked at between steps; a cancel that crossed the answer is dropped
+  const here = new Set<number>()
   const cancelled = new Set<number>()
   port.on('message', (job: WorkerJob) => {
     if (job.cancel === true) {
-      cancelled.add(job.id)
+      if (here.has(job.id)) cancelled.add(job.id)
       return
     }
+    here.add(job.id)
     const live = () => !cancelled.has(job.id)
     const run = async (): Promise<void> => {
       try {
@@ -99,6 +102,7 @@ async function main(): Promise<void> {
         const reason = err instanceof ClassifyError ? err.reason : 'failed'
         port.postMessage({ id: job.id, error: { reason, message: (err as Error).message } } satisfies WorkerAnswer)
       } finally {
+        here.delete(job.id)
         cancelled.delete(job.id)
       }
     }
