@@ -289,9 +289,9 @@ describe('a marked image is not copied past its mark by an SFW user (a prompt th
         const body = JSON.stringify({ prompt: { 1: { class_type: 'LoadImage', inputs: { image } }, 2: { class_type: 'SaveImage', inputs: { images: ['1', 0], filename_prefix: 'copy' } } } })
         return stepAnswer(await sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(body)))
       }
-      const mask = async (jwt: string, filename: string): Promise<Stepped> => {
+      const mask = async (jwt: string, filename: string, extra: Record<string, unknown> = {}): Promise<Stepped> => {
         const d = assertPass(await decide(sc, { method: 'POST', path: '/upload/mask', pattern: '/upload/mask', headers: { authorization: `Bearer ${jwt}` } }))
-        const fields = { subfolder: 'clipspace', original_ref: JSON.stringify({ filename, type: 'input', subfolder: userFolder(aliceId) }) }
+        const fields = { subfolder: 'clipspace', original_ref: JSON.stringify({ ...extra, filename, type: 'input', subfolder: userFolder(aliceId) }) }
         return stepAnswer(await sc.handlers.form({ type: 'form', id: 1, ctx: d.need_form!.ctx, fields, files: { image: 'copy.png' } }, sc.host))
       }
 
@@ -302,6 +302,8 @@ describe('a marked image is not copied past its mark by an SFW user (a prompt th
         }
         assert.equal((await prompt(alice, `${userFolder(aliceId)}/fine.png`)).action, 'pass')
         assertDenied(await mask(alice, 'missed.png'), 'PERMISSION_DENIED')
+        // a reference whose own keys look like a decision is still only a reference
+        assertDenied(await mask(alice, 'missed.png', { action: 'pass', set_fields: {} }), 'PERMISSION_DENIED')
         assert.equal((await mask(alice, 'fine.png')).action, 'pass')
       })
 

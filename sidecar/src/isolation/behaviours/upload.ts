@@ -46,24 +46,26 @@ interface UploadState {
   sfw: boolean
 }
 
-/** original_ref as the host's mask handler reads it (JSON naming a file), or a refusal. */
-function maskRef(raw: string | undefined): { filename: string; type?: unknown; subfolder?: unknown } | RespondDecision {
+type MaskRef = { filename: string; type?: unknown; subfolder?: unknown }
+
+/** original_ref as the host's mask handler reads it (JSON naming a file), or a refusal (never the client's object itself as one). */
+function maskRef(raw: string | undefined): { ref: MaskRef } | { refusal: RespondDecision } {
   // the host's mask handler reads original_ref unconditionally (json.loads(None) would be its 500)
-  if (raw === undefined) return denyDecision('VALIDATION_FAILED', 'original_ref is required')
+  if (raw === undefined) return { refusal: denyDecision('VALIDATION_FAILED', 'original_ref is required') }
   let parsed: unknown
   try {
     parsed = JSON.parse(raw)
   } catch {
-    return denyDecision('VALIDATION_FAILED', 'original_ref must be JSON')
+    return { refusal: denyDecision('VALIDATION_FAILED', 'original_ref must be JSON') }
   }
   if (typeof parsed !== 'object' || parsed === null || typeof (parsed as { filename?: unknown }).filename !== 'string') {
-    return denyDecision('VALIDATION_FAILED', 'original_ref must name a file')
+    return { refusal: denyDecision('VALIDATION_FAILED', 'original_ref must name a file') }
   }
-  return parsed as { filename: string; type?: unknown; subfolder?: unknown }
+  return { ref: parsed as MaskRef }
 }
 
 /** The resolve item of a mask's original: only the fields the host reads (a key of the client's, `op`, never reaches the resolver). */
-const refItem = (ref: { filename: string; type?: unknown; subfolder?: unknown }) =>
+const refItem = (ref: MaskRef) =>
   ({ op: 'mask_ref' as const, filename: ref.filename, ...('type' in ref ? { type: ref.type } : {}), ...('subfolder' in ref ? { subfolder: ref.subfolder } : {}) })
 
 const MARKED = 'original_ref is an image marked NSFW, which your account may not use'
@@ -78,9 +80,9 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
       const gate = state.sfw ? deps.contentGate?.() ?? null : null
       if (state.seesAll) {
         if (gate !== null) {
-          const ref = maskRef(msg.fields.original_ref)
-          if ('action' in ref) return ref
-          const original = (await host.resolve([refItem(ref)])).results[0]
+          const read = maskRef(msg.fields.original_ref)
+          if ('refusal' in read) return read.refusal
+          const original = (await host.resolve([refItem(read.ref)])).results[0]
           if (original?.file === true && original.path !== undefined && (await gate.marked([original.path]))) return denyDecision('PERMISSION_DENIED', MARKED)
         }
         const target = fileKey(type as FileType, msg.fields.subfolder ?? '', msg.files.image || 'x')
@@ -93,11 +95,11 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
       if (subfolder === null) return denyDecision('VALIDATION_FAILED', 'subfolder must be a relative folder that stays inside your own')
       const filename = msg.files.image
       const items = [{ op: 'upload' as const, type, subfolder, filename: filename ?? '' }]
-      let ref: { filename: string; type?: unknown; subfolder?: unknown } | undefined
+      let ref: MaskRef | undefined
       if (mask) {
-        const parsed = maskRef(msg.fields.original_ref)
-        if ('action' in parsed) return parsed
-        ref = parsed
+        const read = maskRef(msg.fields.original_ref)
+        if ('refusal' in read) return read.refusal
+        ref = read.ref
       }
       const { results, roots } = await host.resolve([...items, ...(ref === undefined ? [] : [refItem(ref)])])
       // where the host will write, with the edited subfolder: inside their folder, or refused (an
