@@ -46,6 +46,14 @@ describe('a redirect target (allow_private_hosts off)', () => {
     ['https://[fe80::1]/x', /private/],
     ['https://[fd12::1]/x', /private/],
     ['https://224.0.0.1/x', /private/],
+    ['https://198.18.0.1/x', /private/],
+    ['https://198.19.255.254/x', /private/],
+    ['https://192.0.0.8/x', /private/],
+    ['https://[fec0::1]/x', /private/],
+    ['https://[100::1]/x', /private/],
+    // Teredo (2001::/32) and IPv4-translated (::ffff:0:a.b.c.d): IPv4 behind a tunnel or a translator
+    ['https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/x', /private/],
+    ['https://[::ffff:0:7f00:1]/x', /private/],
     ['file:///etc/passwd', /scheme file/],
     ['ftp://cdn.example/x', /scheme ftp/],
     ['data:text/plain,hi', /scheme data/],
@@ -53,7 +61,7 @@ describe('a redirect target (allow_private_hosts off)', () => {
     ['/relative', /not an absolute URL/],
   ]
   for (const [url, problem] of refused) it(`refuses ${url}`, () => assert.match(redirectTargetProblem(url, false) ?? 'allowed', problem))
-  for (const url of ['https://cdn.example/x?sig=1', 'https://8.8.8.8/x', 'https://[2606:4700::1]/x']) it(`allows ${url}`, () => assert.equal(redirectTargetProblem(url, false), null))
+  for (const url of ['https://cdn.example/x?sig=1', 'https://8.8.8.8/x', 'https://[2606:4700::1]/x', 'https://198.20.0.1/x', 'https://[2001:4860::8888]/x']) it(`allows ${url}`, () => assert.equal(redirectTargetProblem(url, false), null))
   it('allow_private_hosts lets a loopback http stand-in through, never another scheme or credentials', () => {
     assert.equal(redirectTargetProblem('http://127.0.0.1:9/x', true), null)
     assert.match(redirectTargetProblem('file:///etc/passwd', true) ?? '', /scheme file/)

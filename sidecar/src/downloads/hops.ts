@@ -43,9 +43,12 @@ export interface HopPolicy {
 /** Addresses that are not the internet's (also: multicast, broadcast, documentation nets do no harm but never serve models). */
 const NOT_PUBLIC = new IpSet([
   '0.0.0.0/8', '10.0.0.0/8', '100.64.0.0/10', '127.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.168.0.0/16', '224.0.0.0/4', '240.0.0.0/4',
-  '::/128', '::1/128', 'fc00::/7', 'fe80::/10', 'ff00::/8',
-  // IPv4 carried in IPv6 (NAT64, 6to4, IPv4-compatible): a gateway turns them back into IPv4
-  '64:ff9b::/96', '64:ff9b:1::/48', '2002::/16', '::/96',
+  // IETF protocol assignments (192.0.0.8 and kin), and the benchmarking net labs route inside
+  '192.0.0.0/24', '198.18.0.0/15',
+  '::/128', '::1/128', 'fc00::/7', 'fe80::/10', 'fec0::/10', 'ff00::/8', '100::/64',
+  // IPv4 carried in IPv6 (NAT64, 6to4, Teredo, IPv4-compatible, IPv4-translated): a gateway or a
+  // tunnel turns them back into IPv4
+  '64:ff9b::/96', '64:ff9b:1::/48', '2002::/16', '2001::/32', '::/96', '::ffff:0:0:0/96',
 ])
 
 export function isPrivateAddress(address: string): boolean {
