@@ -120,6 +120,9 @@ export class NsfwPolicy {
   async verdict(file: SeenFile): Promise<Verdict> {
     const tag = this.tags.current(file.path, file.size, file.mtime_ms)
     if (tag !== undefined) return this.said(tag)
+    // audio, a saved latent: nothing a browser shows as a picture (told by its bytes, not its name);
+    // a tag on the file (an administrator's mark) decided above
+    if (file.head !== undefined && notVisual(file.head)) return { blocked: false }
     const until = performance.now() + this.options.viewDeadlineMs
     try {
       // A classification of this path already under way (the pool merges them by path) may have
@@ -143,9 +146,6 @@ export class NsfwPolicy {
   /** The /view decision's part: null (go on) for anyone without sfw_check, or for an image that is not blocked. */
   async viewDecision(principal: Principal, file: SeenFile, ip: string): Promise<Decision | null> {
     if (!principal.sfwCheck) return null
-    // audio, a saved latent: nothing a browser shows as a picture (told by its bytes, not its name);
-    // a tag on the file (an administrator's mark) still decides first
-    if (file.head !== undefined && notVisual(file.head) && this.tags.current(file.path, file.size, file.mtime_ms) === undefined) return null
     const verdict = await this.verdict(file)
     if (!verdict.blocked) return null
     this.blockEvent(principal, describe(file.path, this.roots())?.filename ?? '', verdict.reason, ip, file.path)

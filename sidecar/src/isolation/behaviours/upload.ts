@@ -20,7 +20,7 @@ import type { RespondDecision } from '../../kernel/protocol.js'
 import { fileKey, folderOf, normalSegments, type FileType } from '../ownership.js'
 import { mayReadFile, placeOf, userFolder } from '../user-folders.js'
 import type { RouteBehaviour } from '../../kernel/behaviour.js'
-import type { BehaviourDeps } from './deps.js'
+import type { BehaviourDeps, ContentGate } from './deps.js'
 
 const UPLOAD_TYPES: ReadonlySet<string> = new Set(['input', 'temp', 'output'])
 /** how long the watcher leaves new files of an upload's folder to the upload (the host writes within it) */
@@ -68,7 +68,11 @@ function maskRef(raw: string | undefined): { ref: MaskRef } | { refusal: Respond
 const refItem = (ref: MaskRef) =>
   ({ op: 'mask_ref' as const, filename: ref.filename, ...('type' in ref ? { type: ref.type } : {}), ...('subfolder' in ref ? { subfolder: ref.subfolder } : {}) })
 
-const MARKED = 'original_ref is an image marked NSFW, which your account may not use'
+/** The refusal when a mask's original is an image the content-safety policy marked (a copy would lose the mark); null otherwise. */
+async function markedOriginal(gate: ContentGate, original: { file?: boolean; path?: string } | undefined): Promise<RespondDecision | null> {
+  if (original?.file !== true || original.path === undefined || !(await gate.marked([original.path]))) return null
+  return denyDecision('PERMISSION_DENIED', 'original_ref is an image marked NSFW, which your account may not use')
+}
 
 export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehaviour<UploadState> {
   return {
@@ -82,8 +86,8 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
         if (gate !== null) {
           const read = maskRef(msg.fields.original_ref)
           if ('refusal' in read) return read.refusal
-          const original = (await host.resolve([refItem(read.ref)])).results[0]
-          if (original?.file === true && original.path !== undefined && (await gate.marked([original.path]))) return denyDecision('PERMISSION_DENIED', MARKED)
+          const marked = await markedOriginal(gate, (await host.resolve([refItem(read.ref)])).results[0])
+          if (marked !== null) return marked
         }
         const target = fileKey(type as FileType, msg.fields.subfolder ?? '', msg.files.image || 'x')
         if (target !== null && UPLOAD_TYPES.has(type)) deps.ownership.uploadStarting(folderOf(target), UPLOAD_WINDOW_MS)
@@ -116,7 +120,8 @@ export function uploadBehaviour(deps: BehaviourDeps, mask: boolean): RouteBehavi
         if (!hostRefuses && !mayReadFile(original, roots, state.owner, deps.ownership)) {
           return denyDecision('NOT_OWNER', 'original_ref is not a file of yours')
         }
-        if (gate !== null && original?.file === true && original.path !== undefined && (await gate.marked([original.path]))) return denyDecision('PERMISSION_DENIED', MARKED)
+        const marked = gate === null ? null : await markedOriginal(gate, original)
+        if (marked !== null) return marked
       }
       return { action: 'pass', set_fields: { subfolder }, filter: steps.filter('upload', state) }
     },
