@@ -66,6 +66,17 @@ function sendSlowly(socket: Socket, data: Buffer, piece: number, end: () => void
   next()
 }
 
+/** A source answering a resume from `at` with the rest of BODY; counts its connections closed. */
+const resumable = (at: number) => {
+  const sent = { closed: 0 }
+  const server = rawServer((socket) => {
+    socket.on('close', () => sent.closed++)
+    socket.write(head(['HTTP/1.1 206 Partial Content', `Content-Length: ${BODY.length - at}`, `Content-Range: bytes ${at}-${BODY.length - 1}/${BODY.length}`, 'ETag: "v1"', 'Connection: close']))
+    sendSlowly(socket, BODY.subarray(at), 65536, () => socket.end())
+  })
+  return { server, sent }
+}
+
 /** A server that answers with `body` whole, as fast as the socket takes it. */
 const atOnce = (body: Buffer, secure?: { key: string; cert: string }) => rawServer((socket) => {
   socket.write(ok(body.length))
@@ -431,10 +442,7 @@ describe('the hash on a thread of its own', () => {
 
   it('a resumed transfer: the thread hashes what the partial already holds, then the rest', async () => {
     const at = 1024 * 1024 + 17
-    const s = await rawServer((socket) => {
-      socket.write(head(['HTTP/1.1 206 Partial Content', `Content-Length: ${BODY.length - at}`, `Content-Range: bytes ${at}-${BODY.length - 1}/${BODY.length}`, 'ETag: "v1"', 'Connection: close']))
-      sendSlowly(socket, BODY.subarray(at), 65536, () => socket.end())
-    })
+    const s = await resumable(at).server
     try {
       const { result, partial } = await run(`${s.url}/f`, 5000, () => {}, { prefix: BODY.subarray(0, at), validator: 'v1', total: BODY.length })
       assert.deepEqual(result, { sha256: sha(BODY), bytes: BODY.length })
@@ -537,16 +545,6 @@ describe('a resume the source cannot satisfy (416)', () => {
 })
 
 describe('a cancel before the body is reached', () => {
-  /** A source answering a resume from `at` with the rest of BODY; counts its connections closed. */
-  const resumable = (at: number) => {
-    const sent = { closed: 0 }
-    const server = rawServer((socket) => {
-      socket.on('close', () => sent.closed++)
-      socket.write(head(['HTTP/1.1 206 Partial Content', `Content-Length: ${BODY.length - at}`, `Content-Range: bytes ${at}-${BODY.length - 1}/${BODY.length}`, 'ETag: "v1"', 'Connection: close']))
-      sendSlowly(socket, BODY.subarray(at), 65536, () => socket.end())
-    })
-    return { server, sent }
-  }
   const order = (url: string, partial: string, at: number) => ({ source: 'civitai' as const, url, policy: { base: url, allowPrivate: true }, partialPath: partial, resumeFrom: at, validator: 'v1', knownTotal: BODY.length, stallMs: 5000 })
 
   it('a cancel while the hashing thread hashes a resumed prefix: the transfer ends with the cancel, no body byte is written, and the thread drops that prefix at once', { timeout: 60_000 }, async () => {
