@@ -34,6 +34,9 @@ const inputs: Record<string, Buffer> = {
   'slow.png': slowPng(5),
   'to-mark.png': cleanPng(6),
   'to-unmark.png': nsfwPng(7),
+  // an audio output (no browser shows it as a picture), and a detected picture named as audio
+  'song.flac': Buffer.concat([Buffer.from('fLaC', 'latin1'), Buffer.alloc(4000, 7)]),
+  'trick.flac': nsfwPng(8),
 }
 
 for (const aiohttp of AIOHTTP_VERSIONS) {
@@ -100,6 +103,14 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         assert.equal(got.status, 200)
         assert.deepEqual(got.body, inputs['clean.png'])
       }
+    })
+
+    it('a file no browser shows as a picture is served to alice, told by its first bytes (which the host reads): a picture named as audio is still judged', async () => {
+      const song = await view(alice, 'song.flac')
+      assert.equal(song.status, 200)
+      assert.deepEqual(song.body, inputs['song.flac'])
+      assert.equal((await view(alice, 'trick.flac')).status, 403)
+      assert.equal((await view(bob, 'trick.flac')).status, 200)
     })
 
     it('a detected image: 403 text/plain "NSFW content blocked" for alice on /view and /api/view; bob gets the image', async () => {
