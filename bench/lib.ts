@@ -1,5 +1,6 @@
 /** Helpers shared by the bench scripts: wrk as a child process, medians, verdict lines. */
 import { execFile, execFileSync } from 'node:child_process'
+import { readdirSync, readFileSync } from 'node:fs'
 import { promisify } from 'node:util'
 
 export const run = promisify(execFile)
@@ -55,4 +56,31 @@ export interface Verdict {
 export function printVerdicts(title: string, verdicts: Verdict[]): void {
   console.log(`\n${title}`)
   for (const v of verdicts) console.log(`${v.ok ? 'PASS' : 'FAIL'}  ${v.name.padEnd(60)} ${v.value.padStart(10)}  target ${v.target}`)
+}
+
+/** Every live pid of process group `pgid` (a real host leads its own: ComfyUI, its sidecar and the sidecar's workers). */
+export function group(pgid: number): number[] {
+  const out: number[] = []
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      if (fields[0] !== 'Z' && Number(fields[2]) === pgid) out.push(Number(entry))
+    } catch {
+      // gone
+    }
+  }
+  return out
+}
+
+/** Pins every thread of these processes to `cpus` (taskset's list form: '0', '1', '0-1'). */
+export function pin(pids: number[], cpus: string): void {
+  for (const pid of pids) {
+    try {
+      execFileSync('taskset', ['-a', '-p', '-c', cpus, String(pid)], { stdio: 'ignore' })
+    } catch {
+      // exited meanwhile
+    }
+  }
 }

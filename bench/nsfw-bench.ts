@@ -12,13 +12,18 @@
  *     to back in each round, in an order that alternates, each after one request of its own (the
  *     steady rate: a kept decision runs out while the other hosts run); the verdict is the median
  *     of each round's policy/bare ratio (the ratio of the medians is printed beside it);
- *   - a CPU-bound prompt with 20 outputs (EmptyImage 512×512 → ImageBlur → 20 SaveImage), every
- *     output classified as it appears: its execution time (the host's own timestamps) on `policy`
- *     against `gated`;
- *     printed beside it: the ratio of each round's pair, and each sidecar's own CPU time while its
- *     host ran the prompt (what the policy could take from the prompt);
+ *   - a CPU-bound prompt with 20 outputs (EmptyImage 1024×1024 → ImageBlur radius 7 → 20
+ *     SaveImage, about 5 s here: long enough that a round's noise is a few per cent, not the
+ *     20 % of a half-second prompt), every output classified as it appears: its execution time
+ *     (the host's own timestamps) on `policy` against `gated`, the verdict on the median of each
+ *     round's pair (run back to back); printed beside it: the ratio of the medians, and each
+ *     sidecar's own CPU time while its host ran the prompt (what the policy could take from it);
  *   - the `policy` sidecar's resident memory (VmRSS of its process, the classifier loaded and
  *     warm, after the prompts).
+ *
+ * Two layouts, as the other benches on the real host (BENCH_NSFW_LAYOUTS, default `pinned,free`):
+ * `one core` (the three hosts with their sidecars and classifier threads on CPU 0, this process
+ * and its wrk on CPU 1) and `nothing pinned`; each has its own verdicts.
  *
  * The prompts alternate which host goes first; after each the host collects its garbage at once
  * (POST /free, as bench/real-host-bench.ts does) and the policy host's classifier catches up, so
@@ -28,16 +33,18 @@
  * (wrk per round, default 3). Ends with PASS/FAIL lines; exits 1 when a target is missed.
  */
 import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { availableParallelism, tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { ClassifierPool } from '../sidecar/src/nsfw/pool.js'
 import { testPng } from '../test/helpers/nsfw-images.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../test/helpers/real-host.js'
-import { ensureWrk, median, printVerdicts, wrk, type Verdict } from './lib.js'
+import { ensureWrk, group, median, pin, printVerdicts, wrk, type Verdict } from './lib.js'
 
 const IMAGES = Number(process.env.BENCH_NSFW_IMAGES ?? 40)
 const ROUNDS = Number(process.env.BENCH_NSFW_ROUNDS ?? 7)
 const SECONDS = Number(process.env.BENCH_NSFW_SECONDS ?? 3)
+// `pinned`: the hosts on CPU 0, the bench and its wrk on CPU 1 (needs two CPUs); `free`: nothing pinned
+const LAYOUTS = (process.env.BENCH_NSFW_LAYOUTS ?? 'pinned,free').split(',').filter((l) => l === 'free' || (l === 'pinned' && availableParallelism() >= 2))
 const PASSWORD = 'bench-password-1'
 
 async function imagesPerSecond(): Promise<number> {
@@ -85,8 +92,8 @@ async function users(url: string): Promise<{ user: string; admin: string }> {
 let colour = 1
 function twentyOutputs(prefix: string): Record<string, unknown> {
   const graph: Record<string, unknown> = {
-    '1': { class_type: 'EmptyImage', inputs: { width: 512, height: 512, batch_size: 1, color: colour++ * 997 } },
-    '2': { class_type: 'ImageBlur', inputs: { image: ['1', 0], blur_radius: 10, sigma: 1 } },
+    '1': { class_type: 'EmptyImage', inputs: { width: 1024, height: 1024, batch_size: 1, color: colour++ * 997 } },
+    '2': { class_type: 'ImageBlur', inputs: { image: ['1', 0], blur_radius: 7, sigma: 3 } },
   }
   for (let i = 0; i < 20; i++) graph[`s${i}`] = { class_type: 'SaveImage', inputs: { images: ['2', 0], filename_prefix: `${prefix}-${i}` } }
   return graph
@@ -170,42 +177,50 @@ async function main(): Promise<void> {
         if (Date.now() > until) throw new Error(`the policy host's first view: ${first.status} ${await first.text()}`)
         await new Promise((resolve) => setTimeout(resolve, 500))
       }
-      const rps: Record<string, number[]> = { bare: [], gated: [], policy: [] }
-      const ms: Record<string, number[]> = { gated: [], policy: [] }
-      // the sidecar's own CPU while its host runs the prompt: what the policy could take from it
-      const sidecarCpu: Record<string, number[]> = { gated: [], policy: [] }
-      for (let round = 0; round < ROUNDS; round++) {
-        // the hosts' order alternates (bare first, then policy first), so none always runs after a prompt
-        for (const h of round % 2 === 0 ? hosts : [...hosts].reverse()) {
-          const headers = h.user ? [`Authorization: Bearer ${h.user}`] : []
-          // one request first, every host alike: the measure is the steady rate; a gated host's kept
-          // decision ran out while the others ran, and its first request of a round asks the sidecar
-          const warm = await fetch(`${h.host.url}${viewPath}`, { headers: h.user ? { Authorization: `Bearer ${h.user}` } : {} })
-          await warm.arrayBuffer()
-          if (warm.status !== 200) throw new Error(`${h.name} /view before round ${round}: ${warm.status}`)
-          rps[h.name].push((await wrk(`${h.host.url}${viewPath}`, 8, headers, SECONDS)).rps)
+      const allCpus = `0-${availableParallelism() - 1}`
+      for (const layout of LAYOUTS) {
+        // the hosts (ComfyUI, its sidecar, the classifier thread) on CPU 0 and this process with its
+        // wrk on CPU 1; or nothing pinned
+        for (const h of hosts) pin(group(h.host.host.pid!), layout === 'pinned' ? '0' : allCpus)
+        pin([process.pid], layout === 'pinned' ? '1' : allCpus)
+        const tag = layout === 'pinned' ? 'one core' : 'nothing pinned'
+        const rps: Record<string, number[]> = { bare: [], gated: [], policy: [] }
+        const ms: Record<string, number[]> = { gated: [], policy: [] }
+        // the sidecar's own CPU while its host runs the prompt: what the policy could take from it
+        const sidecarCpu: Record<string, number[]> = { gated: [], policy: [] }
+        for (let round = 0; round < ROUNDS; round++) {
+          // the hosts' order alternates (bare first, then policy first), so none always runs after a prompt
+          for (const h of round % 2 === 0 ? hosts : [...hosts].reverse()) {
+            const headers = h.user ? [`Authorization: Bearer ${h.user}`] : []
+            // one request first, every host alike: the measure is the steady rate; a gated host's kept
+            // decision ran out while the others ran, and its first request of a round asks the sidecar
+            const warm = await fetch(`${h.host.url}${viewPath}`, { headers: h.user ? { Authorization: `Bearer ${h.user}` } : {} })
+            await warm.arrayBuffer()
+            if (warm.status !== 200) throw new Error(`${h.name} /view before round ${round}: ${warm.status}`)
+            rps[h.name].push((await wrk(`${h.host.url}${viewPath}`, 8, headers, SECONDS)).rps)
+          }
+          for (const h of round % 2 === 0 ? [hg, hp] : [hp, hg]) {
+            const cpuBefore = cpuMs(h.host.sidecarPid())
+            ms[h.name].push(await promptMs(h))
+            sidecarCpu[h.name].push(cpuMs(h.host.sidecarPid()) - cpuBefore)
+            if (h === hp) await classified(hp)
+          }
         }
-        for (const h of round % 2 === 0 ? [hg, hp] : [hp, hg]) {
-          const cpuBefore = cpuMs(h.host.sidecarPid())
-          ms[h.name].push(await promptMs(h))
-          sidecarCpu[h.name].push(cpuMs(h.host.sidecarPid()) - cpuBefore)
-          if (h === hp) await classified(hp)
-        }
+        // each round's hosts ran back to back: the ratio of each round's pair, then their median
+        const viewPairs = rps.policy.map((p, i) => p / rps.bare[i])
+        const viewRatio = median(viewPairs)
+        const promptPairs = ms.policy.map((p, i) => p / ms.gated[i])
+        const promptRatio = median(promptPairs)
+        console.log(`\n${tag}:`)
+        console.log(`GET /view req/s (median of ${ROUNDS}): bare ${median(rps.bare).toFixed(0)}, gated ${median(rps.gated).toFixed(0)}, policy ${median(rps.policy).toFixed(0)}; ratio of the medians policy/bare ${(median(rps.policy) / median(rps.bare)).toFixed(3)}`)
+        console.log(`the same, each round's pair: policy/bare ${JSON.stringify(viewPairs.map((r) => Number(r.toFixed(3))))}, median ${viewRatio.toFixed(3)}; policy/gated median ${median(rps.policy.map((p, i) => p / rps.gated[i])).toFixed(3)}; gated/bare median ${median(rps.gated.map((g, i) => g / rps.bare[i])).toFixed(3)}`)
+        console.log(`prompt with 20 outputs, ms (median of ${ROUNDS}): gated ${median(ms.gated).toFixed(0)} ${JSON.stringify(ms.gated.map(Math.round))}, policy ${median(ms.policy).toFixed(0)} ${JSON.stringify(ms.policy.map(Math.round))}; ratio of the medians ${(median(ms.policy) / median(ms.gated)).toFixed(3)}`)
+        console.log(`the same, policy/gated per round (each pair run back to back): ${JSON.stringify(promptPairs.map((r) => Number(r.toFixed(3))))}, median ${promptRatio.toFixed(3)}`)
+        console.log(`sidecar CPU during its prompt, ms (median of ${ROUNDS}): gated ${median(sidecarCpu.gated).toFixed(0)}, policy ${median(sidecarCpu.policy).toFixed(0)}`)
+        verdicts.push({ name: `${tag}: /view of a classified image, sfw_check user: policy / bare req/s (median of rounds)`, value: viewRatio.toFixed(3), target: '>= 0.95', ok: viewRatio >= 0.95 })
+        verdicts.push({ name: `${tag}: CPU-bound prompt, 20 outputs classified: policy / no policy (median of rounds)`, value: promptRatio.toFixed(3), target: '<= 1.05', ok: promptRatio <= 1.05 })
       }
       const memory = rssMb(policy.sidecarPid())
-      // each round's hosts ran back to back: the ratio of each round's pair, then their median
-      const viewPairs = rps.policy.map((p, i) => p / rps.bare[i])
-      const viewRatio = median(viewPairs)
-      const viewGated = median(rps.policy.map((p, i) => p / rps.gated[i]))
-      const promptRatio = median(ms.policy) / median(ms.gated)
-      console.log(`GET /view req/s (median of ${ROUNDS}): bare ${median(rps.bare).toFixed(0)}, gated ${median(rps.gated).toFixed(0)}, policy ${median(rps.policy).toFixed(0)}; ratio of the medians policy/bare ${(median(rps.policy) / median(rps.bare)).toFixed(3)}`)
-      console.log(`the same, each round's pair: policy/bare ${JSON.stringify(viewPairs.map((r) => Number(r.toFixed(3))))}, median ${viewRatio.toFixed(3)}; policy/gated median ${viewGated.toFixed(3)}; gated/bare median ${median(rps.gated.map((g, i) => g / rps.bare[i])).toFixed(3)}`)
-      console.log(`prompt with 20 outputs, ms (median of ${ROUNDS}): gated ${median(ms.gated).toFixed(0)} ${JSON.stringify(ms.gated.map(Math.round))}, policy ${median(ms.policy).toFixed(0)} ${JSON.stringify(ms.policy.map(Math.round))}`)
-      const paired = ms.policy.map((p, i) => p / ms.gated[i])
-      console.log(`the same, policy/gated per round (each pair run back to back): ${JSON.stringify(paired.map((r) => Number(r.toFixed(3))))}, median ${median(paired).toFixed(3)}`)
-      console.log(`sidecar CPU during its prompt, ms (median of ${ROUNDS}): gated ${median(sidecarCpu.gated).toFixed(0)}, policy ${median(sidecarCpu.policy).toFixed(0)}`)
-      verdicts.push({ name: '/view of a classified image, sfw_check user: policy / bare req/s (median of rounds)', value: viewRatio.toFixed(3), target: '>= 0.95', ok: viewRatio >= 0.95 })
-      verdicts.push({ name: 'CPU-bound prompt, 20 outputs classified: policy / no policy', value: promptRatio.toFixed(3), target: '<= 1.05', ok: promptRatio <= 1.05 })
       verdicts.push({ name: 'sidecar memory with the classifier loaded (MB)', value: memory.toFixed(0), target: '<= 400', ok: memory <= 400 })
     } finally {
       await Promise.all([bare, gated, policy].map((h) => destroyRealHost(h)))

@@ -57,11 +57,11 @@
  */
 import { execFileSync } from 'node:child_process'
 import { Agent, get } from 'node:http'
-import { readFileSync, readdirSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { availableParallelism } from 'node:os'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../test/helpers/real-host.js'
 import type { AiohttpVersion } from '../test/helpers/stack.js'
-import { ensureWrk, median, printVerdicts, wrk, type Verdict, type WrkResult } from './lib.js'
+import { ensureWrk, group, median, pin, printVerdicts, wrk, type Verdict, type WrkResult } from './lib.js'
 
 const SECONDS = Number(process.env.BENCH_REAL_SECONDS ?? 3)
 const ROUNDS = Number(process.env.BENCH_REAL_ROUNDS ?? 5)
@@ -99,14 +99,6 @@ function stat(pid: number, tid?: number): string[] | null {
   }
 }
 
-/** Live pids of the process group `pgid` (ComfyUI leads its own; the sidecar and its workers are in it). */
-function group(pgid: number): number[] {
-  return readdirSync('/proc').filter((e) => /^\d+$/.test(e)).map(Number).filter((pid) => {
-    const s = stat(pid)
-    return s !== null && s[0] !== 'Z' && Number(s[2]) === pgid
-  })
-}
-
 /**
  * utime + stime of each pid, in clock ticks; for `mainThreadOf`, only its main thread (the
  * one running ComfyUI's event loop, and so the plugin): ComfyUI's prompt worker thread runs
@@ -122,16 +114,6 @@ function cpuTicks(pids: number[], mainThreadOf?: number): Map<number, number> {
 }
 
 const TICKS_PER_SECOND = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100
-
-function pin(pids: number[], cpus: string): void {
-  for (const pid of pids) {
-    try {
-      execFileSync('taskset', ['-a', '-p', '-c', cpus, String(pid)], { stdio: 'ignore' })
-    } catch {
-      // a worker that ended meanwhile
-    }
-  }
-}
 
 // ---------------------------------------------------------------------------------------
 // requests

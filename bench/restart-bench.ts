@@ -12,13 +12,11 @@
  * on CPU 1) and `nothing pinned`. The verdicts are on the median kill of each layout, the worst
  * printed beside it. Any answer other than 200 or 503 fails the run.
  */
-import { execFileSync } from 'node:child_process'
-import { readdirSync, readFileSync } from 'node:fs'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost } from '../test/helpers/real-host.js'
 import { PASSWORD } from '../test/helpers/client.js'
 import { killUnderLoad, sidecarStable, standbyWaiting } from '../test/helpers/kill-under-load.js'
 import { join } from 'node:path'
-import { median, printVerdicts, type Verdict } from './lib.js'
+import { group, median, pin, printVerdicts, type Verdict } from './lib.js'
 
 const CLIENTS = Number(process.env.BENCH_RESTART_CLIENTS ?? 300)
 const KILLS = Number(process.env.BENCH_RESTART_KILLS ?? 5)
@@ -32,32 +30,6 @@ async function post(url: string, path: string, body: object, headers: Record<str
   const text = await res.text()
   if (res.status >= 300) throw new Error(`POST ${path}: ${res.status} ${text.slice(0, 200)}`)
   return JSON.parse(text)
-}
-
-/** Every live pid of process group `pgid`. */
-function group(pgid: number): number[] {
-  const out: number[] = []
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8')
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-      if (fields[0] !== 'Z' && Number(fields[2]) === pgid) out.push(Number(entry))
-    } catch {
-      // gone
-    }
-  }
-  return out
-}
-
-function pin(pids: number[], cpus: string): void {
-  for (const pid of pids) {
-    try {
-      execFileSync('taskset', ['-a', '-p', '-c', cpus, String(pid)], { stdio: 'ignore' })
-    } catch {
-      // exited meanwhile
-    }
-  }
 }
 
 async function main(): Promise<void> {
