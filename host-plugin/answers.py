@@ -60,7 +60,7 @@ def checked(answer: dict[str, Any], step: str) -> dict[str, Any]:
         if "body_text" in answer and not isinstance(answer["body_text"], str):
             raise MalformedAnswer(f"{step}: body_text must be a string")
     elif action == "pass":
-        for key, ok in (("set_headers", _is_str_map), ("strip_headers", _is_str_list), ("drop_query", _is_str_list), ("set_fields", _is_str_map)):
+        for key, ok in (("set_headers", _is_str_map), ("response_headers", _is_str_map), ("strip_headers", _is_str_list), ("drop_query", _is_str_list), ("set_fields", _is_str_map)):
             if key in answer and not ok(answer[key]):
                 raise MalformedAnswer(f"{step}: {key} has the wrong shape")
         need_body = answer.get("need_body")

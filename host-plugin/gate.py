@@ -13,7 +13,8 @@ Guarantees (DESIGN §2):
 
 The steps of one request: describe, decide (or a kept decision), then ``respond``,
 ``proxy`` (proxy.py), or ``pass``: the request's edits (request_edit.py), the body or
-form step when asked, the handler, the filter step when asked.
+form step when asked, the handler, the filter step when asked, then the decision's
+``response_headers`` added to the host's answer (before it is sent).
 """
 from __future__ import annotations
 
@@ -134,6 +135,13 @@ class Gate:
             except Exception:
                 log.exception("authsvc: bug in the plugin while filtering %s; refusing", request.rel_url.raw_path)
                 return self._stamped(unavailable_response(request))
+        extra = decision.get("response_headers")
+        if extra is not None and not response.prepared:
+            # the sidecar's headers for this answer (a user's file reaches the browser inert); added,
+            # never replacing the host's own: two Content-Security-Policy headers are both enforced
+            headers = response.headers
+            for name, value in extra.items():
+                headers.add(name, value)
         return self._stamped(response)
 
     def _stamped(self, response: web.StreamResponse) -> web.StreamResponse:
@@ -153,7 +161,7 @@ class Gate:
             outcome = await self._decide_on_form(req, decision["need_form"])
         if isinstance(outcome, web.StreamResponse):
             return outcome
-        for key in ("filter", "ws_tag", "ws_entry", "ws_queue_owner", "host_user", "report_prompts"):
+        for key in ("filter", "ws_tag", "ws_entry", "ws_queue_owner", "host_user", "report_prompts", "response_headers"):
             if key not in outcome and key in decision:
                 outcome = {**outcome, key: decision[key]}
         return req, outcome

@@ -190,6 +190,48 @@ class NeedBody(PluginCase):
         self.assertEqual(s.host.calls["prompt_post"], 0)
 
 
+class ResponseHeaders(PluginCase):
+    INERT = {"Content-Security-Policy": "sandbox", "X-Content-Type-Options": "nosniff"}
+
+    async def test_added_to_the_hosts_file_answer_on_every_request_of_a_kept_decision(self) -> None:
+        s = await self.start(on_type({"action": "pass", "response_headers": self.INERT, "cache": {"ms": 5000, "epoch": 0}}))
+        with open(s.host.view_file, "rb") as f:
+            content = f.read()
+        for attempt in (1, 2):
+            status, headers, body = await s.get("/view?filename=image.png")
+            self.assertEqual((status, body), (200, content), attempt)
+            self.assertEqual(headers.getall("Content-Security-Policy"), ["sandbox"], attempt)
+            self.assertEqual(headers.getall("X-Content-Type-Options"), ["nosniff"], attempt)
+            self.assertEqual(headers["X-Authsvc-Version"], s.plugin_version)
+        self.assertEqual(len(s.fake.decides()), 1, "the second request was answered from the kept decision")
+
+    async def test_added_to_the_hosts_error_answer_and_absent_without_the_field(self) -> None:
+        s = await self.start(on_type({"action": "pass", "response_headers": self.INERT}))
+        status, headers, _ = await s.get("/forbidden")
+        self.assertEqual(status, 403)
+        self.assertEqual(headers.get("Content-Security-Policy"), "sandbox")
+        s = await self.start(on_type({"action": "pass"}))
+        status, headers, _ = await s.get("/view?filename=image.png")
+        self.assertEqual(status, 200)
+        self.assertNotIn("Content-Security-Policy", headers)
+        self.assertNotIn("X-Content-Type-Options", headers)
+
+    async def test_a_websocket_the_handler_already_answered_is_left_as_it_is(self) -> None:
+        s = await self.start(on_type({"action": "pass", "response_headers": self.INERT}))
+        async with s.session.ws_connect(s.url + "/ws") as ws:
+            self.assertEqual((await ws.receive_json())["type"], "status")
+            await ws.send_str("hi")
+            self.assertEqual((await ws.receive()).data, "echo:hi")
+
+    async def test_a_wrong_shape_is_refused_before_the_handler(self) -> None:
+        for bad in (["Content-Security-Policy", "sandbox"], {"Content-Security-Policy": 1}, "sandbox"):
+            s = await self.start(on_type({"action": "pass", "response_headers": bad}))
+            status, _, body = await s.get("/prompt")
+            self.assertEqual(status, 503, bad)
+            self.assertEqual(json.loads(body)["code"], "AUTHSVC_UNAVAILABLE")
+            self.assertEqual(s.host.calls["prompt_get"], 0, bad)
+
+
 class VersionHeader(PluginCase):
     async def test_version_header_on_passed_responses(self) -> None:
         s = await self.start()

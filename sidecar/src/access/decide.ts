@@ -14,7 +14,7 @@ import { queryCredentialKeys } from '../identity/credentials.js'
 import { hostUserName, hostUserOf } from '../identity/host-user.js'
 import type { Principal } from '../identity/principal.js'
 import { addressRefusal, checkAccess, type IpGate, type PrincipalResolver, type Resolution } from './pipeline.js'
-import type { HostRoutePolicy, HostRouteTable } from './host-routes.js'
+import { INERT_HEADERS, type HostRoutePolicy, type HostRouteTable } from './host-routes.js'
 import { isDecodablePath, isServicePath } from './service-paths.js'
 import { httpsUpgradeDecision } from './force-https.js'
 import { denyDecision, errorDecision, loginRedirectDecision } from '../kernel/answers.js'
@@ -141,6 +141,7 @@ function decideHost(
     pass.strip_headers = [...(pass.strip_headers ?? []), 'authorization']
   }
   if (dropQuery.length > 0) pass.drop_query = dropQuery
+  if (policy.inert === true) pass.response_headers = { ...INERT_HEADERS }
   // A read the plugin may keep: the same description gets the same answer until something it
   // read changes (the epoch moves, and the plugin is told at once) or the time runs out
   // (expiries, idle timeouts, a hung sidecar). A plain route's pass reads only the principal; a

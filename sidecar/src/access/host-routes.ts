@@ -47,6 +47,8 @@ export interface HostRoutePolicy {
   page: boolean
   /** the behaviour's name: one of this table's (HostRouteBehaviour) or a feature's own */
   behaviour?: string
+  /** its answer may be a file a user put there: the pass asks for it to reach the browser inert (`INERT_HEADERS`) */
+  inert?: true
 }
 
 export const principal: Requirement = { kind: 'principal' }
@@ -58,7 +60,25 @@ export interface HostRouteEntry {
   require: Requirement
   page?: boolean
   behaviour?: string
+  /**
+   * The route serves files users can put on the host (an upload, an output, a userdata file, a
+   * model's preview): its answers reach the browser inert. ComfyUI serves such a file under the
+   * type its name gives, inline, from the gate's own origin: an SVG or XML file with a script in it
+   * would run there, with the viewer's session (docs/decisions.md, "Files users put on the host
+   * reach the browser inert").
+   */
+  inert?: true
 }
+
+/**
+ * Added by the plugin to the host's answer on an `inert` route: the file, opened as a page, is a
+ * sandbox (no script runs, its origin is nobody's: no cookie, no same-origin request), and the
+ * browser keeps to the type the host named. An <img>, <video> or download of it is unchanged.
+ */
+export const INERT_HEADERS: Readonly<Record<string, string>> = Object.freeze({
+  'Content-Security-Policy': 'sandbox',
+  'X-Content-Type-Options': 'nosniff',
+})
 
 type Entry = HostRouteEntry & { behaviour?: HostRouteBehaviour }
 
@@ -74,8 +94,8 @@ const TABLE: Record<string, Entry> = {
   'GET /workflow_templates': { require: principal, page: true },
   'POST /upload/image': { require: perm('can_upload'), behaviour: 'upload-image' },
   'POST /upload/mask': { require: perm('can_upload'), behaviour: 'upload-mask' },
-  'GET /view': { require: principal, behaviour: 'view' },
-  'GET /view_metadata/{folder_name}': { require: perm('can_access_api'), behaviour: 'model-file' },
+  'GET /view': { require: principal, behaviour: 'view', inert: true },
+  'GET /view_metadata/{folder_name}': { require: perm('can_access_api'), behaviour: 'model-file', inert: true },
   'GET /system_stats': { require: perm('can_access_api'), behaviour: 'system-stats' },
   'GET /prompt': { require: perm('can_access_api'), behaviour: 'queue-status' },
   'POST /prompt': { require: perm('can_run'), behaviour: 'prompt' },
@@ -97,13 +117,13 @@ const TABLE: Record<string, Entry> = {
   'POST /users': { require: principal, behaviour: 'users' },
   'GET /userdata': { require: perm('can_access_api'), behaviour: 'userdata-list' },
   'GET /v2/userdata': { require: perm('can_access_api'), behaviour: 'userdata-list-v2' },
-  'GET /userdata/{file}': { require: perm('can_access_api'), behaviour: 'userdata-read' },
+  'GET /userdata/{file}': { require: perm('can_access_api'), behaviour: 'userdata-read', inert: true },
   'POST /userdata/{file}': { require: principal, behaviour: 'userdata-write' },
   'DELETE /userdata/{file}': { require: principal, behaviour: 'userdata-write' },
   'POST /userdata/{file}/move/{dest}': { require: principal, behaviour: 'userdata-write' },
   'GET /experiment/models': { require: perm('can_access_api') },
   'GET /experiment/models/{folder}': { require: perm('can_access_api'), behaviour: 'model-list' },
-  'GET /experiment/models/preview/{folder}/{path_index}/{filename}': { require: perm('can_access_api'), behaviour: 'model-file' },
+  'GET /experiment/models/preview/{folder}/{path_index}/{filename}': { require: perm('can_access_api'), behaviour: 'model-file', inert: true },
   // SPEC §6.1, when a custom node serves the per-user workflow family (the sidecar does not own it yet)
   'GET /cpe/workflow/list': { require: perm('can_access_api') },
   'GET /cpe/workflow/get': { require: principal },

@@ -131,6 +131,8 @@ export interface PassDecision {
   set_headers?: Record<string, string>
   strip_headers?: string[]
   drop_query?: string[]
+  /** headers the plugin adds to the host's answer (before it is sent; the host's own of the same name stay) */
+  response_headers?: Record<string, string>
   need_body?: { max_bytes: number; ctx: unknown }
   need_form?: { ctx: unknown }
   /** the form step's edit of text fields (the handler reads the edited values) */

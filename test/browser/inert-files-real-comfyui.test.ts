@@ -1,0 +1,133 @@
+/**
+ * Files users put on the host reach the browser inert, on the REAL ComfyUI 0.3.64 (both aiohttp
+ * versions): ComfyUI's /view serves an uploaded or generated file under the type its name gives,
+ * inline, from the gate's own origin. It turns HTML, XHTML, JS and CSS into downloads, but not SVG
+ * or XML: a user who uploads an SVG with a script, and gets an administrator to open it, would run
+ * that script with the administrator's session. The gate adds `Content-Security-Policy: sandbox`
+ * and `X-Content-Type-Options: nosniff` to the answers of the routes that serve such files
+ * (access/host-routes.ts `inert`), so the script never runs; images in pages still show.
+ *
+ * In chromium, as the administrator signed in through the login page: the SVG opened as a page
+ * runs nothing; an <img> of an image from /view on ComfyUI's page still loads. Over HTTP: the
+ * headers on /view, /api/view, HEAD /view and /userdata/{file}, and not on the frontend page.
+ * Skipped where no real ComfyUI exists.
+ */
+import { describe, it, before, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { join } from 'node:path'
+import type { Browser } from 'playwright-core'
+import { ROOT } from '../helpers/stack.js'
+import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../helpers/real-host.js'
+import { PASSWORD, apiToken, bearer, json, register } from '../helpers/client.js'
+import { testPng } from '../helpers/nsfw-images.js'
+import { launchChromium } from './browser-kit.js'
+
+/** Marks its own document when its script runs: as the page's onload and as a script element. */
+const EVIL_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="64" height="64" onload="document.documentElement.setAttribute('data-onload', 'ran')">
+<script>document.documentElement.setAttribute('data-script', 'ran'); fetch('/authsvc/api/me').then(() => document.documentElement.setAttribute('data-fetched', 'ran'))</script>
+<rect width="64" height="64" fill="red"/></svg>`
+
+const INERT = { 'content-security-policy': 'sandbox', 'x-content-type-options': 'nosniff' }
+
+for (const aiohttp of ['3.8', '3.11'] as const) {
+  describe(`files users put on the real ComfyUI reach the browser inert (aiohttp ${aiohttp})`, { skip: REAL_HOST_SKIP, concurrency: false }, () => {
+    let host: RealHost
+    let browser: Browser | undefined
+    let admin: string
+    let mallory: string
+    let svg: string
+    let png: string
+
+    async function upload(name: string, bytes: string | Uint8Array<ArrayBuffer>, type: string): Promise<string> {
+      const form = new FormData()
+      form.append('image', new Blob([bytes], { type }), name)
+      const res = await fetch(`${host.url}/upload/image`, { method: 'POST', headers: bearer(mallory), body: form })
+      assert.equal(res.status, 200, await res.clone().text())
+      const body = await json(res)
+      return `filename=${encodeURIComponent(body.name)}&subfolder=${encodeURIComponent(body.subfolder)}&type=input`
+    }
+
+    before(async () => {
+      ;[host, browser] = await Promise.all([
+        startRealHost({ aiohttp, args: ['--front-end-root', join(ROOT, 'test', 'host-standin', 'web')] }),
+        aiohttp === '3.11' ? launchChromium() : Promise.resolve(undefined),
+      ])
+      assert.equal((await register(host, 'root')).status, 201)
+      admin = await apiToken(host, 'root')
+      assert.equal((await register(host, 'mallory', { bearer: admin })).status, 201)
+      mallory = await apiToken(host, 'mallory')
+      svg = await upload('evil.svg', EVIL_SVG, 'image/svg+xml')
+      png = await upload('fine.png', new Uint8Array(testPng(7, { size: 32 })), 'image/png')
+    })
+    after(async () => {
+      await browser?.close()
+      if (host) await destroyRealHost(host)
+    })
+
+    const rows: Array<[string, string, string, () => string]> = [
+      ['GET /view of the SVG', 'GET', '/view', () => svg],
+      ['GET /api/view of the SVG (the twin)', 'GET', '/api/view', () => svg],
+      ['HEAD /view of the SVG', 'HEAD', '/view', () => svg],
+      ['GET /view of a PNG', 'GET', '/view', () => png],
+    ]
+    for (const [name, method, path, query] of rows) {
+      it(`${name}: the host's type, and the headers that keep it inert`, async () => {
+        const res = await fetch(`${host.url}${path}?${query()}`, { method, headers: bearer(admin) })
+        await res.arrayBuffer()
+        assert.equal(res.status, 200)
+        assert.equal(res.headers.get('content-type'), query() === svg ? 'image/svg+xml' : 'image/png', 'the host still names the type')
+        for (const [header, value] of Object.entries(INERT)) assert.equal(res.headers.get(header), value, header)
+      })
+    }
+
+    it('GET /userdata/{file}: a file a user wrote there is inert too', async () => {
+      const file = encodeURIComponent('notes/evil.svg')
+      const wrote = await fetch(`${host.url}/userdata/${file}`, { method: 'POST', headers: bearer(mallory), body: EVIL_SVG })
+      assert.equal(wrote.status, 200, await wrote.text())
+      const res = await fetch(`${host.url}/userdata/${file}`, { headers: bearer(mallory) })
+      assert.equal(res.status, 200)
+      assert.equal(await res.text(), EVIL_SVG)
+      for (const [header, value] of Object.entries(INERT)) assert.equal(res.headers.get(header), value, header)
+    })
+
+    it("the frontend's own page is not sandboxed (its scripts must run)", async () => {
+      const res = await fetch(`${host.url}/`, { headers: bearer(admin) })
+      await res.arrayBuffer()
+      assert.equal(res.status, 200)
+      assert.equal(res.headers.get('content-security-policy'), null)
+    })
+
+    it('in chromium, the administrator opening the SVG runs none of its script; an <img> of a /view image still shows', { skip: aiohttp === '3.8' ? 'the browser rows run once, on aiohttp 3.11' : false }, async () => {
+      const context = await browser!.newContext()
+      try {
+        const page = await context.newPage()
+        await page.goto(`${host.url}/login`)
+        await page.getByLabel('Username').fill('root')
+        await page.getByLabel('Password').fill(PASSWORD)
+        await page.getByRole('button', { name: 'Sign in' }).click()
+        await page.waitForURL(`${host.url}/`)
+
+        // an image from /view in ComfyUI's page: the headers change nothing for it
+        const width = await page.evaluate(async (src) => {
+          const img = document.createElement('img')
+          img.src = src
+          document.body.append(img)
+          await img.decode()
+          return img.naturalWidth
+        }, `/view?${png}`)
+        assert.equal(width, 32)
+
+        const opened = await page.goto(`${host.url}/view?${svg}`)
+        assert.equal(opened?.status(), 200)
+        assert.equal(await opened?.headerValue('content-type'), 'image/svg+xml')
+        await page.waitForLoadState('load')
+        // the document is the SVG itself, drawn; what its script would have marked is unmarked
+        assert.equal(await page.evaluate(() => document.documentElement.localName), 'svg')
+        const marks = await page.evaluate(() => ['data-onload', 'data-script', 'data-fetched'].map((a) => document.documentElement.getAttribute(a)))
+        assert.deepEqual(marks, [null, null, null], 'no script of the SVG ran')
+      } finally {
+        await context.close()
+      }
+    })
+  })
+}
