@@ -19,6 +19,7 @@ import { transfersRunning } from '../../sidecar/src/downloads/queue.js'
 import { DOWNLOAD_STAGING_DIR } from '../../sidecar/src/models/model-cache.js'
 import { addUser, apiToken, bootstrapAdmin, call, openSidecar, sessionJwt, tempDir, type Sidecar } from '../unit/fixtures.js'
 import { startDownloadStandins, type DownloadStandins, type StandinFile } from '../helpers/download-sources.js'
+import { poll } from '../helpers/stack.js'
 
 const FOLDERS = ['checkpoints', 'loras']
 
@@ -501,6 +502,50 @@ describe('a job outlives its request, not its account', () => {
       }
     })
   }
+})
+
+describe('a deleted account takes its keys and its live jobs with it', () => {
+  it('its keys leave the store, its running and queued jobs are cancelled with no file left; another user\'s key and job stay', async () => {
+    const src = await startDownloadStandins()
+    const w = await openWorld(src, { max_active_per_source: 1, max_active_total: 1 })
+    try {
+      const key = (jwt: string, source: string, api_key: string) => call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: jwt, body: { source, api_key } })
+      assert.equal((await key(w.aliceJwt, 'civitai', 'alice-civitai-key-0123')).statusCode, 200)
+      assert.equal((await key(w.aliceJwt, 'huggingface', 'hf_alice-key-0123456789')).statusCode, 200)
+      assert.equal((await key(w.bobJwt, 'civitai', 'bob-civitai-key-0123')).statusCode, 200)
+      const slow = file({ size: 1024 * 1024, pauseAt: 256 * 1024 })
+      src.civitai.set(811, [slow])
+      src.civitai.set(812, [file()])
+      src.civitai.set(813, [file()])
+      const paused = once(src.events, 'paused')
+      const running = await start(w, { source: 'civitai', model_version_id: 811 })
+      await Promise.all([paused, progressed(w, running)])
+      const queued = await start(w, { source: 'civitai', model_version_id: 812 })
+      const bobs = await start(w, { source: 'civitai', model_version_id: 813 }, w.bobJwt)
+      assert.equal((await jobOf(w, queued)).status, 'queued')
+      assert.ok(readdirSync(join(w.modelsDir, 'checkpoints'), { recursive: true }).some((n) => String(n).includes(slow.name)), 'the running job\'s partial file is there')
+
+      const endings = Promise.all([ended(w, running), ended(w, queued)])
+      const deleted = await call(w.sc, { method: 'DELETE', url: '/authsvc/api/users/alice', bearer: w.adminJwt })
+      assert.equal(deleted.statusCode, 200, deleted.body)
+      // the feature acts on the deletion's event, after the answer: its keys go first, then its jobs
+      const keysLeft = async () => (await w.sc.services.kv.entries<{ user_id: string; source: string }>('download_key')).map(([, r]) => [r.user_id, r.source])
+      const bobId = w.sc.services.users.byUsername('bob')!.user_id
+      assert.ok(await poll(async () => (await keysLeft()).length === 1, 10_000), `alice's keys are still stored: ${JSON.stringify(await keysLeft())}`)
+      assert.deepEqual(await keysLeft(), [[bobId, 'civitai']], 'only bob\'s key is left')
+      const statuses = async () => Promise.all([running, queued].map(async (id) => (await jobOf(w, id, w.adminJwt)).status as string))
+      assert.ok(await poll(async () => (await statuses()).every((st) => FINAL.has(st)), 10_000), `alice's jobs did not end: ${JSON.stringify(await statuses())}`)
+      assert.deepEqual((await endings).map((j) => j.status), ['cancelled', 'cancelled'])
+      assert.deepEqual(readdirSync(join(w.modelsDir, 'checkpoints'), { recursive: true }).filter((n) => String(n).includes(slow.name)), [], 'no partial file left')
+      // bob's job runs on (it waited behind alice's), and the admins still see what alice's jobs were
+      assert.equal((await ended(w, bobs)).status, 'completed')
+      const all = JSON.parse((await call(w.sc, { url: '/authsvc/api/model-download/jobs', bearer: w.adminJwt })).body).jobs as Array<{ job_id: string; status: string }>
+      assert.deepEqual(all.filter((j) => j.job_id === running || j.job_id === queued).map((j) => j.status), ['cancelled', 'cancelled'])
+    } finally {
+      await w.sc.close()
+      await src.close()
+    }
+  })
 })
 
 /** Starts a download of `f` (its source pauses half-way), waits until that half is on disk, and stops the sidecar keeping its files. */

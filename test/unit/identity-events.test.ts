@@ -35,6 +35,7 @@ describe('identity events through the real app', async () => {
 
   it('a failed and a good sign-in, a token, its revocation, a role change, a reset and disable, a deletion: one record each, in order, no secret', async () => {
     const peer = '10.1.2.3'
+    const aliceId = sc.services.users.find('alice').user_id
     assert.equal((await login(sc, 'alice', 'wrong-password-here', { peer })).statusCode, 401)
     const good = await login(sc, 'alice', PASSWORD, { peer })
     assert.equal(good.statusCode, 200)
@@ -58,7 +59,7 @@ describe('identity events through the real app', async () => {
       { kind: 'api_token_revoked', actor: 'root', subject: 'alice', ip: '127.0.0.1', token_hash_prefix: prefix.slice(0, 8), outcome: 'success' },
       { kind: 'user_role_changed', actor: 'root', subject: 'alice', ip: '127.0.0.1', role: 'guest', outcome: 'success' },
       { kind: 'user_updated', actor: 'root', subject: 'alice', ip: '127.0.0.1', changes: ['password', 'disabled'], outcome: 'success' },
-      { kind: 'user_deleted', actor: 'root', subject: 'alice', ip: '127.0.0.1', outcome: 'success' },
+      { kind: 'user_deleted', actor: 'root', subject: 'alice', ip: '127.0.0.1', user_id: aliceId, outcome: 'success' },
     ])
     const text = JSON.stringify(seen)
     for (const secret of [PASSWORD, 'wrong-password-here', 'a-brand-new-passphrase', jwt, rootJwt, token]) assert.ok(!text.includes(secret), 'no secret in any record')

@@ -4,7 +4,8 @@
  * file is verified and placed atomically, then granted to them (so it is in their lists at once).
  *
  * The job store and the keys are opened when the store is (the queue's job `start`); a request
- * that comes before waits for them.
+ * that comes before waits for them. A deleted user's keys are removed and their queued and running
+ * jobs cancelled (`user_deleted`).
  */
 import type { FastifyBaseLogger } from 'fastify'
 import type { Feature } from '../kernel/feature.js'
@@ -12,7 +13,7 @@ import type { Services } from '../services.js'
 import { Collection } from '../store/collection.js'
 import { DownloadQueue, type Landing } from './queue.js'
 import { downloadRoutes } from './routes.js'
-import { CollectionDownloadJobs, CollectionSourceKeys, type DownloadJobRecord, type DownloadJobs, type SourceKeys } from './store.js'
+import { CollectionDownloadJobs, CollectionSourceKeys, SOURCES, type DownloadJobRecord, type DownloadJobs, type SourceKeys } from './store.js'
 import './events.js'
 
 /** What the models feature does with a landed file (models/feature.ts `landed`). */
@@ -42,6 +43,14 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
     },
     queue: handle.queue,
     bind() {
+      // a deleted account's keys go with it, and its jobs on this host stop (a finished job's record
+      // stays: the admins' list of what was downloaded, by whom)
+      services.events.on('user_deleted', async ({ user_id: userId }) => {
+        const { queue, jobs, keys } = await ready
+        await Promise.all(SOURCES.map((source) => keys.set(userId, source, '')))
+        const live = jobs.list().filter((j) => j.user_id === userId && (j.status === 'queued' || j.status === 'running'))
+        await Promise.all(live.map((j) => queue.cancel(j.job_id).catch(() => undefined))) // one that ended meanwhile
+      })
       return {
         jobs: [{
           name: 'model-downloads',

@@ -24,7 +24,8 @@ declare module '../kernel/events.js' {
     api_token_revoked: { subject: string; token_hash_prefix: string }
     session_revoked: { subject: string; sessions: number }
     user_role_changed: { subject: string; role: string }
-    user_deleted: { subject: string }
+    /** `user_id`: the deleted account's id, for what features kept under it (a download's keys and jobs) */
+    user_deleted: { subject: string; user_id: string }
     /** an admin's change of a user other than the role: which fields, never their values (a password) */
     user_updated: { subject: string; changes: Array<'password' | 'disabled' | 'enabled' | 'mfa_reset' | 'sfw_check'> }
     settings_changed: { setting: 'allow_guest_jwt' | 'groups' | 'ip_lists' | 'ntfy' | 'users_db_config' | 'token_storage_config'; value?: boolean }

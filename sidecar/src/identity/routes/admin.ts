@@ -149,7 +149,7 @@ export function adminRoutes(services: AdminRouteServices) {
       schema: { summary: 'Delete a user with their sessions, tokens and grants', tags, params: TargetUser, response: { 200: Type.Object({ status: Type.Literal('ok'), message: Type.String() }) } },
     }, async (request) => {
       const user = await administration.delete(request.params.target_user)
-      services.events.emit('user_deleted', { ...eventContext(request), subject: user.username })
+      services.events.emit('user_deleted', { ...eventContext(request), subject: user.username, user_id: user.user_id })
       return { status: 'ok' as const, message: `User ${user.username} deleted` }
     })
 
