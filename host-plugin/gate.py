@@ -13,8 +13,8 @@ Guarantees (DESIGN §2):
 
 The steps of one request: describe, decide (or a kept decision), then ``respond``,
 ``proxy`` (proxy.py), or ``pass``: the request's edits (request_edit.py), the body or
-form step when asked, the handler, the filter step when asked, then the decision's
-``response_headers`` added to the host's answer (before it is sent).
+form step when asked, the handler, the filter step when asked; the decision's
+``response_headers`` are added to the host's answer as it is prepared (``on_response_prepare``).
 """
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ log = logging.getLogger("authsvc")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 VERSION_HEADER = "X-Authsvc-Version"
+# the decision's response_headers, on the request whose answer gets them
+_RESPONSE_HEADERS_KEY = "authsvc_response_headers"
 _CHUNK = 64 * 1024
 
 
@@ -70,7 +72,7 @@ class Gate:
 
     def attach(self, app: web.Application) -> None:
         """Hooks the gate needs beyond the middleware: seeing WebSocket responses as they open."""
-        app.on_response_prepare.append(self.sockets.on_response_prepare)
+        app.on_response_prepare.append(self._on_response_prepare)
         app.on_cleanup.append(self.close)
 
     async def close(self, _app: Any = None) -> None:
@@ -115,6 +117,13 @@ class Gate:
             if isinstance(user_id, str) and isinstance(name, str):
                 self._on_host_user(user_id, name)
         ws_tag = self.sockets.mark(req, decision)
+        extra = decision.get("response_headers")
+        if extra is not None:
+            # added as the answer is prepared, whoever prepares it: aiohttp after the handler, the
+            # handler itself (a stream), or aiohttp for an HTTPException the handler raised (on the
+            # request it was given, which is this one unless the edit made a copy)
+            req[_RESPONSE_HEADERS_KEY] = extra
+            request[_RESPONSE_HEADERS_KEY] = extra
         # The host handler runs outside the try above: its own errors are the host's, not ours.
         try:
             response = await handler(req)
@@ -135,14 +144,18 @@ class Gate:
             except Exception:
                 log.exception("authsvc: bug in the plugin while filtering %s; refusing", request.rel_url.raw_path)
                 return self._stamped(unavailable_response(request))
-        extra = decision.get("response_headers")
-        if extra is not None and not response.prepared:
-            # the sidecar's headers for this answer (a user's file reaches the browser inert); added,
-            # never replacing the host's own: two Content-Security-Policy headers are both enforced
+        return self._stamped(response)
+
+    async def _on_response_prepare(self, request: web.Request, response: web.StreamResponse) -> None:
+        """Every answer's last moment before its headers are sent: the decision's ``response_headers``
+        (a user's file reaches the browser inert), then the WebSocket bookkeeping (sockets.py)."""
+        extra = request.get(_RESPONSE_HEADERS_KEY)
+        if extra is not None:
+            # added, never replacing the host's own: two Content-Security-Policy headers are both enforced
             headers = response.headers
             for name, value in extra.items():
                 headers.add(name, value)
-        return self._stamped(response)
+        await self.sockets.on_response_prepare(request, response)
 
     def _stamped(self, response: web.StreamResponse) -> web.StreamResponse:
         """Every answer the gate gives or passes on names the service version (SPEC §12)."""

@@ -118,7 +118,8 @@ function ended(w: World, jobId: string): Promise<DownloadJobRecord> {
       resolve(job)
     }
     w.changes.on(jobId, check)
-    void jobOf(w, jobId).then((j) => j && FINAL.has(j.status) && check(j as DownloadJobRecord))
+    // as the admin, who sees every job (its owner may be another user, or deleted)
+    void jobOf(w, jobId, w.adminJwt).then((j) => j && FINAL.has(j.status) && check(j as DownloadJobRecord))
   })
 }
 
@@ -546,6 +547,21 @@ describe('a deleted account takes its keys and its live jobs with it', () => {
       await src.close()
     }
   })
+})
+
+describe('keys of an account deleted without the event go at the next start', () => {
+  it('an account removed while no downloads feature listened (or whose removal failed): its key is gone once the sidecar starts again', () => withRestarts('as-dl-orphan-key-', async (_src, first, reopen) => {
+    const key = (jwt: string, api_key: string) => call(first.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: jwt, body: { source: 'civitai', api_key } })
+    assert.equal((await key(first.aliceJwt, 'alice-civitai-key-0123')).statusCode, 200)
+    assert.equal((await key(first.bobJwt, 'bob-civitai-key-0123')).statusCode, 200)
+    const alice = first.aliceId
+    const bob = first.sc.services.users.byUsername('bob')!.user_id
+    await first.sc.services.users.delete(bob) // the record alone: no route, no event
+    await first.sc.close({ keepDir: true })
+    const next = await reopen()
+    const stored = await next.sc.services.kv.entries<{ user_id: string }>('download_key')
+    assert.deepEqual(stored.map(([, r]) => r.user_id), [alice], 'bob\'s key went with his account; alice\'s stays')
+  }))
 })
 
 /** Starts a download of `f` (its source pauses half-way), waits until that half is on disk, and stops the sidecar keeping its files. */

@@ -216,6 +216,16 @@ class ResponseHeaders(PluginCase):
         self.assertNotIn("Content-Security-Policy", headers)
         self.assertNotIn("X-Content-Type-Options", headers)
 
+    async def test_added_when_the_handler_raises_and_when_the_edit_copied_the_request(self) -> None:
+        s = await self.start(on_type({"action": "pass", "response_headers": self.INERT, "drop_query": ["token"]}))
+        status, headers, body = await s.get("/raises")
+        self.assertEqual((status, body), (404, b"host raised"))
+        self.assertEqual(headers.getall("Content-Security-Policy"), ["sandbox"], "an HTTPException the handler raised")
+        status, headers, _ = await s.get("/view?filename=image.png&token=t")
+        self.assertEqual(status, 200)
+        self.assertNotIn("token", [k for k, _ in s.host.seen["view"]["query"]], "the edit made a copy of the request")
+        self.assertEqual(headers.getall("X-Content-Type-Options"), ["nosniff"])
+
     async def test_a_websocket_the_handler_already_answered_is_left_as_it_is(self) -> None:
         s = await self.start(on_type({"action": "pass", "response_headers": self.INERT}))
         async with s.session.ws_connect(s.url + "/ws") as ws:

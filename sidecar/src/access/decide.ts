@@ -151,6 +151,9 @@ function decideHost(
   const onlyRead = (desc.method === 'GET' || desc.method === 'HEAD') && desc.headers.upgrade === undefined
   const keep = onlyRead && (policy.behaviour === undefined || deps.behaviours.keepable(policy))
   const kept = (decision: Decision): Decision => {
+    // a behaviour's own answer on such a route may carry a user's file too (a shared workflow's text)
+    // (a copy: a behaviour may answer with a decision it keeps)
+    if (decision.action === 'respond' && policy.inert === true) return { ...decision, headers: [...(decision.headers ?? []), ...Object.entries(INERT_HEADERS)] }
     if (decision.action !== 'pass') return decision
     // a pass decided on one file (GET /view): kept only while that file stays as it was
     const file = decision.keep_while

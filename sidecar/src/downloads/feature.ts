@@ -47,9 +47,14 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
       // stays: the admins' list of what was downloaded, by whom)
       services.events.on('user_deleted', async ({ user_id: userId }) => {
         const { queue, jobs, keys } = await ready
-        await Promise.all(SOURCES.map((source) => keys.set(userId, source, '')))
+        // every step is tried: a store that fails the key removal must not leave a transfer running
+        const removed = await Promise.allSettled(SOURCES.map((source) => keys.set(userId, source, '')))
         const live = jobs.list().filter((j) => j.user_id === userId && (j.status === 'queued' || j.status === 'running'))
-        await Promise.all(live.map((j) => queue.cancel(j.job_id).catch(() => undefined))) // one that ended meanwhile
+        const stopped = await Promise.allSettled(live.map((j) => queue.cancel(j.job_id)))
+        for (const r of [...removed, ...stopped]) {
+          // a job that ended meanwhile is CONFLICT: nothing to do; a key left (the store failed) goes at the next start
+          if (r.status === 'rejected' && (r.reason as { code?: string })?.code !== 'CONFLICT') log.error({ err: r.reason, user_id: userId }, 'a deleted account\'s download job or key could not be removed')
+        }
       })
       return {
         jobs: [{
@@ -61,6 +66,9 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
             ])
             const jobs = new CollectionDownloadJobs(jobRecords, services.clock)
             const keys = new CollectionSourceKeys(keyRecords, services.fieldCipher)
+            // keys of an account that is gone (deleted while this sidecar was away, or a removal that failed)
+            const orphans = await keys.removeUnless((userId) => services.users.byId(userId) !== undefined)
+            if (orphans > 0) log.info({ keys: orphans }, 'removed the download keys of deleted accounts')
             const landing: Landing = {
               landed: (job, folder, item) => landed()(job.user_id, job.username, folder, item),
             }

@@ -379,9 +379,10 @@ export class DownloadQueue {
     }
     if (run.cancelled) throw new SourceError('cancelled', false)
     await place(partialPath, finalPath, folder.name, resolved.filename)
-    // usable by the requester before the job says it is done
+    // usable by the requester before the job says it is done; never granted to an account deleted
+    // while the file was placed (its grants went with it; a grant now would outlive it)
     try {
-      await this.landing.landed(job, folder.name, resolved.filename)
+      if (this.services.users === undefined || this.services.users.byId(job.user_id) !== undefined) await this.landing.landed(job, folder.name, resolved.filename)
     } catch (err) {
       this.log.error({ err, job_id: job.job_id }, 'a downloaded model could not be granted to its requester')
     }

@@ -190,4 +190,11 @@ export class CollectionSourceKeys implements SourceKeys {
   sourcesWithKeys(userId: string): SourceName[] {
     return SOURCES.filter((s) => this.records.get(CollectionSourceKeys.id(userId, s)) !== undefined)
   }
+
+  /** Removes every key whose account `exists` denies; how many. */
+  async removeUnless(exists: (userId: string) => boolean): Promise<number> {
+    const gone = [...this.records.values()].filter((r) => !exists(r.user_id))
+    for (const r of gone) await this.records.narrowRemove(CollectionSourceKeys.id(r.user_id, r.source))
+    return gone.length
+  }
 }
