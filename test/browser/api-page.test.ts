@@ -9,7 +9,7 @@ import assert from 'node:assert/strict'
 import type { Browser, BrowserContext } from 'playwright-core'
 import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, bearer, json, login, register } from '../helpers/client.js'
-import { adminContext, launchChromium, shootAndCheck, watchCsp } from './browser-kit.js'
+import { adminContext, launchChromium, shootAndCheck, signInOnPage, watchCsp } from './browser-kit.js'
 
 describe('the API page', { concurrency: false }, () => {
   let stack: Stack
@@ -68,11 +68,7 @@ describe('the API page', { concurrency: false }, () => {
   it('a user: the 403 page in the browser, the JSON with a token', async () => {
     const bob = await browser.newContext()
     const signIn = await bob.newPage()
-    await signIn.goto(`${stack.url}/login`)
-    await signIn.getByLabel('Username').fill('bob')
-    await signIn.getByLabel('Password').fill(PASSWORD)
-    await signIn.getByRole('button', { name: 'Sign in' }).click()
-    await signIn.waitForURL(`${stack.url}/`)
+    await signInOnPage(signIn, stack.url, 'bob', PASSWORD)
     const answer = await signIn.goto(`${stack.url}/authsvc/admin/api`)
     assert.equal(answer?.status(), 403)
     assert.match(await signIn.locator('#refusal').innerText(), /admin/)

@@ -24,6 +24,15 @@ export async function adminContext(browser: Browser, baseUrl: string, username: 
   return context
 }
 
+/** Signs `page` in through the login page as `username`; it lands on ComfyUI's page (`/`). */
+export async function signInOnPage(page: Page, baseUrl: string, username: string, password: string): Promise<void> {
+  await page.goto(`${baseUrl}/login`)
+  await page.getByLabel('Username').fill(username)
+  await page.getByLabel('Password').fill(password)
+  await page.getByRole('button', { name: 'Sign in' }).click()
+  await page.waitForURL(`${baseUrl}/`)
+}
+
 export const SCREENSHOTS = join(ROOT, 'test-results', 'screenshots')
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8')
 

@@ -20,7 +20,7 @@ import { ROOT } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../helpers/real-host.js'
 import { PASSWORD, apiToken, bearer, json, register } from '../helpers/client.js'
 import { testPng } from '../helpers/nsfw-images.js'
-import { launchChromium } from './browser-kit.js'
+import { launchChromium, signInOnPage } from './browser-kit.js'
 
 /** Marks its own document when its script runs: as the page's onload and as a script element. */
 const EVIL_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="64" height="64" onload="document.documentElement.setAttribute('data-onload', 'ran')">
@@ -101,11 +101,7 @@ for (const aiohttp of ['3.8', '3.11'] as const) {
       const context = await browser!.newContext()
       try {
         const page = await context.newPage()
-        await page.goto(`${host.url}/login`)
-        await page.getByLabel('Username').fill('root')
-        await page.getByLabel('Password').fill(PASSWORD)
-        await page.getByRole('button', { name: 'Sign in' }).click()
-        await page.waitForURL(`${host.url}/`)
+        await signInOnPage(page, host.url, 'root', PASSWORD)
 
         // an image from /view in ComfyUI's page: the headers change nothing for it
         const width = await page.evaluate(async (src) => {

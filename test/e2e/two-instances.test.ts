@@ -29,7 +29,7 @@ import { parsedJson } from '../helpers/host-requests.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../helpers/real-host.js'
 import { postgresSkipReason, redisSkipReason, startPostgres, startRedis, type StoreServer } from '../helpers/store-servers.js'
 import { totpAt } from '../integration/totp-reference.js'
-import { launchChromium } from '../browser/browser-kit.js'
+import { launchChromium, signInOnPage } from '../browser/browser-kit.js'
 
 const SECRET = 'two-instances-secret-0123456789abcdef'
 /** how long a change may take to reach the other instance (p99 target: 100 ms; this is the failure line) */
@@ -260,11 +260,7 @@ for (const backend of backends) {
       const context = await browser.newContext()
       try {
         const page = await context.newPage()
-        await page.goto(`${b.url}/login`)
-        await page.getByLabel('Username').fill('alice')
-        await page.getByLabel('Password').fill(PASSWORD)
-        await page.getByRole('button', { name: 'Sign in' }).click()
-        await page.waitForURL(`${b.url}/`)
+        await signInOnPage(page, b.url, 'alice', PASSWORD)
         const cookie = (await context.cookies(b.url)).find((c) => c.name === 'jwt_token')
         assert.ok(cookie, 'the browser holds the session cookie')
         const front = await context.request.get(`${b.url}/`, { headers: { Accept: 'text/html', 'Sec-Fetch-Mode': 'navigate' } })
