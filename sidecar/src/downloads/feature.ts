@@ -66,9 +66,13 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
             ])
             const jobs = new CollectionDownloadJobs(jobRecords, services.clock)
             const keys = new CollectionSourceKeys(keyRecords, services.fieldCipher)
-            // keys of an account that is gone (deleted while this sidecar was away, or a removal that failed)
-            const orphans = await keys.removeUnless((userId) => services.users.byId(userId) !== undefined)
-            if (orphans > 0) log.info({ keys: orphans }, 'removed the download keys of deleted accounts')
+            // keys of an account that is gone (deleted while this sidecar was away, or a removal that
+            // failed). Only on the embedded store, where the users and the keys are one file read
+            // together: a shared store's sidecar may start on a replica older than a new account's key
+            if (services.config.store.backend === 'sqlite') {
+              const orphans = await keys.removeUnless((userId) => services.users.byId(userId) !== undefined)
+              if (orphans > 0) log.info({ keys: orphans }, 'removed the download keys of deleted accounts')
+            }
             const landing: Landing = {
               landed: (job, folder, item) => landed()(job.user_id, job.username, folder, item),
             }
