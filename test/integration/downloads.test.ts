@@ -134,6 +134,11 @@ async function start(w: World, body: Record<string, unknown>, jwt = w.aliceJwt):
   return JSON.parse(res.body).job_id as string
 }
 
+/** Stores (or with '' clears) `jwt`'s key for `source` through the route. */
+function putKey(sc: Sidecar, jwt: string, source: string, api_key: string) {
+  return call(sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: jwt, body: { source, api_key } })
+}
+
 const sha = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex')
 /** Every name in a model folder (the staging directory of partial files included, while it exists). */
 const listing = (w: World, folder: string) => readdirSync(join(w.modelsDir, folder)).sort()
@@ -156,7 +161,7 @@ describe('model downloads against the stand-ins', () => {
   })
 
   it('a Civitai version lands in its folder with the published SHA-256, granted to the requester; the key went to Civitai only', async () => {
-    const put = await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'civitai', api_key: 'civ-secret-key-123' } })
+    const put = await putKey(w.sc, w.aliceJwt, 'civitai', 'civ-secret-key-123')
     assert.equal(put.statusCode, 200, put.body)
     const f = file()
     src.civitai.set(501, [f])
@@ -172,7 +177,7 @@ describe('model downloads against the stand-ins', () => {
     assert.ok(seen.some((s) => s.server === 'civitai' && s.authorization === 'Bearer civ-secret-key-123'))
     assert.ok(seen.some((s) => s.server === 'cdn'))
     assert.equal(seen.filter((s) => s.server === 'cdn' && s.authorization !== undefined).length, 0, 'the key never goes to the CDN')
-    await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'civitai', api_key: '' } })
+    await putKey(w.sc, w.aliceJwt, 'civitai', '')
   })
 
   it('a Civitai file other than the primary is picked by type/format/fp, and a model page URL takes its newest version', async () => {
@@ -194,7 +199,7 @@ describe('model downloads against the stand-ins', () => {
     const small = { ...file({ name: 'tiny.safetensors', size: 1234 }), lfs: false }
     src.huggingface.set('org/repo@main/sub/unet.safetensors', lfs)
     src.huggingface.set('org/repo@main/tiny.safetensors', small)
-    await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'huggingface', api_key: 'hf_abcdef' } })
+    await putKey(w.sc, w.aliceJwt, 'huggingface', 'hf_abcdef')
     const a = await ended(w, await start(w, { url: `${src.huggingfaceUrl}/org/repo/blob/main/sub/unet.safetensors`, folder_type: 'loras' }))
     assert.equal(a.status, 'completed', a.error)
     assert.equal(a.expected_sha256, src.trueSha256(lfs))
@@ -207,7 +212,7 @@ describe('model downloads against the stand-ins', () => {
     assert.ok(hf.some((s) => s.server === 'huggingface' && s.authorization === 'Bearer hf_abcdef'))
     assert.ok(hf.some((s) => s.server === 'cdn' && s.authorization === undefined))
     assert.equal(hf.filter((s) => s.server === 'cdn' && s.authorization !== undefined).length, 0)
-    await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'huggingface', api_key: '' } })
+    await putKey(w.sc, w.aliceJwt, 'huggingface', '')
   })
 
   describe('each error answer of a source is a failed job with a clear message and no file', () => {
@@ -368,7 +373,7 @@ describe('model downloads against the stand-ins', () => {
 
     it('a key is stored sealed, never returned: sources_with_keys names the source only', async () => {
       const secret = 'hf_never-shown-0123456789'
-      await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'huggingface', api_key: secret } })
+      await putKey(w.sc, w.aliceJwt, 'huggingface', secret)
       const res = await call(w.sc, { url: '/authsvc/api/model-download/sources', bearer: w.aliceJwt })
       assert.equal(res.statusCode, 200)
       assert.ok(!res.body.includes(secret))
@@ -380,7 +385,7 @@ describe('model downloads against the stand-ins', () => {
       assert.ok(!JSON.stringify(stored).includes(secret))
       await w.sc.services.flush()
       assert.ok(!readFileSync(join(w.dir, 'authsvc.sqlite')).includes(secret), 'not in the sqlite file in clear')
-      const clear = await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'huggingface', api_key: '' } })
+      const clear = await putKey(w.sc, w.aliceJwt, 'huggingface', '')
       assert.equal(clear.statusCode, 200)
       assert.deepEqual(JSON.parse((await call(w.sc, { url: '/authsvc/api/model-download/sources', bearer: w.aliceJwt })).body).sources_with_keys, [])
     })
@@ -404,7 +409,7 @@ describe('model downloads against the stand-ins', () => {
       ]
       // a key pasted with an invisible character (a zero-width space, a no-break space) never works in a header: refused when set
       for (const api_key of ['secretkey\u200b', 'secret\u00a0key', 'clé-secrète', 'two words']) {
-        const res = await call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: w.aliceJwt, body: { source: 'civitai', api_key } })
+        const res = await putKey(w.sc, w.aliceJwt, 'civitai', api_key)
         assert.equal(res.statusCode, 400, `${JSON.stringify(api_key)} → ${res.body}`)
         assert.equal(JSON.parse(res.body).code, 'VALIDATION_FAILED')
         assert.ok(!res.body.includes('secret'), 'the answer does not repeat the key')
@@ -510,10 +515,9 @@ describe('a deleted account takes its keys and its live jobs with it', () => {
     const src = await startDownloadStandins()
     const w = await openWorld(src, { max_active_per_source: 1, max_active_total: 1 })
     try {
-      const key = (jwt: string, source: string, api_key: string) => call(w.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: jwt, body: { source, api_key } })
-      assert.equal((await key(w.aliceJwt, 'civitai', 'alice-civitai-key-0123')).statusCode, 200)
-      assert.equal((await key(w.aliceJwt, 'huggingface', 'hf_alice-key-0123456789')).statusCode, 200)
-      assert.equal((await key(w.bobJwt, 'civitai', 'bob-civitai-key-0123')).statusCode, 200)
+      assert.equal((await putKey(w.sc, w.aliceJwt, 'civitai', 'alice-civitai-key-0123')).statusCode, 200)
+      assert.equal((await putKey(w.sc, w.aliceJwt, 'huggingface', 'hf_alice-key-0123456789')).statusCode, 200)
+      assert.equal((await putKey(w.sc, w.bobJwt, 'civitai', 'bob-civitai-key-0123')).statusCode, 200)
       const slow = file({ size: 1024 * 1024, pauseAt: 256 * 1024 })
       src.civitai.set(811, [slow])
       src.civitai.set(812, [file()])
@@ -524,7 +528,7 @@ describe('a deleted account takes its keys and its live jobs with it', () => {
       const queued = await start(w, { source: 'civitai', model_version_id: 812 })
       const bobs = await start(w, { source: 'civitai', model_version_id: 813 }, w.bobJwt)
       assert.equal((await jobOf(w, queued)).status, 'queued')
-      assert.ok(readdirSync(join(w.modelsDir, 'checkpoints'), { recursive: true }).some((n) => String(n).includes(slow.name)), 'the running job\'s partial file is there')
+      assert.ok(staged(w, 'checkpoints').some((n) => n.startsWith(`${slow.name}.`)), 'the running job\'s partial file is there')
 
       const endings = Promise.all([ended(w, running), ended(w, queued)])
       const deleted = await call(w.sc, { method: 'DELETE', url: '/authsvc/api/users/alice', bearer: w.adminJwt })
@@ -537,7 +541,7 @@ describe('a deleted account takes its keys and its live jobs with it', () => {
       const statuses = async () => Promise.all([running, queued].map(async (id) => (await jobOf(w, id, w.adminJwt)).status as string))
       assert.ok(await poll(async () => (await statuses()).every((st) => FINAL.has(st)), 10_000), `alice's jobs did not end: ${JSON.stringify(await statuses())}`)
       assert.deepEqual((await endings).map((j) => j.status), ['cancelled', 'cancelled'])
-      assert.deepEqual(readdirSync(join(w.modelsDir, 'checkpoints'), { recursive: true }).filter((n) => String(n).includes(slow.name)), [], 'no partial file left')
+      assert.deepEqual([...staged(w, 'checkpoints'), ...listing(w, 'checkpoints')].filter((n) => n.includes(slow.name)), [], 'no partial file left, nor the model')
       // bob's job runs on (it waited behind alice's), and the admins still see what alice's jobs were
       assert.equal((await ended(w, bobs)).status, 'completed')
       const all = JSON.parse((await call(w.sc, { url: '/authsvc/api/model-download/jobs', bearer: w.adminJwt })).body).jobs as Array<{ job_id: string; status: string }>
@@ -551,9 +555,8 @@ describe('a deleted account takes its keys and its live jobs with it', () => {
 
 describe('keys of an account deleted without the event go at the next start', () => {
   it('an account removed while no downloads feature listened (or whose removal failed): its key is gone once the sidecar starts again', () => withRestarts('as-dl-orphan-key-', async (_src, first, reopen) => {
-    const key = (jwt: string, api_key: string) => call(first.sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: jwt, body: { source: 'civitai', api_key } })
-    assert.equal((await key(first.aliceJwt, 'alice-civitai-key-0123')).statusCode, 200)
-    assert.equal((await key(first.bobJwt, 'bob-civitai-key-0123')).statusCode, 200)
+    assert.equal((await putKey(first.sc, first.aliceJwt, 'civitai', 'alice-civitai-key-0123')).statusCode, 200)
+    assert.equal((await putKey(first.sc, first.bobJwt, 'civitai', 'bob-civitai-key-0123')).statusCode, 200)
     const alice = first.aliceId
     const bob = first.sc.services.users.byUsername('bob')!.user_id
     await first.sc.services.users.delete(bob) // the record alone: no route, no event
