@@ -237,7 +237,7 @@ function bindDecisions(
     resolver: services.resolver,
     ipGate: services.ipGate,
     behaviours,
-    adminPatterns: new Set(services.config.admin_route_patterns),
+    operatorPatterns: { admin: new Set(services.config.admin_route_patterns), inert: new Set(services.config.inert_route_patterns) },
     routes,
     log: logger,
     decisionCache: { ms: decisionCacheMs(), epoch: services.accessEpoch },

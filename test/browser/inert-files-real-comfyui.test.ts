@@ -29,6 +29,10 @@ const EVIL_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="64" height="64"
 
 const INERT = { 'content-security-policy': 'sandbox', 'x-content-type-options': 'nosniff' }
 
+/** another package's routes that serve input files inline (test/e2e/fixtures/file-viewer) */
+const FILE_VIEWER = join(ROOT, 'test', 'e2e', 'fixtures', 'file-viewer')
+const OPERATOR_INERT = ['/authsvc_fixture/viewfile', '/authsvc_fixture/files']
+
 for (const aiohttp of ['3.8', '3.11'] as const) {
   describe(`files users put on the real ComfyUI reach the browser inert (aiohttp ${aiohttp})`, { skip: REAL_HOST_SKIP, concurrency: false }, () => {
     let host: RealHost
@@ -36,6 +40,8 @@ for (const aiohttp of ['3.8', '3.11'] as const) {
     let admin: string
     let mallory: string
     let svg: string
+    let svgName: string
+    let svgSub: string
     let png: string
 
     async function upload(name: string, bytes: string | Uint8Array<ArrayBuffer>, type: string): Promise<string> {
@@ -49,7 +55,13 @@ for (const aiohttp of ['3.8', '3.11'] as const) {
 
     before(async () => {
       ;[host, browser] = await Promise.all([
-        startRealHost({ aiohttp, args: ['--front-end-root', join(ROOT, 'test', 'host-standin', 'web')] }),
+        startRealHost({
+          aiohttp,
+          args: ['--front-end-root', join(ROOT, 'test', 'host-standin', 'web')],
+          customNodes: [FILE_VIEWER],
+          // 3.8: the default list (it names /vhs/viewvideo); 3.11: an operator's own, which replaces it
+          config: aiohttp === '3.11' ? { inert_route_patterns: OPERATOR_INERT } : undefined,
+        }),
         aiohttp === '3.11' ? launchChromium() : Promise.resolve(undefined),
       ])
       assert.equal((await register(host, 'root')).status, 201)
@@ -57,6 +69,8 @@ for (const aiohttp of ['3.8', '3.11'] as const) {
       assert.equal((await register(host, 'mallory', { bearer: admin })).status, 201)
       mallory = await apiToken(host, 'mallory')
       svg = await upload('evil.svg', EVIL_SVG, 'image/svg+xml')
+      svgName = new URLSearchParams(svg).get('filename')!
+      svgSub = new URLSearchParams(svg).get('subfolder')!
       png = await upload('fine.png', new Uint8Array(testPng(7, { size: 32 })), 'image/png')
     })
     after(async () => {
@@ -90,6 +104,29 @@ for (const aiohttp of ['3.8', '3.11'] as const) {
       for (const [header, value] of Object.entries(INERT)) assert.equal(res.headers.get(header), value, header)
     })
 
+    // another custom node's file routes: inert when the operator's list (or the default) names them, and only then
+    const listed = aiohttp === '3.11' ? OPERATOR_INERT : ['/vhs/viewvideo']
+    const customRows: Array<[string, string, () => string]> = [
+      ['GET', '/vhs/viewvideo', () => `?${svg}`],
+      ['GET', '/api/vhs/viewvideo', () => `?${svg}`],
+      ['HEAD', '/vhs/viewvideo', () => `?${svg}`],
+      ['GET', '/authsvc_fixture/viewfile', () => `?${svg}`],
+      ['GET', '/api/authsvc_fixture/viewfile', () => `?${svg}`],
+      ['GET', '/authsvc_fixture/plainfile', () => `?${svg}`],
+      ['GET', '/authsvc_fixture/files', () => `/${svgSub === '' ? '' : `${svgSub}/`}${svgName}`],
+    ]
+    for (const [method, path, rest] of customRows) {
+      const inert = listed.includes(path.replace(/^\/api\//, '/'))
+      it(`another custom node's ${method} ${path}: ${inert ? 'inert, as listed' : 'not listed, so unmarked'}`, async () => {
+        const res = await fetch(`${host.url}${path}${rest()}`, { method, headers: bearer(admin) })
+        const body = await res.text()
+        assert.equal(res.status, 200)
+        assert.equal(res.headers.get('content-type'), 'image/svg+xml')
+        if (method === 'GET') assert.equal(body, EVIL_SVG)
+        for (const [header, value] of Object.entries(INERT)) assert.equal(res.headers.get(header), inert ? value : null, header)
+      })
+    }
+
     it("the frontend's own page is not sandboxed (its scripts must run)", async () => {
       const res = await fetch(`${host.url}/`, { headers: bearer(admin) })
       await res.arrayBuffer()
@@ -97,7 +134,7 @@ for (const aiohttp of ['3.8', '3.11'] as const) {
       assert.equal(res.headers.get('content-security-policy'), null)
     })
 
-    it('in chromium, the administrator opening the SVG runs none of its script; an <img> of a /view image still shows', { skip: aiohttp === '3.8' ? 'the browser rows run once, on aiohttp 3.11' : false }, async () => {
+    it('in chromium, the administrator opening the SVG (from /view, and from a listed custom node route) runs none of its script; an <img> of a /view image still shows', { skip: aiohttp === '3.8' ? 'the browser rows run once, on aiohttp 3.11' : false }, async () => {
       const context = await browser!.newContext()
       try {
         const page = await context.newPage()
@@ -121,6 +158,14 @@ for (const aiohttp of ['3.8', '3.11'] as const) {
         assert.equal(await page.evaluate(() => document.documentElement.localName), 'svg')
         const marks = await page.evaluate(() => ['data-onload', 'data-script', 'data-fetched'].map((a) => document.documentElement.getAttribute(a)))
         assert.deepEqual(marks, [null, null, null], 'no script of the SVG ran')
+
+        // the same file through another custom node's route the operator listed
+        const viewer = await page.goto(`${host.url}/authsvc_fixture/viewfile?${svg}`)
+        assert.equal(viewer?.status(), 200)
+        await page.waitForLoadState('load')
+        assert.equal(await page.evaluate(() => document.documentElement.localName), 'svg')
+        const viewerMarks = await page.evaluate(() => ['data-onload', 'data-script', 'data-fetched'].map((a) => document.documentElement.getAttribute(a)))
+        assert.deepEqual(viewerMarks, [null, null, null], 'no script of the SVG ran through the listed route')
       } finally {
         await context.close()
       }

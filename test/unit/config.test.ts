@@ -55,6 +55,7 @@ describe('config defaults (SPEC §10)', () => {
     assert.equal(c.store.backend, 'sqlite')
     assert.equal(c.store.encryption_level, 'fields')
     assert.deepEqual(c.admin_route_patterns, [])
+    assert.deepEqual(c.inert_route_patterns, ['/vhs/viewvideo', '/viewvideo', '/vhs/viewaudio'])
   })
 
   it('a missing config.json with no env is the defaults', () => {
@@ -91,6 +92,12 @@ describe('config refusals', () => {
     ['unknown store backend', { store: { backend: 'mysql' } }, /\/store\/backend/],
     ['empty local_anonymous_role', { local_anonymous_role: '' }, /\/local_anonymous_role/],
     ['admin pattern not a path', { admin_route_patterns: ['manager'] }, /\/admin_route_patterns\/0/],
+    ['inert pattern not a path', { inert_route_patterns: ['vhs/viewvideo'] }, /\/inert_route_patterns\/0/],
+    // the frontend's own page as a sandbox would run no script: never listed
+    ['inert pattern of the frontend page', { inert_route_patterns: ['/'] }, /\/inert_route_patterns\/0/],
+    ['inert pattern of the frontend page\'s /api twin', { inert_route_patterns: ['/ok', '/api'] }, /\/inert_route_patterns\/1/],
+    ['inert pattern of the frontend page\'s /api/ twin', { inert_route_patterns: ['/api/'] }, /\/inert_route_patterns\/0/],
+    ['inert pattern starting with //', { inert_route_patterns: ['//x'] }, /\/inert_route_patterns\/0/],
   ]
   for (const [name, raw, pattern] of cases) {
     it(`refuses ${name}`, () => {

@@ -8,6 +8,7 @@ import { describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { COMFYUI_ROUTES } from './fixtures.js'
 import { HOST_ROUTE_KEYS, foldApiTwin, hostRoutePolicy, type HostRoutePolicy, type Requirement } from '../../sidecar/src/access/host-routes.js'
+import type { MatchedRoute } from '../../sidecar/src/kernel/protocol.js'
 
 const P: Requirement = { kind: 'principal' }
 const ADMIN: Requirement = { kind: 'admin' }
@@ -58,8 +59,8 @@ const EXPECTED: Record<string, { require: Requirement; behaviour?: string; page?
 }
 
 const route = (pattern: string) => ({ pattern, kind: 'route' as const })
-const policyOf = (method: string, pattern: string, admin?: Set<string>): HostRoutePolicy =>
-  hostRoutePolicy(method, route(pattern), admin)
+const policyOf = (method: string, pattern: string, admin?: Set<string>, inert?: Set<string>): HostRoutePolicy =>
+  hostRoutePolicy(method, route(pattern), { admin, inert })
 const strip = (p: HostRoutePolicy) => ({ require: p.require, page: p.page, behaviour: p.behaviour })
 
 describe('host-route policy table', () => {
@@ -162,6 +163,38 @@ describe('/internal, unknown, unmatched and static routes', () => {
   it('admin_route_patterns never weaken a listed route', () => {
     const admin = new Set(['/prompt'])
     assert.deepEqual(policyOf('POST', '/prompt', admin).require, perm('can_run'))
+  })
+
+  it('inert_route_patterns mark another custom node\'s file route inert, on GET and HEAD, plain and /api pattern, and a static folder by its prefix', () => {
+    const inert = new Set(['/vhs/viewvideo', '/gallery/files'])
+    const rows: Array<[string, MatchedRoute, true | undefined]> = [
+      ['GET', route('/vhs/viewvideo'), true],
+      ['HEAD', route('/vhs/viewvideo'), true],
+      ['GET', route('/api/vhs/viewvideo'), true],
+      ['GET', { pattern: '/gallery/files', kind: 'static' }, true],
+      // only the answers of reads are files to open: a POST to the same pattern is not marked
+      ['POST', route('/vhs/viewvideo'), undefined],
+      ['GET', route('/vhs/viewvideo/'), undefined],
+      ['GET', route('/vhs'), undefined],
+      ['GET', route('/vhs/queryvideo'), undefined],
+      ['GET', { pattern: '/gallery', kind: 'static' }, undefined],
+    ]
+    for (const [method, matched, expected] of rows) {
+      const p = hostRoutePolicy(method, matched, { inert })
+      assert.equal(p.inert, expected, `${method} ${matched.kind} ${matched.pattern}`)
+      // the mark adds headers only: the requirement is the route's own
+      assert.deepEqual(strip(p), strip(hostRoutePolicy(method, matched)), `${method} ${matched.pattern}`)
+    }
+    assert.equal(hostRoutePolicy('GET', null, { inert: new Set(['/nothing']) }).inert, undefined)
+    // the table's own inert rows stay inert without any operator list
+    assert.equal(policyOf('GET', '/view').inert, true)
+    assert.equal(policyOf('GET', '/view', undefined, new Set()).inert, true)
+  })
+
+  it('an operator\'s inert and admin patterns together: admin-only and inert', () => {
+    const p = policyOf('GET', '/viewer/file', new Set(['/viewer/file']), new Set(['/viewer/file']))
+    assert.deepEqual(p.require, ADMIN)
+    assert.equal(p.inert, true)
   })
 
   it('an unmatched request (host 404/405) needs a principal and is a page (navigation → /login)', () => {

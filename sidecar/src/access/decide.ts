@@ -14,7 +14,7 @@ import { queryCredentialKeys } from '../identity/credentials.js'
 import { hostUserName, hostUserOf } from '../identity/host-user.js'
 import type { Principal } from '../identity/principal.js'
 import { addressRefusal, checkAccess, type IpGate, type PrincipalResolver, type Resolution } from './pipeline.js'
-import { INERT_HEADERS, type HostRoutePolicy, type HostRouteTable } from './host-routes.js'
+import { INERT_HEADERS, type HostRoutePolicy, type HostRouteTable, type OperatorPatterns } from './host-routes.js'
 import { isDecodablePath, isServicePath } from './service-paths.js'
 import { httpsUpgradeDecision } from './force-https.js'
 import { denyDecision, errorDecision, loginRedirectDecision } from '../kernel/answers.js'
@@ -44,7 +44,8 @@ export interface DecideDeps {
   resolver: PrincipalResolver
   ipGate: IpGate
   behaviours: BehaviourHandlers
-  adminPatterns: ReadonlySet<string>
+  /** the operator's admin-only and inert patterns for other custom nodes' routes (config) */
+  operatorPatterns: OperatorPatterns
   /** the host-route table with the features' rows (app.ts; tests may pass HOST_ROUTES) */
   routes: HostRouteTable
   log: FastifyBaseLogger
@@ -83,7 +84,7 @@ export function createDecider(deps: DecideDeps): (desc: RequestDescription) => D
       return servicePathDecision(deps.owned, desc.method, desc.path, who)
     }
     if (deps.owned.has(desc.method, desc.path)) return { action: 'proxy' }
-    const policy = deps.routes.policy(desc.method, desc.route, deps.adminPatterns)
+    const policy = deps.routes.policy(desc.method, desc.route, deps.operatorPatterns)
     const epoch = deps.decisionCache?.epoch.value ?? 0
     const resolution = deps.resolver.resolve(desc.headers, query, facts)
     if (resolution instanceof Promise) return resolution.then((r) => decideHost(deps, desc, policy, query, facts, r, epoch))

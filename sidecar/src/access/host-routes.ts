@@ -141,9 +141,21 @@ export function foldApiTwin(pattern: string): string {
   return pattern.startsWith('/api/') ? pattern.slice(4) : pattern
 }
 
+/**
+ * What the operator's config says of routes the table does not know (other custom nodes'), by
+ * their canonical pattern (an `/api` twin folded): `admin` (`admin_route_patterns`) makes a route
+ * admin-only; `inert` (`inert_route_patterns`) marks a route, or a static folder's prefix, whose
+ * GET answers are files users can put on the host (a video viewer's), as the table's own
+ * `inert` rows.
+ */
+export interface OperatorPatterns {
+  admin?: ReadonlySet<string>
+  inert?: ReadonlySet<string>
+}
+
 /** The table the decision reads: this file's rows and the ones features add. */
 export interface HostRouteTable {
-  policy(method: string, route: MatchedRoute | null, adminPatterns?: ReadonlySet<string>): HostRoutePolicy
+  policy(method: string, route: MatchedRoute | null, operator?: OperatorPatterns): HostRoutePolicy
   /** every `METHOD pattern` row */
   readonly keys: readonly string[]
   /** every behaviour a row names */
@@ -173,28 +185,37 @@ export function hostRouteTable(added: ReadonlyArray<Record<string, HostRouteEntr
   return {
     keys: [...rows.keys()],
     behaviours,
-    policy(method, route, adminPatterns = new Set()) {
-      if (route === null) return UNMATCHED
-      if (route.kind === 'static') return STATIC
-      const pattern = foldApiTwin(route.pattern)
-      if (pattern === '/internal' || pattern.startsWith('/internal/')) return INTERNAL
-      const folded = method === 'HEAD' ? 'GET' : method
-      const key = `${folded} ${pattern}`
-      // an operator's admin-only pattern outranks a feature's row (never this table's own rows)
-      if (featureKeys.has(key) && adminPatterns.has(pattern)) return { key, require: admin, page: false }
-      const entry = rows.get(key)
-      if (entry) return { key, ...entry, page: entry.page ?? false }
-      if (adminPatterns.has(pattern)) return { key, require: admin, page: false }
-      return { key, require: perm('can_access_api'), page: false }
+    policy(method, route, operator = {}) {
+      const policy = tablePolicy(method, route, operator.admin ?? NONE)
+      // an operator's inert mark only adds the headers: it never changes what a route requires
+      if (operator.inert === undefined || policy.inert === true || route === null || (method !== 'GET' && method !== 'HEAD')) return policy
+      return operator.inert.has(foldApiTwin(route.pattern)) ? { ...policy, inert: true } : policy
     },
   }
+
+  function tablePolicy(method: string, route: MatchedRoute | null, adminPatterns: ReadonlySet<string>): HostRoutePolicy {
+    if (route === null) return UNMATCHED
+    if (route.kind === 'static') return STATIC
+    const pattern = foldApiTwin(route.pattern)
+    if (pattern === '/internal' || pattern.startsWith('/internal/')) return INTERNAL
+    const folded = method === 'HEAD' ? 'GET' : method
+    const key = `${folded} ${pattern}`
+    // an operator's admin-only pattern outranks a feature's row (never this table's own rows)
+    if (featureKeys.has(key) && adminPatterns.has(pattern)) return { key, require: admin, page: false }
+    const entry = rows.get(key)
+    if (entry) return { key, ...entry, page: entry.page ?? false }
+    if (adminPatterns.has(pattern)) return { key, require: admin, page: false }
+    return { key, require: perm('can_access_api'), page: false }
+  }
 }
+
+const NONE: ReadonlySet<string> = new Set()
 
 /** The table without any feature's rows. */
 export const HOST_ROUTES: HostRouteTable = hostRouteTable()
 
-export function hostRoutePolicy(method: string, route: MatchedRoute | null, adminPatterns: ReadonlySet<string> = new Set()): HostRoutePolicy {
-  return HOST_ROUTES.policy(method, route, adminPatterns)
+export function hostRoutePolicy(method: string, route: MatchedRoute | null, operator: OperatorPatterns = {}): HostRoutePolicy {
+  return HOST_ROUTES.policy(method, route, operator)
 }
 
 export const HOST_ROUTE_KEYS: readonly string[] = HOST_ROUTES.keys

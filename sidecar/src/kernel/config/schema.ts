@@ -140,6 +140,13 @@ export const ConfigSchema = Type.Object(
     max_token_expiration_hours: Type.Number({ exclusiveMinimum: 0, maximum: 87600, default: 8760 }),
     max_json_body_bytes: Type.Integer({ minimum: 1024, maximum: 33554432, default: 8388608 }),
     admin_route_patterns: Type.Array(Type.String({ pattern: '^/' }), { default: [] }),
+    /**
+     * Other custom nodes' routes (canonical patterns, or a static folder's prefix) that serve files
+     * users put on the host: their GET answers carry the inert headers (access/host-routes.ts).
+     * Never `/` (the frontend's page would be a sandbox). The default names VideoHelperSuite's
+     * viewers, which serve input, output and temp files inline.
+     */
+    inert_route_patterns: Type.Array(Type.String({ pattern: '^/(?!api/?$)[^/]' }), { default: ['/vhs/viewvideo', '/viewvideo', '/vhs/viewaudio'] }),
     argon2: Argon2Schema,
     ntfy: NtfySchema,
     audit: AuditSchema,
