@@ -20,6 +20,7 @@ import { DOWNLOAD_STAGING_DIR } from '../../sidecar/src/models/model-cache.js'
 import { addUser, apiToken, bootstrapAdmin, call, openSidecar, sessionJwt, tempDir, type Sidecar } from '../unit/fixtures.js'
 import { startDownloadStandins, type DownloadStandins, type StandinFile } from '../helpers/download-sources.js'
 import { poll } from '../helpers/stack.js'
+import { redisSkipReason, startRedis } from '../helpers/store-servers.js'
 
 const FOLDERS = ['checkpoints', 'loras']
 
@@ -51,7 +52,7 @@ function file(over: Partial<StandinFile> = {}): StandinFile {
   return { id, name: `model-${id}.safetensors`, size: 300 * 1024 + (id % 7), seed: id, ...over }
 }
 
-async function openWorld(src: DownloadStandins, config: Record<string, unknown> = {}, dir = tempDir('as-dl-'), hello = true): Promise<World> {
+async function openWorld(src: DownloadStandins, config: Record<string, unknown> = {}, dir = tempDir('as-dl-'), hello = true, store?: Record<string, unknown>): Promise<World> {
   const modelsDir = join(dir, 'models')
   for (const f of FOLDERS) mkdirSync(join(modelsDir, f), { recursive: true })
   const sc = await openSidecar({
@@ -61,6 +62,7 @@ async function openWorld(src: DownloadStandins, config: Record<string, unknown> 
         civitai_base_url: src.civitaiUrl, huggingface_base_url: src.huggingfaceUrl, allow_private_hosts: true,
         retry_base_seconds: 0, max_retries: 1, stall_timeout_seconds: 60, ...config,
       },
+      ...(store === undefined ? {} : { store }),
     },
   })
   sc.services.roles.replace({ ...DEFAULT_GROUPS, downloader: { ...DEFAULT_GROUPS.user, can_download_models: true } })
@@ -565,6 +567,51 @@ describe('keys of an account deleted without the event go at the next start', ()
     const stored = await next.sc.services.kv.entries<{ user_id: string }>('download_key')
     assert.deepEqual(stored.map(([, r]) => r.user_id), [alice], 'bob\'s key went with his account; alice\'s stays')
   }))
+})
+
+describe('on a shared store, a deletion on one instance reaches the downloads of another', { skip: redisSkipReason() }, () => {
+  it('deleted on A: B cancels the account\'s running job (no file left); B\'s next start removes a key whose account the store no longer has', async () => {
+    const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
+    const store = { backend: 'redis', redis_url: redis.url }
+    const a = await openWorld(src, {}, tempDir('as-dl-shared-a-'), true, store)
+    const bDir = tempDir('as-dl-shared-b-')
+    let b = await openWorld(src, {}, bDir, true, store)
+    try {
+      // alice's download runs on B (B's own job store), with the key she stored there
+      assert.equal((await putKey(b.sc, b.aliceJwt, 'civitai', 'alice-civitai-key-0123')).statusCode, 200)
+      const slow = file({ size: 1024 * 1024, pauseAt: 256 * 1024 })
+      src.civitai.set(821, [slow])
+      const paused = once(src.events, 'paused')
+      const running = await start(b, { source: 'civitai', model_version_id: 821 })
+      await Promise.all([paused, progressed(b, running)])
+      const ending = ended(b, running)
+
+      // deleted on A: A removes the keys (the store is shared) and has no job of hers; B hears the deletion through the feed
+      const deleted = await call(a.sc, { method: 'DELETE', url: '/authsvc/api/users/alice', bearer: a.adminJwt })
+      assert.equal(deleted.statusCode, 200, deleted.body)
+      const status = async () => (await jobOf(b, running, b.adminJwt)).status as string
+      assert.ok(await poll(async () => FINAL.has(await status()), 10_000), `B's job of the deleted account did not end: ${await status()}`)
+      assert.equal((await ending).status, 'cancelled')
+      assert.deepEqual([...staged(b, 'checkpoints'), ...listing(b, 'checkpoints')].filter((n) => n.includes(slow.name)), [], 'no partial file left on B, nor the model')
+      const keysLeft = async () => (await a.sc.services.kv.entries<{ user_id: string }>('download_key')).map(([, r]) => r.user_id)
+      assert.ok(await poll(async () => (await keysLeft()).length === 0, 10_000), `alice's key is still stored: ${JSON.stringify(await keysLeft())}`)
+
+      // bob's account removed on A without the event (a deletion whose other steps failed): his key stays until B starts again
+      assert.equal((await putKey(a.sc, a.bobJwt, 'civitai', 'bob-civitai-key-0123')).statusCode, 200)
+      const bob = a.sc.services.users.byUsername('bob')!.user_id
+      await a.sc.services.users.delete(bob)
+      assert.deepEqual(await keysLeft(), [bob])
+      await b.sc.close({ keepDir: true })
+      // (the new B makes a fresh bob: its key is not the old one's)
+      b = await openWorld(src, {}, bDir, true, store)
+      const stored = await a.sc.services.kv.entries<{ user_id: string }>('download_key')
+      assert.deepEqual(stored.map(([, r]) => r.user_id), [], 'the deleted account\'s key went at B\'s start')
+    } finally {
+      await b.sc.close()
+      await a.sc.close()
+      await Promise.all([src.close(), redis.stop()])
+    }
+  })
 })
 
 /** Starts a download of `f` (its source pauses half-way), waits until that half is on disk, and stops the sidecar keeping its files. */

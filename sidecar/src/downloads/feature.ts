@@ -5,7 +5,8 @@
  *
  * The job store and the keys are opened when the store is (the queue's job `start`); a request
  * that comes before waits for them. A deleted user's keys are removed and their queued and running
- * jobs cancelled (`user_deleted`).
+ * jobs cancelled (`user_deleted`; on a shared store, a deletion made on another instance cancels
+ * this host's jobs too, and every start removes keys whose account the store no longer has).
  */
 import type { FastifyBaseLogger } from 'fastify'
 import type { Feature } from '../kernel/feature.js'
@@ -43,19 +44,26 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
     },
     queue: handle.queue,
     bind() {
-      // a deleted account's keys go with it, and its jobs on this host stop (a finished job's record
-      // stays: the admins' list of what was downloaded, by whom)
-      services.events.on('user_deleted', async ({ user_id: userId }) => {
-        const { queue, jobs, keys } = await ready
-        // every step is tried: a store that fails the key removal must not leave a transfer running
-        const removed = await Promise.allSettled(SOURCES.map((source) => keys.set(userId, source, '')))
+      /** Cancels the account's queued and running jobs on this host; what could not be done, logged (`keysRemoved`: that step's outcomes). */
+      const stopJobsOf = async (userId: string, keysRemoved: PromiseSettledResult<unknown>[] = []) => {
+        const { queue, jobs } = await ready
         const live = jobs.list().filter((j) => j.user_id === userId && (j.status === 'queued' || j.status === 'running'))
         const stopped = await Promise.allSettled(live.map((j) => queue.cancel(j.job_id)))
-        for (const r of [...removed, ...stopped]) {
+        for (const r of [...keysRemoved, ...stopped]) {
           // a job that ended meanwhile is CONFLICT: nothing to do; a key left (the store failed) goes at the next start
           if (r.status === 'rejected' && (r.reason as { code?: string })?.code !== 'CONFLICT') log.error({ err: r.reason, user_id: userId }, 'a deleted account\'s download job or key could not be removed')
         }
+      }
+      // a deleted account's keys go with it, and its jobs on this host stop (a finished job's record
+      // stays: the admins' list of what was downloaded, by whom)
+      services.events.on('user_deleted', async ({ user_id: userId }) => {
+        const { keys } = await ready
+        // every step is tried: a store that fails the key removal must not leave a transfer running
+        await stopJobsOf(userId, await Promise.allSettled(SOURCES.map((source) => keys.set(userId, source, ''))))
       })
+      // deleted on another instance of a shared store: that one removed the keys (shared); the jobs
+      // here are this host's own (its local store), and stop here
+      services.users.onDeletedElsewhere((userId) => void stopJobsOf(userId))
       return {
         jobs: [{
           name: 'model-downloads',
@@ -67,12 +75,17 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
             const jobs = new CollectionDownloadJobs(jobRecords, services.clock)
             const keys = new CollectionSourceKeys(keyRecords, services.fieldCipher)
             // keys of an account that is gone (deleted while this sidecar was away, or a removal that
-            // failed). Only on the embedded store, where the users and the keys are one file read
-            // together: a shared store's sidecar may start on a replica older than a new account's key
-            if (services.config.store.backend === 'sqlite') {
-              const orphans = await keys.removeUnless((userId) => services.users.byId(userId) !== undefined)
-              if (orphans > 0) log.info({ keys: orphans }, 'removed the download keys of deleted accounts')
-            }
+            // failed). An account this replica does not hold is asked of the store itself (a shared
+            // store's replica may be older than a new account's key); an account the store could not
+            // be asked about keeps its keys
+            const orphans = await keys.removeUnless(async (userId) => {
+              try {
+                return (await services.users.fetchById(userId)) !== undefined
+              } catch {
+                return true
+              }
+            })
+            if (orphans > 0) log.info({ keys: orphans }, 'removed the download keys of deleted accounts')
             const landing: Landing = {
               landed: (job, folder, item) => landed()(job.user_id, job.username, folder, item),
             }

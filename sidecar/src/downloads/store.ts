@@ -191,9 +191,12 @@ export class CollectionSourceKeys implements SourceKeys {
     return SOURCES.filter((s) => this.records.get(CollectionSourceKeys.id(userId, s)) !== undefined)
   }
 
-  /** Removes every key whose account `exists` denies; how many. */
-  async removeUnless(exists: (userId: string) => boolean): Promise<number> {
-    const gone = [...this.records.values()].filter((r) => !exists(r.user_id))
+  /** Removes every key whose account `exists` denies (asked once per account); how many. */
+  async removeUnless(exists: (userId: string) => Promise<boolean>): Promise<number> {
+    const records = [...this.records.values()]
+    const users = [...new Set(records.map((r) => r.user_id))]
+    const answers = new Map(await Promise.all(users.map(async (u) => [u, await exists(u)] as const)))
+    const gone = records.filter((r) => answers.get(r.user_id) === false)
     for (const r of gone) await this.records.narrowRemove(CollectionSourceKeys.id(r.user_id, r.source))
     return gone.length
   }

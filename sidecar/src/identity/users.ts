@@ -62,7 +62,19 @@ export class UserRepository {
     users.observeRemote((id, before, after) => {
       if (before !== undefined && this.byName.get(before.username.toLowerCase()) === id) this.byName.delete(before.username.toLowerCase())
       if (after !== undefined) this.byName.set(after.username.toLowerCase(), id)
+      if (before !== undefined && after === undefined) for (const listener of this.deletedElsewhere) listener(id)
     })
+  }
+
+  private readonly deletedElsewhere: Array<(userId: string) => void> = []
+
+  /**
+   * `listener` hears each account another instance deleted, once this replica shows it gone (this
+   * instance's own deletions are the `user_deleted` event's): what this instance alone holds of
+   * the account (its download jobs) can then go too.
+   */
+  onDeletedElsewhere(listener: (userId: string) => void): void {
+    this.deletedElsewhere.push(listener)
   }
 
   byId(userId: string): UserRecord | undefined {
