@@ -38,6 +38,7 @@ import { join } from 'node:path'
 import { ClassifierPool } from '../sidecar/src/nsfw/pool.js'
 import { testPng } from '../test/helpers/nsfw-images.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../test/helpers/real-host.js'
+import type { AiohttpVersion } from '../test/helpers/stack.js'
 import { ensureWrk, group, median, pin, printVerdicts, wrk, type Verdict } from './lib.js'
 
 const IMAGES = Number(process.env.BENCH_NSFW_IMAGES ?? 40)
@@ -46,6 +47,8 @@ const SECONDS = Number(process.env.BENCH_NSFW_SECONDS ?? 3)
 // `pinned`: the hosts on CPU 0, the bench and its wrk on CPU 1 (needs two CPUs); `free`: nothing pinned
 const LAYOUTS = (process.env.BENCH_NSFW_LAYOUTS ?? 'pinned,free').split(',').filter((l) => l === 'free' || (l === 'pinned' && availableParallelism() >= 2))
 const PASSWORD = 'bench-password-1'
+/** the hosts' aiohttp (BENCH_NSFW_AIOHTTP): '3.8' (Debian's) or '3.11' */
+const AIOHTTP = (process.env.BENCH_NSFW_AIOHTTP ?? '3.8') as AiohttpVersion
 
 async function imagesPerSecond(): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'nsfw-bench-'))
@@ -156,9 +159,9 @@ async function main(): Promise<void> {
     const image = testPng(42, { size: 512 })
     const files = { 'input/bench.png': image }
     const [bare, gated, policy] = await Promise.all([
-      startRealHost({ gate: false, files }),
-      startRealHost({ files }),
-      startRealHost({ files, config: { nsfw: { enabled: true } } }),
+      startRealHost({ aiohttp: AIOHTTP, gate: false, files }),
+      startRealHost({ aiohttp: AIOHTTP, files }),
+      startRealHost({ aiohttp: AIOHTTP, files, config: { nsfw: { enabled: true } } }),
     ])
     try {
       const hosts: Host[] = []

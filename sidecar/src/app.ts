@@ -18,7 +18,7 @@ import fastifyCookie from '@fastify/cookie'
 import fastifyFormbody from '@fastify/formbody'
 import FindMyWay from 'find-my-way'
 import { createDecider, type OwnedRoutes } from './access/decide.js'
-import { hostRouteTable } from './access/host-routes.js'
+import { hostRouteTable, operatorPatterns } from './access/host-routes.js'
 import { registerRequestContext } from './access/request-context.js'
 import { identityFeature } from './identity/feature.js'
 import { isolationFeature, type IsolationFeature } from './isolation/feature.js'
@@ -237,7 +237,7 @@ function bindDecisions(
     resolver: services.resolver,
     ipGate: services.ipGate,
     behaviours,
-    operatorPatterns: { admin: new Set(services.config.admin_route_patterns), inert: new Set(services.config.inert_route_patterns) },
+    operatorPatterns: operatorPatterns(services.config),
     routes,
     log: logger,
     decisionCache: { ms: decisionCacheMs(), epoch: services.accessEpoch },

@@ -12,8 +12,7 @@ import { createHash } from 'node:crypto'
 import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
 import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
-import type { DownloadsFeature } from '../../sidecar/src/downloads/feature.js'
-import type { DownloadJobRecord } from '../../sidecar/src/downloads/store.js'
+import { CollectionSourceKeys, type DownloadJobRecord } from '../../sidecar/src/downloads/store.js'
 import { DEFAULT_GROUPS } from '../../sidecar/src/access/roles.js'
 import { transfersRunning } from '../../sidecar/src/downloads/queue.js'
 import { DOWNLOAD_STAGING_DIR } from '../../sidecar/src/models/model-cache.js'
@@ -21,6 +20,11 @@ import { addUser, apiToken, bootstrapAdmin, call, openSidecar, sessionJwt, tempD
 import { startDownloadStandins, type DownloadStandins, type StandinFile } from '../helpers/download-sources.js'
 import { poll } from '../helpers/stack.js'
 import { redisSkipReason, startRedis } from '../helpers/store-servers.js'
+import { nextChange } from '../helpers/store-conformance.js'
+import { Collection } from '../../sidecar/src/store/collection.js'
+import type { KeyValueStore } from '../../sidecar/src/store/kv.js'
+import type { Change, SharedStore } from '../../sidecar/src/store/shared-store.js'
+import { sweepOrphanKeys, type DownloadsFeature } from '../../sidecar/src/downloads/feature.js'
 
 const FOLDERS = ['checkpoints', 'loras']
 
@@ -52,7 +56,15 @@ function file(over: Partial<StandinFile> = {}): StandinFile {
   return { id, name: `model-${id}.safetensors`, size: 300 * 1024 + (id % 7), seed: id, ...over }
 }
 
-async function openWorld(src: DownloadStandins, config: Record<string, unknown> = {}, dir = tempDir('as-dl-'), hello = true, store?: Record<string, unknown>): Promise<World> {
+/** A shared store for `openWorld`: its config, and a wrapper of what the services open (a test's hold on its feed or reads). */
+interface SharedStoreOptions {
+  config: Record<string, unknown>
+  wrap?: (kv: KeyValueStore) => KeyValueStore
+  /** told of the sidecar as soon as it is open (a row that must close it even when the rest of the world never opens) */
+  opened?: (sc: Sidecar) => void
+}
+
+async function openWorld(src: DownloadStandins, config: Record<string, unknown> = {}, dir = tempDir('as-dl-'), hello = true, shared?: SharedStoreOptions): Promise<World> {
   const modelsDir = join(dir, 'models')
   for (const f of FOLDERS) mkdirSync(join(modelsDir, f), { recursive: true })
   const sc = await openSidecar({
@@ -62,9 +74,11 @@ async function openWorld(src: DownloadStandins, config: Record<string, unknown> 
         civitai_base_url: src.civitaiUrl, huggingface_base_url: src.huggingfaceUrl, allow_private_hosts: true,
         retry_base_seconds: 0, max_retries: 1, stall_timeout_seconds: 60, ...config,
       },
-      ...(store === undefined ? {} : { store }),
+      ...(shared === undefined ? {} : { store: shared.config }),
     },
+    wrapStore: shared?.wrap,
   })
+  shared?.opened?.(sc)
   sc.services.roles.replace({ ...DEFAULT_GROUPS, downloader: { ...DEFAULT_GROUPS.user, can_download_models: true } })
   const ensure = async (name: string, role: string) => sc.services.users.byUsername(name) ?? addUser(sc, name, 'Passw0rd-long-enough', role)
   const admin = sc.services.users.byUsername('root-admin') ? { jwt: await sessionJwt(sc, sc.services.users.byUsername('root-admin')!) } : await bootstrapAdmin(sc)
@@ -572,7 +586,7 @@ describe('keys of an account deleted without the event go at the next start', ()
 describe('on a shared store, a deletion on one instance reaches the downloads of another', { skip: redisSkipReason() }, () => {
   it('deleted on A: B cancels the account\'s running job (no file left); B\'s next start removes a key whose account the store no longer has', async () => {
     const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
-    const store = { backend: 'redis', redis_url: redis.url }
+    const store = { config: { backend: 'redis', redis_url: redis.url } }
     const a = await openWorld(src, {}, tempDir('as-dl-shared-a-'), true, store)
     const bDir = tempDir('as-dl-shared-b-')
     let b = await openWorld(src, {}, bDir, true, store)
@@ -596,18 +610,142 @@ describe('on a shared store, a deletion on one instance reaches the downloads of
       const keysLeft = async () => (await a.sc.services.kv.entries<{ user_id: string }>('download_key')).map(([, r]) => r.user_id)
       assert.ok(await poll(async () => (await keysLeft()).length === 0, 10_000), `alice's key is still stored: ${JSON.stringify(await keysLeft())}`)
 
-      // bob's account removed on A without the event (a deletion whose other steps failed): his key stays until B starts again
+      // bob's account removed on A without the event (a deletion whose other steps failed) while B
+      // is stopped (a running B would hear of it and remove the key): his key stays until B starts again
+      await b.sc.close({ keepDir: true })
       assert.equal((await putKey(a.sc, a.bobJwt, 'civitai', 'bob-civitai-key-0123')).statusCode, 200)
       const bob = a.sc.services.users.byUsername('bob')!.user_id
       await a.sc.services.users.delete(bob)
       assert.deepEqual(await keysLeft(), [bob])
-      await b.sc.close({ keepDir: true })
       // (the new B makes a fresh bob: its key is not the old one's)
       b = await openWorld(src, {}, bDir, true, store)
       const stored = await a.sc.services.kv.entries<{ user_id: string }>('download_key')
       assert.deepEqual(stored.map(([, r]) => r.user_id), [], 'the deleted account\'s key went at B\'s start')
     } finally {
       await b.sc.close()
+      await a.sc.close()
+      await Promise.all([src.close(), redis.stop()])
+    }
+  })
+})
+
+/** What `held` does to a store: its feed muted (the changes of that time never reach its listeners), its single reads failed, its removals of download keys refused. */
+interface StoreHold {
+  muted: boolean
+  failReads: boolean
+  failKeyRemovals?: boolean
+}
+
+/** Wraps the store a sidecar opens so a row can mute its feed and fail its single reads (`hold`). */
+function held(hold: StoreHold): (kv: KeyValueStore) => KeyValueStore {
+  return (kv) => new Proxy(kv, {
+    get(target, prop) {
+      if (prop === 'subscribe') return (listener: (c: Change) => void) => (target as SharedStore).subscribe((c) => (hold.muted ? undefined : listener(c)))
+      if (prop === 'getVersioned') {
+        return (key: string) => (hold.failReads ? Promise.reject(new Error('the store is away')) : (target as SharedStore).getVersioned(key))
+      }
+      if (prop === 'delete') {
+        return (key: string) => (hold.failKeyRemovals === true && key.startsWith('download_key:') ? Promise.reject(new Error('the store refused')) : (target as SharedStore).delete(key))
+      }
+      const value = Reflect.get(target, prop, target) as unknown
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+    },
+  })
+}
+
+describe('on a shared store, a key the deleting instance never heard of goes too', { skip: redisSkipReason() }, () => {
+  it('stored on B while A\'s feed was lost, then the account deleted on A: B removes the key', async () => {
+    const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
+    const config = { backend: 'redis', redis_url: redis.url }
+    const hold: StoreHold = { muted: false, failReads: false }
+    const a = await openWorld(src, {}, tempDir('as-dl-unheard-a-'), true, { config, wrap: held(hold) })
+    const b = await openWorld(src, {}, tempDir('as-dl-unheard-b-'), true, { config })
+    try {
+      hold.muted = true
+      // A's store client hears the change (its collections, muted, do not)
+      const reachedA = nextChange(a.sc.services.store, (c) => c.key.startsWith('download_key:'))
+      assert.equal((await putKey(b.sc, b.bobJwt, 'civitai', 'bob-civitai-key-0123')).statusCode, 200)
+      await reachedA
+      hold.muted = false
+      const bob = b.sc.services.users.byUsername('bob')!.user_id
+      const bobsKeys = async () => (await a.sc.services.kv.entries<{ user_id: string }>('download_key')).filter(([, r]) => r.user_id === bob).length
+      assert.equal(await bobsKeys(), 1)
+      const deleted = await call(a.sc, { method: 'DELETE', url: '/authsvc/api/users/bob', bearer: a.adminJwt })
+      assert.equal(deleted.statusCode, 200, deleted.body)
+      assert.ok(await poll(async () => (await bobsKeys()) === 0, 10_000), 'bob\'s key, stored on B and never heard of by A, is still stored')
+    } finally {
+      await b.sc.close()
+      await a.sc.close()
+      await Promise.all([src.close(), redis.stop()])
+    }
+  })
+})
+
+describe('on a shared store, the sweep of orphaned keys never takes a live account\'s key', { skip: redisSkipReason() }, () => {
+  it('an account B\'s replica has not heard of keeps its key; so does one the store cannot be asked about', async () => {
+    const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
+    const config = { backend: 'redis', redis_url: redis.url }
+    // B's feed muted (a lagging replica: what A writes meanwhile never reaches B's memory) and its single reads failed on demand
+    const b: StoreHold = { muted: false, failReads: false }
+    const a = await openWorld(src, {}, tempDir('as-dl-sweep-a-'), true, { config })
+    const onB = await openWorld(src, {}, tempDir('as-dl-sweep-b-'), true, { config, wrap: held(b) })
+    try {
+      b.muted = true
+      const carol = await addUser(a.sc, 'carol', 'Passw0rd-long-enough', 'downloader')
+      assert.equal((await putKey(a.sc, await sessionJwt(a.sc, carol), 'civitai', 'carol-civitai-key-0123')).statusCode, 200)
+      assert.equal(onB.sc.services.users.byId(carol.user_id), undefined, 'B\'s replica has not heard of carol')
+      // what B's next start sweeps: the keys as the store holds them now
+      const sweep = async () => sweepOrphanKeys(new CollectionSourceKeys(await Collection.load(onB.sc.services.kv, 'download_key'), onB.sc.services.fieldCipher), onB.sc.services.users)
+      const carolsKeys = async () => (await a.sc.services.kv.entries<{ user_id: string }>('download_key')).filter(([, r]) => r.user_id === carol.user_id).length
+      b.failReads = true
+      assert.equal(await sweep(), 0)
+      assert.equal(await carolsKeys(), 1, 'the store could not be asked: her key stays')
+      b.failReads = false
+      assert.equal(await sweep(), 0)
+      assert.equal(await carolsKeys(), 1, 'asked of the store, carol exists: her key stays')
+      // and an account the store has no more is swept, by the same call (dave: made, keyed and
+      // removed on A while B heard nothing; carol is held by B now, read from the store above)
+      const dave = await addUser(a.sc, 'dave', 'Passw0rd-long-enough', 'downloader')
+      assert.equal((await putKey(a.sc, await sessionJwt(a.sc, dave), 'civitai', 'dave-civitai-key-0123')).statusCode, 200)
+      await a.sc.services.users.delete(dave.user_id)
+      assert.equal(await sweep(), 1)
+      const left = (await a.sc.services.kv.entries<{ user_id: string }>('download_key')).map(([, r]) => r.user_id)
+      assert.deepEqual(left, [carol.user_id], 'dave\'s key went; carol\'s stays')
+    } finally {
+      b.muted = false
+      await onB.sc.close()
+      await a.sc.close()
+      await Promise.all([src.close(), redis.stop()])
+    }
+  })
+})
+
+describe('a sweep the store refuses does not keep the downloads closed', { skip: redisSkipReason() }, () => {
+  it('the orphan\'s removal refused at the start: the downloads open anyway, and the store\'s retry removes the key later', async () => {
+    const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
+    const config = { backend: 'redis', redis_url: redis.url }
+    const hold: StoreHold = { muted: false, failReads: false, failKeyRemovals: true }
+    const bDir = tempDir('as-dl-refused-b-')
+    const a = await openWorld(src, {}, tempDir('as-dl-refused-a-'), true, { config })
+    let bSidecar: Sidecar | undefined
+    try {
+      const dave = await addUser(a.sc, 'dave', 'Passw0rd-long-enough', 'downloader')
+      assert.equal((await putKey(a.sc, await sessionJwt(a.sc, dave), 'civitai', 'dave-civitai-key-0123')).statusCode, 200)
+      await a.sc.services.users.delete(dave.user_id) // the record alone: no event
+      const daveKeys = async () => (await a.sc.services.kv.entries<{ user_id: string }>('download_key')).filter(([, r]) => r.user_id === dave.user_id).length
+      // openWorld waits for the downloads to open (the queue); bounded, so a regression fails rather than hangs
+      let timer: NodeJS.Timeout | undefined
+      const b = await Promise.race([
+        openWorld(src, {}, bDir, true, { config, wrap: held(hold), opened: (sc) => (bSidecar = sc) }),
+        new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('the downloads did not open while the sweep was refused')), 20_000))),
+      ]).finally(() => clearTimeout(timer))
+      const jobs = await call(b.sc, { url: '/authsvc/api/model-download/jobs', bearer: b.aliceJwt })
+      assert.equal(jobs.statusCode, 200, jobs.body)
+      assert.equal(await daveKeys(), 1, 'the removal was refused')
+      hold.failKeyRemovals = false
+      assert.ok(await poll(async () => (await daveKeys()) === 0, 15_000), 'the collection\'s retry did not remove the key')
+    } finally {
+      await bSidecar?.close()
       await a.sc.close()
       await Promise.all([src.close(), redis.stop()])
     }

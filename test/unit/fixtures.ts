@@ -18,6 +18,7 @@ import { ERRORS } from '../../sidecar/src/kernel/errors.js'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
 import { createLogger } from '../../sidecar/src/kernel/log.js'
 import { openServices, type Services } from '../../sidecar/src/services.js'
+import type { KeyValueStore } from '../../sidecar/src/store/kv.js'
 import { pythonHost, type PythonHost } from '../helpers/host-resolver.js'
 
 export const SECRET = 'unit-test-master-secret-0123456789abcdef'
@@ -76,13 +77,15 @@ export interface SidecarOptions {
   host?: boolean
   /** the features to compose (default: the sidecar's, app.ts `features`) */
   compose?: Composition
+  /** wraps the store the services open (services.ts `wrapStore`): a test's hold on a shared store's feed or reads */
+  wrapStore?: (kv: KeyValueStore) => KeyValueStore
 }
 
 export async function openSidecar(options: SidecarOptions = {}): Promise<Sidecar> {
   const dir = options.dir ?? tempDir()
   const clock = options.clock ?? fakeClock()
   const config = testConfig(options.config)
-  const services = await openServices({ config, dataDir: dir, env: { AUTHSVC_SECRET: options.secret ?? SECRET }, log, clock, watchGroups: false })
+  const services = await openServices({ config, dataDir: dir, env: { AUTHSVC_SECRET: options.secret ?? SECRET }, log, clock, watchGroups: false, wrapStore: options.wrapStore })
   const built = buildApp(services, log, options.compose)
   if (options.onRoute) built.app.addHook('onRoute', options.onRoute)
   await built.app.ready()

@@ -7,7 +7,7 @@
 import { describe, it } from 'node:test'
 import assert from 'node:assert/strict'
 import { COMFYUI_ROUTES } from './fixtures.js'
-import { HOST_ROUTE_KEYS, foldApiTwin, hostRoutePolicy, type HostRoutePolicy, type Requirement } from '../../sidecar/src/access/host-routes.js'
+import { HOST_ROUTE_KEYS, foldApiTwin, hostRoutePolicy, operatorPatternForms, operatorPatterns, type HostRoutePolicy, type Requirement } from '../../sidecar/src/access/host-routes.js'
 import type { MatchedRoute } from '../../sidecar/src/kernel/protocol.js'
 
 const P: Requirement = { kind: 'principal' }
@@ -165,15 +165,15 @@ describe('/internal, unknown, unmatched and static routes', () => {
     assert.deepEqual(policyOf('POST', '/prompt', admin).require, perm('can_run'))
   })
 
-  it('inert_route_patterns mark another custom node\'s file route inert, on GET and HEAD, plain and /api pattern, and a static folder by its prefix', () => {
+  it('inert_route_patterns mark another custom node\'s file route inert, on every method, plain and /api pattern, and a static folder by its prefix', () => {
     const inert = new Set(['/vhs/viewvideo', '/gallery/files'])
     const rows: Array<[string, MatchedRoute, true | undefined]> = [
       ['GET', route('/vhs/viewvideo'), true],
       ['HEAD', route('/vhs/viewvideo'), true],
       ['GET', route('/api/vhs/viewvideo'), true],
       ['GET', { pattern: '/gallery/files', kind: 'static' }, true],
-      // only the answers of reads are files to open: a POST to the same pattern is not marked
-      ['POST', route('/vhs/viewvideo'), undefined],
+      // a form's POST opens a page too
+      ['POST', route('/vhs/viewvideo'), true],
       ['GET', route('/vhs/viewvideo/'), undefined],
       ['GET', route('/vhs'), undefined],
       ['GET', route('/vhs/queryvideo'), undefined],
@@ -189,6 +189,27 @@ describe('/internal, unknown, unmatched and static routes', () => {
     // the table's own inert rows stay inert without any operator list
     assert.equal(policyOf('GET', '/view').inert, true)
     assert.equal(policyOf('GET', '/view', undefined, new Set()).inert, true)
+  })
+
+  it('an operator\'s pattern is compared in the form the host reports: /api twin folded, {name:regex} as {name}, a trailing / also without', () => {
+    const rows: Array<[string, string[]]> = [
+      ['/vhs/viewvideo', ['/vhs/viewvideo']],
+      ['/api/vhs/viewvideo', ['/vhs/viewvideo']],
+      ['/gallery/{name:.*}', ['/gallery/{name}']],
+      ['/gallery/{id:\\d{1,3}}/file/{f}', ['/gallery/{id}/file/{f}']],
+      ['/api/gallery/{name:[a-z]+}', ['/gallery/{name}']],
+      ['/gallery/files/', ['/gallery/files/', '/gallery/files']],
+      ['/api//', ['//', '/']],
+    ]
+    for (const [entry, forms] of rows) assert.deepEqual(operatorPatternForms(entry), forms, entry)
+    const patterns = operatorPatterns({ admin_route_patterns: ['/api/manager/queue/start'], inert_route_patterns: ['/api/gallery/{name:.*}', '/gallery/files/', '/api//'] })
+    assert.deepEqual(policyOf('POST', '/manager/queue/start', new Set(patterns.admin)).require, ADMIN)
+    assert.equal(hostRoutePolicy('GET', route('/gallery/{name}'), patterns).inert, true)
+    assert.equal(hostRoutePolicy('GET', route('/api/gallery/{name}'), patterns).inert, true)
+    assert.equal(hostRoutePolicy('GET', { pattern: '/gallery/files', kind: 'static' }, patterns).inert, true)
+    // whatever the spelling, never the frontend's page
+    assert.equal(patterns.inert.has('/'), false)
+    assert.equal(hostRoutePolicy('GET', route('/'), patterns).inert, undefined)
   })
 
   it('an operator\'s inert and admin patterns together: admin-only and inert', () => {

@@ -145,12 +145,49 @@ export function foldApiTwin(pattern: string): string {
  * What the operator's config says of routes the table does not know (other custom nodes'), by
  * their canonical pattern (an `/api` twin folded): `admin` (`admin_route_patterns`) makes a route
  * admin-only; `inert` (`inert_route_patterns`) marks a route, or a static folder's prefix, whose
- * GET answers are files users can put on the host (a video viewer's), as the table's own
- * `inert` rows.
+ * answers are files users can put on the host (a video viewer's), as the table's own `inert` rows.
  */
 export interface OperatorPatterns {
   admin?: ReadonlySet<string>
   inert?: ReadonlySet<string>
+}
+
+/**
+ * An operator's pattern as the policy compares it (the spellings of one route all mark it): its
+ * `/api` twin folded, `{name:regex}` written `{name}` (aiohttp's canonical form, which the host
+ * reports), and one ending in `/` also without it (a static folder's canonical prefix has none).
+ */
+export function operatorPatternForms(entry: string): string[] {
+  let plain = ''
+  for (let i = 0; i < entry.length; i++) {
+    if (entry[i] !== '{') {
+      plain += entry[i]
+      continue
+    }
+    // a variable: its name, then its regex (which may hold braces of its own) dropped
+    let depth = 1
+    let j = i + 1
+    let name = ''
+    while (j < entry.length && entry[j] !== ':' && entry[j] !== '}') name += entry[j++]
+    while (j < entry.length && depth > 0) {
+      j++
+      if (entry[j] === '{') depth++
+      else if (entry[j] === '}') depth--
+    }
+    plain += `{${name}}`
+    i = j
+  }
+  const folded = foldApiTwin(plain)
+  return folded.length > 1 && folded.endsWith('/') ? [folded, folded.slice(0, -1)] : [folded]
+}
+
+/** The config's lists as the policy reads them (`operatorPatternForms` of each entry). */
+export function operatorPatterns(config: { admin_route_patterns: readonly string[]; inert_route_patterns: readonly string[] }): Required<OperatorPatterns> {
+  const forms = (entries: readonly string[]) => new Set(entries.flatMap(operatorPatternForms))
+  const inert = forms(config.inert_route_patterns)
+  // never the frontend's page, whatever spelling came to it (config refuses the plain ones)
+  inert.delete('/')
+  return { admin: forms(config.admin_route_patterns), inert }
 }
 
 /** The table the decision reads: this file's rows and the ones features add. */
@@ -187,8 +224,9 @@ export function hostRouteTable(added: ReadonlyArray<Record<string, HostRouteEntr
     behaviours,
     policy(method, route, operator = {}) {
       const policy = tablePolicy(method, route, operator.admin ?? NONE)
-      // an operator's inert mark only adds the headers: it never changes what a route requires
-      if (operator.inert === undefined || policy.inert === true || route === null || (method !== 'GET' && method !== 'HEAD')) return policy
+      // an operator's inert mark only adds the headers: it never changes what a route requires (on
+      // every method: a form's POST can open a page too, and the headers are harmless on any answer)
+      if (operator.inert === undefined || policy.inert === true || route === null) return policy
       return operator.inert.has(foldApiTwin(route.pattern)) ? { ...policy, inert: true } : policy
     },
   }

@@ -11,11 +11,27 @@
 import type { FastifyBaseLogger } from 'fastify'
 import type { Feature } from '../kernel/feature.js'
 import type { Services } from '../services.js'
+import type { UserRepository } from '../identity/users.js'
 import { Collection } from '../store/collection.js'
 import { DownloadQueue, type Landing } from './queue.js'
 import { downloadRoutes } from './routes.js'
 import { CollectionDownloadJobs, CollectionSourceKeys, SOURCES, type DownloadJobRecord, type DownloadJobs, type SourceKeys } from './store.js'
 import './events.js'
+
+/**
+ * Removes the keys of accounts that are gone; how many. An account this replica does not hold is
+ * asked of the store itself (a shared store's replica may be older than a new account's key); an
+ * account the store could not be asked about keeps its keys. Rejects when a removal fails.
+ */
+export function sweepOrphanKeys(keys: CollectionSourceKeys, users: Pick<UserRepository, 'fetchById'>): Promise<number> {
+  return keys.removeUnless(async (userId) => {
+    try {
+      return (await users.fetchById(userId)) !== undefined
+    } catch {
+      return true
+    }
+  })
+}
 
 /** What the models feature does with a landed file (models/feature.ts `landed`). */
 export type LandedHook = (userId: string, grantedBy: string, folder: string, item: string) => Promise<void>
@@ -61,9 +77,13 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
         // every step is tried: a store that fails the key removal must not leave a transfer running
         await stopJobsOf(userId, await Promise.allSettled(SOURCES.map((source) => keys.set(userId, source, ''))))
       })
-      // deleted on another instance of a shared store: that one removed the keys (shared); the jobs
-      // here are this host's own (its local store), and stop here
-      services.users.onDeletedElsewhere((userId) => void stopJobsOf(userId))
+      // deleted on another instance of a shared store: the jobs here are this host's own (its local
+      // store) and stop here; the keys are shared and the deleting instance removed those it held,
+      // but a key stored here a moment before may not have reached it: removed here too (a no-op
+      // for a key already gone)
+      services.users.onDeletedElsewhere((userId) => {
+        void ready.then(async ({ keys }) => stopJobsOf(userId, await Promise.allSettled(SOURCES.map((source) => keys.set(userId, source, '')))))
+      })
       return {
         jobs: [{
           name: 'model-downloads',
@@ -75,17 +95,11 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
             const jobs = new CollectionDownloadJobs(jobRecords, services.clock)
             const keys = new CollectionSourceKeys(keyRecords, services.fieldCipher)
             // keys of an account that is gone (deleted while this sidecar was away, or a removal that
-            // failed). An account this replica does not hold is asked of the store itself (a shared
-            // store's replica may be older than a new account's key); an account the store could not
-            // be asked about keeps its keys
-            const orphans = await keys.removeUnless(async (userId) => {
-              try {
-                return (await services.users.fetchById(userId)) !== undefined
-              } catch {
-                return true
-              }
-            })
-            if (orphans > 0) log.info({ keys: orphans }, 'removed the download keys of deleted accounts')
+            // failed); best effort: a store that refuses a removal now must not keep the downloads closed
+            await sweepOrphanKeys(keys, services.users).then(
+              (orphans) => orphans > 0 && log.info({ keys: orphans }, 'removed the download keys of deleted accounts'),
+              (err: unknown) => log.warn({ err }, 'the store refused removing a deleted account\'s download key; the store\'s retry removes it'),
+            )
             const landing: Landing = {
               landed: (job, folder, item) => landed()(job.user_id, job.username, folder, item),
             }

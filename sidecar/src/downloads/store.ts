@@ -191,13 +191,19 @@ export class CollectionSourceKeys implements SourceKeys {
     return SOURCES.filter((s) => this.records.get(CollectionSourceKeys.id(userId, s)) !== undefined)
   }
 
-  /** Removes every key whose account `exists` denies (asked once per account); how many. */
+  /**
+   * Removes every key whose account `exists` denies (asked once per account); how many. Every
+   * removal is tried; rejects with the first refusal (a refused removal is gone from memory and
+   * retried by the collection).
+   */
   async removeUnless(exists: (userId: string) => Promise<boolean>): Promise<number> {
     const records = [...this.records.values()]
     const users = [...new Set(records.map((r) => r.user_id))]
     const answers = new Map(await Promise.all(users.map(async (u) => [u, await exists(u)] as const)))
     const gone = records.filter((r) => answers.get(r.user_id) === false)
-    for (const r of gone) await this.records.narrowRemove(CollectionSourceKeys.id(r.user_id, r.source))
+    const removals = await Promise.allSettled(gone.map((r) => this.records.narrowRemove(CollectionSourceKeys.id(r.user_id, r.source))))
+    const refused = removals.find((r) => r.status === 'rejected')
+    if (refused !== undefined) throw refused.reason
     return gone.length
   }
 }

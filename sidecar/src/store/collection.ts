@@ -181,6 +181,8 @@ export class Collection<T> {
   }
 
   private reloading: Promise<boolean> | null = null
+  /** while a reload reads the store: the ids memory learnt something of meanwhile */
+  private learning: Set<string> | null = null
 
   private async reload(shared: SharedStore): Promise<boolean> {
     if (this.lazy) {
@@ -195,11 +197,17 @@ export class Collection<T> {
       return true
     }
     let rows: Array<[string, { value: T; seq: number }]>
+    // what memory learns while the read runs (a change heard, a record fetched, a write of ours
+    // stored) is newer than the read may be: a record the read lacks but learnt meanwhile stays
+    const learnt = new Set<string>()
+    this.learning = learnt
     try {
       rows = await shared.entriesVersioned<T>(this.kind)
     } catch (err) {
       this.options.log?.warn({ err, kind: this.kind }, 'reloading after the feed reconnected failed; tried again while the feed is up')
       return false
+    } finally {
+      this.learning = null
     }
     const busy = (id: string) => this.chains.has(id) || this.unsaved.has(id)
     const present = new Set<string>()
@@ -211,7 +219,7 @@ export class Collection<T> {
       this.remoteChange(id, value)
     }
     for (const id of [...this.records.keys()]) {
-      if (!present.has(id) && !busy(id)) {
+      if (!present.has(id) && !busy(id) && !learnt.has(id)) {
         this.storeSeq.delete(id)
         this.remoteChange(id, undefined)
       }
@@ -319,6 +327,7 @@ export class Collection<T> {
   }
 
   private remoteChange(id: string, after: T | undefined): void {
+    this.learning?.add(id)
     const before = this.records.get(id)
     if (after === undefined) this.records.delete(id)
     else this.records.set(id, after)
@@ -429,6 +438,7 @@ export class Collection<T> {
   /** Memory shows the newest change applied so far; an older one settling late changes nothing. */
   private show(id: string, version: number, value: T | undefined, notify = true): void {
     if ((this.memoryVersion.get(id) ?? 0) > version) return
+    this.learning?.add(id)
     this.memoryVersion.set(id, version)
     if (value === undefined) this.records.delete(id)
     else {

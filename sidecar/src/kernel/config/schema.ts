@@ -142,7 +142,7 @@ export const ConfigSchema = Type.Object(
     admin_route_patterns: Type.Array(Type.String({ pattern: '^/' }), { default: [] }),
     /**
      * Other custom nodes' routes (canonical patterns, or a static folder's prefix) that serve files
-     * users put on the host: their GET answers carry the inert headers (access/host-routes.ts).
+     * users put on the host: their answers carry the inert headers (access/host-routes.ts).
      * Never `/` (the frontend's page would be a sandbox). The default names VideoHelperSuite's
      * viewers, which serve input, output and temp files inline.
      */
