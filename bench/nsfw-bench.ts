@@ -30,7 +30,8 @@
  * nothing of one prompt lands in the next one's time.
  *
  * Environment: BENCH_NSFW_IMAGES (default 40), BENCH_NSFW_ROUNDS (default 7), BENCH_NSFW_SECONDS
- * (wrk per round, default 3). Ends with PASS/FAIL lines; exits 1 when a target is missed.
+ * (wrk per round, default 3), BENCH_NSFW_AIOHTTP (the hosts' aiohttp: 3.8, Debian's, by default;
+ * 3.11, what ComfyUI 0.3.64 asks for). Ends with PASS/FAIL lines; exits 1 when a target is missed.
  */
 import { readFileSync, writeFileSync, mkdtempSync } from 'node:fs'
 import { availableParallelism, tmpdir } from 'node:os'
