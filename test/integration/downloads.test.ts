@@ -629,11 +629,25 @@ describe('on a shared store, a deletion on one instance reaches the downloads of
   })
 })
 
+/** `work`, or a failure naming `what` once `ms` have passed (a row that must fail, not hang, when it regresses). */
+async function within<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} (${ms} ms)`)), ms)))
+  try {
+    return await Promise.race([work, late])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** What `held` does to a store: its feed muted (the changes of that time never reach its listeners), its single reads failed, its removals of download keys refused. */
 interface StoreHold {
   muted: boolean
   failReads: boolean
   failKeyRemovals?: boolean
+  /** whole-kind reads of download keys refused (counted in `keyReadsRefused`) */
+  failKeyLoads?: boolean
+  keyReadsRefused?: number
 }
 
 /** Wraps the store a sidecar opens so a row can mute its feed and fail its single reads (`hold`). */
@@ -643,6 +657,13 @@ function held(hold: StoreHold): (kv: KeyValueStore) => KeyValueStore {
       if (prop === 'subscribe') return (listener: (c: Change) => void) => (target as SharedStore).subscribe((c) => (hold.muted ? undefined : listener(c)))
       if (prop === 'getVersioned') {
         return (key: string) => (hold.failReads ? Promise.reject(new Error('the store is away')) : (target as SharedStore).getVersioned(key))
+      }
+      if (prop === 'entriesVersioned') {
+        return (kind: string) => {
+          if (hold.failKeyLoads !== true || kind !== 'download_key') return (target as SharedStore).entriesVersioned(kind)
+          hold.keyReadsRefused = (hold.keyReadsRefused ?? 0) + 1
+          return Promise.reject(new Error('the store is away'))
+        }
       }
       if (prop === 'delete') {
         return (key: string) => (hold.failKeyRemovals === true && key.startsWith('download_key:') ? Promise.reject(new Error('the store refused')) : (target as SharedStore).delete(key))
@@ -734,17 +755,42 @@ describe('a sweep the store refuses does not keep the downloads closed', { skip:
       await a.sc.services.users.delete(dave.user_id) // the record alone: no event
       const daveKeys = async () => (await a.sc.services.kv.entries<{ user_id: string }>('download_key')).filter(([, r]) => r.user_id === dave.user_id).length
       // openWorld waits for the downloads to open (the queue); bounded, so a regression fails rather than hangs
-      let timer: NodeJS.Timeout | undefined
-      const b = await Promise.race([
-        openWorld(src, {}, bDir, true, { config, wrap: held(hold), opened: (sc) => (bSidecar = sc) }),
-        new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('the downloads did not open while the sweep was refused')), 20_000))),
-      ]).finally(() => clearTimeout(timer))
+      const b = await within(openWorld(src, {}, bDir, true, { config, wrap: held(hold), opened: (sc) => (bSidecar = sc) }), 20_000, 'the downloads did not open while the sweep was refused')
       const jobs = await call(b.sc, { url: '/authsvc/api/model-download/jobs', bearer: b.aliceJwt })
       assert.equal(jobs.statusCode, 200, jobs.body)
       assert.equal(await daveKeys(), 1, 'the removal was refused')
       hold.failKeyRemovals = false
       assert.ok(await poll(async () => (await daveKeys()) === 0, 15_000), 'the collection\'s retry did not remove the key')
     } finally {
+      await bSidecar?.close()
+      await a.sc.close()
+      await Promise.all([src.close(), redis.stop()])
+    }
+  })
+})
+
+describe('a store the downloads cannot read at the start', { skip: redisSkipReason() }, () => {
+  it('a request meanwhile is a 503 STORE_UNAVAILABLE within seconds, not a hung request; the store back, the downloads open by themselves', async () => {
+    const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
+    const config = { backend: 'redis', redis_url: redis.url }
+    const hold: StoreHold = { muted: false, failReads: false, failKeyLoads: true }
+    const a = await openWorld(src, {}, tempDir('as-dl-unread-a-'), true, { config })
+    let bSidecar: Sidecar | undefined
+    try {
+      const b = openWorld(src, {}, tempDir('as-dl-unread-b-'), true, { config, wrap: held(hold), opened: (sc) => (bSidecar = sc) })
+      assert.ok(await poll(async () => bSidecar !== undefined && (hold.keyReadsRefused ?? 0) >= 1, 10_000), 'B never tried to read its keys')
+      // alice's session (shared) on B while its downloads cannot open
+      const early = await within(call(bSidecar!, { url: '/authsvc/api/model-download/jobs', bearer: a.aliceJwt }), 15_000, 'the request waited for the downloads to open')
+      assert.equal(early.statusCode, 503, early.body)
+      assert.equal(JSON.parse(early.body).code, 'STORE_UNAVAILABLE')
+      assert.equal(early.headers['retry-after'], '5')
+      assert.ok((hold.keyReadsRefused ?? 0) >= 2, 'the read is tried again')
+      hold.failKeyLoads = false
+      await within(b, 40_000, 'the downloads did not open once the store was back')
+      const jobs = await call(bSidecar!, { url: '/authsvc/api/model-download/jobs', bearer: a.aliceJwt })
+      assert.equal(jobs.statusCode, 200, jobs.body)
+    } finally {
+      hold.failKeyLoads = false
       await bSidecar?.close()
       await a.sc.close()
       await Promise.all([src.close(), redis.stop()])

@@ -15,7 +15,8 @@ import type { UserRepository } from '../identity/users.js'
 import { Collection } from '../store/collection.js'
 import { DownloadQueue, type Landing } from './queue.js'
 import { downloadRoutes } from './routes.js'
-import { CollectionDownloadJobs, CollectionSourceKeys, SOURCES, type DownloadJobRecord, type DownloadJobs, type SourceKeys } from './store.js'
+import { CollectionDownloadJobs, CollectionSourceKeys, SOURCES, type DownloadJobRecord, type DownloadJobs, type KeyRecord, type SourceKeys } from './store.js'
+import { AuthsvcError } from '../kernel/errors.js'
 import './events.js'
 
 /**
@@ -33,6 +34,11 @@ export function sweepOrphanKeys(keys: CollectionSourceKeys, users: Pick<UserRepo
   })
 }
 
+/** how long a request waits for the downloads to open before it is answered 503 */
+const OPEN_WAIT_MS = 5000
+const RETRY_BASE_MS = 1000
+const RETRY_MAX_MS = 30_000
+
 /** What the models feature does with a landed file (models/feature.ts `landed`). */
 export type LandedHook = (userId: string, grantedBy: string, folder: string, item: string) => Promise<void>
 
@@ -44,28 +50,82 @@ export interface DownloadsFeature extends Feature {
 type DownloadServices = Pick<Services, 'config' | 'host' | 'clock' | 'events' | 'kv' | 'localKv' | 'fieldCipher' | 'log' | 'users'>
 
 export function downloadsFeature(services: DownloadServices, log: FastifyBaseLogger, landed: () => LandedHook): DownloadsFeature {
-  let opened: { queue: DownloadQueue; jobs: DownloadJobs; keys: SourceKeys } | undefined
-  let resolveReady: (value: { queue: DownloadQueue; jobs: DownloadJobs; keys: SourceKeys }) => void = () => {}
-  const ready = new Promise<{ queue: DownloadQueue; jobs: DownloadJobs; keys: SourceKeys }>((r) => (resolveReady = r))
+  type Opened = { queue: DownloadQueue; jobs: DownloadJobs; keys: SourceKeys }
+  let opened: Opened | undefined
+  let resolveReady: (value: Opened) => void = () => {}
+  const ready = new Promise<Opened>((r) => (resolveReady = r))
+  /** for a request: the opened store, waited for a few seconds at most (a store that cannot be read yet is a 503, not a hung request) */
+  const openedSoon = async (): Promise<Opened> => {
+    if (opened !== undefined) return opened
+    let timer: NodeJS.Timeout | undefined
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new AuthsvcError('STORE_UNAVAILABLE', 'The downloads could not read their store yet; try again shortly', { 'Retry-After': '5' })), OPEN_WAIT_MS)
+    })
+    try {
+      return await Promise.race([ready, late])
+    } finally {
+      clearTimeout(timer)
+    }
+  }
   const handle = {
-    queue: async () => (await ready).queue,
+    queue: async () => (await openedSoon()).queue,
     list: () => opened?.jobs.list() ?? [],
     get: (jobId: string) => opened?.jobs.get(jobId),
-    keys: async () => (await ready).keys,
+    keys: async () => (await openedSoon()).keys,
+  }
+  let stopped = false
+  let retry: NodeJS.Timeout | undefined
+  /**
+   * Opens the job store and the keys, then the queue. A store that cannot be read is tried again
+   * with backoff (1 s doubling to 30 s) until it can, or the sidecar stops; never throws.
+   */
+  const open = async (delayMs = RETRY_BASE_MS): Promise<void> => {
+    if (stopped) return
+    let loaded: [Collection<DownloadJobRecord>, Collection<KeyRecord>]
+    try {
+      loaded = await Promise.all([
+        Collection.load<DownloadJobRecord>(services.localKv, 'download_job', { log }),
+        Collection.load<KeyRecord>(services.kv, 'download_key', { log }),
+      ])
+    } catch (err) {
+      if (stopped) return
+      log.warn({ err, retry_ms: delayMs }, 'the downloads could not read their store; tried again')
+      retry = setTimeout(() => void open(Math.min(delayMs * 2, RETRY_MAX_MS)), delayMs)
+      return
+    }
+    if (stopped) return
+    const [jobRecords, keyRecords] = loaded
+    const jobs = new CollectionDownloadJobs(jobRecords, services.clock)
+    const keys = new CollectionSourceKeys(keyRecords, services.fieldCipher)
+    // keys of an account that is gone (deleted while this sidecar was away, or a removal that
+    // failed); best effort: a store that refuses a removal now must not keep the downloads closed
+    await sweepOrphanKeys(keys, services.users).then(
+      (orphans) => orphans > 0 && log.info({ keys: orphans }, 'removed the download keys of deleted accounts'),
+      (err: unknown) => log.warn({ err }, 'the store refused removing a deleted account\'s download key; the store\'s retry removes it'),
+    )
+    if (stopped) return
+    const landing: Landing = {
+      landed: (job, folder, item) => landed()(job.user_id, job.username, folder, item),
+    }
+    const queue = new DownloadQueue(services, jobs, keys, landing, log)
+    opened = { queue, jobs, keys }
+    resolveReady(opened)
+    await queue.start().catch((err: unknown) => log.error({ err }, 'the download queue failed to start'))
   }
   return {
     name: 'downloads',
     routes: async (family) => {
       await family.register(downloadRoutes(services, handle))
     },
-    queue: handle.queue,
+    // (tests and the bench wait for the queue as long as it takes)
+    queue: async () => (await ready).queue,
     bind() {
       /** Cancels the account's queued and running jobs on this host; what could not be done, logged (`keysRemoved`: that step's outcomes). */
       const stopJobsOf = async (userId: string, keysRemoved: PromiseSettledResult<unknown>[] = []) => {
         const { queue, jobs } = await ready
         const live = jobs.list().filter((j) => j.user_id === userId && (j.status === 'queued' || j.status === 'running'))
-        const stopped = await Promise.allSettled(live.map((j) => queue.cancel(j.job_id)))
-        for (const r of [...keysRemoved, ...stopped]) {
+        const cancelled = await Promise.allSettled(live.map((j) => queue.cancel(j.job_id)))
+        for (const r of [...keysRemoved, ...cancelled]) {
           // a job that ended meanwhile is CONFLICT: nothing to do; a key left (the store failed) goes at the next start
           if (r.status === 'rejected' && (r.reason as { code?: string })?.code !== 'CONFLICT') log.error({ err: r.reason, user_id: userId }, 'a deleted account\'s download job or key could not be removed')
         }
@@ -88,27 +148,11 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
         jobs: [{
           name: 'model-downloads',
           async start() {
-            const [jobRecords, keyRecords] = await Promise.all([
-              Collection.load<DownloadJobRecord>(services.localKv, 'download_job', { log }),
-              Collection.load<{ user_id: string; source: 'civitai' | 'huggingface'; sealed: string }>(services.kv, 'download_key', { log }),
-            ])
-            const jobs = new CollectionDownloadJobs(jobRecords, services.clock)
-            const keys = new CollectionSourceKeys(keyRecords, services.fieldCipher)
-            // keys of an account that is gone (deleted while this sidecar was away, or a removal that
-            // failed); best effort: a store that refuses a removal now must not keep the downloads closed
-            await sweepOrphanKeys(keys, services.users).then(
-              (orphans) => orphans > 0 && log.info({ keys: orphans }, 'removed the download keys of deleted accounts'),
-              (err: unknown) => log.warn({ err }, 'the store refused removing a deleted account\'s download key; the store\'s retry removes it'),
-            )
-            const landing: Landing = {
-              landed: (job, folder, item) => landed()(job.user_id, job.username, folder, item),
-            }
-            const queue = new DownloadQueue(services, jobs, keys, landing, log)
-            opened = { queue, jobs, keys }
-            resolveReady(opened)
-            await queue.start()
+            await open()
           },
           async stop() {
+            stopped = true
+            clearTimeout(retry)
             await opened?.queue.stop()
           },
         }],

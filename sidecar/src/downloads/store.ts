@@ -155,7 +155,7 @@ export class CollectionDownloadJobs implements DownloadJobs {
   }
 }
 
-interface KeyRecord {
+export interface KeyRecord {
   user_id: string
   source: SourceName
   sealed: string
