@@ -583,51 +583,35 @@ describe('keys of an account deleted without the event go at the next start', ()
   }))
 })
 
-describe('on a shared store, a deletion on one instance reaches the downloads of another', { skip: redisSkipReason() }, () => {
-  it('deleted on A: B cancels the account\'s running job (no file left); B\'s next start removes a key whose account the store no longer has', async () => {
-    const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
-    const store = { config: { backend: 'redis', redis_url: redis.url } }
-    const a = await openWorld(src, {}, tempDir('as-dl-shared-a-'), true, store)
-    const bDir = tempDir('as-dl-shared-b-')
-    let b = await openWorld(src, {}, bDir, true, store)
-    try {
-      // alice's download runs on B (B's own job store), with the key she stored there
-      assert.equal((await putKey(b.sc, b.aliceJwt, 'civitai', 'alice-civitai-key-0123')).statusCode, 200)
-      const slow = file({ size: 1024 * 1024, pauseAt: 256 * 1024 })
-      src.civitai.set(821, [slow])
-      const paused = once(src.events, 'paused')
-      const running = await start(b, { source: 'civitai', model_version_id: 821 })
-      await Promise.all([paused, progressed(b, running)])
-      const ending = ended(b, running)
+/** What `held` does to a store: its feed muted (the changes of that time never reach its listeners), its single reads failed, its whole-kind reads of download keys refused (counted), its removals of download keys refused. */
+interface StoreHold {
+  muted?: boolean
+  failReads?: boolean
+  failKeyLoads?: boolean
+  keyReadsRefused?: number
+  failKeyRemovals?: boolean
+}
 
-      // deleted on A: A removes the keys (the store is shared) and has no job of hers; B hears the deletion through the feed
-      const deleted = await call(a.sc, { method: 'DELETE', url: '/authsvc/api/users/alice', bearer: a.adminJwt })
-      assert.equal(deleted.statusCode, 200, deleted.body)
-      const status = async () => (await jobOf(b, running, b.adminJwt)).status as string
-      assert.ok(await poll(async () => FINAL.has(await status()), 10_000), `B's job of the deleted account did not end: ${await status()}`)
-      assert.equal((await ending).status, 'cancelled')
-      assert.deepEqual([...staged(b, 'checkpoints'), ...listing(b, 'checkpoints')].filter((n) => n.includes(slow.name)), [], 'no partial file left on B, nor the model')
-      const keysLeft = async () => (await a.sc.services.kv.entries<{ user_id: string }>('download_key')).map(([, r]) => r.user_id)
-      assert.ok(await poll(async () => (await keysLeft()).length === 0, 10_000), `alice's key is still stored: ${JSON.stringify(await keysLeft())}`)
-
-      // bob's account removed on A without the event (a deletion whose other steps failed) while B
-      // is stopped (a running B would hear of it and remove the key): his key stays until B starts again
-      await b.sc.close({ keepDir: true })
-      assert.equal((await putKey(a.sc, a.bobJwt, 'civitai', 'bob-civitai-key-0123')).statusCode, 200)
-      const bob = a.sc.services.users.byUsername('bob')!.user_id
-      await a.sc.services.users.delete(bob)
-      assert.deepEqual(await keysLeft(), [bob])
-      // (the new B makes a fresh bob: its key is not the old one's)
-      b = await openWorld(src, {}, bDir, true, store)
-      const stored = await a.sc.services.kv.entries<{ user_id: string }>('download_key')
-      assert.deepEqual(stored.map(([, r]) => r.user_id), [], 'the deleted account\'s key went at B\'s start')
-    } finally {
-      await b.sc.close()
-      await a.sc.close()
-      await Promise.all([src.close(), redis.stop()])
-    }
+/** Wraps the store a sidecar opens so a row can hold it as `hold` says, at any moment. */
+function held(hold: StoreHold): (kv: KeyValueStore) => KeyValueStore {
+  return (kv) => new Proxy(kv, {
+    get(target, prop) {
+      const store = target as SharedStore
+      if (prop === 'subscribe') return (listener: (c: Change) => void) => store.subscribe((c) => (hold.muted === true ? undefined : listener(c)))
+      if (prop === 'getVersioned') return (key: string) => (hold.failReads === true ? Promise.reject(new Error('the store is away')) : store.getVersioned(key))
+      if (prop === 'entriesVersioned') {
+        return (kind: string) => {
+          if (hold.failKeyLoads !== true || kind !== 'download_key') return store.entriesVersioned(kind)
+          hold.keyReadsRefused = (hold.keyReadsRefused ?? 0) + 1
+          return Promise.reject(new Error('the store is away'))
+        }
+      }
+      if (prop === 'delete') return (key: string) => (hold.failKeyRemovals === true && key.startsWith('download_key:') ? Promise.reject(new Error('the store refused')) : store.delete(key))
+      const value = Reflect.get(target, prop, target) as unknown
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+    },
   })
-})
+}
 
 /** `work`, or a failure naming `what` once `ms` have passed (a row that must fail, not hang, when it regresses). */
 async function within<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
@@ -640,144 +624,153 @@ async function within<T>(work: Promise<T>, ms: number, what: string): Promise<T>
   }
 }
 
-/** What `held` does to a store: its feed muted (the changes of that time never reach its listeners), its single reads failed, its removals of download keys refused. */
-interface StoreHold {
-  muted: boolean
-  failReads: boolean
-  failKeyRemovals?: boolean
-  /** whole-kind reads of download keys refused (counted in `keyReadsRefused`) */
-  failKeyLoads?: boolean
-  keyReadsRefused?: number
+interface SharedStoreRow {
+  src: DownloadStandins
+  /** opens a sidecar on the row's store (its store held as `hold` says); `opened` is told of it at once */
+  open(dir: string, hold?: StoreHold, opened?: (sc: Sidecar) => void): Promise<World>
+  /** closes one before the row ends (every other is closed after it, whatever it did) */
+  close(sc: Sidecar, keepDir?: boolean): Promise<void>
 }
 
-/** Wraps the store a sidecar opens so a row can mute its feed and fail its single reads (`hold`). */
-function held(hold: StoreHold): (kv: KeyValueStore) => KeyValueStore {
-  return (kv) => new Proxy(kv, {
-    get(target, prop) {
-      if (prop === 'subscribe') return (listener: (c: Change) => void) => (target as SharedStore).subscribe((c) => (hold.muted ? undefined : listener(c)))
-      if (prop === 'getVersioned') {
-        return (key: string) => (hold.failReads ? Promise.reject(new Error('the store is away')) : (target as SharedStore).getVersioned(key))
-      }
-      if (prop === 'entriesVersioned') {
-        return (kind: string) => {
-          if (hold.failKeyLoads !== true || kind !== 'download_key') return (target as SharedStore).entriesVersioned(kind)
-          hold.keyReadsRefused = (hold.keyReadsRefused ?? 0) + 1
-          return Promise.reject(new Error('the store is away'))
-        }
-      }
-      if (prop === 'delete') {
-        return (key: string) => (hold.failKeyRemovals === true && key.startsWith('download_key:') ? Promise.reject(new Error('the store refused')) : (target as SharedStore).delete(key))
-      }
-      const value = Reflect.get(target, prop, target) as unknown
-      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
-    },
-  })
+/** A row with the stand-ins and one real Redis: two or more sidecars on one shared store. */
+async function onSharedStore(row: (r: SharedStoreRow) => Promise<void>): Promise<void> {
+  const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
+  const config = { backend: 'redis', redis_url: redis.url }
+  const open = new Set<Sidecar>()
+  try {
+    await row({
+      src,
+      open: (dir, hold, opened) => openWorld(src, {}, dir, true, {
+        config,
+        wrap: hold === undefined ? undefined : held(hold),
+        opened: (sc) => {
+          open.add(sc)
+          opened?.(sc)
+        },
+      }),
+      async close(sc, keepDir = false) {
+        open.delete(sc)
+        await sc.close({ keepDir })
+      },
+    })
+  } finally {
+    for (const sc of [...open].reverse()) await sc.close()
+    await Promise.all([src.close(), redis.stop()])
+  }
 }
+
+/** Whose download keys the (shared) store holds, one entry per key. */
+async function keyOwners(w: World): Promise<string[]> {
+  return (await w.sc.services.kv.entries<{ user_id: string }>('download_key')).map(([, r]) => r.user_id)
+}
+
+describe('on a shared store, a deletion on one instance reaches the downloads of another', { skip: redisSkipReason() }, () => {
+  it('deleted on A: B cancels the account\'s running job (no file left); B\'s next start removes a key whose account the store no longer has', () => onSharedStore(async ({ src, open, close }) => {
+    const a = await open(tempDir('as-dl-shared-a-'))
+    const bDir = tempDir('as-dl-shared-b-')
+    let b = await open(bDir)
+    // alice's download runs on B (B's own job store), with the key she stored there
+    assert.equal((await putKey(b.sc, b.aliceJwt, 'civitai', 'alice-civitai-key-0123')).statusCode, 200)
+    const slow = file({ size: 1024 * 1024, pauseAt: 256 * 1024 })
+    src.civitai.set(821, [slow])
+    const paused = once(src.events, 'paused')
+    const running = await start(b, { source: 'civitai', model_version_id: 821 })
+    await Promise.all([paused, progressed(b, running)])
+    const ending = ended(b, running)
+
+    // deleted on A: A removes the keys (the store is shared) and has no job of hers; B hears the deletion through the feed
+    const deleted = await call(a.sc, { method: 'DELETE', url: '/authsvc/api/users/alice', bearer: a.adminJwt })
+    assert.equal(deleted.statusCode, 200, deleted.body)
+    const status = async () => (await jobOf(b, running, b.adminJwt)).status as string
+    assert.ok(await poll(async () => FINAL.has(await status()), 10_000), `B's job of the deleted account did not end: ${await status()}`)
+    assert.equal((await ending).status, 'cancelled')
+    assert.deepEqual([...staged(b, 'checkpoints'), ...listing(b, 'checkpoints')].filter((n) => n.includes(slow.name)), [], 'no partial file left on B, nor the model')
+    assert.ok(await poll(async () => (await keyOwners(a)).length === 0, 10_000), `alice's key is still stored: ${JSON.stringify(await keyOwners(a))}`)
+
+    // bob's account removed on A without the event (a deletion whose other steps failed) while B
+    // is stopped (a running B would hear of it and remove the key): his key stays until B starts again
+    await close(b.sc, true)
+    assert.equal((await putKey(a.sc, a.bobJwt, 'civitai', 'bob-civitai-key-0123')).statusCode, 200)
+    const bob = a.sc.services.users.byUsername('bob')!.user_id
+    await a.sc.services.users.delete(bob)
+    assert.deepEqual(await keyOwners(a), [bob])
+    // (the new B makes a fresh bob: its key is not the old one's)
+    b = await open(bDir)
+    assert.deepEqual(await keyOwners(a), [], 'the deleted account\'s key went at B\'s start')
+  }))
+})
 
 describe('on a shared store, a key the deleting instance never heard of goes too', { skip: redisSkipReason() }, () => {
-  it('stored on B while A\'s feed was lost, then the account deleted on A: B removes the key', async () => {
-    const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
-    const config = { backend: 'redis', redis_url: redis.url }
-    const hold: StoreHold = { muted: false, failReads: false }
-    const a = await openWorld(src, {}, tempDir('as-dl-unheard-a-'), true, { config, wrap: held(hold) })
-    const b = await openWorld(src, {}, tempDir('as-dl-unheard-b-'), true, { config })
-    try {
-      hold.muted = true
-      // A's store client hears the change (its collections, muted, do not)
-      const reachedA = nextChange(a.sc.services.store, (c) => c.key.startsWith('download_key:'))
-      assert.equal((await putKey(b.sc, b.bobJwt, 'civitai', 'bob-civitai-key-0123')).statusCode, 200)
-      await reachedA
-      hold.muted = false
-      const bob = b.sc.services.users.byUsername('bob')!.user_id
-      const bobsKeys = async () => (await a.sc.services.kv.entries<{ user_id: string }>('download_key')).filter(([, r]) => r.user_id === bob).length
-      assert.equal(await bobsKeys(), 1)
-      const deleted = await call(a.sc, { method: 'DELETE', url: '/authsvc/api/users/bob', bearer: a.adminJwt })
-      assert.equal(deleted.statusCode, 200, deleted.body)
-      assert.ok(await poll(async () => (await bobsKeys()) === 0, 10_000), 'bob\'s key, stored on B and never heard of by A, is still stored')
-    } finally {
-      await b.sc.close()
-      await a.sc.close()
-      await Promise.all([src.close(), redis.stop()])
-    }
-  })
+  it('stored on B while A\'s feed was lost, then the account deleted on A: B removes the key', () => onSharedStore(async ({ open }) => {
+    const hold: StoreHold = {}
+    const a = await open(tempDir('as-dl-unheard-a-'), hold)
+    const b = await open(tempDir('as-dl-unheard-b-'))
+    hold.muted = true
+    // A's store client hears the change (its collections, muted, do not)
+    const reachedA = nextChange(a.sc.services.store, (c) => c.key.startsWith('download_key:'))
+    assert.equal((await putKey(b.sc, b.bobJwt, 'civitai', 'bob-civitai-key-0123')).statusCode, 200)
+    await reachedA
+    hold.muted = false
+    const bob = b.sc.services.users.byUsername('bob')!.user_id
+    assert.deepEqual(await keyOwners(a), [bob])
+    const deleted = await call(a.sc, { method: 'DELETE', url: '/authsvc/api/users/bob', bearer: a.adminJwt })
+    assert.equal(deleted.statusCode, 200, deleted.body)
+    assert.ok(await poll(async () => (await keyOwners(a)).length === 0, 10_000), 'bob\'s key, stored on B and never heard of by A, is still stored')
+  }))
 })
 
 describe('on a shared store, the sweep of orphaned keys never takes a live account\'s key', { skip: redisSkipReason() }, () => {
-  it('an account B\'s replica has not heard of keeps its key; so does one the store cannot be asked about', async () => {
-    const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
-    const config = { backend: 'redis', redis_url: redis.url }
+  it('an account B\'s replica has not heard of keeps its key; so does one the store cannot be asked about', () => onSharedStore(async ({ open }) => {
     // B's feed muted (a lagging replica: what A writes meanwhile never reaches B's memory) and its single reads failed on demand
-    const b: StoreHold = { muted: false, failReads: false }
-    const a = await openWorld(src, {}, tempDir('as-dl-sweep-a-'), true, { config })
-    const onB = await openWorld(src, {}, tempDir('as-dl-sweep-b-'), true, { config, wrap: held(b) })
-    try {
-      b.muted = true
-      const carol = await addUser(a.sc, 'carol', 'Passw0rd-long-enough', 'downloader')
-      assert.equal((await putKey(a.sc, await sessionJwt(a.sc, carol), 'civitai', 'carol-civitai-key-0123')).statusCode, 200)
-      assert.equal(onB.sc.services.users.byId(carol.user_id), undefined, 'B\'s replica has not heard of carol')
-      // what B's next start sweeps: the keys as the store holds them now
-      const sweep = async () => sweepOrphanKeys(new CollectionSourceKeys(await Collection.load(onB.sc.services.kv, 'download_key'), onB.sc.services.fieldCipher), onB.sc.services.users)
-      const carolsKeys = async () => (await a.sc.services.kv.entries<{ user_id: string }>('download_key')).filter(([, r]) => r.user_id === carol.user_id).length
-      b.failReads = true
-      assert.equal(await sweep(), 0)
-      assert.equal(await carolsKeys(), 1, 'the store could not be asked: her key stays')
-      b.failReads = false
-      assert.equal(await sweep(), 0)
-      assert.equal(await carolsKeys(), 1, 'asked of the store, carol exists: her key stays')
-      // and an account the store has no more is swept, by the same call (dave: made, keyed and
-      // removed on A while B heard nothing; carol is held by B now, read from the store above)
-      const dave = await addUser(a.sc, 'dave', 'Passw0rd-long-enough', 'downloader')
-      assert.equal((await putKey(a.sc, await sessionJwt(a.sc, dave), 'civitai', 'dave-civitai-key-0123')).statusCode, 200)
-      await a.sc.services.users.delete(dave.user_id)
-      assert.equal(await sweep(), 1)
-      const left = (await a.sc.services.kv.entries<{ user_id: string }>('download_key')).map(([, r]) => r.user_id)
-      assert.deepEqual(left, [carol.user_id], 'dave\'s key went; carol\'s stays')
-    } finally {
-      b.muted = false
-      await onB.sc.close()
-      await a.sc.close()
-      await Promise.all([src.close(), redis.stop()])
-    }
-  })
+    const hold: StoreHold = {}
+    const a = await open(tempDir('as-dl-sweep-a-'))
+    const b = await open(tempDir('as-dl-sweep-b-'), hold)
+    hold.muted = true
+    const carol = await addUser(a.sc, 'carol', 'Passw0rd-long-enough', 'downloader')
+    assert.equal((await putKey(a.sc, await sessionJwt(a.sc, carol), 'civitai', 'carol-civitai-key-0123')).statusCode, 200)
+    assert.equal(b.sc.services.users.byId(carol.user_id), undefined, 'B\'s replica has not heard of carol')
+    // what B's next start sweeps: the keys as the store holds them now
+    const sweep = async () => sweepOrphanKeys(new CollectionSourceKeys(await Collection.load(b.sc.services.kv, 'download_key'), b.sc.services.fieldCipher), b.sc.services.users)
+    hold.failReads = true
+    assert.equal(await sweep(), 0)
+    assert.deepEqual(await keyOwners(a), [carol.user_id], 'the store could not be asked: her key stays')
+    hold.failReads = false
+    assert.equal(await sweep(), 0)
+    assert.deepEqual(await keyOwners(a), [carol.user_id], 'asked of the store, carol exists: her key stays')
+    // and an account the store has no more is swept, by the same call (dave: made, keyed and
+    // removed on A while B heard nothing; carol is held by B now, read from the store above)
+    const dave = await addUser(a.sc, 'dave', 'Passw0rd-long-enough', 'downloader')
+    assert.equal((await putKey(a.sc, await sessionJwt(a.sc, dave), 'civitai', 'dave-civitai-key-0123')).statusCode, 200)
+    await a.sc.services.users.delete(dave.user_id)
+    assert.equal(await sweep(), 1)
+    assert.deepEqual(await keyOwners(a), [carol.user_id], 'dave\'s key went; carol\'s stays')
+  }))
 })
 
 describe('a sweep the store refuses does not keep the downloads closed', { skip: redisSkipReason() }, () => {
-  it('the orphan\'s removal refused at the start: the downloads open anyway, and the store\'s retry removes the key later', async () => {
-    const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
-    const config = { backend: 'redis', redis_url: redis.url }
-    const hold: StoreHold = { muted: false, failReads: false, failKeyRemovals: true }
-    const bDir = tempDir('as-dl-refused-b-')
-    const a = await openWorld(src, {}, tempDir('as-dl-refused-a-'), true, { config })
-    let bSidecar: Sidecar | undefined
-    try {
-      const dave = await addUser(a.sc, 'dave', 'Passw0rd-long-enough', 'downloader')
-      assert.equal((await putKey(a.sc, await sessionJwt(a.sc, dave), 'civitai', 'dave-civitai-key-0123')).statusCode, 200)
-      await a.sc.services.users.delete(dave.user_id) // the record alone: no event
-      const daveKeys = async () => (await a.sc.services.kv.entries<{ user_id: string }>('download_key')).filter(([, r]) => r.user_id === dave.user_id).length
-      // openWorld waits for the downloads to open (the queue); bounded, so a regression fails rather than hangs
-      const b = await within(openWorld(src, {}, bDir, true, { config, wrap: held(hold), opened: (sc) => (bSidecar = sc) }), 20_000, 'the downloads did not open while the sweep was refused')
-      const jobs = await call(b.sc, { url: '/authsvc/api/model-download/jobs', bearer: b.aliceJwt })
-      assert.equal(jobs.statusCode, 200, jobs.body)
-      assert.equal(await daveKeys(), 1, 'the removal was refused')
-      hold.failKeyRemovals = false
-      assert.ok(await poll(async () => (await daveKeys()) === 0, 15_000), 'the collection\'s retry did not remove the key')
-    } finally {
-      await bSidecar?.close()
-      await a.sc.close()
-      await Promise.all([src.close(), redis.stop()])
-    }
-  })
+  it('the orphan\'s removal refused at the start: the downloads open anyway, and the store\'s retry removes the key later', () => onSharedStore(async ({ open }) => {
+    const a = await open(tempDir('as-dl-refused-a-'))
+    const dave = await addUser(a.sc, 'dave', 'Passw0rd-long-enough', 'downloader')
+    assert.equal((await putKey(a.sc, await sessionJwt(a.sc, dave), 'civitai', 'dave-civitai-key-0123')).statusCode, 200)
+    await a.sc.services.users.delete(dave.user_id) // the record alone: no event
+    // openWorld waits for the downloads to open (the queue); bounded, so a regression fails rather than hangs
+    const hold: StoreHold = { failKeyRemovals: true }
+    const b = await within(open(tempDir('as-dl-refused-b-'), hold), 20_000, 'the downloads did not open while the sweep was refused')
+    const jobs = await call(b.sc, { url: '/authsvc/api/model-download/jobs', bearer: b.aliceJwt })
+    assert.equal(jobs.statusCode, 200, jobs.body)
+    assert.deepEqual(await keyOwners(a), [dave.user_id], 'the removal was refused')
+    hold.failKeyRemovals = false
+    assert.ok(await poll(async () => (await keyOwners(a)).length === 0, 15_000), 'the collection\'s retry did not remove the key')
+  }))
 })
 
 describe('a store the downloads cannot read at the start', { skip: redisSkipReason() }, () => {
-  it('a request meanwhile is a 503 STORE_UNAVAILABLE within seconds, not a hung request; the store back, the downloads open by themselves', async () => {
-    const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
-    const config = { backend: 'redis', redis_url: redis.url }
-    const hold: StoreHold = { muted: false, failReads: false, failKeyLoads: true }
-    const a = await openWorld(src, {}, tempDir('as-dl-unread-a-'), true, { config })
+  it('a request meanwhile is a 503 STORE_UNAVAILABLE within seconds, not a hung request; the store back, the downloads open by themselves', () => onSharedStore(async ({ open }) => {
+    const a = await open(tempDir('as-dl-unread-a-'))
+    const hold: StoreHold = { failKeyLoads: true }
     let bSidecar: Sidecar | undefined
+    const b = open(tempDir('as-dl-unread-b-'), hold, (sc) => (bSidecar = sc))
     try {
-      const b = openWorld(src, {}, tempDir('as-dl-unread-b-'), true, { config, wrap: held(hold), opened: (sc) => (bSidecar = sc) })
       assert.ok(await poll(async () => bSidecar !== undefined && (hold.keyReadsRefused ?? 0) >= 1, 10_000), 'B never tried to read its keys')
       // alice's session (shared) on B while its downloads cannot open
       const early = await within(call(bSidecar!, { url: '/authsvc/api/model-download/jobs', bearer: a.aliceJwt }), 15_000, 'the request waited for the downloads to open')
@@ -785,17 +778,13 @@ describe('a store the downloads cannot read at the start', { skip: redisSkipReas
       assert.equal(JSON.parse(early.body).code, 'STORE_UNAVAILABLE')
       assert.equal(early.headers['retry-after'], '5')
       assert.ok((hold.keyReadsRefused ?? 0) >= 2, 'the read is tried again')
-      hold.failKeyLoads = false
-      await within(b, 40_000, 'the downloads did not open once the store was back')
-      const jobs = await call(bSidecar!, { url: '/authsvc/api/model-download/jobs', bearer: a.aliceJwt })
-      assert.equal(jobs.statusCode, 200, jobs.body)
     } finally {
       hold.failKeyLoads = false
-      await bSidecar?.close()
-      await a.sc.close()
-      await Promise.all([src.close(), redis.stop()])
     }
-  })
+    await within(b, 40_000, 'the downloads did not open once the store was back')
+    const jobs = await call(bSidecar!, { url: '/authsvc/api/model-download/jobs', bearer: a.aliceJwt })
+    assert.equal(jobs.statusCode, 200, jobs.body)
+  }))
 })
 
 /** Starts a download of `f` (its source pauses half-way), waits until that half is on disk, and stops the sidecar keeping its files. */
