@@ -24,11 +24,13 @@ interface Rec {
  */
 function controlled(store: SharedStore) {
   let held: { answered: () => void; release: () => void; gate: Promise<void> } | null = null
-  const state = { muted: false }
+  /** `failReads`: whole-kind reads refused; `listening`: the listeners subscribed through it now */
+  const state = { muted: false, failReads: false, listening: 0 }
   const proxy = new Proxy(store, {
     get(target, prop) {
       if (prop === 'entriesVersioned') {
         return async (kind: string) => {
+          if (state.failReads) throw new Error('the store is away')
           const rows = await target.entriesVersioned(kind)
           const hold = held
           if (hold !== null) {
@@ -39,7 +41,16 @@ function controlled(store: SharedStore) {
           return rows
         }
       }
-      if (prop === 'subscribe') return (listener: (c: Change) => void) => target.subscribe((c) => (state.muted ? undefined : listener(c)))
+      if (prop === 'subscribe') {
+        return (listener: (c: Change) => void) => {
+          const off = target.subscribe((c) => (state.muted ? undefined : listener(c)))
+          state.listening++
+          return () => {
+            state.listening--
+            off()
+          }
+        }
+      }
       const value = Reflect.get(target, prop, target) as unknown
       return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
     },
@@ -100,6 +111,35 @@ describe('a collection\'s reload keeps what it learnt while it read', { skip: re
     assert.deepEqual(onB.get('new'), { name: 'new' }, 'the reload kept it')
     assert.deepEqual(onB.get('old'), { name: 'old' })
     assert.deepEqual(gone, [])
+  })
+
+  it('a record another instance deleted while the read ran stays deleted (the read still had it)', async () => {
+    const { b, onA, onB, gone } = await pair('resync-deleted')
+    const made = nextChange(bRaw, (c) => c.key === 'resync-deleted:x')
+    await onA.put('x', { name: 'x' })
+    await made
+    const { answered, release } = b.hold()
+    const reload = onB.resync()
+    await answered
+    const deleted = nextChange(bRaw, (c) => c.key === 'resync-deleted:x' && !c.exists)
+    await onA.remove('x')
+    await deleted
+    assert.equal(onB.get('x'), undefined, 'B heard the deletion while its read was held')
+    release()
+    assert.equal(await reload, true)
+    assert.equal(onB.get('x'), undefined, 'the reload did not bring it back')
+    assert.deepEqual(gone, ['x'], 'heard deleted once, never re-created')
+  })
+
+  it('a load the store refuses leaves nothing subscribed to the feed (its caller may try again)', async () => {
+    const b = controlled(bRaw)
+    b.state.failReads = true
+    await assert.rejects(Collection.load<Rec>(b.store, 'resync-refused'))
+    assert.equal(b.state.listening, 0)
+    b.state.failReads = false
+    const loaded = await Collection.load<Rec>(b.store, 'resync-refused')
+    assert.equal(b.state.listening, 1)
+    assert.equal(loaded.get('anything'), undefined)
   })
 
   it('a record this instance wrote while the read ran stays', async () => {

@@ -88,7 +88,8 @@ async function openWorld(src: DownloadStandins, config: Record<string, unknown> 
   if (hello) sayHello(sc, modelsDir)
   const changes = new EventEmitter()
   if (process.env.DL_DEBUG) sc.services.events.onAny((r) => console.error(JSON.stringify(r)))
-  const queue = await (sc.built.features.find((f) => f.name === 'downloads') as DownloadsFeature).queue()
+  // the downloads open at once on a store that answers; bounded, so a regression fails rather than hangs
+  const queue = await within((sc.built.features.find((f) => f.name === 'downloads') as DownloadsFeature).queue(), 30_000, 'the downloads did not open')
   queue.onChange = (job) => { if (process.env.DL_DEBUG) console.error(Date.now() % 100000, job.status, job.bytes_done, job.attempts, job.error); changes.emit(job.job_id, job) }
   return { sc, src, modelsDir, dir, changes, adminJwt: admin.jwt, aliceJwt: await sessionJwt(sc, alice), aliceId: alice.user_id, bobJwt: await apiToken(sc, bob), plainJwt: await sessionJwt(sc, plain) }
 }
@@ -654,7 +655,8 @@ async function onSharedStore(row: (r: SharedStoreRow) => Promise<void>): Promise
       },
     })
   } finally {
-    for (const sc of [...open].reverse()) await sc.close()
+    // each closed whatever another's close did; the store stopped last
+    for (const sc of [...open].reverse()) await sc.close().catch((err: unknown) => console.error('a sidecar did not close', err))
     await Promise.all([src.close(), redis.stop()])
   }
 }
@@ -770,6 +772,7 @@ describe('a store the downloads cannot read at the start', { skip: redisSkipReas
     const hold: StoreHold = { failKeyLoads: true }
     let bSidecar: Sidecar | undefined
     const b = open(tempDir('as-dl-unread-b-'), hold, (sc) => (bSidecar = sc))
+    b.catch(() => {}) // awaited below; a failure before that is the row's own
     try {
       assert.ok(await poll(async () => bSidecar !== undefined && (hold.keyReadsRefused ?? 0) >= 1, 10_000), 'B never tried to read its keys')
       // alice's session (shared) on B while its downloads cannot open

@@ -75,26 +75,29 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
   }
   let stopped = false
   let retry: NodeJS.Timeout | undefined
+  let jobRecords: Collection<DownloadJobRecord> | undefined
+  let keyRecords: Collection<KeyRecord> | undefined
   /**
    * Opens the job store and the keys, then the queue. A store that cannot be read is tried again
    * with backoff (1 s doubling to 30 s) until it can, or the sidecar stops; never throws.
    */
   const open = async (delayMs = RETRY_BASE_MS): Promise<void> => {
     if (stopped) return
-    let loaded: [Collection<DownloadJobRecord>, Collection<KeyRecord>]
-    try {
-      loaded = await Promise.all([
-        Collection.load<DownloadJobRecord>(services.localKv, 'download_job', { log }),
-        Collection.load<KeyRecord>(services.kv, 'download_key', { log }),
-      ])
-    } catch (err) {
+    // each kind is read until it is, once (a kind read is kept while the other is tried again)
+    const [jobsRead, keysRead] = await Promise.allSettled([
+      jobRecords ?? Collection.load<DownloadJobRecord>(services.localKv, 'download_job', { log }),
+      keyRecords ?? Collection.load<KeyRecord>(services.kv, 'download_key', { log }),
+    ])
+    if (jobsRead.status === 'fulfilled') jobRecords = jobsRead.value
+    if (keysRead.status === 'fulfilled') keyRecords = keysRead.value
+    if (jobRecords === undefined || keyRecords === undefined) {
       if (stopped) return
-      log.warn({ err, retry_ms: delayMs }, 'the downloads could not read their store; tried again')
+      const err = jobsRead.status === 'rejected' ? jobsRead.reason : keysRead.status === 'rejected' ? keysRead.reason : undefined
+      log.warn({ err, retry_ms: delayMs }, 'the downloads could not read their store; trying again')
       retry = setTimeout(() => void open(Math.min(delayMs * 2, RETRY_MAX_MS)), delayMs)
       return
     }
     if (stopped) return
-    const [jobRecords, keyRecords] = loaded
     const jobs = new CollectionDownloadJobs(jobRecords, services.clock)
     const keys = new CollectionSourceKeys(keyRecords, services.fieldCipher)
     // keys of an account that is gone (deleted while this sidecar was away, or a removal that

@@ -99,8 +99,16 @@ export class Collection<T> {
     }
     if (isShared(kv)) {
       // subscribed before the load: a change made meanwhile is either in the load or heard after it
-      kv.subscribe((change) => collection.heard(change))
-      for (const [key, { value, seq }] of await kv.entriesVersioned<T>(kind)) {
+      const unsubscribe = kv.subscribe((change) => collection.heard(change))
+      let rows: Array<[string, { value: T; seq: number }]>
+      try {
+        rows = await kv.entriesVersioned<T>(kind)
+      } catch (err) {
+        // a load that failed leaves nothing listening (its caller may try again)
+        unsubscribe()
+        throw err
+      }
+      for (const [key, { value, seq }] of rows) {
         const id = key.slice(kind.length + 1)
         if ((collection.storeSeq.get(id) ?? 0) >= seq) continue
         collection.records.set(id, value)
@@ -214,7 +222,8 @@ export class Collection<T> {
     for (const [key, { value, seq }] of rows) {
       const id = key.slice(this.kind.length + 1)
       present.add(id)
-      if (busy(id) || (this.storeSeq.get(id) ?? 0) >= seq) continue
+      // what memory learnt meanwhile is newer than the read (a deletion heard leaves no mark to compare)
+      if (busy(id) || learnt.has(id) || (this.storeSeq.get(id) ?? 0) >= seq) continue
       this.storeSeq.set(id, seq)
       this.remoteChange(id, value)
     }
