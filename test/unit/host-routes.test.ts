@@ -186,6 +186,8 @@ describe('/internal, unknown, unmatched and static routes', () => {
       assert.deepEqual(strip(p), strip(hostRoutePolicy(method, matched)), `${method} ${matched.pattern}`)
     }
     assert.equal(hostRoutePolicy('GET', null, { inert: new Set(['/nothing']) }).inert, undefined)
+    // a static match without its prefix (the shared vectors' shape) is the plain static policy
+    assert.deepEqual(hostRoutePolicy('GET', { kind: 'static' } as MatchedRoute, { inert }), hostRoutePolicy('GET', { pattern: '/x', kind: 'static' }))
     // the table's own inert rows stay inert without any operator list
     assert.equal(policyOf('GET', '/view').inert, true)
     assert.equal(policyOf('GET', '/view', undefined, new Set()).inert, true)

@@ -226,7 +226,8 @@ export function hostRouteTable(added: ReadonlyArray<Record<string, HostRouteEntr
       const policy = tablePolicy(method, route, operator.admin ?? NONE)
       // an operator's inert mark only adds the headers: it never changes what a route requires (on
       // every method: a form's POST can open a page too, and the headers are harmless on any answer)
-      if (operator.inert === undefined || policy.inert === true || route === null) return policy
+      // (a static match may come without its prefix: the shared vectors' shape)
+      if (operator.inert === undefined || policy.inert === true || route === null || typeof route.pattern !== 'string') return policy
       return operator.inert.has(foldApiTwin(route.pattern)) ? { ...policy, inert: true } : policy
     },
   }
