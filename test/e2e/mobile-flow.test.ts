@@ -107,6 +107,9 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
 
           const executed = await ws.waitFor((m) => m.type === 'executed' && m.data.prompt_id === prompt_id)
           await ws.waitFor((m) => m.type === 'execution_success' && m.data.prompt_id === prompt_id)
+          // the history holds the prompt once the worker's last message came: `executing` with node
+          // null, sent after the entry is stored (execution_success comes before it)
+          await ws.waitFor((m) => m.type === 'executing' && m.data.node === null && m.data.prompt_id === prompt_id)
           const image = executed.data.output.images[0]
 
           const history = await json(await fetch(url(`/history/${prompt_id}`), { headers }))
