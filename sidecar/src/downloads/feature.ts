@@ -3,8 +3,9 @@
  * Civitai or Hugging Face into one of the host's model folders, with their own stored key; the
  * file is verified and placed atomically, then granted to them (so it is in their lists at once).
  *
- * The job store and the keys are opened when the store is (the queue's job `start`); a request
- * that comes before waits for them. A deleted user's keys are removed and their queued and running
+ * The job store and the keys are opened when the store is (the queue's job `start`, tried again
+ * while the store cannot be read); a request that comes before waits a few seconds for them, then
+ * is a 503. A deleted user's keys are removed and their queued and running
  * jobs cancelled (`user_deleted`; on a shared store, a deletion made on another instance cancels
  * this host's jobs too, and every start removes keys whose account the store no longer has).
  */
@@ -123,30 +124,27 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
     // (tests and the bench wait for the queue as long as it takes)
     queue: async () => (await ready).queue,
     bind() {
-      /** Cancels the account's queued and running jobs on this host; what could not be done, logged (`keysRemoved`: that step's outcomes). */
-      const stopJobsOf = async (userId: string, keysRemoved: PromiseSettledResult<unknown>[] = []) => {
-        const { queue, jobs } = await ready
+      /**
+       * What a deleted account leaves goes: its keys (shared on a shared store; a no-op for a key
+       * already gone), then its queued and running jobs on this host (a finished job's record stays:
+       * the admins' list of what was downloaded, by whom). Every step is tried: a store that fails
+       * the key removal must not leave a transfer running; what could not be done is logged.
+       */
+      const dropAccount = async (userId: string) => {
+        const { queue, jobs, keys } = await ready
+        const removed = await Promise.allSettled(SOURCES.map((source) => keys.set(userId, source, '')))
         const live = jobs.list().filter((j) => j.user_id === userId && (j.status === 'queued' || j.status === 'running'))
         const cancelled = await Promise.allSettled(live.map((j) => queue.cancel(j.job_id)))
-        for (const r of [...keysRemoved, ...cancelled]) {
+        for (const r of [...removed, ...cancelled]) {
           // a job that ended meanwhile is CONFLICT: nothing to do; a key left (the store failed) goes at the next start
           if (r.status === 'rejected' && (r.reason as { code?: string })?.code !== 'CONFLICT') log.error({ err: r.reason, user_id: userId }, 'a deleted account\'s download job or key could not be removed')
         }
       }
-      // a deleted account's keys go with it, and its jobs on this host stop (a finished job's record
-      // stays: the admins' list of what was downloaded, by whom)
-      services.events.on('user_deleted', async ({ user_id: userId }) => {
-        const { keys } = await ready
-        // every step is tried: a store that fails the key removal must not leave a transfer running
-        await stopJobsOf(userId, await Promise.allSettled(SOURCES.map((source) => keys.set(userId, source, ''))))
-      })
+      services.events.on('user_deleted', ({ user_id: userId }) => dropAccount(userId))
       // deleted on another instance of a shared store: the jobs here are this host's own (its local
-      // store) and stop here; the keys are shared and the deleting instance removed those it held,
-      // but a key stored here a moment before may not have reached it: removed here too (a no-op
-      // for a key already gone)
-      services.users.onDeletedElsewhere((userId) => {
-        void ready.then(async ({ keys }) => stopJobsOf(userId, await Promise.allSettled(SOURCES.map((source) => keys.set(userId, source, '')))))
-      })
+      // store); the deleting instance removed the keys it held, but a key stored here a moment
+      // before may not have reached it
+      services.users.onDeletedElsewhere((userId) => void dropAccount(userId))
       return {
         jobs: [{
           name: 'model-downloads',

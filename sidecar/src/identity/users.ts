@@ -51,6 +51,8 @@ export class UserRepository {
 
   /** The shared store's atomic verbs when other instances write it too (null: one process decides, in order). */
   private readonly store: SharedStore | null
+  /** told of each account another instance deleted (`onDeletedElsewhere`) */
+  private readonly deletedElsewhere: Array<(userId: string) => void> = []
 
   constructor(
     private readonly users: Collection<UserRecord>,
@@ -65,8 +67,6 @@ export class UserRepository {
       if (before !== undefined && after === undefined) for (const listener of this.deletedElsewhere) listener(id)
     })
   }
-
-  private readonly deletedElsewhere: Array<(userId: string) => void> = []
 
   /**
    * `listener` hears each account another instance deleted, once this replica shows it gone (this
