@@ -94,17 +94,26 @@ describe('a collection\'s reload keeps what it learnt while it read', { skip: re
     return { b, onA, onB, gone }
   }
 
-  it('a record another instance made while the read ran stays, and nobody hears it deleted', async () => {
-    const { b, onA, onB, gone } = await pair('resync-remote')
-    const oldHeard = nextChange(bRaw, (c) => c.key === 'resync-remote:old')
-    await onA.put('old', { name: 'old' })
-    await oldHeard
+  /** Makes `write`, and resolves once B's store client has heard the change of `key` (a deletion when `exists` is false). */
+  async function heardOnB(key: string, write: () => Promise<void>, exists = true): Promise<void> {
+    const heard = nextChange(bRaw, (c) => c.key === key && c.exists === exists)
+    await write()
+    await heard
+  }
+
+  /** Starts `onB`'s reload with its read held once the store answered it; `release` lets it finish. */
+  async function heldReload(b: ReturnType<typeof controlled>, onB: Collection<Rec>): Promise<{ reload: Promise<boolean>; release: () => void }> {
     const { answered, release } = b.hold()
     const reload = onB.resync()
     await answered
-    const heard = nextChange(bRaw, (c) => c.key === 'resync-remote:new')
-    await onA.put('new', { name: 'new' })
-    await heard
+    return { reload, release }
+  }
+
+  it('a record another instance made while the read ran stays, and nobody hears it deleted', async () => {
+    const { b, onA, onB, gone } = await pair('resync-remote')
+    await heardOnB('resync-remote:old', () => onA.put('old', { name: 'old' }))
+    const { reload, release } = await heldReload(b, onB)
+    await heardOnB('resync-remote:new', () => onA.put('new', { name: 'new' }))
     assert.deepEqual(onB.get('new'), { name: 'new' }, 'B heard it while its read was held')
     release()
     assert.equal(await reload, true)
@@ -115,15 +124,9 @@ describe('a collection\'s reload keeps what it learnt while it read', { skip: re
 
   it('a record another instance deleted while the read ran stays deleted (the read still had it)', async () => {
     const { b, onA, onB, gone } = await pair('resync-deleted')
-    const made = nextChange(bRaw, (c) => c.key === 'resync-deleted:x')
-    await onA.put('x', { name: 'x' })
-    await made
-    const { answered, release } = b.hold()
-    const reload = onB.resync()
-    await answered
-    const deleted = nextChange(bRaw, (c) => c.key === 'resync-deleted:x' && !c.exists)
-    await onA.remove('x')
-    await deleted
+    await heardOnB('resync-deleted:x', () => onA.put('x', { name: 'x' }))
+    const { reload, release } = await heldReload(b, onB)
+    await heardOnB('resync-deleted:x', () => onA.remove('x'), false)
     assert.equal(onB.get('x'), undefined, 'B heard the deletion while its read was held')
     release()
     assert.equal(await reload, true)
@@ -144,9 +147,7 @@ describe('a collection\'s reload keeps what it learnt while it read', { skip: re
 
   it('a record this instance wrote while the read ran stays', async () => {
     const { b, onB, gone } = await pair('resync-own')
-    const { answered, release } = b.hold()
-    const reload = onB.resync()
-    await answered
+    const { reload, release } = await heldReload(b, onB)
     await onB.put('mine', { name: 'mine' })
     release()
     assert.equal(await reload, true)
@@ -156,14 +157,11 @@ describe('a collection\'s reload keeps what it learnt while it read', { skip: re
 
   it('a record deleted while the feed was lost is gone after the reload (what the reload is for)', async () => {
     const { b, onA, onB, gone } = await pair('resync-lost')
-    const made = nextChange(bRaw, (c) => c.key === 'resync-lost:doomed')
-    await onA.put('doomed', { name: 'doomed' })
-    await made
+    await heardOnB('resync-lost:doomed', () => onA.put('doomed', { name: 'doomed' }))
     assert.deepEqual(onB.get('doomed'), { name: 'doomed' })
     b.state.muted = true
-    const deleted = nextChange(bRaw, (c) => c.key === 'resync-lost:doomed' && !c.exists)
-    await onA.remove('doomed')
-    await deleted // on the raw feed; the collection's listener was muted
+    // heard by B's store client; the collection's listener was muted
+    await heardOnB('resync-lost:doomed', () => onA.remove('doomed'), false)
     b.state.muted = false
     assert.deepEqual(onB.get('doomed'), { name: 'doomed' }, 'B missed the deletion')
     assert.equal(await onB.resync(), true)
