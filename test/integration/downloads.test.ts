@@ -21,6 +21,7 @@ import { startDownloadStandins, type DownloadStandins, type StandinFile } from '
 import { poll } from '../helpers/stack.js'
 import { redisSkipReason, startRedis } from '../helpers/store-servers.js'
 import { nextChange } from '../helpers/store-conformance.js'
+import { beforeDeadline } from '../../sidecar/src/kernel/deadline.js'
 import { Collection } from '../../sidecar/src/store/collection.js'
 import type { KeyValueStore } from '../../sidecar/src/store/kv.js'
 import type { Change, SharedStore } from '../../sidecar/src/store/shared-store.js'
@@ -615,14 +616,8 @@ function held(hold: StoreHold): (kv: KeyValueStore) => KeyValueStore {
 }
 
 /** `work`, or a failure naming `what` once `ms` have passed (a row that must fail, not hang, when it regresses). */
-async function within<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} (${ms} ms)`)), ms)))
-  try {
-    return await Promise.race([work, late])
-  } finally {
-    clearTimeout(timer)
-  }
+function within<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  return beforeDeadline(work, ms, () => new Error(`${what} (${ms} ms)`))
 }
 
 interface SharedStoreRow {

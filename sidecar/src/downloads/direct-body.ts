@@ -29,6 +29,7 @@ import net, { isIP, type LookupFunction } from 'node:net'
 import tls from 'node:tls'
 import { MessageChannel, type MessagePort, type Worker } from 'node:worker_threads'
 import { startThread } from '../kernel/threads.js'
+import { beforeDeadline } from '../kernel/deadline.js'
 import { DROPPED, FILLED, HASHED, HOLD, LENGTHS, WAKE, type HasherData, type HasherOrder, type HasherReport } from './ring-hash-protocol.js'
 
 // 256 KiB buffers, so one socket read can take up to 256 KiB; each is written in WRITE_PIECE writes
@@ -364,19 +365,11 @@ export class DirectConnection {
    * is ended (the next transfer gets a new one).
    */
   private async digest(hasher: RingHasher, stallMs: number): Promise<string> {
-    let timer: NodeJS.Timeout | undefined
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        hasher.drop()
-        void hasher.end()
-        reject(new Error(`the hash was not done ${Math.round(stallMs / 1000)} s after the last byte`))
-      }, stallMs)
+    return beforeDeadline(hasher.digest(), stallMs, () => {
+      hasher.drop()
+      void hasher.end()
+      return new Error(`the hash was not done ${Math.round(stallMs / 1000)} s after the last byte`)
     })
-    try {
-      return await Promise.race([hasher.digest(), late])
-    } finally {
-      clearTimeout(timer)
-    }
   }
 
   /** The shared ring's hashing thread, started if need be, begun on `prefix`; a ring of its own hashes here. */

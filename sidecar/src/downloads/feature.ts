@@ -18,6 +18,7 @@ import { DownloadQueue, type Landing } from './queue.js'
 import { downloadRoutes } from './routes.js'
 import { CollectionDownloadJobs, CollectionSourceKeys, SOURCES, type DownloadJobRecord, type DownloadJobs, type KeyRecord, type SourceKeys } from './store.js'
 import { AuthsvcError } from '../kernel/errors.js'
+import { beforeDeadline } from '../kernel/deadline.js'
 import './events.js'
 
 /**
@@ -56,18 +57,8 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
   let resolveReady: (value: Opened) => void = () => {}
   const ready = new Promise<Opened>((r) => (resolveReady = r))
   /** for a request: the opened store, waited for a few seconds at most (a store that cannot be read yet is a 503, not a hung request) */
-  const openedSoon = async (): Promise<Opened> => {
-    if (opened !== undefined) return opened
-    let timer: NodeJS.Timeout | undefined
-    const late = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new AuthsvcError('STORE_UNAVAILABLE', 'The downloads could not read their store yet; try again shortly', { 'Retry-After': '5' })), OPEN_WAIT_MS)
-    })
-    try {
-      return await Promise.race([ready, late])
-    } finally {
-      clearTimeout(timer)
-    }
-  }
+  const openedSoon = async (): Promise<Opened> =>
+    opened ?? beforeDeadline(ready, OPEN_WAIT_MS, () => new AuthsvcError('STORE_UNAVAILABLE', 'The downloads could not read their store yet; try again shortly', { 'Retry-After': '5' }))
   const handle = {
     queue: async () => (await openedSoon()).queue,
     list: () => opened?.jobs.list() ?? [],

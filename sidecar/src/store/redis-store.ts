@@ -32,6 +32,7 @@
 import { createHash, randomUUID } from 'node:crypto'
 import { createClient, ErrorReply } from 'redis'
 import { AuthsvcError } from '../kernel/errors.js'
+import { beforeDeadline } from '../kernel/deadline.js'
 import type { AuditRepository, AuditRow, StoredAuditRow } from './audit-repository.js'
 import { FEED_VALUE_LIMIT, Listeners, kindOf, type Change, type Check, type SharedStore, type Versioned, type Write } from './shared-store.js'
 
@@ -271,20 +272,12 @@ export async function openRedisSharedStore(url: string, options: RedisStoreOptio
    * whatever happened (a write that timed out may still have been applied).
    */
   const send = async (args: string[], timeoutMs = commandTimeoutMs): Promise<Reply> => {
-    let timer: NodeJS.Timeout | undefined
     try {
-      return await Promise.race([
-        client.sendCommand(args),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs)
-        }),
-      ])
+      return await beforeDeadline(client.sendCommand(args), timeoutMs, () => new Error(`no answer within ${timeoutMs} ms`))
     } catch (err) {
       if (err instanceof ErrorReply) throw err
       goDown(err)
       throw unavailable(where, err)
-    } finally {
-      clearTimeout(timer)
     }
   }
   const run = async (s: Script, keys: string[], args: string[], timeoutMs = commandTimeoutMs): Promise<Reply> => {
