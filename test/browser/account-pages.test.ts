@@ -17,7 +17,7 @@ import { readFileSync } from 'node:fs'
 import type { Browser, BrowserContext, Page } from 'playwright-core'
 import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, bearer, json, login, register } from '../helpers/client.js'
-import { launchChromium, shootAndCheck, watchCsp } from './browser-kit.js'
+import { launchChromium, shootAndCheck, signInOnPage, watchCsp } from './browser-kit.js'
 
 const ROOT_PASSWORD = 'the-first-admin-password'
 const AGENTS = [
@@ -126,14 +126,7 @@ describe('account pages by clicking, at phone width too', { concurrency: false }
     return page
   }
 
-  const signIn = async (page: Page, username: string, password: string, next: string): Promise<void> => {
-    await page.goto(`${stack.url}${next}`)
-    await page.waitForURL(/\/login\?next=/)
-    await page.getByLabel('Username').fill(username)
-    await page.getByLabel('Password').fill(password)
-    await page.getByRole('button', { name: 'Sign in' }).click()
-    await page.waitForURL(`${stack.url}${next}`)
-  }
+  const signIn = (page: Page, username: string, password: string, next: string) => signInOnPage(page, stack.url, username, password, next)
 
   before(async () => {
     ;[stack, browser] = await Promise.all([startStack({ config: { trusted_proxies: ['127.0.0.1/32'] } }), launchChromium()])

@@ -24,13 +24,28 @@ export async function adminContext(browser: Browser, baseUrl: string, username: 
   return context
 }
 
-/** Signs `page` in through the login page as `username`; it lands on ComfyUI's page (`/`). */
-export async function signInOnPage(page: Page, baseUrl: string, username: string, password: string): Promise<void> {
-  await page.goto(`${baseUrl}/login`)
+/**
+ * Signs `page` in through the login page as `username`. Without `next` it opens the login page and
+ * lands on ComfyUI's page (`/`); with `next` it opens that page, is sent to the login page, and
+ * lands back on `next`.
+ */
+export async function signInOnPage(page: Page, baseUrl: string, username: string, password: string, next?: string): Promise<void> {
+  if (next === undefined) await page.goto(`${baseUrl}/login`)
+  else {
+    await page.goto(`${baseUrl}${next}`)
+    await page.waitForURL(/\/login\?next=/)
+  }
   await page.getByLabel('Username').fill(username)
   await page.getByLabel('Password').fill(password)
   await page.getByRole('button', { name: 'Sign in' }).click()
-  await page.waitForURL(`${baseUrl}/`)
+  await page.waitForURL(`${baseUrl}${next ?? '/'}`)
+}
+
+/** A new page of `context`, signed in as `username` by way of `next` (`signInOnPage`). */
+export async function signedInPage(context: BrowserContext, baseUrl: string, username: string, password: string, next: string): Promise<Page> {
+  const page = await context.newPage()
+  await signInOnPage(page, baseUrl, username, password, next)
+  return page
 }
 
 export const SCREENSHOTS = join(ROOT, 'test-results', 'screenshots')

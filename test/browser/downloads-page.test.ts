@@ -10,22 +10,11 @@
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { once } from 'node:events'
-import type { Browser, BrowserContext, Page } from 'playwright-core'
+import type { Browser } from 'playwright-core'
 import { destroyStack, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, apiToken, bearer, json, register } from '../helpers/client.js'
-import { launchChromium, shootAndCheck, watchCsp } from './browser-kit.js'
+import { launchChromium, shootAndCheck, signedInPage, watchCsp } from './browser-kit.js'
 import { startDownloadStandins, type DownloadStandins } from '../helpers/download-sources.js'
-
-async function signIn(context: BrowserContext, stack: Stack, username: string, next: string): Promise<Page> {
-  const page = await context.newPage()
-  await page.goto(`${stack.url}${next}`)
-  await page.waitForURL(/\/login\?next=/)
-  await page.getByLabel('Username').fill(username)
-  await page.getByLabel('Password').fill(PASSWORD)
-  await page.getByRole('button', { name: 'Sign in' }).click()
-  await page.waitForURL(`${stack.url}${next}`)
-  return page
-}
 
 describe('the downloads page in chromium', { concurrency: false }, () => {
   let stack: Stack
@@ -59,7 +48,7 @@ describe('the downloads page in chromium', { concurrency: false }, () => {
     src.civitai.set(2, [{ id: 2, name: 'paused.safetensors', size: 2 * 1024 * 1024, seed: 2, pauseAt: 1024 * 1024 }])
     src.civitai.set(3, [{ id: 3, name: 'early.safetensors', size: 1000, seed: 3, error: { status: 403 } }])
     src.civitai.set(4, [{ id: 4, name: 'phone-paused.safetensors', size: 2 * 1024 * 1024, seed: 4, pauseAt: 1024 * 1024 }])
-    const page = await signIn(await browser.newContext(), stack, 'alice', '/authsvc/account')
+    const page = await signedInPage(await browser.newContext(), stack.url, 'alice', PASSWORD, '/authsvc/account')
     csp.push(watchCsp(page))
     await page.locator('#downloads[data-ready=true]').waitFor()
     assert.equal(await page.locator('#download-folder').inputValue(), 'checkpoints')
@@ -113,7 +102,7 @@ describe('the downloads page in chromium', { concurrency: false }, () => {
   })
 
   it('bob, without can_download_models, has no downloads block', async () => {
-    const page = await signIn(await browser.newContext(), stack, 'bob', '/authsvc/account')
+    const page = await signedInPage(await browser.newContext(), stack.url, 'bob', PASSWORD, '/authsvc/account')
     const answered = page.waitForResponse((r) => r.url().includes('/authsvc/api/model-download/folders'))
     await page.reload()
     assert.equal((await answered).status(), 403)
@@ -130,7 +119,7 @@ describe('the downloads page in chromium', { concurrency: false }, () => {
       const res = await fetch(`${stack.url}/authsvc/api/model-download/download`, { method: 'POST', headers: { ...bearer(alice), 'content-type': 'application/json' }, body: JSON.stringify({ url: `${src.civitaiUrl}/api/download/models/${id}`, folder_type: 'checkpoints' }) })
       assert.ok(res.status < 300, await res.text())
     }
-    const page = await signIn(await browser.newContext(), stack, 'root', '/authsvc/admin')
+    const page = await signedInPage(await browser.newContext(), stack.url, 'root', PASSWORD, '/authsvc/admin')
     csp.push(watchCsp(page))
     await page.locator('#downloads-admin[data-ready=true]').waitFor({ state: 'attached' })
     await page.getByRole('navigation', { name: 'Admin sections' }).getByRole('link', { name: 'Downloads', exact: true }).click()

@@ -16,23 +16,12 @@ import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { existsSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
-import type { Browser, BrowserContext, Page } from 'playwright-core'
+import type { Browser, Page } from 'playwright-core'
 import { destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, apiToken, bearer, json, register } from '../helpers/client.js'
-import { SCREENSHOTS, axeViolations, launchChromium, shootAndCheck, watchCsp } from './browser-kit.js'
+import { SCREENSHOTS, axeViolations, launchChromium, shootAndCheck, signedInPage, watchCsp } from './browser-kit.js'
 
 const NEWER = '98.7.6'
-
-async function signIn(context: BrowserContext, stack: Stack, username: string, next: string): Promise<Page> {
-  const page = await context.newPage()
-  await page.goto(`${stack.url}${next}`)
-  await page.waitForURL(/\/login\?next=/)
-  await page.getByLabel('Username').fill(username)
-  await page.getByLabel('Password').fill(PASSWORD)
-  await page.getByRole('button', { name: 'Sign in' }).click()
-  await page.waitForURL(`${stack.url}${next}`)
-  return page
-}
 
 const serious = async (page: Page) => (await axeViolations(page)).map((v) => `${v.id}: ${v.help} at ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`)
 
@@ -71,7 +60,7 @@ describe('storage in the admin panel and on the account page, in chromium', { co
   })
 
   it('alice\'s account page shows her own storage', async () => {
-    const page = await signIn(await browser.newContext(), stack, 'alice', '/authsvc/account')
+    const page = await signedInPage(await browser.newContext(), stack.url, 'alice', PASSWORD, '/authsvc/account')
     csp.push(watchCsp(page))
     await page.locator('#storage[data-ready=true]').waitFor()
     assert.equal(await page.locator('#storage-workflows').innerText(), '1 (17 B)')
@@ -86,7 +75,7 @@ describe('storage in the admin panel and on the account page, in chromium', { co
   it('the admin panel says an update is available once the background check learned it', async () => {
     const status = async () => json(await fetch(`${stack.url}/authsvc/api/update-status`, { headers: bearer(token.root) }))
     assert.ok(await poll(async () => (await status()).mode === 'online', 15_000), 'the job asked the source')
-    const page = await signIn(await browser.newContext(), stack, 'root', '/authsvc/admin')
+    const page = await signedInPage(await browser.newContext(), stack.url, 'root', PASSWORD, '/authsvc/admin')
     csp.push(watchCsp(page))
     await page.locator('#update-status[data-mode=online]').waitFor()
     assert.match(await page.locator('#update-status').innerText(), new RegExp(`^authsvc ${NEWER.replace(/\./g, '\\.')} is available; this server runs \\d+\\.\\d+\\.\\d+\\.$`))
@@ -94,7 +83,7 @@ describe('storage in the admin panel and on the account page, in chromium', { co
   })
 
   it('the admin sees alice\'s folders and empties them after typing her name (1280 px); bob\'s stay, and are emptied at 390 px', async () => {
-    const page = await signIn(await browser.newContext(), stack, 'root', '/authsvc/admin')
+    const page = await signedInPage(await browser.newContext(), stack.url, 'root', PASSWORD, '/authsvc/admin')
     csp.push(watchCsp(page))
     await page.locator('#storage[data-ready=true]').waitFor({ state: 'attached' })
     await page.getByRole('navigation', { name: 'Admin sections' }).getByRole('link', { name: 'Storage', exact: true }).click()
