@@ -223,19 +223,21 @@ export function hostRouteTable(added: ReadonlyArray<Record<string, HostRouteEntr
     keys: [...rows.keys()],
     behaviours,
     policy(method, route, operator = {}) {
-      const policy = tablePolicy(method, route, operator.admin ?? NONE)
+      // the matched pattern, its /api twin folded, read once (a static match may come without its
+      // prefix: the shared vectors' shape)
+      const pattern = route === null || (route.kind === 'static' && typeof route.pattern !== 'string') ? undefined : foldApiTwin(route.pattern)
+      const policy = tablePolicy(method, route, pattern, operator.admin ?? NONE)
       // an operator's inert mark only adds the headers: it never changes what a route requires (on
       // every method: a form's POST can open a page too, and the headers are harmless on any answer)
-      // (a static match may come without its prefix: the shared vectors' shape)
-      if (operator.inert === undefined || policy.inert === true || route === null || typeof route.pattern !== 'string') return policy
-      return operator.inert.has(foldApiTwin(route.pattern)) ? { ...policy, inert: true } : policy
+      if (operator.inert === undefined || policy.inert === true || pattern === undefined) return policy
+      return operator.inert.has(pattern) ? { ...policy, inert: true } : policy
     },
   }
 
-  function tablePolicy(method: string, route: MatchedRoute | null, adminPatterns: ReadonlySet<string>): HostRoutePolicy {
+  /** The table's policy for `route`, whose folded pattern is `pattern` (undefined only for a static match without its prefix). */
+  function tablePolicy(method: string, route: MatchedRoute | null, pattern: string | undefined, adminPatterns: ReadonlySet<string>): HostRoutePolicy {
     if (route === null) return UNMATCHED
-    if (route.kind === 'static') return STATIC
-    const pattern = foldApiTwin(route.pattern)
+    if (route.kind === 'static' || pattern === undefined) return STATIC
     if (pattern === '/internal' || pattern.startsWith('/internal/')) return INTERNAL
     const folded = method === 'HEAD' ? 'GET' : method
     const key = `${folded} ${pattern}`
