@@ -783,6 +783,31 @@ describe('a store the downloads cannot read at the start', { skip: redisSkipReas
     const jobs = await call(bSidecar!, { url: '/authsvc/api/model-download/jobs', bearer: a.aliceJwt })
     assert.equal(jobs.statusCode, 200, jobs.body)
   }))
+
+  it('a sidecar stopped while its downloads try again stops at once and reads the store no more, while one left open goes on trying', () => onSharedStore(async ({ open, close }) => {
+    await open(tempDir('as-dl-unread-stop-a-')) // the accounts, on a store that answers
+    const stoppedHold: StoreHold = { failKeyLoads: true }
+    const openHold: StoreHold = { failKeyLoads: true }
+    let stoppedSc: Sidecar | undefined
+    const stopping = open(tempDir('as-dl-unread-stop-b-'), stoppedHold, (sc) => (stoppedSc = sc))
+    stopping.catch(() => {}) // awaited below
+    const control = open(tempDir('as-dl-unread-stop-c-'), openHold)
+    control.catch(() => {}) // awaited below
+    try {
+      assert.ok(await poll(async () => stoppedSc !== undefined && (stoppedHold.keyReadsRefused ?? 0) >= 1 && (openHold.keyReadsRefused ?? 0) >= 1, 10_000), 'the sidecars never tried to read their keys')
+      await within(close(stoppedSc!), 10_000, 'the sidecar did not stop while its downloads were trying again')
+      // whoever waited for its queue is told, not left waiting
+      await assert.rejects(within(stopping, 5_000, 'the wait for the queue outlived the sidecar'), /stopped before its downloads opened/)
+      const readsAtStop = stoppedHold.keyReadsRefused
+      // the sidecar left open tries twice more (its backoff, the same as the stopped one's would be)
+      const controlReads = openHold.keyReadsRefused ?? 0
+      assert.ok(await poll(async () => (openHold.keyReadsRefused ?? 0) >= controlReads + 2, 15_000), 'the open sidecar stopped trying')
+      assert.equal(stoppedHold.keyReadsRefused, readsAtStop, 'the stopped sidecar read its store again')
+    } finally {
+      openHold.failKeyLoads = false
+    }
+    await within(control, 40_000, 'the open sidecar\'s downloads did not open once the store was back')
+  }))
 })
 
 /** Starts a download of `f` (its source pauses half-way), waits until that half is on disk, and stops the sidecar keeping its files. */

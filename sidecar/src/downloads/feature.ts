@@ -56,6 +56,10 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
   let opened: Opened | undefined
   let resolveReady: (value: Opened) => void = () => {}
   const ready = new Promise<Opened>((r) => (resolveReady = r))
+  // a sidecar stopped before its downloads opened tells whoever waits for the queue (tests, the bench)
+  let rejectStopped: (err: Error) => void = () => {}
+  const stoppedFirst = new Promise<never>((_, r) => (rejectStopped = r))
+  stoppedFirst.catch(() => {})
   /** for a request: the opened store, waited for a few seconds at most (a store that cannot be read yet is a 503, not a hung request) */
   const openedSoon = async (): Promise<Opened> =>
     opened ?? beforeDeadline(ready, OPEN_WAIT_MS, () => new AuthsvcError('STORE_UNAVAILABLE', 'The downloads could not read their store yet; try again shortly', { 'Retry-After': '5' }))
@@ -112,8 +116,8 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
     routes: async (family) => {
       await family.register(downloadRoutes(services, handle))
     },
-    // (tests and the bench wait for the queue as long as it takes)
-    queue: async () => (await ready).queue,
+    // (tests and the bench wait for the queue as long as it takes, or until the sidecar stops)
+    queue: async () => (await Promise.race([ready, stoppedFirst])).queue,
     bind() {
       /**
        * What a deleted account leaves goes: its keys (shared on a shared store; a no-op for a key
@@ -145,6 +149,7 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
           async stop() {
             stopped = true
             clearTimeout(retry)
+            rejectStopped(new Error('the sidecar stopped before its downloads opened'))
             await opened?.queue.stop()
           },
         }],
