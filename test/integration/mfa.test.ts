@@ -306,6 +306,52 @@ describe('MFA through the owned routes', () => {
     assert.match(String(done.headers['set-cookie']), /jwt_token=/)
   })
 
+  it('attack table: a password changed after the password step ends the temp tokens that step issued (setup and login, every route that takes one)', async () => {
+    const { secret } = await enrol(h, admin)
+    const groups = (await h.call('GET', '/authsvc/api/groups', { headers: bearer(admin) })).body.groups
+    groups.user.mfa_required = true
+    assert.equal((await h.call('PUT', '/authsvc/api/groups', { headers: bearer(admin), body: { groups } })).status, 200)
+    assert.equal((await h.call('POST', '/register', { headers: bearer(admin), body: { username: 'victim', password: PASSWORD } })).status, 201)
+    let victimPassword = PASSWORD
+    const NEW = ['brand-new-password-1', 'brand-new-password-2', 'brand-new-password-3']
+    const adminReset = async () => {
+      victimPassword = NEW.shift()!
+      assert.equal((await h.call('PUT', '/authsvc/api/users/victim', { headers: bearer(admin), body: { password: victimPassword } })).status, 200)
+    }
+    const victimStep = async () => (await h.call('POST', '/login', { body: { username: 'victim', password: victimPassword } })).body.mfa_temp_token as string
+    const refused = (res: { status: number; body: any }, what: string) => {
+      assert.equal(res.status, 401, `${what}: ${JSON.stringify(res.body)}`)
+      assert.equal(res.body.code, 'MFA_TOKEN_INVALID', what)
+    }
+    // setup-purpose: the attacker knew the password; the admin resets it before enrolment starts
+    const setupTemp = await victimStep()
+    await adminReset()
+    refused(await h.call('POST', '/authsvc/api/mfa/setup', { body: { mfa_temp_token: setupTemp } }), 'setup after the reset')
+    // and after enrolment started (the attacker already holds the secret) but before it is verified
+    const started = await victimStep()
+    const setup = await h.call('POST', '/authsvc/api/mfa/setup', { body: { mfa_temp_token: started } })
+    assert.equal(setup.status, 200, JSON.stringify(setup.body))
+    await adminReset()
+    refused(await h.call('POST', '/authsvc/api/mfa/verify-setup', { body: { mfa_temp_token: started, code: totpAt(setup.body.secret, h.clock()) } }), 'verify-setup after the reset')
+    assert.equal((await h.call('POST', '/login', { body: { username: 'victim', password: victimPassword } })).body.mfa_setup_required, true, 'the victim is still not enrolled with the attacker\'s secret')
+    // the control: with no reset, the same steps end in a session
+    const control = await enrol(h, await victimStep(), 'setup-temp')
+    assert.ok(control.jwt, 'the setup token works when the password did not change')
+
+    // login-purpose, on the admin's own account: a self change of the password
+    h.clock.advance(30_000)
+    const loginTemp = (await passwordLogin(h, 'admin')).body.mfa_temp_token
+    const tokenTemp = (await h.call('POST', '/authsvc/generate_token', { body: { username: 'admin', password: PASSWORD } })).body.mfa_temp_token
+    const changed = await h.call('POST', '/authsvc/api/me/password', { headers: bearer(admin), body: { current_password: PASSWORD, new_password: 'admin-new-password-9' } })
+    assert.equal(changed.status, 200, JSON.stringify(changed.body))
+    refused(await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: loginTemp, code: totpAt(secret, h.clock()) } }), '/mfa/verify after the change')
+    refused(await h.call('POST', '/authsvc/generate_token', { body: { mfa_temp_token: tokenTemp, code: totpAt(secret, h.clock()) } }), 'generate_token after the change')
+    // the new password's step works
+    const fresh = (await h.call('POST', '/login', { body: { username: 'admin', password: 'admin-new-password-9' } })).body.mfa_temp_token
+    const ok = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: fresh, code: totpAt(secret, h.clock()) } })
+    assert.equal(ok.status, 200, JSON.stringify(ok.body))
+  })
+
   it('generate_token with MFA: password alone asks for the code; password + code, or temp token + code, gives the token', async () => {
     const { secret } = await enrol(h, admin)
     const ask = await h.call('POST', '/authsvc/generate_token', { body: { username: 'admin', password: PASSWORD } })

@@ -44,6 +44,8 @@ interface TempToken {
   failures: number
   rememberMe: boolean
   redirectUrl: string
+  /** `passwordStampOf` the user's password hash when the password step issued it */
+  passwordStamp: string
 }
 
 export const TEMP_TOKEN_TTL_MS = 300_000
@@ -51,6 +53,9 @@ export const TEMP_TOKEN_MAX_FAILURES = 5
 export const MFA_TEMP_PREFIX = 'mfa_'
 
 const sha256 = (value: string) => createHash('sha256').update(value).digest('hex')
+
+/** What a temp token keeps of the password it was issued under: a digest of its hash (never the hash). */
+export const passwordStampOf = (passwordHash: string): string => sha256(`mfa-temp:${passwordHash}`)
 
 export interface SecondFactor {
   code?: string
@@ -90,10 +95,13 @@ export class MfaService {
 
   private context = (userId: string, part: string) => `mfa:${userId}:${part}`
 
-  async issueTempToken(userId: string, purpose: TempPurpose, rememberMe: boolean, redirectUrl: string): Promise<string> {
+  async issueTempToken(user: { user_id: string; password_hash: string }, purpose: TempPurpose, rememberMe: boolean, redirectUrl: string): Promise<string> {
     this.pruneTemps()
     const token = `${MFA_TEMP_PREFIX}${randomBytes(32).toString('base64url')}`
-    const entry: TempToken = { userId, purpose, expiresMs: this.clock() + TEMP_TOKEN_TTL_MS, failures: 0, rememberMe, redirectUrl }
+    const entry: TempToken = {
+      userId: user.user_id, purpose, expiresMs: this.clock() + TEMP_TOKEN_TTL_MS, failures: 0, rememberMe, redirectUrl,
+      passwordStamp: passwordStampOf(user.password_hash),
+    }
     const shared = this.claims
     if (shared === null) this.temps.set(sha256(token), entry)
     else {

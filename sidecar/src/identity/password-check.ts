@@ -5,7 +5,7 @@
  */
 import type { FastifyRequest } from 'fastify'
 import { AuthsvcError } from '../kernel/errors.js'
-import type { SecondFactor } from './mfa.js'
+import { passwordStampOf, type SecondFactor, type TempPurpose } from './mfa.js'
 import type { UserRecord } from './users.js'
 import type { Services } from '../services.js'
 
@@ -81,12 +81,24 @@ export type MfaStep =
 /** null when the password alone is enough; otherwise the answer that asks for the second factor. */
 export async function mfaStep(services: Pick<Services, 'mfa' | 'roles'>, user: UserRecord, rememberMe: boolean, redirectUrl: string): Promise<MfaStep | null> {
   if (user.mfa_enabled) {
-    return { message: 'MFA verification required', mfa_required: true, mfa_temp_token: await services.mfa.issueTempToken(user.user_id, 'login', rememberMe, redirectUrl) }
+    return { message: 'MFA verification required', mfa_required: true, mfa_temp_token: await services.mfa.issueTempToken(user, 'login', rememberMe, redirectUrl) }
   }
   if (services.roles.mfaRequired(user.role)) {
-    return { message: 'MFA setup required', mfa_setup_required: true, mfa_temp_token: await services.mfa.issueTempToken(user.user_id, 'setup', rememberMe, redirectUrl) }
+    return { message: 'MFA setup required', mfa_setup_required: true, mfa_temp_token: await services.mfa.issueTempToken(user, 'setup', rememberMe, redirectUrl) }
   }
   return null
+}
+
+/**
+ * The live temp token of that purpose and its user, or MFA_TOKEN_INVALID: unknown, expired or
+ * spent, a user gone or disabled since, or a password changed since the password step (the step
+ * proved the old one: a reset after a suspected compromise must end what it started).
+ */
+export async function tempTokenUser(services: Pick<Services, 'mfa' | 'users'>, token: unknown, purpose: TempPurpose) {
+  const temp = await services.mfa.tempToken(token, purpose)
+  const user = temp ? await services.users.fetchById(temp.userId) : undefined
+  if (!temp || !user || user.disabled || temp.passwordStamp !== passwordStampOf(user.password_hash)) throw new AuthsvcError('MFA_TOKEN_INVALID')
+  return { temp, user }
 }
 
 /**

@@ -16,7 +16,7 @@ import { AuthsvcError } from '../../kernel/errors.js'
 import type { UserRecord } from '../users.js'
 import { setSessionCookie } from '../session-cookie.js'
 import { sessionClientOf } from '../session-device.js'
-import { checkSecondFactor, mfaKey, throttledAttempt } from '../password-check.js'
+import { checkSecondFactor, mfaKey, tempTokenUser, throttledAttempt } from '../password-check.js'
 import type { Services } from '../../services.js'
 
 const Body = Type.Object({
@@ -55,10 +55,9 @@ export function mfaRoutes(services: MfaRouteServices) {
   /** The user a setup-family call acts for, and the temp token it used (if any). */
   const setupCaller = async (request: FastifyRequest, body: MfaBody): Promise<{ user: UserRecord; tempId?: string; temp?: { rememberMe: boolean; redirectUrl: string } }> => {
     if (body.mfa_temp_token !== undefined) {
-      const temp = await services.mfa.tempToken(body.mfa_temp_token, 'setup')
-      const user = temp ? await services.users.fetchById(temp.userId) : undefined
+      const { temp, user } = await tempTokenUser(services, body.mfa_temp_token, 'setup')
       // a setup token exists only for a user without MFA: once enrolled, it is spent
-      if (!temp || !user || user.disabled || user.mfa_enabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
+      if (user.mfa_enabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
       return { user, tempId: temp.id, temp }
     }
     const p = request.principal
@@ -125,9 +124,7 @@ export function mfaRoutes(services: MfaRouteServices) {
       schema: { summary: 'The second step of a login: the temp token and a code or backup code give the session', tags, body: Body, response: { 200: LoggedIn } },
     }, async (request, reply) => {
       const body = request.body
-      const temp = await services.mfa.tempToken(body.mfa_temp_token, 'login')
-      const user = temp ? await services.users.fetchById(temp.userId) : undefined
-      if (!temp || !user || user.disabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
+      const { temp, user } = await tempTokenUser(services, body.mfa_temp_token, 'login')
       await checkSecondFactor(services, request, user, body, temp.id)
       if (!(await services.mfa.consumeTempToken(temp.id))) throw new AuthsvcError('MFA_TOKEN_INVALID')
       const jwt_token = await issueSession(request, reply, user, temp.rememberMe)

@@ -12,7 +12,7 @@ import { tokenHashPrefix } from '../api-tokens.js'
 import { can } from '../principal.js'
 import type { UserRecord } from '../users.js'
 import { eventContext, requireUser } from '../../access/request-context.js'
-import { checkPassword, checkSecondFactor, mfaStep } from '../password-check.js'
+import { checkPassword, checkSecondFactor, mfaStep, tempTokenUser } from '../password-check.js'
 import type { Services } from '../../services.js'
 
 const GenerateBody = Type.Object({
@@ -62,9 +62,7 @@ export function generateTokenHandler(services: TokenRouteServices) {
     const body = request.body
     let user: UserRecord | undefined
     if (body.mfa_temp_token !== undefined) {
-      const temp = await services.mfa.tempToken(body.mfa_temp_token, 'login')
-      const found = temp ? await services.users.fetchById(temp.userId) : undefined
-      if (!temp || !found || found.disabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
+      const { temp, user: found } = await tempTokenUser(services, body.mfa_temp_token, 'login')
       await checkSecondFactor(services, request, found, body, temp.id)
       if (!(await services.mfa.consumeTempToken(temp.id))) throw new AuthsvcError('MFA_TOKEN_INVALID')
       user = found
