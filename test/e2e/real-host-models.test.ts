@@ -22,6 +22,7 @@ import { AIOHTTP_VERSIONS, ROOT, poll } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, tinySafetensors, type RealHost } from '../helpers/real-host.js'
 import { login, register } from '../helpers/client.js'
 import { hostRequests } from '../helpers/host-requests.js'
+import { png } from '../helpers/png.js'
 
 const FIXTURE = resolve(ROOT, 'test', 'e2e', 'fixtures', 'authsvc-model-loader')
 const GRANTED = { checkpoints: 'granted.safetensors', loras: 'style.safetensors' }
@@ -167,6 +168,30 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       const hidden = await get('/view_metadata/checkpoints?filename=secret.safetensors', intern)
       const missing = await get('/view_metadata/checkpoints?filename=missing.safetensors', carol)
       assert.deepEqual([hidden.status, hidden.headers.get('content-type'), hidden.headers.get('content-length')], [missing.status, missing.headers.get('content-type'), missing.headers.get('content-length')])
+    })
+
+    it('a model preview never reaches past its folder, whatever models the caller sees (the host joins the name as it is: any image on the disk)', async () => {
+      // a secret image outside every model folder (another user's output, say), and a real preview beside a model
+      writeFileSync(join(host.outputDir, 'their_secret_00001_.png'), png(7, 16))
+      writeFileSync(join(host.modelsDir, 'checkpoints', 'granted.preview.png'), png(8, 16))
+      const secret = join(host.outputDir, 'their_secret_00001_')
+      const control = await get(`/experiment/models/preview/checkpoints/0/${GRANTED.checkpoints}`, carol)
+      assert.equal(control.status, 200, 'the preview beside the model')
+      assert.equal(control.headers.get('content-type'), 'image/webp')
+      const rows: Array<[string, string]> = [
+        ['../ to the output folder', `..%2F..%2Foutput%2Ftheir_secret_00001_.png`],
+        ['an absolute name', encodeURIComponent(`${secret}.png`)],
+        ['an absolute name with no extension (the host globs <stem>.*)', encodeURIComponent(secret)],
+        ['../ after a real subfolder', `sub%2F..%2F..%2F..%2Foutput%2Ftheir_secret_00001_.png`],
+      ]
+      for (const [label, name] of rows) {
+        for (const prefix of ['', '/api']) {
+          for (const [who, token] of [['carol (sees every model)', carol], ['the intern', intern], ['the admin', admin]] as const) {
+            const res = await get(`${prefix}/experiment/models/preview/checkpoints/0/${name}`, token)
+            assert.equal(res.status, 404, `${label}${prefix ? ' (api twin)' : ''} for ${who}: ${res.status} ${res.headers.get('content-type')}`)
+          }
+        }
+      }
     })
 
     it('a user who sees every model gets the host\'s answers byte for byte', async () => {

@@ -289,6 +289,25 @@ describe('model lists for a principal without can_view_all_comfyui_items', () =>
     })
   }
 
+  // the host joins a preview's name to the folder as it is: a name that leaves it reaches any image on the disk
+  const LEAVING: Array<[string, string]> = [
+    ['../ out of the folder', '../../output/u_someone/secret_00001_.png'],
+    ['an absolute name', '/srv/comfy/output/u_someone/secret_00001_.png'],
+    ['../ after a subfolder', 'sub/../../secret.png'],
+    ['.. alone', '..'],
+    ['a trailing ..', 'sub/..'],
+    ['a NUL byte', 'granted\u0000.safetensors'],
+  ]
+  for (const [label, filename] of LEAVING) {
+    it(`a model preview by ${label} is the host's own 404 for everyone, whatever models they see`, async () => {
+      const o = { path: `/experiment/models/preview/checkpoints/0/${encodeURIComponent(filename)}`, pattern: '/experiment/models/preview/{folder}/{path_index}/{filename}', match_info: { folder: 'checkpoints', path_index: '0', filename } }
+      for (const [who, token] of [['intern', w.internJwt], ['user', w.userJwt], ['admin', w.adminJwt]] as const) {
+        const a = answer(await decide(w.sc, { ...o, headers: bearer(token) }))
+        assert.deepEqual([a.status, a.body], [404, ''], who)
+      }
+    })
+  }
+
   it('/object_info: every model list the host reports keeps only granted items (and non-file options); a list it did not report is found from the cache; everything else is byte for byte', async () => {
     const host =
       '{"CheckpointLoaderSimple": {"input": {"required": {"ckpt_name": [["granted.safetensors", "secret.safetensors", "sub/deep.safetensors"], {"tooltip": "x"}]}}, "output": ["MODEL"]}, ' +

@@ -331,8 +331,7 @@ export function modelListBehaviour(deps: ModelDeps, kind: 'model-list' | 'embedd
  * GET /view_metadata/{folder_name}?filename= and
  * /experiment/models/preview/{folder}/{path_index}/{filename}: an item not
  * granted answers as a missing one does on the host (404, empty body).
- */
-/**
+ *
  * Model files: a limited caller reaches only granted ones. A model's preview image
  * (`/experiment/models/preview/...`: `<model>.preview.png`, or the cover a `.safetensors` carries;
  * Civitai covers are often explicit) is refused to a user the content-safety policy looks at
@@ -341,7 +340,12 @@ export function modelListBehaviour(deps: ModelDeps, kind: 'model-list' | 'embedd
 export function modelFileBehaviour(deps: ModelDeps & { previewBlocked?: (principal: Principal) => Decision | null }): RouteBehaviour {
   return {
     decide({ desc, principal, pass }) {
-      const blocked = desc.match_info.path_index !== undefined ? (deps.previewBlocked?.(principal) ?? null) : null
+      const preview = desc.match_info.path_index !== undefined
+      // the host joins the preview's name to the folder as it is (no containment: an absolute name
+      // or a `..` reaches any image on the disk, another user's outputs included), so for everyone,
+      // whatever models they see, a name that leaves the folder is the missing answer
+      if (preview && !previewInsideFolder(desc.match_info.filename)) return HOST_MISSING
+      const blocked = preview ? (deps.previewBlocked?.(principal) ?? null) : null
       if (!deps.models.restricted(principal)) return blocked ?? pass
       const folder = desc.match_info.folder_name ?? desc.match_info.folder
       const filename = desc.match_info.filename ?? new URLSearchParams(desc.query).get('filename')
@@ -354,6 +358,15 @@ export function modelFileBehaviour(deps: ModelDeps & { previewBlocked?: (princip
       return deps.models.viewFor(granteeOf(principal)).allows(folder, filename) ? (blocked ?? pass) : HOST_MISSING
     },
   }
+}
+
+/**
+ * A preview name the host's join keeps inside the model folder: relative (`os.path.join` drops the
+ * folder for an absolute one) and with no `..` segment (refused outright rather than normalised: a
+ * link in the folder makes `link/..` the link target's parent, not the folder).
+ */
+function previewInsideFolder(filename: string | undefined): boolean {
+  return filename !== undefined && !filename.startsWith('/') && !filename.split('/').includes('..') && !filename.includes('\0')
 }
 
 /** The model check a later step makes: against whose grants, or none (the principal sees every model). */
