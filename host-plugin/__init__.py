@@ -63,7 +63,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
     try:
         if refuse_unsupported_platform():  # deny-all stays, with a page saying why (docs/platforms.md)
             return
-        from . import host_facts, run_guard
+        from . import host_facts, run_guard, run_messages
         from . import data_dir as data_dirs
         from .decision_client import DecisionClient
         from .gate import Gate
@@ -95,6 +95,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
             gate.queue_status.install(prompt_server, events.status_seq)
             gate.previews.install(prompt_server)
             run_guard.install(prompt_server)
+            run_messages.install(prompt_server)
             gate.on_prompts_changed = events.report_prompts
             client.hello_extra = lambda: {**events.hello_fields(), **gate.sockets.hello_fields()}
             host_facts.install(app, prompt_server, hello, client.send_event)

@@ -234,6 +234,29 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       files.a0Output = out
     })
 
+    it('a node\'s untargeted message while alice\'s prompt runs (GetImageSize\'s progress text) reaches her socket only, not bob\'s or the admin\'s', async () => {
+      // ComfyUI sends this text with no target: to every open socket
+      const sized = {
+        1: { class_type: 'EmptyImage', inputs: { width: 123, height: 77, batch_size: 1, color: 0 } },
+        2: { class_type: 'GetImageSize', inputs: { image: ['1', 0] } },
+        3: { class_type: 'PreviewAny', inputs: { source: ['2', 0] } },
+      }
+      const TEXT = 3 // ComfyUI's binary event type of progress text
+      const texts = (ws: WsClient) => ws.binary.filter((b) => b.readUInt32BE(0) === TEXT).map((b) => b.subarray(8 + b.readUInt32BE(4)).toString('utf8'))
+      const before = { bob: texts(bobWs).length, admin: texts(adminWs).length }
+      const mine = await run(alice, { prompt: sized, client_id: aliceCid })
+      assert.equal(await promptEnding(aliceWs, mine, RUN_MS), 'execution_success')
+      await aliceWs.waitFor((m) => m.type === 'executing' && m.data.node === null && m.data.prompt_id === mine, RUN_MS)
+      assert.ok(texts(aliceWs).some((t) => t.includes('width: 123, height: 77')), `alice sees her node's text: ${JSON.stringify(texts(aliceWs))}`)
+      // markers: bob's and the admin's own prompts, sent after hers, end on their own sockets after her text would have
+      for (const [ws, token, cid, who] of [[bobWs, bob, bobCid, 'bob'], [adminWs, admin, adminCid, 'admin']] as const) {
+        const marker = await run(token, { prompt: tiny(`size-marker-${who}-${aiohttp}`), client_id: cid })
+        assert.equal(await promptEnding(ws, marker, RUN_MS), 'execution_success')
+        await ws.waitFor((m) => m.type === 'executing' && m.data.node === null && m.data.prompt_id === marker, RUN_MS)
+        assert.deepEqual(texts(ws).slice(before[who]), [], `${who}'s socket received alice's progress text`)
+      }
+    })
+
     it('bob cannot push his prompt\'s events into alice\'s tab: client_id, extra_data.client_id and /ws?clientId of hers are refused (403 CLIENT_ID_TAKEN)', async () => {
       const prefix = `hijack-${aiohttp}`
       const bodies = [

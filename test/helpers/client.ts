@@ -82,11 +82,17 @@ export interface WsMessage {
 
 export class WsClient {
   readonly messages: WsMessage[] = []
+  /** binary frames (previews, progress text), as received */
+  readonly binary: Buffer[] = []
   private waiters: Array<() => void> = []
 
   private constructor(readonly ws: WebSocket) {
     ws.on('message', (data, isBinary) => {
-      if (isBinary) return
+      if (isBinary) {
+        this.binary.push(Buffer.isBuffer(data) ? data : Buffer.from(data as ArrayBuffer))
+        for (const w of this.waiters.splice(0)) w()
+        return
+      }
       this.messages.push(JSON.parse(data.toString()))
       for (const w of this.waiters.splice(0)) w()
     })
