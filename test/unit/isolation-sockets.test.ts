@@ -12,7 +12,7 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
 import { CLOSE_ACCESS_CHANGED, CLOSE_CREDENTIAL_ENDED } from '../../sidecar/src/isolation/credential-state.js'
-import { bearer, apiToken, assertDenied, assertPass, decide, openSidecar } from './fixtures.js'
+import { bearer, apiToken, assertDenied, assertPass, call, decide, openSidecar } from './fixtures.js'
 import { event, world, type World } from './isolation-world.js'
 
 describe('live WebSockets follow their credential', () => {
@@ -83,6 +83,76 @@ describe('live WebSockets follow their credential', () => {
       assert.equal(guestless.sc.built.liveSockets.size, MAX_PER_PRINCIPAL + 1)
     } finally {
       await guestless.sc.close()
+    }
+  })
+
+  it('an IP list that now refuses an address a socket came from closes exactly those sockets (4403): a ban, a temporary ban, a whitelist that leaves it out; also after a restart', async () => {
+    const own = await world()
+    try {
+      const seen: Array<{ tags: string[]; code: number }> = []
+      own.sc.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
+      const lists = async (body: object) => {
+        const res = await call(own.sc, { method: 'PUT', url: '/authsvc/api/ip-lists', bearer: own.adminJwt, body })
+        assert.equal(res.statusCode, 200, res.body)
+      }
+      const openFrom = async (peer: string, jwt = own.aliceJwt) => assertPass(await decide(own.sc, { path: '/ws', pattern: '/ws', headers: bearer(jwt), peer })) as { ws_tag: string; ws_entry: object }
+      const first = await openFrom('203.0.113.7')
+      const other = await openFrom('203.0.113.8')
+      await lists({ whitelist: [], blacklist: [{ ip: '203.0.113.7', permanent: true }] })
+      assert.equal(own.sc.built.liveSockets.sweep(), 1)
+      assert.deepEqual(seen.pop(), { tags: [first.ws_tag], code: CLOSE_ACCESS_CHANGED })
+      assertDenied(await decide(own.sc, { path: '/ws', pattern: '/ws', headers: bearer(own.aliceJwt), peer: '203.0.113.7' }), 'IP_DENIED')
+
+      const temp = await openFrom('203.0.113.9')
+      await lists({ whitelist: [], blacklist: [{ ip: '203.0.113.9', expires_at_iso: new Date(Date.now() + 3_600_000).toISOString() }] })
+      assert.equal(own.sc.built.liveSockets.sweep(), 1)
+      assert.deepEqual(seen.pop(), { tags: [temp.ws_tag], code: CLOSE_ACCESS_CHANGED })
+
+      const listed = await openFrom('198.51.100.4')
+      await lists({ whitelist: ['198.51.100.0/24'], blacklist: [] })
+      assert.equal(own.sc.built.liveSockets.sweep(), 1, 'the socket from outside the whitelist closes; the one inside stays')
+      assert.deepEqual(seen.pop(), { tags: [other.ws_tag], code: CLOSE_ACCESS_CHANGED })
+      assert.equal(own.sc.built.liveSockets.size, 1)
+
+      // a socket handed back after a restart is judged by its addresses too
+      await own.sc.services.flush()
+      const restarted = await openSidecar({ dir: own.sc.dir })
+      try {
+        const after: Array<{ tags: string[]; code: number }> = []
+        restarted.built.setPush((m) => { if (m.type === 'close_ws') after.push({ tags: m.tags, code: m.code }) })
+        restarted.services.ipGate.update({ whitelist: ['192.0.2.0/24'], blacklist: [] })
+        restarted.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', sockets: [listed.ws_entry, { ...listed.ws_entry, tag: 'x', addresses: 'not a list' }] })
+        assert.deepEqual(after, [{ tags: [listed.ws_tag], code: CLOSE_ACCESS_CHANGED }], 'closed on adoption; an entry with malformed addresses is ignored')
+      } finally {
+        await restarted.close({ keepDir: true })
+      }
+    } finally {
+      await own.sc.close()
+    }
+  })
+
+  it('guest login turned off closes guests\' open sockets (4401) and no user\'s', async () => {
+    const own = await world()
+    try {
+      const seen: Array<{ tags: string[]; code: number }> = []
+      own.sc.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
+      const setting = async (allow: boolean) => {
+        const res = await call(own.sc, { method: 'PUT', url: '/authsvc/api/settings/guest-jwt', bearer: own.adminJwt, body: { allow_guest_jwt: allow } })
+        assert.equal(res.statusCode, 200, res.body)
+      }
+      await setting(true)
+      const guest = await call(own.sc, { method: 'POST', url: '/login', body: { guest_login: true } })
+      assert.equal(guest.statusCode, 200, guest.body)
+      const guestJwt = JSON.parse(guest.body).jwt_token as string
+      const guestSocket = assertPass(await decide(own.sc, { path: '/ws', pattern: '/ws', headers: bearer(guestJwt) })).ws_tag!
+      const aliceSocket = assertPass(await decide(own.sc, { path: '/ws', pattern: '/ws', headers: bearer(own.aliceJwt) })).ws_tag!
+      assert.equal(own.sc.built.liveSockets.sweep(), 0)
+      await setting(false)
+      assert.equal(own.sc.built.liveSockets.sweep(), 1)
+      assert.deepEqual(seen.pop(), { tags: [guestSocket], code: CLOSE_CREDENTIAL_ENDED })
+      assert.equal(own.sc.built.liveSockets.size, 1, `alice's socket ${aliceSocket} stays`)
+    } finally {
+      await own.sc.close()
     }
   })
 

@@ -32,7 +32,7 @@ export interface OwnedRoutes {
 
 /** Route behaviours beyond the permission check (prompt stamping, filters...). */
 export interface BehaviourHandlers {
-  apply(policy: HostRoutePolicy, desc: RequestDescription, principal: Principal, pass: PassDecision, ip: string): Decision | Promise<Decision>
+  apply(policy: HostRoutePolicy, desc: RequestDescription, principal: Principal, pass: PassDecision, client: { ip: string; addresses: readonly string[] }): Decision | Promise<Decision>
   /** Whether the behaviour's GET passes may be kept by the plugin (RouteBehaviour.keepable). */
   keepable(policy: HostRoutePolicy): boolean
 }
@@ -168,7 +168,7 @@ function decideHost(
   }
   if (policy.behaviour === undefined) return kept(pass)
   try {
-    const shaped = deps.behaviours.apply(policy, desc, principal, pass, facts.ip)
+    const shaped = deps.behaviours.apply(policy, desc, principal, pass, facts)
     if (shaped instanceof Promise) return shaped.then(kept, behaviourFailure)
     return kept(shaped)
   } catch (err) {

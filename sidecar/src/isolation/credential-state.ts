@@ -7,6 +7,8 @@ import type { Clock } from '../kernel/clock.js'
 import type { SessionService } from '../identity/sessions.js'
 import type { UserRepository } from '../identity/users.js'
 import type { StoreHealthView } from '../store/health.js'
+import type { SettingsRepository } from '../store/settings.js'
+import type { IpGate } from '../access/pipeline.js'
 import type { CredentialState, SocketEntry } from './live-sockets.js'
 
 export const CLOSE_CREDENTIAL_ENDED = 4401
@@ -14,7 +16,19 @@ export const CLOSE_ACCESS_CHANGED = 4403
 /** the shared store is unreachable past its grace (store/health.ts); the plugin closes with 4000-4999 only, so 503 in that range */
 export const CLOSE_STORE_UNAVAILABLE = 4503
 
-export function credentialState(deps: { sessions: SessionService; tokens: ApiTokenService; users: UserRepository; clock: Clock; storeHealth?: StoreHealthView }): CredentialState {
+export interface CredentialStateDeps {
+  sessions: SessionService
+  tokens: ApiTokenService
+  users: UserRepository
+  clock: Clock
+  storeHealth?: StoreHealthView
+  /** guest login turned off ends guests' sockets, as the resolver refuses their next request */
+  settings: Pick<SettingsRepository, 'get'>
+  /** the IP lists, judged on every address a socket came from, as the decision's first step does */
+  ipGate: IpGate
+}
+
+export function credentialState(deps: CredentialStateDeps): CredentialState {
   const ended = (reason: string) => ({ code: CLOSE_CREDENTIAL_ENDED, reason })
   /**
    * Session and token records are held lazily (a bounded number; store/collection.ts): each
@@ -42,6 +56,9 @@ export function credentialState(deps: { sessions: SessionService; tokens: ApiTok
     check(entry: SocketEntry) {
       if (deps.storeHealth?.refusing === true) return { code: CLOSE_STORE_UNAVAILABLE, reason: 'store unavailable' }
       const now = deps.clock()
+      if (entry.addresses?.some((ip) => deps.ipGate.refuse(ip) !== null) === true) return { code: CLOSE_ACCESS_CHANGED, reason: 'address refused' }
+      // a guest session (no user): the resolver refuses it once guest login is off
+      if (entry.authType === 'session' && entry.userId === null && !deps.settings.get('allow_guest_jwt')) return ended('guest login turned off')
       if (entry.authType === 'session' && entry.credentialId !== undefined) {
         const record = held(entry.credentialId, (id) => deps.sessions.get(id), (id) => deps.sessions.fetch(id))
         if (record === 'absent') {

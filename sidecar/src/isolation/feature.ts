@@ -28,7 +28,7 @@ import { applyHostEvent, hostPromptsReport } from './host-events.js'
 import { LiveSockets } from './live-sockets.js'
 import './events.js'
 
-export type IsolationServices = Pick<Services, 'config' | 'clock' | 'events' | 'ownership' | 'clientIds' | 'host' | 'sessions' | 'tokens' | 'users' | 'storeHealth'>
+export type IsolationServices = Pick<Services, 'config' | 'clock' | 'events' | 'ownership' | 'clientIds' | 'host' | 'sessions' | 'tokens' | 'users' | 'storeHealth' | 'settings' | 'ipGate'>
 
 export interface IsolationFeature extends Feature {
   /** the WebSockets let through, by tag; from bind on */
@@ -51,7 +51,7 @@ export function isolationFeature(services: IsolationServices, log: FastifyBaseLo
     bind(kernel) {
       const { ownership } = services
       const liveSockets = new LiveSockets(
-        credentialState({ sessions: services.sessions, tokens: services.tokens, users: services.users, clock: services.clock, storeHealth: services.storeHealth }),
+        credentialState({ sessions: services.sessions, tokens: services.tokens, users: services.users, clock: services.clock, storeHealth: services.storeHealth, settings: services.settings, ipGate: services.ipGate }),
         (tags, code, reason) => {
           log.info({ sockets: tags.length, code, reason }, 'closing WebSockets whose access ended')
           kernel.push({ type: 'close_ws', tags, code, reason })

@@ -1,7 +1,9 @@
 /**
  * Open WebSockets follow their credential: a socket stays open only while what
  * opened it would still be let in. Logout, a revoked session or token, a
- * disabled or deleted user close it with 4401; a changed role with 4403.
+ * disabled or deleted user, guest login turned off (a guest's socket) close it
+ * with 4401; a changed role, or an IP list that now refuses one of the
+ * addresses it came from, with 4403.
  *
  * Rather than hooking every path that can end a credential, the registry
  * re-checks each open socket's credential against the live records a few times
@@ -21,6 +23,8 @@ export interface SocketEntry {
   role: string
   authType: Principal['authType']
   credentialId?: string
+  /** every address the upgrade may have come from (after trusted proxies): a ban of any closes it */
+  addresses?: string[]
   /** opened with preview frames unchecked (the content-safety policy on, the user without sfw_check) */
   previewsUnchecked?: boolean
 }
@@ -74,9 +78,11 @@ export class LiveSockets {
       if (typeof x?.tag !== 'string' || typeof x.role !== 'string' || !(x.userId === null || typeof x.userId === 'string')) continue
       if (x.authType !== 'session' && x.authType !== 'api_token' && x.authType !== 'anonymous') continue
       if (x.credentialId !== undefined && typeof x.credentialId !== 'string') continue
+      if (x.addresses !== undefined && !(Array.isArray(x.addresses) && x.addresses.every((a) => typeof a === 'string'))) continue
       this.register({
         tag: x.tag, userId: x.userId, role: x.role, authType: x.authType,
         ...(x.credentialId !== undefined ? { credentialId: x.credentialId } : {}),
+        ...(x.addresses !== undefined ? { addresses: x.addresses } : {}),
         ...(x.previewsUnchecked === true ? { previewsUnchecked: true } : {}),
       })
     }

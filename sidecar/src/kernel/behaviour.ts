@@ -29,6 +29,8 @@ export interface DecideInput<S = never> {
   pass: PassDecision
   /** the client's address (after trusted proxies), for the events a behaviour emits */
   ip: string
+  /** every address the request may come from (access/client-facts.ts): what the IP lists judge */
+  addresses: readonly string[]
   owner: string
   /** sees and acts on everything: an admin, or anyone while users are not separated */
   seesAll: boolean

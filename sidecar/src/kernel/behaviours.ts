@@ -131,10 +131,11 @@ export class RouteBehaviours implements BehaviourHandlers {
     return isAdministrator(principal) || !this.options.seperateUsers
   }
 
-  apply(policy: HostRoutePolicy, desc: RequestDescription, principal: Principal, pass: PassDecision, ip: string): Decision | Promise<Decision> {
+  apply(policy: HostRoutePolicy, desc: RequestDescription, principal: Principal, pass: PassDecision, client: { ip: string; addresses: readonly string[] }): Decision | Promise<Decision> {
     const behaviour = policy.behaviour === undefined ? undefined : this.byName.get(policy.behaviour)
     if (behaviour === undefined) return pass
-    const decided = behaviour.decide({ desc, principal, pass, ip, owner: ownerKey(principal), seesAll: this.seesAll(principal), host: desc.host ?? NO_HOST })
+    const { ip, addresses } = client
+    const decided = behaviour.decide({ desc, principal, pass, ip, addresses, owner: ownerKey(principal), seesAll: this.seesAll(principal), host: desc.host ?? NO_HOST })
     return decided instanceof Promise ? decided.then(readsAsChecked) : readsAsChecked(decided)
   }
 

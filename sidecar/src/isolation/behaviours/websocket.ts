@@ -14,7 +14,7 @@ import type { BehaviourDeps } from './deps.js'
 
 export function websocketBehaviour(deps: BehaviourDeps): RouteBehaviour {
   return {
-    decide({ desc, pass, principal, owner, seesAll }) {
+    decide({ desc, pass, principal, owner, seesAll, addresses }) {
       const clientId = new URLSearchParams(desc.query).get('clientId')
       if (clientId && !deps.clientIds.claim(clientId, owner)) return denyDecision('CLIENT_ID_TAKEN')
       // its preview frames wait for the content-safety policy's word (an sfw_check user, nsfw/)
@@ -26,6 +26,8 @@ export function websocketBehaviour(deps: BehaviourDeps): RouteBehaviour {
         role: principal.role,
         authType: principal.authType,
         ...(principal.credentialId !== undefined ? { credentialId: principal.credentialId } : {}),
+        // the IP lists keep judging the socket's addresses while it is open (credential-state.ts)
+        addresses: [...addresses],
         // a user whose sfw_check is turned on later must not keep an unchecked socket (credential-state.ts)
         ...(gate != null && !checked && principal.userId !== null ? { previewsUnchecked: true } : {}),
       }
