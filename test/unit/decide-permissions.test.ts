@@ -111,6 +111,10 @@ describe('userdata writes under workflows/', () => {
     ['x/../workflows/a.json', { file: 'x/../workflows/a.json' }],
     ['.//workflows/a.json', { file: './/workflows/a.json' }],
     ['double-encoded workflows%2Fa.json (the host unquotes a file name holding "%" once more)', { file: 'workflows%2Fa.json' }],
+    // Python's unquote turns bytes that are not UTF-8 into U+FFFD and decodes the rest of the run
+    ['x%ff%2F..%2Fworkflows%2Fa.json (an invalid byte before the escaped slash)', { file: 'x%ff%2F..%2Fworkflows%2Fa.json' }],
+    ['x%e2%82%2F..%2Fworkflows%2Fa.json (a cut UTF-8 sequence before it)', { file: 'x%e2%82%2F..%2Fworkflows%2Fa.json' }],
+    ['%c0%ae%2F..%2Fworkflows%2Fa.json (an overlong dot)', { file: 'y%c0%ae%2F..%2Fworkflows%2Fa.json' }],
   ]
   for (const [name, match_info] of traversal) {
     it(`traversal into workflows/ (${name}) without can_modify_workflows → 403`, async () => {

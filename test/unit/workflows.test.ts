@@ -15,6 +15,9 @@ import { isWorkflowsPath } from '../../sidecar/src/workflows/behaviours/userdata
 import { workflowName } from '../../sidecar/src/workflows/routes.js'
 import { bearer, addUser, apiToken, assertDenied, assertPass, call, decide, openSidecar, type DescOptions, type Sidecar } from './fixtures.js'
 import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
+import { spawnSync } from 'node:child_process'
+import { unquoteOnce } from '../../sidecar/src/workflows/workflow-store.js'
+import { PYTHON } from '../helpers/stack.js'
 
 
 async function filtered(sc: Sidecar, o: DescOptions, status: number, hostAnswer: string): Promise<{ status: number; body: string } | 'unchanged'> {
@@ -199,5 +202,18 @@ describe('workflows: own and shared, through the gate', () => {
     const d = await decide(sc, { path: '/users', pattern: '/users', headers: bearer(aliceToken) }) as Decision & { body_text?: string }
     assert.deepEqual(JSON.parse(d.body_text!), { storage: 'server', migrated: true })
     assertDenied(await decide(sc, { method: 'POST', path: '/users', pattern: '/users', headers: bearer(adminToken) }), 'PERMISSION_DENIED')
+  })
+})
+
+describe('unquoteOnce reads a name as Python\'s urllib.parse.unquote does (the host unquotes userdata names once more)', () => {
+  it('the same text as Python for every shape of escape: valid, invalid UTF-8, cut sequences, overlong forms, lone % and bad hex', () => {
+    const names = [
+      'plain.json', 'a%2Fb', 'workflows%2Fa.json', 'x%ff%2F..%2Fworkflows%2Fa.json', 'x%e2%82%2F..', '%c0%ae%c0%ae%2F', '%ed%a0%80%2F',
+      '%f4%90%80%80/x', 'a%zz%2F', '%', '%%2F', '%2', '%2F%', 'caf%C3%A9%2F..', 'a%e2b%82c', '%F0%9F%98%80%2F..%2F', 'é%2Fü', '%00%2F',
+    ]
+    const python = spawnSync(PYTHON, ['-c', 'import json, sys, urllib.parse; print(json.dumps([urllib.parse.unquote(n) for n in json.load(sys.stdin)]))'], { input: JSON.stringify(names), encoding: 'utf8' })
+    assert.equal(python.status, 0, python.stderr)
+    const want = JSON.parse(python.stdout) as string[]
+    assert.deepEqual(names.map((n) => unquoteOnce(n)), want)
   })
 })

@@ -22,15 +22,15 @@ import { HostResolveError, type HostLink, type ResolveItem, type UserdataPlace }
 export const SHARED_HOST_USER = 'default'
 export const WORKFLOWS_DIR = 'workflows'
 
-/** Decodes %XX once, leniently, as Python's urllib.parse.unquote does (invalid escapes stay). */
+const UTF8_REPLACING = new TextDecoder('utf-8') // not fatal: a byte that is not UTF-8 becomes U+FFFD
+
+/**
+ * Decodes %XX once as Python's urllib.parse.unquote does: an escape that is not %XX stays as it is,
+ * and bytes that are not UTF-8 become U+FFFD (its errors='replace'), so what follows them is decoded
+ * too: `%ff%2F..` is `\ufffd/..`, a real `..` segment for the host.
+ */
 export function unquoteOnce(text: string): string {
-  return text.replace(/(%[0-9A-Fa-f]{2})+/g, (run) => {
-    try {
-      return decodeURIComponent(run)
-    } catch {
-      return run
-    }
-  })
+  return text.replace(/(%[0-9A-Fa-f]{2})+/g, (run) => UTF8_REPLACING.decode(Buffer.from(run.replace(/%/g, ''), 'hex')))
 }
 
 /** `root` joined with an already decoded relative name, or null when the result leaves `root`. */
