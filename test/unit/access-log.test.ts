@@ -10,7 +10,7 @@ import { Writable } from 'node:stream'
 import { join } from 'node:path'
 import { rmSync } from 'node:fs'
 import { buildApp, prepareApp } from '../../sidecar/src/app.js'
-import { createLogger } from '../../sidecar/src/kernel/log.js'
+import { createLogger, redactUrl } from '../../sidecar/src/kernel/log.js'
 import { openServices } from '../../sidecar/src/services.js'
 import { SECRET, tempDir, testConfig } from './fixtures.js'
 
@@ -82,6 +82,22 @@ describe('access log', () => {
     }
     assert.equal((lines[1].req as { url: string }).url, '/authsvc/health?token=[REDACTED]')
     assert.ok(!JSON.stringify(lines).includes('ast_secretvalue'))
+  })
+
+  // every spelling of a query credential the resolver accepts (URLSearchParams decodes the key) is redacted
+  const SPELLINGS = ['token=SECRET1', '%74oken=SECRET1', 't%6Fken=SECRET1', 'access_token=SECRET1', 'access%5Ftoken=SECRET1', 'TOKEN=SECRET1', 'a=1&token=SECRET1&b=2', 'token=SECRET1&token=SECRET1']
+  for (const query of SPELLINGS) {
+    it(`AUTHSVC_ACCESS_LOG=1: ${query} never reaches the log`, async () => {
+      const lines = await sidecarLines({ AUTHSVC_ACCESS_LOG: '1' }, 'info', [`/authsvc/health?${query}`])
+      assert.equal(lines.length, 1, JSON.stringify(lines))
+      const url = (lines[0].req as { url: string }).url
+      assert.ok(!JSON.stringify(lines).includes('SECRET1'), url)
+      assert.match(url, /\[REDACTED\]/)
+    })
+  }
+  it('redactUrl leaves other keys, fragments and paths as they are', () => {
+    assert.equal(redactUrl('/view?filename=token%3Dx&tokens=1#token=frag'), '/view?filename=token%3Dx&tokens=1#token=frag')
+    assert.equal(redactUrl('/a?%74oken=s&b=2'), '/a?%74oken=[REDACTED]&b=2')
   })
 
   it('at AUTHSVC_LOG_LEVEL=debug the same single line comes at debug', async () => {

@@ -6,10 +6,22 @@
 import pino, { type Logger } from 'pino'
 import { QUERY_TOKEN_KEYS } from '../identity/credentials.js'
 
-const QUERY_SECRET = new RegExp(`([?&](?:${QUERY_TOKEN_KEYS.join('|')})=)[^&#]*`, 'gi')
+const SECRET_KEYS: ReadonlySet<string> = new Set(QUERY_TOKEN_KEYS)
 
+/**
+ * The URL with the value of every query credential replaced: each key is read as the resolver reads
+ * it (URLSearchParams: `%74oken` and `t+oken` are decoded before they are compared), in any case.
+ */
 export function redactUrl(url: string): string {
-  return url.replace(QUERY_SECRET, '$1[REDACTED]')
+  const start = url.indexOf('?')
+  if (start < 0) return url
+  const hash = url.indexOf('#', start)
+  const end = hash < 0 ? url.length : hash
+  const query = url.slice(start + 1, end).split('&').map((pair) => {
+    const key = new URLSearchParams(pair).keys().next().value
+    return key !== undefined && SECRET_KEYS.has(key.toLowerCase()) ? `${pair.split('=', 1)[0]}=[REDACTED]` : pair
+  })
+  return `${url.slice(0, start + 1)}${query.join('&')}${url.slice(end)}`
 }
 
 export const REDACT_PATHS = [
