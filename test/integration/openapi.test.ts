@@ -105,7 +105,7 @@ interface Answer {
 /** One request over the app's real socket, as the plugin forwards it (`x-authsvc-peer`). */
 function send(socketPath: string, path: string, headers: Record<string, string> = {}): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = httpRequest({ socketPath, path, method: 'GET', headers: { host: 'comfy.test:8188', 'x-authsvc-peer': '127.0.0.1', ...headers } }, (res) => {
+    const req = httpRequest({ socketPath, path, method: 'GET', headers: { host: '127.0.0.1:8188', 'x-authsvc-peer': '127.0.0.1', ...headers } }, (res) => {
       const chunks: Buffer[] = []
       res.on('data', (c: Buffer) => chunks.push(c))
       res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }))

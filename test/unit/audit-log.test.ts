@@ -94,7 +94,7 @@ describe('who acts, when it is no user', () => {
       assert.equal((await prompt('{"prompt":{"1":{}}}')).action, 'pass')
       assert.equal((await prompt('{"prompt":{"1":{}},"front":1}')).action, 'respond')
       // and logs out: it had no session, so nothing ended and nothing is recorded
-      assert.equal((await call(sc, { method: 'POST', url: '/logout', headers: { origin: 'http://comfy.test:8188' } })).statusCode, 200)
+      assert.equal((await call(sc, { method: 'POST', url: '/logout', headers: { origin: 'http://127.0.0.1:8188' } })).statusCode, 200)
       const rows = await sc.services.audit.query({ kinds: ['prompt_queued', 'prompt_refused', 'user_logout'], limit: 10 })
       assert.deepEqual(rows.map((r) => [r.kind, r.actor, r.subject, r.details.principal]), [
         ['prompt_refused', null, null, 'anonymous:user'],

@@ -184,3 +184,72 @@ describe('anonymous roles and remote API auth', () => {
     }
   })
 })
+
+describe('a grant by address (local_anonymous_role) is not carried to other sites\' pages', () => {
+  let sc: Sidecar
+  before(async () => {
+    sc = await openSidecar({ config: { local_anonymous_role: 'user' } })
+  })
+  after(() => sc.close())
+  const PROMPT = { method: 'POST', path: '/prompt', pattern: '/prompt' }
+  const WS = { path: '/ws', pattern: '/ws', headers: { upgrade: 'websocket' } }
+
+  // a browser on the local machine, on a page of another site: its unsafe requests and socket upgrades
+  const crossSite: Array<[string, DescOptions]> = [
+    ['a form post, Sec-Fetch-Site cross-site', at(PROMPT, { headers: { 'sec-fetch-site': 'cross-site', origin: 'https://evil.example', 'content-type': 'text/plain' } })],
+    ['Sec-Fetch-Site same-site (a sibling subdomain)', at(PROMPT, { headers: { 'sec-fetch-site': 'same-site', origin: 'http://other.127.0.0.1:8188' } })],
+    ['an Origin of another site, no Sec-Fetch-Site (an older browser)', at(PROMPT, { headers: { origin: 'https://evil.example' } })],
+    ['Origin null (a sandboxed frame, a data: page)', at(PROMPT, { headers: { origin: 'null' } })],
+    ['Sec-Fetch-Site cross-site with our Origin', at(PROMPT, { headers: { 'sec-fetch-site': 'cross-site', origin: 'http://127.0.0.1:8188' } })],
+    ['a WebSocket upgrade from another site', at(WS, { headers: { upgrade: 'websocket', origin: 'https://evil.example' } })],
+    ['a DELETE from another site', { method: 'DELETE', path: '/userdata/x.json', pattern: '/userdata/{file}', match_info: { file: 'x.json' }, headers: { 'sec-fetch-site': 'cross-site' } }],
+  ]
+  for (const [label, o] of crossSite) {
+    it(`${label} → 403 CSRF_REJECTED`, async () => {
+      assertDenied(await decide(sc, o), 'CSRF_REJECTED', label)
+    })
+  }
+
+  it('a script (no browser signal) and the local browser\'s own page keep the grant', async () => {
+    assertPass(await decide(sc, PROMPT), 'a script')
+    assertPass(await decide(sc, at(PROMPT, { headers: { 'sec-fetch-site': 'same-origin', origin: 'http://127.0.0.1:8188' } })), 'our own page')
+    assertPass(await decide(sc, at(PROMPT, { headers: { origin: 'http://127.0.0.1:8188' } })), 'our own page, an older browser')
+    assertPass(await decide(sc, at(WS, { headers: { upgrade: 'websocket', origin: 'http://127.0.0.1:8188' } })), 'our own page\'s socket')
+    assertPass(await decide(sc, at(QUEUE, { headers: { 'sec-fetch-site': 'cross-site' } })), 'a cross-site read is the browser\'s to refuse (no CORS grant), as for a cookie')
+  })
+
+  // DNS rebinding: a name of the attacker's pointed at a local address; the page then reads what it asks
+  const rebound: Array<[string, string | undefined]> = [
+    ['a name of another site', 'rebind.evil.example:8188'],
+    ['a name embedding a loopback address', '127.0.0.1.nip.io:8188'],
+    ['localhost with a trailing dot (a DNS name)', 'localhost.:8188'],
+    ['a localhost prefix', 'localhost.evil.example:8188'],
+    ['a hex spelling of 127.0.0.1', '0x7f.0.0.1:8188'],
+    ['no Host at all', undefined],
+    ['a Host with junk after the port', '127.0.0.1:8188@evil.example'],
+  ]
+  for (const [label, host] of rebound) {
+    it(`Host ${label}: no anonymous grant, for reads and writes alike (401)`, async () => {
+      for (const o of [QUEUE, PROMPT]) {
+        const headers = { host: host as string } // undefined: the header is absent
+        assertDenied(await decide(sc, at(o, { headers })), 'AUTH_REQUIRED', `${o.path} with Host ${host}`)
+      }
+    })
+  }
+
+  it('names no DNS answer can move keep the grant: IPv4 and IPv6 literals, localhost, *.localhost, any case, with or without a port', async () => {
+    for (const host of ['127.0.0.1:8188', '127.0.0.1', '[::1]:8188', '[::1]', 'localhost:8188', 'LocalHost:8188', 'comfy.localhost:8188', '192.168.1.5:8188']) {
+      assertPass(await decide(sc, at(QUEUE, { headers: { host } })), host)
+    }
+  })
+
+  it('with require_auth_for_remote_api false (every client anonymous, by the operator\'s choice) the Host is not what grants access', async () => {
+    const open = await openSidecar({ config: { local_anonymous_role: 'user', require_auth_for_remote_api: false } })
+    try {
+      assertPass(await decide(open, at(QUEUE, { peer: REMOTE, headers: { host: 'comfy.example.com' } })))
+      assertDenied(await decide(open, at(PROMPT, { peer: REMOTE, headers: { host: 'comfy.example.com', 'sec-fetch-site': 'cross-site' } })), 'CSRF_REJECTED')
+    } finally {
+      await open.close()
+    }
+  })
+})

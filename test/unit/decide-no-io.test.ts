@@ -155,7 +155,7 @@ describe('the decision path does no I/O', () => {
     const before = calls.length
     // a session JWT by name; or alice's API token, her session as a cookie (same origin), nobody
     const credential: Record<string, string> =
-      who === 'alice-token' ? bearer(token) : who === 'alice-cookie' ? { cookie: `jwt_token=${jwt.alice}`, origin: 'http://comfy.test:8188', 'sec-fetch-site': 'same-origin' } : who === 'nobody' ? {} : bearer(jwt[who])
+      who === 'alice-token' ? bearer(token) : who === 'alice-cookie' ? { cookie: `jwt_token=${jwt.alice}`, origin: 'http://127.0.0.1:8188', 'sec-fetch-site': 'same-origin' } : who === 'nobody' ? {} : bearer(jwt[who])
     const d = await deciding(what, () => decide(sc, { ...o, headers: { ...credential, ...(o.headers ?? {}) } })).catch((err: unknown) => ({ action: 'failed', err }) as unknown as Decision)
     const filterOf = async (spec: { name: string; ctx: unknown } | undefined): Promise<void> => {
       if (spec === undefined) return

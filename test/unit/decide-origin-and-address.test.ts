@@ -28,14 +28,14 @@ describe('CSRF on cookie-authenticated writes', () => {
     ['no Origin, no Sec-Fetch-Site', {}],
     ['Origin of another site', { origin: 'https://evil.example' }],
     ['Origin "null" (sandboxed frame)', { origin: 'null' }],
-    ['Origin with another port', { origin: 'http://comfy.test:9999' }],
-    ['Origin https while the request arrived over http', { origin: 'https://comfy.test:8188' }],
-    ['Origin with a suffix host', { origin: 'http://comfy.test:8188.evil.example' }],
+    ['Origin with another port', { origin: 'http://127.0.0.1:9999' }],
+    ['Origin https while the request arrived over http', { origin: 'https://127.0.0.1:8188' }],
+    ['Origin with a suffix host', { origin: 'http://127.0.0.1:8188.evil.example' }],
     ['Sec-Fetch-Site cross-site', { 'sec-fetch-site': 'cross-site' }],
     ['Sec-Fetch-Site same-site (a sibling subdomain)', { 'sec-fetch-site': 'same-site' }],
     ['Sec-Fetch-Site none', { 'sec-fetch-site': 'none' }],
-    ['Sec-Fetch-Site cross-site with a matching Origin', { 'sec-fetch-site': 'cross-site', origin: 'http://comfy.test:8188' }],
-    ['Referer same-origin but no Origin', { referer: 'http://comfy.test:8188/' }],
+    ['Sec-Fetch-Site cross-site with a matching Origin', { 'sec-fetch-site': 'cross-site', origin: 'http://127.0.0.1:8188' }],
+    ['Referer same-origin but no Origin', { referer: 'http://127.0.0.1:8188/' }],
     ['X-Forwarded-Host naming the Origin\'s host, from an untrusted peer', { origin: 'http://evil.example', 'x-forwarded-host': 'evil.example' }],
   ]
   for (const [name, headers] of refused) {
@@ -60,7 +60,7 @@ describe('CSRF on cookie-authenticated writes', () => {
   })
 
   it('cookie POST over https with an https Origin passes', async () => {
-    assertPass(await decide(w.sc, prompt({ ...cookie(w.aliceJwt), origin: 'https://comfy.test:8188' }, { scheme: 'https' })))
+    assertPass(await decide(w.sc, prompt({ ...cookie(w.aliceJwt), origin: 'https://127.0.0.1:8188' }, { scheme: 'https' })))
   })
 
   it('cookie GET without Origin passes (safe method)', async () => {
@@ -147,7 +147,7 @@ describe('forwarded headers and locality', () => {
     const jwt = await sessionJwt(sc, admin)
     const desc = (peer: string): DescOptions => ({
       method: 'POST', path: '/interrupt', pattern: '/interrupt', peer,
-      headers: { ...cookie(jwt), origin: 'https://comfy.test:8188', 'x-forwarded-proto': 'https' },
+      headers: { ...cookie(jwt), origin: 'https://127.0.0.1:8188', 'x-forwarded-proto': 'https' },
     })
     assertDenied(await decide(sc, desc(REMOTE)), 'CSRF_REJECTED')
     assertPass(await decide(sc, desc(PROXY)))

@@ -16,7 +16,7 @@ import {
 export const API = { accept: 'application/json' }
 export const NAVIGATE = { 'sec-fetch-mode': 'navigate', accept: 'text/html,application/xhtml+xml' }
 export const HTML_ACCEPT = { accept: 'text/html,application/xhtml+xml,*/*;q=0.8' }
-export const SAME_ORIGIN = { origin: 'http://comfy.test:8188' }
+export const SAME_ORIGIN = { origin: 'http://127.0.0.1:8188' }
 export const REMOTE = '203.0.113.9'
 export const cookie = (t: string) => ({ cookie: `theme=dark; jwt_token=${t}` })
 

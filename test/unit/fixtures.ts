@@ -167,7 +167,7 @@ export function describeRequest(o: DescOptions): RequestDescription {
     route: pattern === null ? null : { pattern, kind: o.kind ?? 'route' },
     route_status: pattern === null ? 404 : 200,
     match_info: o.match_info ?? {},
-    headers: { host: 'comfy.test:8188', ...(o.headers ?? {}) },
+    headers: { host: '127.0.0.1:8188', ...(o.headers ?? {}) },
     peer: o.peer ?? '127.0.0.1',
     scheme: o.scheme ?? 'http',
   }
@@ -249,7 +249,7 @@ export interface CallOptions {
   sameOrigin?: boolean
 }
 
-export const HOST = 'comfy.test:8188'
+export const HOST = '127.0.0.1:8188'
 
 let peerCount = 0
 

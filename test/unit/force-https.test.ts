@@ -20,13 +20,13 @@ describe('force_https: the decision path', () => {
   after(() => sc.close())
 
   const redirects: Array<[string, DescOptions, string]> = [
-    ['navigation to / over http', { path: '/', headers: NAVIGATE }, 'https://comfy.test:8188/'],
-    ['navigation to a host page with a query', { path: '/extensions/x.js', pattern: '/extensions/{path}', query: 'a=1&b=%2F', headers: NAVIGATE }, 'https://comfy.test:8188/extensions/x.js?a=1&b=%2F'],
-    ['navigation carrying ?token= (dropped from the Location)', { path: '/', query: 'token=ast_secret&a=1', headers: NAVIGATE }, 'https://comfy.test:8188/?a=1'],
-    ['navigation to an owned page (/login)', { path: '/login', headers: NAVIGATE }, 'https://comfy.test:8188/login'],
-    ['HEAD navigation', { method: 'HEAD', path: '/', headers: NAVIGATE }, 'https://comfy.test:8188/'],
-    ['X-Forwarded-Proto: https from an untrusted peer (spoof)', { path: '/', headers: { ...NAVIGATE, 'x-forwarded-proto': 'https' }, peer: '203.0.113.9' }, 'https://comfy.test:8188/'],
-    ['trusted proxy saying http', { path: '/', headers: { ...NAVIGATE, 'x-forwarded-proto': 'http' }, peer: PROXY }, 'https://comfy.test:8188/'],
+    ['navigation to / over http', { path: '/', headers: NAVIGATE }, 'https://127.0.0.1:8188/'],
+    ['navigation to a host page with a query', { path: '/extensions/x.js', pattern: '/extensions/{path}', query: 'a=1&b=%2F', headers: NAVIGATE }, 'https://127.0.0.1:8188/extensions/x.js?a=1&b=%2F'],
+    ['navigation carrying ?token= (dropped from the Location)', { path: '/', query: 'token=ast_secret&a=1', headers: NAVIGATE }, 'https://127.0.0.1:8188/?a=1'],
+    ['navigation to an owned page (/login)', { path: '/login', headers: NAVIGATE }, 'https://127.0.0.1:8188/login'],
+    ['HEAD navigation', { method: 'HEAD', path: '/', headers: NAVIGATE }, 'https://127.0.0.1:8188/'],
+    ['X-Forwarded-Proto: https from an untrusted peer (spoof)', { path: '/', headers: { ...NAVIGATE, 'x-forwarded-proto': 'https' }, peer: '203.0.113.9' }, 'https://127.0.0.1:8188/'],
+    ['trusted proxy saying http', { path: '/', headers: { ...NAVIGATE, 'x-forwarded-proto': 'http' }, peer: PROXY }, 'https://127.0.0.1:8188/'],
   ]
   for (const [name, desc, location] of redirects) {
     it(`301: ${name}`, async () => {
@@ -72,7 +72,7 @@ describe('force_https: the owned routes', () => {
   it('a plain-HTTP navigation to /login is sent to https', async () => {
     const res = await call(sc, { url: '/login?next=%2Fx', headers: NAVIGATE })
     assert.equal(res.statusCode, 301)
-    assert.equal(res.headers.location, 'https://comfy.test:8188/login?next=%2Fx')
+    assert.equal(res.headers.location, 'https://127.0.0.1:8188/login?next=%2Fx')
     assert.equal(res.headers['strict-transport-security'], undefined, 'HSTS over plain HTTP means nothing')
   })
 

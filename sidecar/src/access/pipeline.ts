@@ -70,6 +70,20 @@ export function csrfRefusal(channel: Channel | undefined, method: string, header
   return crossSiteRisk && !isSameOrigin(headers, facts.isHttps) ? 'CSRF_REJECTED' : null
 }
 
+/**
+ * Step 5 for a principal granted by the client's address (`local_anonymous_role`): a browser there
+ * carries that grant to every page it opens, as it carries a cookie. A script sends no browser
+ * signal and keeps the grant; a browser's cross-site unsafe method or WebSocket upgrade (its
+ * `Sec-Fetch-Site` other than same-origin, else an `Origin` that is not ours, `null` included) is
+ * refused.
+ */
+export function anonymousCrossSiteRefusal(principal: Principal, method: string, headers: Headers, facts: ClientFacts): ErrorCode | null {
+  if (principal.authType !== 'anonymous') return null
+  if (!UNSAFE.has(method) && headers.upgrade?.toLowerCase() !== 'websocket') return null
+  const browserSaid = headers['sec-fetch-site'] !== undefined || headers.origin !== undefined
+  return browserSaid && !isSameOrigin(headers, facts.isHttps) ? 'CSRF_REJECTED' : null
+}
+
 /** Step 6: what the requirement refuses this principal, or null. */
 export function levelRefusal(requirement: Requirement, principal: Principal): ErrorCode | null {
   switch (requirement.kind) {
@@ -111,6 +125,8 @@ export function checkAccess(request: AccessRequest): AccessVerdict {
     return { allow: false, login: false, code: 'error' in resolution ? resolution.error : 'AUTH_REQUIRED' }
   }
   const channel = 'error' in resolution ? undefined : resolution.channel
-  const code = csrfRefusal(channel, request.method, request.headers, request.facts) ?? levelRefusal(requirement, principal)
+  const code = csrfRefusal(channel, request.method, request.headers, request.facts)
+    ?? anonymousCrossSiteRefusal(principal, request.method, request.headers, request.facts)
+    ?? levelRefusal(requirement, principal)
   return code === null ? { allow: true, principal, channel } : { allow: false, login: false, code }
 }

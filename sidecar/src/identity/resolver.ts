@@ -7,6 +7,7 @@
  * the very next request. A present but invalid credential is refused, never
  * downgraded to anonymous.
  */
+import { isIP } from 'node:net'
 import type { Config } from '../kernel/config/schema.js'
 import type { ClientFacts } from '../access/client-facts.js'
 import type { PrincipalResolver, Resolution } from '../access/pipeline.js'
@@ -36,7 +37,7 @@ export class IdentityResolver implements PrincipalResolver {
   resolve(headers: Record<string, string | undefined>, query: URLSearchParams, facts: ClientFacts): Resolution | Promise<Resolution> {
     const presented = presentedCredential(headers, query)
     if (presented === 'malformed') return { error: 'TOKEN_INVALID' }
-    if (presented === null) return { principal: this.anonymous(facts) }
+    if (presented === null) return { principal: this.anonymous(facts, headers.host) }
     const { channel, value } = presented
     if (value.includes('.')) return this.fromSession(value, channel)
     if (value.startsWith('ast_')) return this.fromApiToken(value, channel)
@@ -95,11 +96,17 @@ export class IdentityResolver implements PrincipalResolver {
     return { principal: this.userPrincipal(user, 'api_token', record.hash), channel }
   }
 
-  /** Anonymous clients act as `local_anonymous_role` only where the config allows it. */
-  anonymous(facts: ClientFacts): Principal | null {
+  /**
+   * Anonymous clients act as `local_anonymous_role` only where the config allows it. Where the
+   * grant rests on the client's address being local, the request must also name the host by a name
+   * no other site can hold (an IP literal, `localhost`, `*.localhost`): a page elsewhere can point a
+   * name of its own at a local address (DNS rebinding), and a browser on that address then sends it
+   * requests its page may read.
+   */
+  anonymous(facts: ClientFacts, host: string | undefined): Principal | null {
     const role = this.deps.config.local_anonymous_role
     if (role === null || !this.deps.roles.has(role) || role === ADMIN_ROLE) return null
-    if (!facts.isLocal && this.deps.config.require_auth_for_remote_api) return null
+    if (this.deps.config.require_auth_for_remote_api && (!facts.isLocal || !rebindProofHost(host))) return null
     return this.rolePrincipal(role, 'anonymous', null)
   }
 
@@ -130,4 +137,14 @@ export class IdentityResolver implements PrincipalResolver {
       mfaEnabled: false,
     }
   }
+}
+
+/** A Host header no DNS answer can move elsewhere: an IP literal, `localhost` or a `.localhost` name (browsers keep those on loopback), with an optional port. */
+export function rebindProofHost(host: string | undefined): boolean {
+  if (host === undefined) return false
+  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:\[\]]+))(?::\d{1,5})?$/.exec(host)
+  if (match === null) return false
+  if (match[1] !== undefined) return isIP(match[1]) === 6
+  const name = match[2].toLowerCase()
+  return isIP(name) === 4 || name === 'localhost' || name.endsWith('.localhost')
 }
