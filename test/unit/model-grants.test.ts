@@ -22,7 +22,7 @@ const MODELS: Record<string, string[]> = {
   checkpoints: ['granted.safetensors', 'secret.safetensors', 'sub/deep.safetensors', 'notes.txt'],
   loras: ['style.safetensors', 'other.safetensors'],
   vae: ['plain.safetensors'],
-  embeddings: ['good.pt', 'bad.safetensors'],
+  embeddings: ['good.pt', 'bad.safetensors', 'private/hidden.safetensors', 'paren(v2).pt'],
   custom_models: ['mine.ckpt', 'theirs.ckpt'],
 }
 
@@ -162,7 +162,7 @@ describe('model admin API', () => {
     const body = JSON.parse(res.body) as Record<string, unknown>
     assert.equal(body.status, 'ok')
     assert.equal(body.folders_count, 5)
-    assert.equal(body.items_count, 3 + 2 + 1 + 2 + 2)
+    assert.equal(body.items_count, 3 + 2 + 1 + 4 + 2)
     assert.match(String(body.refreshed_at_iso), /^\d{4}-\d\d-\d\dT/)
   })
 
@@ -386,6 +386,16 @@ describe('the /prompt model check', () => {
     ['a model name in a text a string node feeds into a loader', { 1: node('PrimitiveString', { value: 'sub/deep.safetensors' }), 2: node('CheckpointLoaderSimple', { ckpt_name: 'granted.safetensors' }) }, ['checkpoints/sub/deep.safetensors']],
     ['an embedding not granted, in a prompt text', { 1: node('CLIPTextEncode', { text: 'a cat, (embedding:bad:1.2)' }) }, ['embeddings/bad.safetensors']],
     ['an embedding with its extension', { 1: node('CLIPTextEncode', { text: 'embedding:bad.safetensors' }) }, ['embeddings/bad.safetensors']],
+    // the host looks a name up in every folder under embeddings/ too, reads \( \) as literal parentheses, and splits words on spaces only
+    ['an embedding in a subfolder, by its bare name', { 1: node('CLIPTextEncode', { text: 'a cat, embedding:hidden' }) }, ['embeddings/private/hidden.safetensors']],
+    ['an embedding with escaped parentheses in its name', { 1: node('CLIPTextEncode', { text: 'a cat, embedding:paren\\(v2\\)' }) }, ['embeddings/paren(v2).pt']],
+    ['an escaped name under a weight', { 1: node('CLIPTextEncode', { text: '(embedding:paren\\(v2\\):1.1)' }) }, ['embeddings/paren(v2).pt']],
+    ['an embedding after a tab (no word break for the host)', { 1: node('CLIPTextEncode', { text: 'x\tembedding:bad' }) }, ['embeddings/bad.safetensors']],
+    ['an embedding with trailing commas', { 1: node('CLIPTextEncode', { text: 'embedding:bad,,' }) }, ['embeddings/bad.safetensors']],
+    ['an embedding through ../ inside the folder', { 1: node('CLIPTextEncode', { text: 'embedding:private/../bad' }) }, ['embeddings/bad.safetensors']],
+    // the host takes any two-item list as a link (`true` is output 1), and any other value is no name
+    ['a link whose index is true', { 1: node('PrimitiveString', { value: 'x' }), 2: node('CheckpointLoaderSimple', { ckpt_name: ['1', true] }) }, ['checkpoints/<linked from node 2.ckpt_name>']],
+    ['a number in a model input', { 1: node('CheckpointLoaderSimple', { ckpt_name: 7 }) }, ['checkpoints/<not a name in node 1.ckpt_name>']],
     ['a non-file option of another input is no pass', { 1: node('CheckpointLoaderSimple', { ckpt_name: 'pixel_space' }) }, ['checkpoints/pixel_space']],
     // issue 21: ComfyUI unwraps {"__value__": x} before it validates and loads
     ['a name wrapped in __value__', { 1: node('CheckpointLoaderSimple', { ckpt_name: { __value__: 'secret.safetensors' } }) }, ['checkpoints/secret.safetensors']],
@@ -406,6 +416,14 @@ describe('the /prompt model check', () => {
       assert.equal((await postPrompt(w.sc, w.userJwt, graph)).action, 'pass', 'a user who sees every model is not checked')
     })
   }
+
+  it('an embedding named by its absolute path inside the embeddings folder is that item (the host joins it as it is); outside it, no item', async () => {
+    const root = join(w.modelsDir, 'embeddings')
+    for (const text of [`embedding:${root}/bad`, `embedding:${root}/private/hidden.safetensors`, `embedding:${root}//sub/../bad.safetensors`]) {
+      assertDenied(await postPrompt(w.sc, w.internJwt, { 1: node('CLIPTextEncode', { text }) }), 'MODEL_NOT_ALLOWED', text)
+    }
+    assert.equal((await postPrompt(w.sc, w.internJwt, { 1: node('CLIPTextEncode', { text: `embedding:${root}/good` }) })).action, 'pass', 'a granted one by its path')
+  })
 
   it('on a case-insensitive Windows host, case and backslashes cannot reach an item not granted, and a granted one may be spelled as the host resolves it', async () => {
     await hello(w.sc, facts(w.modelsDir, { sep: '\\', case_insensitive: true }), w.adminJwt)

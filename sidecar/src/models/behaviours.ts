@@ -71,11 +71,36 @@ export function hostInputValue(value: unknown): unknown {
 }
 
 const isStringArray = (v: unknown): v is string[] => Array.isArray(v) && v.every((s) => typeof s === 'string')
-const isLink = (v: unknown): boolean => Array.isArray(v) && v.length === 2 && (typeof v[0] === 'string' || typeof v[0] === 'number') && typeof v[1] === 'number'
+// as the host's is_link: a two-item list of a node id and an output index (`true` is an int in Python)
+const isLink = (v: unknown): boolean => Array.isArray(v) && v.length === 2 && typeof v[0] === 'string' && (typeof v[1] === 'number' || typeof v[1] === 'boolean')
 
-// ComfyUI's tokenizer takes `embedding:<name>` words; a `:1.2` after the name is a weight
-const EMBEDDING = /embedding:([^\s,:()[\]{}<>|]+)/g
+// ComfyUI's tokenizer takes `embedding:<name>` words (split on spaces, after its weights' parentheses
+// and `\(` escapes are read); a `:1.2` after the name is a weight
+const EMBEDDING = /embedding:([^ \n]+)/g
 const EMBEDDING_EXTENSIONS = ['.safetensors', '.pt', '.bin']
+
+/**
+ * Every name the host may try for the rest of an `embedding:` word: the word with `\(`, `\)` and
+ * `\\` unescaped, and each of its beginnings that ends where the weights' syntax or the host's comma
+ * stripping could end the name (before an unescaped parenthesis, a `:` or a `,`). A superset of what
+ * the tokenizer reads: a longer word that is no model costs nothing; a shorter one that is one
+ * not granted is refused, which at worst refuses a prompt the host would have read differently.
+ */
+export function embeddingCandidates(rest: string): string[] {
+  let name = ''
+  const out = new Set<string>()
+  for (let i = 0; i < rest.length; i++) {
+    const c = rest[i]
+    if (c === '\\' && i + 1 < rest.length && '()\\'.includes(rest[i + 1])) {
+      name += rest[++i]
+      continue
+    }
+    if ('(),:'.includes(c) && name !== '') out.add(name)
+    name += c
+  }
+  if (name !== '') out.add(name)
+  return [...out]
+}
 
 export class ModelAccess {
   private rules: PathRules = { backslashIsSeparator: false, caseInsensitive: false }
@@ -85,7 +110,7 @@ export class ModelAccess {
   factsVersion = 0
   private readonly views = new Map<string, ModelView>()
   /** every cached item by its host path → [folder, item]; rebuilt when the cache or the facts change */
-  private index: { key: string; byPath: Map<string, Array<[string, string]>> } = { key: '', byPath: new Map() }
+  private index: { key: string; byPath: Map<string, Array<[string, string]>>; embeddingTails: Map<string, string[]> } = { key: '', byPath: new Map(), embeddingTails: new Map() }
 
   constructor(
     readonly cache: ModelCache,
@@ -197,12 +222,15 @@ export class ModelAccess {
         const value = hostInputValue(given)
         const spec = modelInputs?.get(name)
         if (spec) {
-          if (isLink(value)) {
-            for (const folder of spec.folders) refused.add(`${folder}/<linked from node ${nodeId}.${name}>`)
-          } else if (typeof value === 'string') {
-            if (spec.folders.some((f) => view.allows(f, value)) || spec.extras.includes(value)) continue
-            refused.add(`${spec.folders[0]}/${value}`)
+          if (typeof value !== 'string') {
+            // a link (the host takes any two-item list as one: `["4", true]` indexes output 1) or
+            // any other value: its name is unknown until it runs
+            const what = isLink(value) ? 'linked from' : 'not a name in'
+            for (const folder of spec.folders) refused.add(`${folder}/<${what} node ${nodeId}.${name}>`)
+            continue
           }
+          if (spec.folders.some((f) => view.allows(f, value)) || spec.extras.includes(value)) continue
+          refused.add(`${spec.folders[0]}/${value}`)
           continue
         }
         if (typeof value !== 'string') continue
@@ -221,20 +249,34 @@ export class ModelAccess {
 
   /** The cached items by host path, built once per cache and facts version (a prompt costs lookups, not scans). */
   private itemsByPath(): Map<string, Array<[string, string]>> {
+    return this.indexed().byPath
+  }
+
+  private indexed(): { byPath: Map<string, Array<[string, string]>>; embeddingTails: Map<string, string[]> } {
     const key = `${this.cache.version}:${this.factsVersion}`
     if (this.index.key !== key) {
       const byPath = new Map<string, Array<[string, string]>>()
+      // an embedding's name is looked up in its folder and in every folder under it (the host's
+      // load_embed walks them): `x` loads `sub/x.pt` too, so each item is found by every tail of its path
+      const embeddingTails = new Map<string, string[]>()
       for (const folder of this.cache.folderNames()) {
         for (const item of this.cache.list(folder) ?? []) {
           const p = this.hostPath(item)
           const found = byPath.get(p)
           if (found) found.push([folder, item])
           else byPath.set(p, [[folder, item]])
+          if (folder !== 'embeddings') continue
+          for (let tail = p; ; tail = tail.slice(tail.indexOf('/') + 1)) {
+            const items = embeddingTails.get(tail)
+            if (items) items.push(item)
+            else embeddingTails.set(tail, [item])
+            if (!tail.includes('/')) break
+          }
         }
       }
-      this.index = { key, byPath }
+      this.index = { key, byPath, embeddingTails }
     }
-    return this.index.byPath
+    return this.index
   }
 
   /** Folders with an item the host would resolve `value` to. */
@@ -243,15 +285,19 @@ export class ModelAccess {
     return [...new Set((this.itemsByPath().get(this.hostPath(value)) ?? []).map(([folder]) => folder))]
   }
 
-  /** Embedding items that an `embedding:name` in this text would load (the name as given, or with an extension the host tries). */
+  /** Embedding items that an `embedding:name` in this text may load (the name as given, or with an extension the host tries, in the folder or any under it; an absolute name inside it). */
   private embeddingsNamed(text: string): string[] {
     if (!text.includes('embedding:')) return []
-    const byPath = this.itemsByPath()
+    const tails = this.indexed().embeddingTails
+    const roots = (this.cache.folder('embeddings')?.paths ?? []).map((p) => posix.normalize(p).replace(/\/+$/, ''))
     const out: string[] = []
     for (const m of text.matchAll(EMBEDDING)) {
-      const want = this.hostPath(m[1])
-      for (const candidate of [want, ...EMBEDDING_EXTENSIONS.map((e) => want + e)]) {
-        for (const [folder, item] of byPath.get(candidate) ?? []) if (folder === 'embeddings') out.push(item)
+      for (const named of embeddingCandidates(m[1])) {
+        // the host joins the name to its embeddings folder: an absolute name inside it is that item
+        const inside = named.startsWith('/') ? roots.map((r) => posix.normalize(named).startsWith(`${r}/`) ? posix.normalize(named).slice(r.length + 1) : null).find((x) => x !== null) : named
+        if (inside === undefined || inside === null) continue
+        const want = this.hostPath(inside)
+        for (const candidate of [want, ...EMBEDDING_EXTENSIONS.map((e) => want + e)]) out.push(...(tails.get(candidate) ?? []))
       }
     }
     return out
