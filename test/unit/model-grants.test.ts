@@ -24,6 +24,8 @@ const MODELS: Record<string, string[]> = {
   vae: ['plain.safetensors'],
   embeddings: ['good.pt', 'bad.safetensors', 'private/hidden.safetensors', 'paren(v2).pt'],
   custom_models: ['mine.ckpt', 'theirs.ckpt'],
+  // Diffusers models are folders holding a model_index.json (ComfyUI's extension "folder")
+  diffusers: ['granteddiff/model_index.json', 'granteddiff/unet/w.safetensors', 'secretdiff/model_index.json', 'nested/deepdiff/model_index.json'],
 }
 
 /** The facts the plugin sends: folders, extensions, and the model inputs it read from the host. */
@@ -31,7 +33,7 @@ function facts(modelsDir: string, paths: Record<string, unknown> = { sep: '/', c
   const folders = Object.keys(MODELS)
   return {
     model_folders: { ...Object.fromEntries(folders.map((f) => [f, [join(modelsDir, f)]])), custom_nodes: [join(modelsDir, '..', 'custom_nodes')] },
-    model_folder_extensions: { ...Object.fromEntries(folders.map((f) => [f, f === 'custom_models' ? ['.ckpt'] : ['.safetensors', '.pt', '.ckpt']])), custom_nodes: [] },
+    model_folder_extensions: { ...Object.fromEntries(folders.map((f) => [f, f === 'custom_models' ? ['.ckpt'] : f === 'diffusers' ? ['folder'] : ['.safetensors', '.pt', '.ckpt']])), custom_nodes: [] },
     model_paths: paths,
     legacy_folders: { unet: 'diffusion_models', clip: 'text_encoders' },
     model_inputs: {
@@ -75,7 +77,7 @@ async function world(config: Record<string, unknown> = {}): Promise<World> {
   const user = await addUser(sc, 'carol', 'carol-password-1', 'user')
   const adminJwt = await sessionJwt(sc, admin)
   await hello(sc, facts(modelsDir), adminJwt)
-  for (const [folder, item_name] of [['checkpoints', 'granted.safetensors'], ['loras', 'style.safetensors'], ['embeddings', 'good.pt'], ['custom_models', 'mine.ckpt']]) {
+  for (const [folder, item_name] of [['checkpoints', 'granted.safetensors'], ['loras', 'style.safetensors'], ['embeddings', 'good.pt'], ['custom_models', 'mine.ckpt'], ['diffusers', 'granteddiff']]) {
     const res = await call(sc, { method: 'POST', url: '/authsvc/api/users/intern/shared-items', bearer: adminJwt, body: { folder, item_name } })
     assert.equal(res.statusCode, 200, res.body)
   }
@@ -120,13 +122,17 @@ describe('model admin API', () => {
   }
 
   it('lists the host folders (live and cached) without custom_nodes, and items as the host lists them', async () => {
-    const want = ['checkpoints', 'custom_models', 'embeddings', 'loras', 'vae']
+    const want = ['checkpoints', 'custom_models', 'diffusers', 'embeddings', 'loras', 'vae']
     assert.deepEqual((await get('/authsvc/api/available-model-folders')).json, { folders: want })
     assert.deepEqual((await get('/authsvc/api/model-cache/folders')).json, { folders: want })
     const ckpts = ['granted.safetensors', 'secret.safetensors', 'sub/deep.safetensors']
     assert.deepEqual((await get('/authsvc/api/available-models/checkpoints')).json, { folder: 'checkpoints', items: ckpts })
     assert.deepEqual((await get('/authsvc/api/model-cache/folders/checkpoints/items')).json, { folder: 'checkpoints', items: ckpts })
     assert.deepEqual((await get('/api/authsvc/api/model-cache/folders/custom_models/items')).json, { folder: 'custom_models', items: ['mine.ckpt', 'theirs.ckpt'] })
+    // a Diffusers model is the folder that holds its model_index.json, as DiffusersLoader lists it
+    const diffusers = ['granteddiff', 'nested/deepdiff', 'secretdiff']
+    assert.deepEqual((await get('/authsvc/api/available-models/diffusers')).json, { folder: 'diffusers', items: diffusers })
+    assert.deepEqual((await get('/authsvc/api/model-cache/folders/diffusers/items')).json, { folder: 'diffusers', items: diffusers })
   })
 
   it('unknown folders are 404; every model admin route is admin only', async () => {
@@ -161,8 +167,8 @@ describe('model admin API', () => {
     const res = await call(w.sc, { method: 'POST', url: '/authsvc/api/model-cache/refresh', bearer: w.adminJwt })
     const body = JSON.parse(res.body) as Record<string, unknown>
     assert.equal(body.status, 'ok')
-    assert.equal(body.folders_count, 5)
-    assert.equal(body.items_count, 3 + 2 + 1 + 4 + 2)
+    assert.equal(body.folders_count, 6)
+    assert.equal(body.items_count, 3 + 2 + 1 + 4 + 2 + 3)
     assert.match(String(body.refreshed_at_iso), /^\d{4}-\d\d-\d\dT/)
   })
 
@@ -328,6 +334,12 @@ describe('model lists for a principal without can_view_all_comfyui_items', () =>
     }
   })
 
+  it('/object_info: DiffusersLoader\'s list of folders keeps only granted Diffusers models', async () => {
+    const host = '{"DiffusersLoader": {"input": {"required": {"model_path": [["granteddiff", "nested/deepdiff", "secretdiff"]]}}}}'
+    const o = { path: '/object_info/DiffusersLoader', pattern: '/object_info/{node_class}' }
+    assert.equal((await filtered(w.sc, { ...o, headers: bearer(w.internJwt) }, host)).body, '{"DiffusersLoader": {"input": {"required": {"model_path": [["granteddiff"]]}}}}')
+  })
+
   it('/object_info: a list the host did not report never keeps a name in a download staging directory (the cache does not know it: unknown names are otherwise kept)', async () => {
     const partial = '.authsvc-partial/theirs.ckpt.1a2b3c4d.authsvc-partial'
     const host = `{"UnreportedLoader": {"input": {"optional": {"m": [["None", "mine.ckpt", "theirs.ckpt", "${partial}", "sub/.authsvc-partial/x.ckpt"]]}}}}`
@@ -369,6 +381,7 @@ describe('the /prompt model check', () => {
       11: node('VAELoader', { vae_name: 'pixel_space' }),
       12: node('CLIPTextEncode', { text: 'a cat, embedding:good', clip: ['10', 1] }),
       13: node('CustomLoader', { model: 'mine.ckpt' }),
+      14: node('DiffusersLoader', { model_path: 'granteddiff' }),
     }
     assert.equal((await postPrompt(w.sc, w.internJwt, graph)).action, 'pass')
     assert.equal((await postPrompt(w.sc, w.internJwt, graph, 'PUT')).action, 'pass')
@@ -395,6 +408,9 @@ describe('the /prompt model check', () => {
     ['an embedding through ../ inside the folder', { 1: node('CLIPTextEncode', { text: 'embedding:private/../bad' }) }, ['embeddings/bad.safetensors']],
     // the host takes any two-item list as a link (`true` is output 1), and any other value is no name
     ['a link whose index is true', { 1: node('PrimitiveString', { value: 'x' }), 2: node('CheckpointLoaderSimple', { ckpt_name: ['1', true] }) }, ['checkpoints/<linked from node 2.ckpt_name>']],
+    // DiffusersLoader's list is folders (os.walk), which the host does not report as a model input
+    ['a Diffusers model not granted', { 1: node('DiffusersLoader', { model_path: 'secretdiff' }) }, ['diffusers/secretdiff']],
+    ['a nested Diffusers model not granted', { 1: node('DiffusersLoader', { model_path: 'nested/deepdiff' }) }, ['diffusers/nested/deepdiff']],
     ['a number in a model input', { 1: node('CheckpointLoaderSimple', { ckpt_name: 7 }) }, ['checkpoints/<not a name in node 1.ckpt_name>']],
     ['a non-file option of another input is no pass', { 1: node('CheckpointLoaderSimple', { ckpt_name: 'pixel_space' }) }, ['checkpoints/pixel_space']],
     // issue 21: ComfyUI unwraps {"__value__": x} before it validates and loads

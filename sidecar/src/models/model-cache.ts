@@ -76,6 +76,18 @@ type Items = Map<string, Map<string, Set<number>>>
 
 const fits = (folder: ModelFolder, name: string): boolean => folder.extensions.length === 0 || folder.extensions.includes(extname(name).toLowerCase())
 
+/** ComfyUI's Diffusers models are folders (extension "folder"): DiffusersLoader lists each folder holding a `model_index.json`, relative, `.` for the folder itself. */
+const FOLDER_MODEL_MARKER = 'model_index.json'
+
+/** The item a file under a model folder makes: itself when its extension fits; for a folder of folder models, the folder its marker file is in; else none. */
+function itemOf(folder: ModelFolder, name: string): string | null {
+  if (folder.extensions.length === 1 && folder.extensions[0] === 'folder') {
+    if (name !== FOLDER_MODEL_MARKER && !name.endsWith(`/${FOLDER_MODEL_MARKER}`)) return null
+    return name === FOLDER_MODEL_MARKER ? '.' : name.slice(0, -FOLDER_MODEL_MARKER.length - 1)
+  }
+  return fits(folder, name) ? name : null
+}
+
 /** Every file under `dir`, relative with `/`, following symlinks (as os.walk(followlinks=True)), skipping `.git` and the download staging directory. */
 async function walk(dir: string, seen = new Set<string>()): Promise<string[]> {
   const out: string[] = []
@@ -126,7 +138,12 @@ async function walk(dir: string, seen = new Set<string>()): Promise<string[]> {
 /** The items of one folder as the host would list them right now (a fresh walk: the "live" admin lists). */
 export async function listFolderNow(folder: ModelFolder): Promise<string[]> {
   const names = new Set<string>()
-  for (const path of folder.paths) for (const rel of await walk(path)) if (fits(folder, rel)) names.add(rel)
+  for (const path of folder.paths) {
+    for (const rel of await walk(path)) {
+      const item = itemOf(folder, rel)
+      if (item !== null) names.add(item)
+    }
+  }
   return [...names].sort()
 }
 
@@ -214,7 +231,8 @@ export class ModelCache {
           const prefix = dir.endsWith(sep) ? dir : dir + sep
           if (!abs.startsWith(prefix)) return
           const name = abs.slice(prefix.length).split(sep).join('/')
-          if (fits(f, name)) out.push([f.name, index, name])
+          const item = itemOf(f, name)
+          if (item !== null) out.push([f.name, index, item])
         })
       }
       return out
