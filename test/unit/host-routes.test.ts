@@ -237,6 +237,17 @@ describe('/internal, unknown, unmatched and static routes', () => {
     }
   })
 
+  it('a static folder the operator lists in admin_route_patterns is admin-only (still a page), under every spelling of its prefix; others stay as they were', () => {
+    for (const entry of ['/gallery/files', '/gallery/files/', '/api/gallery/files']) {
+      const patterns = operatorPatterns({ admin_route_patterns: [entry], inert_route_patterns: [] })
+      const p = hostRoutePolicy('GET', { pattern: '/gallery/files', kind: 'static' }, patterns)
+      assert.deepEqual(p.require, ADMIN, entry)
+      assert.equal(p.page, true, entry)
+      assert.deepEqual(hostRoutePolicy('GET', { pattern: '/api/gallery/files', kind: 'static' }, patterns).require, ADMIN, `${entry}: the /api twin`)
+      assert.deepEqual(hostRoutePolicy('GET', { pattern: '/extensions/other', kind: 'static' }, patterns).require, P, `${entry}: another folder`)
+    }
+  })
+
   it('the policy never looks at strings beyond the matched pattern: a pattern that only looks like /prompt is not /prompt', () => {
     for (const pattern of ['/prompt/', '/PROMPT', '/api//prompt', '//prompt', '/apiprompt', '/x/api/prompt']) {
       assert.notEqual(policyOf('POST', pattern).behaviour, 'prompt', pattern)

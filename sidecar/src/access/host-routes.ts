@@ -133,6 +133,7 @@ const TABLE: Record<string, Entry> = {
 
 const UNMATCHED: HostRoutePolicy = { key: 'unmatched', require: principal, page: true }
 const STATIC: HostRoutePolicy = { key: 'static', require: principal, page: true }
+const STATIC_ADMIN: HostRoutePolicy = { key: 'static', require: admin, page: true }
 const INTERNAL: HostRoutePolicy = { key: 'internal', require: admin, page: false }
 
 /** `/api/x` → `/x`; `/api` → `/`. Only ever applied to a matched route pattern. */
@@ -237,6 +238,8 @@ export function hostRouteTable(added: ReadonlyArray<Record<string, HostRouteEntr
   /** The table's policy for `route`, whose folded pattern is `pattern` (undefined only for a static match without its prefix). */
   function tablePolicy(method: string, route: MatchedRoute | null, pattern: string | undefined, adminPatterns: ReadonlySet<string>): HostRoutePolicy {
     if (route === null) return UNMATCHED
+    // a static folder an operator made admin-only (a custom node's own web folder, say)
+    if (route.kind === 'static' && pattern !== undefined && adminPatterns.has(pattern)) return STATIC_ADMIN
     if (route.kind === 'static' || pattern === undefined) return STATIC
     if (pattern === '/internal' || pattern.startsWith('/internal/')) return INTERNAL
     const folded = method === 'HEAD' ? 'GET' : method

@@ -139,6 +139,7 @@ export const ConfigSchema = Type.Object(
     session_idle_minutes: Type.Number({ minimum: 0, maximum: 525600, default: 60 }),
     max_token_expiration_hours: Type.Number({ exclusiveMinimum: 0, maximum: 87600, default: 8760 }),
     max_json_body_bytes: Type.Integer({ minimum: 1024, maximum: 33554432, default: 8388608 }),
+    /** Other custom nodes' routes (canonical patterns, or a static folder's prefix) that only admins may use. */
     admin_route_patterns: Type.Array(Type.String({ pattern: '^/' }), { default: [] }),
     /**
      * Other custom nodes' routes (canonical patterns, or a static folder's prefix) that serve files
