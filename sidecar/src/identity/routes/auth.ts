@@ -17,6 +17,7 @@ import { checkPassword, mfaStep, refuseIfThrottled } from '../password-check.js'
 import { sendLogoutConfirmation } from '../../pages/routes.js'
 import type { Services } from '../../services.js'
 import { eventContext } from '../../access/request-context.js'
+import { isSameOrigin } from '../../access/client-facts.js'
 import { sessionClientOf, storedUserAgent } from '../session-device.js'
 
 const Flag = Type.Union([Type.Boolean(), Type.String({ maxLength: 8 })])
@@ -89,6 +90,12 @@ export function authRoutes(services: AuthRouteServices) {
       // not a failed login: no secret was guessed, and counting it against the address would let
       // anyone there lock its real users out of their password login (issue 21)
       if (!first && !isAdministrator(request.principal)) throw new AuthsvcError('REGISTRATION_CLOSED')
+      // the first account is the administrator: another site's page in the operator's browser must
+      // not choose its password (a script sends neither header and may make it)
+      const browserSaid = request.headers['sec-fetch-site'] !== undefined || request.headers.origin !== undefined
+      if (first && browserSaid && !isSameOrigin(request.headers as Record<string, string | undefined>, request.facts.isHttps)) {
+        throw new AuthsvcError('CSRF_REJECTED', 'The first account cannot be made from another site\'s page')
+      }
       const problem = usernameProblem(body.username) ?? passwordProblem(body.password)
       if (problem) throw new AuthsvcError('VALIDATION_FAILED', problem)
       let role = first ? ADMIN_ROLE : 'user'
