@@ -254,7 +254,10 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         assert.equal(await promptEnding(ws, marker, RUN_MS), 'execution_success')
         await ws.waitFor((m) => m.type === 'executing' && m.data.node === null && m.data.prompt_id === marker, RUN_MS)
         assert.deepEqual(texts(ws).slice(before[who]), [], `${who}'s socket received alice's progress text`)
+        // the later rows count each user's history: this row leaves none behind
+        assert.equal((await post('/history', token, { delete: [marker] })).status, 200)
       }
+      assert.equal((await post('/history', alice, { delete: [mine] })).status, 200)
     })
 
     it('bob cannot push his prompt\'s events into alice\'s tab: client_id, extra_data.client_id and /ws?clientId of hers are refused (403 CLIENT_ID_TAKEN)', async () => {
@@ -272,6 +275,10 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
         }
       }
       await assert.rejects(WsClient.open(wsUrl(host, aliceCid), bearer(bob)), /ws refused: 403/)
+      // a query that starts with `?`: the host's yarl keeps it in the first key (`?clientId`), so the
+      // host's clientId is the second one, hers; WHATWG's reading would have taken the first
+      const ws = `${host.url.replace('http', 'ws')}/ws??clientId=${randomUUID()}&clientId=${aliceCid}`
+      await assert.rejects(WsClient.open(ws, bearer(bob)), /ws refused: 403/, 'a ?? query took her clientId')
       // none of them reached the host
       const recorded = readdirSync(rawDir).map((f) => readFileSync(join(rawDir, f), 'utf8'))
       assert.ok(!recorded.some((text) => text.includes(prefix)), 'a refused prompt reached the host')

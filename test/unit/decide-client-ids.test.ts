@@ -36,6 +36,23 @@ describe('WebSocket clientId binding', () => {
     assertDenied(await decide(w.sc, ws('clientId=tab-2&clientId=bob-tab', bearer(w.bobJwt))), 'CLIENT_ID_TAKEN')
   })
 
+  it('a query that starts with ? is read as the host reads it: the first key is `?clientId`, so the host\'s clientId is the next one', async () => {
+    assertPass(await decide(w.sc, ws('clientId=tab-q', bearer(w.aliceJwt))))
+    // the plugin sends yarl's raw query string: for `/ws??clientId=x&clientId=tab-q` it starts with `?`
+    assertDenied(await decide(w.sc, ws('?clientId=bob-fresh&clientId=tab-q', bearer(w.bobJwt))), 'CLIENT_ID_TAKEN')
+    assertDenied(await decide(w.sc, ws('??clientId=bob-fresh-2&clientId=tab-q', bearer(w.bobJwt))), 'CLIENT_ID_TAKEN', 'two of them')
+    // and a `?clientId` key alone names no clientId at all: the host's socket gets an id of its own
+    assertPass(await decide(w.sc, ws('?clientId=tab-q', bearer(w.bobJwt))))
+  })
+
+  it('a query with escapes that are not UTF-8 is refused: the host\'s yarl versions read them differently (1.8 as U+FFFD, 1.19 as written)', async () => {
+    for (const query of ['clientId=%E9tab', 'clientId=tab&x=%C3', 'filename=a%ED%A0%80.png']) {
+      assertDenied(await decide(w.sc, ws(query, bearer(w.aliceJwt))), 'VALIDATION_FAILED', query)
+    }
+    // escapes that are not escapes, and valid UTF-8, read alike everywhere
+    assertPass(await decide(w.sc, ws('clientId=%zz-%C3%A9-%', bearer(w.aliceJwt))))
+  })
+
   it('another principal cannot evict a binding by flooding new clientIds, then take it over', async () => {
     assertPass(await decide(w.sc, ws('clientId=victim-tab', bearer(w.aliceJwt))))
     const bobToken = await apiToken(w.sc, w.bob)

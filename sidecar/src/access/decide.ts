@@ -7,10 +7,11 @@
  * route policy, principal, CSRF, requirement, route behaviour. The host never
  * sees a client's `comfy-user` header or a query credential.
  */
+import { hostQuery, hostQueryProblem } from '../kernel/host-query.js'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Config } from '../kernel/config/schema.js'
 import { AuthsvcError } from '../kernel/errors.js'
-import { queryCredentialKeys } from '../identity/credentials.js'
+import { carriesBearer, queryCredentialKeys, withoutSessionCookie } from '../identity/credentials.js'
 import { hostUserName, hostUserOf } from '../identity/host-user.js'
 import type { Principal } from '../identity/principal.js'
 import { addressRefusal, checkAccess, type IpGate, type PrincipalResolver, type Resolution } from './pipeline.js'
@@ -74,7 +75,9 @@ export function createDecider(deps: DecideDeps): (desc: RequestDescription) => D
     if (upgrade) return upgrade
     // Preflights carry no credential; answered here, with no CORS grant (same-origin only).
     if (desc.method === 'OPTIONS') return OPTIONS_ANSWER
-    const query = new URLSearchParams(desc.query)
+    const badQuery = hostQueryProblem(desc.query)
+    if (badQuery !== null) return denyDecision('VALIDATION_FAILED', badQuery)
+    const query = hostQuery(desc.query)
     if (isServicePath(desc.path)) {
       if (deps.owned.has(desc.method, desc.path)) return { action: 'proxy' }
       // what no owned route answers is the service's JSON error, for a principal only: anonymous
@@ -138,9 +141,14 @@ function decideHost(
   const hostUser = hostUserOf(principal)
   pass.set_headers = { 'comfy-user': hostUser }
   pass.host_user = { id: hostUser, name: hostUserName(principal) }
-  if (channel === 'bearer') {
+  // no credential of ours reaches the host: a bearer header, wherever it carries one (a proxy's
+  // Basic beside it included), and the session cookie, whichever channel decided
+  if (channel === 'bearer' || carriesBearer(desc.headers.authorization)) {
     pass.strip_headers = [...(pass.strip_headers ?? []), 'authorization']
   }
+  const cookies = withoutSessionCookie(desc.headers.cookie)
+  if (cookies === '') pass.strip_headers = [...(pass.strip_headers ?? []), 'cookie']
+  else if (cookies !== null) pass.set_headers.cookie = cookies
   if (dropQuery.length > 0) pass.drop_query = dropQuery
   if (policy.inert === true) pass.response_headers = { ...INERT_HEADERS }
   // A read the plugin may keep: the same description gets the same answer until something it

@@ -6,6 +6,7 @@
  * without asking the host. POST /history: see scoped-delete.ts. A long history
  * is edited off the event loop (isolation/filter-pool.ts).
  */
+import { hostQuery } from '../../kernel/host-query.js'
 import { denyDecision, jsonDecision } from '../../kernel/answers.js'
 import type { RouteBehaviour } from '../../kernel/behaviour.js'
 import type { BehaviourDeps } from './deps.js'
@@ -33,7 +34,7 @@ export function historyListBehaviour(deps: BehaviourDeps): RouteBehaviour<Histor
     keepable: true,
     decide({ desc, pass, owner, seesAll, steps }) {
       if (seesAll) return pass
-      const query = new URLSearchParams(desc.query)
+      const query = hostQuery(desc.query)
       const maxItems = intParam(query, 'max_items')
       const offset = intParam(query, 'offset')
       // only plain integers: Python's int() also reads `1_0` or full-width digits, and a value the

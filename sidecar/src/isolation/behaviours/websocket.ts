@@ -6,6 +6,7 @@
  * see everything, the plugin edits the socket's `status` frames so that
  * `queue_remaining` counts only the owner's prompts (queue_counts, pushed by the sidecar).
  */
+import { hostQuery } from '../../kernel/host-query.js'
 import { randomUUID } from 'node:crypto'
 import { denyDecision } from '../../kernel/answers.js'
 import type { SocketEntry } from '../live-sockets.js'
@@ -15,7 +16,7 @@ import type { BehaviourDeps } from './deps.js'
 export function websocketBehaviour(deps: BehaviourDeps): RouteBehaviour {
   return {
     decide({ desc, pass, principal, owner, seesAll, addresses }) {
-      const clientId = new URLSearchParams(desc.query).get('clientId')
+      const clientId = hostQuery(desc.query).get('clientId')
       if (clientId && !deps.clientIds.claim(clientId, owner)) return denyDecision('CLIENT_ID_TAKEN')
       // its preview frames wait for the content-safety policy's word (an sfw_check user, nsfw/)
       const gate = deps.contentGate?.()

@@ -18,6 +18,7 @@
  * asked of the host while the decision or filter waits (`onHost`): nothing here reads the disk
  * (DESIGN §2; docs/decisions.md, "Workflows: the host looks, the gate decides").
  */
+import { hostQuery } from '../../kernel/host-query.js'
 import { resolve } from 'node:path'
 import { denyDecision, jsonDecision } from '../../kernel/answers.js'
 import { inWorkflows, leavesUserSpace, onHost, SHARED_HOST_USER, unquoteOnce, userRelative, type ListedFile, type V2Entry } from '../workflow-store.js'
@@ -60,7 +61,7 @@ interface UserdataListState {
 export function userdataListBehaviour(deps: { workflows: WorkflowStore }): RouteBehaviour<UserdataListState> {
   return {
     decide({ desc, pass, principal, host, steps }) {
-      const query = new URLSearchParams(desc.query)
+      const query = hostQuery(desc.query)
       const dir = query.get('dir') ?? ''
       if (leavesUserSpace(dir)) return outsideOwnSpace()
       const rel = dir === '' ? null : userRelative(dir)
@@ -101,7 +102,7 @@ const sortV2 = (a: V2Entry, b: V2Entry): number =>
 export function userdataListV2Behaviour(deps: { workflows: WorkflowStore }): RouteBehaviour<{ rel: string }> {
   return {
     decide({ desc, pass, principal, host, steps }) {
-      const raw = new URLSearchParams(desc.query).get('path') ?? ''
+      const raw = hostQuery(desc.query).get('path') ?? ''
       if (leavesUserSpace(unquoteOnce(raw))) return outsideOwnSpace()
       const rel = raw === '' ? null : userRelative(unquoteOnce(raw)) // the v2 route unquotes once more itself
       if (rel === null || !inWorkflows(rel)) return pass
