@@ -58,6 +58,40 @@ describe('headers and query the host must never see', () => {
     assert.deepEqual(d.drop_query, ['token'])
   })
 
+  it('a credential key behind a leading ? (`/x??token=`) is no credential, yet never reaches the host', async () => {
+    const d = assertPass(await decide(w.sc, at(QUEUE, { query: `?token=${w.aliceToken}&x=1`, headers: bearer(w.bobJwt) })))
+    assert.deepEqual(d.drop_query, ['?token'])
+    assert.equal(d.set_headers?.['comfy-user'], w.bob.user_id, 'decided on bob\'s bearer, not on the token behind the ?')
+  })
+
+  // the session cookie and a bearer credential are nobody else's to read: not ComfyUI's, not another custom node's middleware
+  const COOKIES: Array<[string, string, { set?: string; strip?: boolean }]> = [
+    ['the session cookie alone', 'jwt_token=JWT', { strip: true }],
+    ['beside other cookies', 'theme=dark; jwt_token=JWT; lang=en', { set: 'theme=dark; lang=en' }],
+    ['with spaces around =', 'a=1; jwt_token = JWT', { set: 'a=1' }],
+    ['twice', 'jwt_token=JWT;a=1;jwt_token=JWT', { set: 'a=1' }],
+    ['in a second Cookie header (joined with ", ")', 'a=1, jwt_token=JWT', { set: 'a=1' }],
+  ]
+  for (const [label, raw, want] of COOKIES) {
+    it(`the session cookie never reaches the host: ${label}`, async () => {
+      const cookie = raw.replaceAll('JWT', w.aliceJwt)
+      const d = assertPass(await decide(w.sc, at(QUEUE, { headers: { ...bearer(w.aliceToken), cookie } })))
+      if (want.strip) assert.ok(d.strip_headers?.includes('cookie'), JSON.stringify(d))
+      else assert.equal(d.set_headers?.cookie, want.set)
+      assert.ok(!JSON.stringify(d).includes(w.aliceJwt))
+    })
+  }
+
+  it('other cookies pass untouched; an Authorization header carrying a bearer anywhere is stripped, another scheme alone is left', async () => {
+    const plain = assertPass(await decide(w.sc, at(QUEUE, { headers: { ...bearer(w.aliceToken), cookie: 'theme=dark; my_jwt_token=1' } })))
+    assert.equal(plain.set_headers?.cookie, undefined)
+    assert.ok(!(plain.strip_headers ?? []).includes('cookie'))
+    const mixed = assertPass(await decide(w.sc, at(QUEUE, { headers: { authorization: `Basic Zm9vOmJhcg==, Bearer ${w.aliceToken}`, cookie: `jwt_token=${w.aliceJwt}` } })))
+    assert.ok(mixed.strip_headers?.includes('authorization'), 'a bearer after a Basic')
+    const basic = assertPass(await decide(w.sc, at(QUEUE, { headers: { authorization: 'Basic Zm9vOmJhcg==', cookie: `jwt_token=${w.aliceJwt}` } })))
+    assert.ok(!(basic.strip_headers ?? []).includes('authorization'), 'a proxy\'s Basic alone is not ours')
+  })
+
   it('a JWT in ?token= on the WebSocket passes and is dropped', async () => {
     const d = assertPass(await decide(w.sc, { path: '/ws', pattern: '/ws', query: `clientId=q1&token=${w.aliceJwt}`, headers: { upgrade: 'websocket' } }))
     assert.deepEqual(d.drop_query, ['token'])

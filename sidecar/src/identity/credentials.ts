@@ -14,6 +14,24 @@ export interface PresentedCredential {
 export const QUERY_TOKEN_KEYS = ['token', 'access_token'] as const
 export const SESSION_COOKIE = 'jwt_token'
 
+/** Every `jwt_token` pair of a Cookie header, also in a second header joined with `, `. */
+const SESSION_COOKIE_PAIRS = new RegExp(`(?:^|[;,])\\s*${SESSION_COOKIE}\\s*=[^;,]*`, 'g')
+
+/**
+ * The Cookie header without the session cookie, for the host (a session token is nobody else's to
+ * read: not ComfyUI's, not another custom node's middleware); `''` when nothing else is left, null
+ * when there was no session cookie in it.
+ */
+export function withoutSessionCookie(header: string | undefined): string | null {
+  if (header === undefined || !header.includes(SESSION_COOKIE)) return null
+  const left = header.replace(SESSION_COOKIE_PAIRS, '')
+  if (left === header) return null
+  return left.replace(/^\s*[;,]\s*/, '').trim()
+}
+
+/** Whether an Authorization header carries a bearer credential anywhere (two headers are joined with `, `). */
+export const carriesBearer = (header: string | undefined): boolean => header !== undefined && /(?:^|[\s,])bearer\s/i.test(header)
+
 export function cookieValue(cookieHeader: string | undefined, name: string): string | undefined {
   if (!cookieHeader) return undefined
   for (const part of cookieHeader.split(';')) {
@@ -31,9 +49,15 @@ export function cookieValue(cookieHeader: string | undefined, name: string): str
   return undefined
 }
 
-/** Which query keys carry credentials and so must never reach the host. */
+/**
+ * Which query keys carry credentials and so must never reach the host: the credential keys, and
+ * the same names behind a leading `?` (`/x??token=...`: the host reads the key as `?token`, which
+ * is no credential here, yet its value is one the client meant as such).
+ */
 export function queryCredentialKeys(query: URLSearchParams): string[] {
-  return QUERY_TOKEN_KEYS.filter((k) => query.has(k))
+  const keys = new Set<string>()
+  for (const key of query.keys()) if ((QUERY_TOKEN_KEYS as readonly string[]).includes(key.replace(/^\?+/, ''))) keys.add(key)
+  return [...keys]
 }
 
 export function presentedCredential(
