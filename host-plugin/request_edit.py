@@ -88,5 +88,6 @@ def _replace_headers(request: web.Request, headers: CIMultiDict) -> tuple[CIMult
     only). What it gave (to be given again to a request with the same lines and edit); where this
     aiohttp looks otherwise: None, and the caller clones."""
     proxy = CIMultiDictProxy(headers)
-    raw = tuple((k.encode("utf-8"), v.encode("utf-8")) for k, v in headers.items())
+    # aiohttp reads header bytes with surrogateescape: a byte that is not UTF-8 goes back as it came
+    raw = tuple((k.encode("utf-8", "surrogateescape"), v.encode("utf-8", "surrogateescape")) for k, v in headers.items())
     return (proxy, raw) if _put_headers(request, proxy, raw) else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 import unittest
 
 from aiohttp.test_utils import make_mocked_request
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from .support import plugin_module
 
@@ -54,6 +54,27 @@ class RememberedEdits(unittest.TestCase):
                     self.assertEqual(len(edit._MEMO), len(rows), "every row was remembered")
                 with self.subTest(lines=lines, change=change):
                     self.assertEqual(seen(edit.edited(request(lines), {"action": "pass", **change})), expected)
+
+    def test_a_header_byte_that_is_not_utf8_goes_to_the_handler_as_it_came(self) -> None:
+        # aiohttp reads header bytes with surrogateescape: a Latin-1 User-Agent was a 503 and a traceback
+        agent = b"a\xe9b".decode("utf-8", "surrogateescape")
+        decision = {"action": "pass", "set_headers": {"comfy-user": "u-1"}, "strip_headers": ["authorization"]}
+        req = request({"Host": "h"})
+        # as aiohttp's parser gives such a line (make_mocked_request cannot encode it)
+        lines = CIMultiDict({"Host": "h", "User-Agent": agent, "Authorization": "Bearer secret"})
+        req._message = req._message._replace(headers=CIMultiDictProxy(lines), raw_headers=((b"Host", b"h"), (b"User-Agent", b"a\xe9b"), (b"Authorization", b"Bearer secret")))
+        req._headers = req._message.headers
+        req._cache.pop("headers", None)
+        got = edit.edited(req, decision)
+        self.assertEqual(seen(got), [("host", "h"), ("user-agent", agent), ("comfy-user", "u-1")])
+        self.assertEqual(dict(got.raw_headers)[b"User-Agent"], b"a\xe9b")
+
+    def test_the_session_cookie_edit_leaves_the_other_cookies(self) -> None:
+        decision = {"action": "pass", "set_headers": {"comfy-user": "u-1", "cookie": "theme=dark"}, "strip_headers": []}
+        got = edit.edited(request({"Host": "h", "Cookie": "theme=dark; jwt_token=secret"}), decision)
+        self.assertEqual(seen(got), [("host", "h"), ("cookie", "theme=dark"), ("comfy-user", "u-1")])
+        self.assertEqual(got.cookies.get("jwt_token"), None)
+        self.assertEqual(got.cookies.get("theme"), "dark")
 
     def test_an_unhashable_edit_is_not_remembered_and_still_applied(self) -> None:
         decision = {"action": "pass", "set_headers": {"comfy-user": ["not", "a", "string"]}}
