@@ -403,7 +403,12 @@ describe('the /prompt model check', () => {
     ['an embedding in a subfolder, by its bare name', { 1: node('CLIPTextEncode', { text: 'a cat, embedding:hidden' }) }, ['embeddings/private/hidden.safetensors']],
     ['an embedding with escaped parentheses in its name', { 1: node('CLIPTextEncode', { text: 'a cat, embedding:paren\\(v2\\)' }) }, ['embeddings/paren(v2).pt']],
     ['an escaped name under a weight', { 1: node('CLIPTextEncode', { text: '(embedding:paren\\(v2\\):1.1)' }) }, ['embeddings/paren(v2).pt']],
-    ['an embedding after a tab (no word break for the host)', { 1: node('CLIPTextEncode', { text: 'x\tembedding:bad' }) }, ['embeddings/bad.safetensors']],
+    // the host's str.split() ends the name at any of Python's whitespace, not only a space
+    ['an embedding name ended by a tab', { 1: node('CLIPTextEncode', { text: 'a cat, embedding:bad\tx' }) }, ['embeddings/bad.safetensors']],
+    ['an embedding name ended by a no-break space', { 1: node('CLIPTextEncode', { text: 'a cat, embedding:bad\u00a0x' }) }, ['embeddings/bad.safetensors']],
+    ['an embedding name ended by a carriage return', { 1: node('CLIPTextEncode', { text: 'a cat, embedding:bad\rx' }) }, ['embeddings/bad.safetensors']],
+    ['an embedding name ended by a unit separator (whitespace to Python, not to JS)', { 1: node('CLIPTextEncode', { text: 'a cat, embedding:bad\u001fx' }) }, ['embeddings/bad.safetensors']],
+    ['an embedding name ended by U+0085', { 1: node('CLIPTextEncode', { text: 'a cat, embedding:bad\u0085x' }) }, ['embeddings/bad.safetensors']],
     ['an embedding with trailing commas', { 1: node('CLIPTextEncode', { text: 'embedding:bad,,' }) }, ['embeddings/bad.safetensors']],
     ['an embedding through ../ inside the folder', { 1: node('CLIPTextEncode', { text: 'embedding:private/../bad' }) }, ['embeddings/bad.safetensors']],
     // the host takes any two-item list as a link (`true` is output 1), and any other value is no name
@@ -439,6 +444,13 @@ describe('the /prompt model check', () => {
       assertDenied(await postPrompt(w.sc, w.internJwt, { 1: node('CLIPTextEncode', { text }) }), 'MODEL_NOT_ALLOWED', text)
     }
     assert.equal((await postPrompt(w.sc, w.internJwt, { 1: node('CLIPTextEncode', { text: `embedding:${root}/good` }) })).action, 'pass', 'a granted one by its path')
+  })
+
+  // each name the host may try was once every prefix at every `,` `:` `(`: minutes for a 2 MB word (found by a review)
+  it('a 2 MB embedding word of commas, escapes or colons is decided (a bound against a hang, not a speed target)', { timeout: 30_000 }, async () => {
+    for (const rest of ['a,'.repeat(1_000_000), '\\('.repeat(1_000_000), 'x:'.repeat(1_000_000)]) {
+      assert.equal((await postPrompt(w.sc, w.internJwt, { 1: node('CLIPTextEncode', { text: `embedding:${rest}` }) })).action, 'pass', rest.slice(0, 4))
+    }
   })
 
   it('on a case-insensitive Windows host, case and backslashes cannot reach an item not granted, and a granted one may be spelled as the host resolves it', async () => {

@@ -20,6 +20,7 @@
  * Principals who see every model get no filter step at all (they pay nothing).
  * The check only ever refuses; it never changes what the host runs.
  */
+import { hostQuery } from '../kernel/host-query.js'
 import { posix } from 'node:path'
 import { denyDecision } from '../kernel/answers.js'
 import type { Decision, HostFacts, RespondDecision } from '../kernel/protocol.js'
@@ -74,32 +75,54 @@ const isStringArray = (v: unknown): v is string[] => Array.isArray(v) && v.every
 // as the host's is_link: a two-item list of a node id and an output index (`true` is an int in Python)
 const isLink = (v: unknown): boolean => Array.isArray(v) && v.length === 2 && typeof v[0] === 'string' && (typeof v[1] === 'number' || typeof v[1] === 'boolean')
 
-// ComfyUI's tokenizer takes `embedding:<name>` words (split on spaces, after its weights' parentheses
-// and `\(` escapes are read); a `:1.2` after the name is a weight
-const EMBEDDING = /embedding:([^ \n]+)/g
+// ComfyUI's tokenizer takes `embedding:<name>` words. Python's whitespace (`str.split()`): not JS's `\s`
+const PY_SPACE = '\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000'
+const EMBEDDING = new RegExp(`embedding:([^${PY_SPACE}]+)`, 'g')
 const EMBEDDING_EXTENSIONS = ['.safetensors', '.pt', '.bin']
 
+/** Where the first parenthesis not escaped (after an even run of backslashes) is, or the length: one pass. */
+function bareParenthesis(text: string): number {
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i)
+    if (c !== 0x28 && c !== 0x29) continue
+    let k = i - 1
+    while (k >= 0 && text.charCodeAt(k) === 0x5c) k--
+    if ((i - 1 - k) % 2 === 0) return i
+  }
+  return text.length
+}
+
 /**
- * Every name the host may try for the rest of an `embedding:` word: the word with `\(`, `\)` and
- * `\\` unescaped, and each of its beginnings that ends where the weights' syntax or the host's comma
- * stripping could end the name (before an unescaped parenthesis, a `:` or a `,`). A superset of what
- * the tokenizer reads: a longer word that is no model costs nothing; a shorter one that is one
- * not granted is refused, which at worst refuses a prompt the host would have read differently.
+ * The names the host may try for the rest of an `embedding:` word, read as its tokenizer reads it:
+ * `\\(`, `\\)` and `\\\\` are literal characters; an unescaped parenthesis ends the weighted segment
+ * the name is in, and a `:` in it may start the segment's weight (`(embedding:x:1.2)`), so the name
+ * is the segment, or the segment before its last `:`; the first whitespace ends it (already cut by
+ * EMBEDDING); each of those is also tried with its commas stripped. At most four names, in one pass.
  */
 export function embeddingCandidates(rest: string): string[] {
-  let name = ''
+  // the segment: to the first parenthesis that is not escaped (escapes do not touch `,` or `:`)
+  const raw = rest.slice(0, bareParenthesis(rest))
+  const colon = raw.lastIndexOf(':')
   const out = new Set<string>()
-  for (let i = 0; i < rest.length; i++) {
-    const c = rest[i]
-    if (c === '\\' && i + 1 < rest.length && '()\\'.includes(rest[i + 1])) {
-      name += rest[++i]
-      continue
+  for (const piece of colon > 0 ? [raw, raw.slice(0, colon)] : [raw]) {
+    for (const name of [piece, trimCommas(piece)]) {
+      // a name past the longest path the host can open is no file (and unescaping it would cost)
+      if (name !== '' && name.length <= MAX_NAME) out.add(name.includes('\\') ? name.replace(/\\([()\\])/g, '$1') : name)
     }
-    if ('(),:'.includes(c) && name !== '') out.add(name)
-    name += c
   }
-  if (name !== '') out.add(name)
   return [...out]
+}
+
+/** A host path is at most 4096 bytes; an escaped name at most twice that before unescaping. */
+const MAX_NAME = 8192
+
+/** `name` without its leading and trailing commas (Python's `strip(',')`), in one pass each way. */
+function trimCommas(name: string): string {
+  let a = 0
+  let b = name.length
+  while (a < b && name.charCodeAt(a) === 0x2c) a++
+  while (b > a && name.charCodeAt(b - 1) === 0x2c) b--
+  return name.slice(a, b)
 }
 
 export class ModelAccess {
@@ -291,8 +314,10 @@ export class ModelAccess {
     const tails = this.indexed().embeddingTails
     const roots = (this.cache.folder('embeddings')?.paths ?? []).map((p) => posix.normalize(p).replace(/\/+$/, ''))
     const out: string[] = []
-    for (const m of text.matchAll(EMBEDDING)) {
-      for (const named of embeddingCandidates(m[1])) {
+    const names = new Set<string>()
+    for (const m of text.matchAll(EMBEDDING)) for (const named of embeddingCandidates(m[1])) names.add(named)
+    {
+      for (const named of names) {
         // the host joins the name to its embeddings folder: an absolute name inside it is that item
         const inside = named.startsWith('/') ? roots.map((r) => posix.normalize(named).startsWith(`${r}/`) ? posix.normalize(named).slice(r.length + 1) : null).find((x) => x !== null) : named
         if (inside === undefined || inside === null) continue
@@ -394,7 +419,7 @@ export function modelFileBehaviour(deps: ModelDeps & { previewBlocked?: (princip
       const blocked = preview ? (deps.previewBlocked?.(principal) ?? null) : null
       if (!deps.models.restricted(principal)) return blocked ?? pass
       const folder = desc.match_info.folder_name ?? desc.match_info.folder
-      const filename = desc.match_info.filename ?? new URLSearchParams(desc.query).get('filename')
+      const filename = desc.match_info.filename ?? hostQuery(desc.query).get('filename')
       // without a name the host answers 404 itself; with one, it must be granted
       if (folder === undefined || filename === null || filename === undefined) return HOST_MISSING
       // the preview's folder path index: the host fails with a 500 on a bad one; a limited caller gets the missing answer
