@@ -237,6 +237,13 @@ describe('a grant by address (local_anonymous_role) is not carried to other site
     })
   }
 
+  it('behind a proxy that names the upstream itself, the name the browser used (X-Forwarded-Host) must pass too', async () => {
+    for (const forwarded of ['rebind.evil.example:8188', '127.0.0.1:8188, rebind.evil.example']) {
+      assertDenied(await decide(sc, at(QUEUE, { headers: { host: '127.0.0.1:8188', 'x-forwarded-host': forwarded } })), 'AUTH_REQUIRED', forwarded)
+    }
+    assertPass(await decide(sc, at(QUEUE, { headers: { host: '127.0.0.1:8188', 'x-forwarded-host': 'localhost:8443' } })))
+  })
+
   it('names no DNS answer can move keep the grant: IPv4 and IPv6 literals, localhost, *.localhost, any case, with or without a port', async () => {
     for (const host of ['127.0.0.1:8188', '127.0.0.1', '[::1]:8188', '[::1]', 'localhost:8188', 'LocalHost:8188', 'comfy.localhost:8188', '192.168.1.5:8188']) {
       assertPass(await decide(sc, at(QUEUE, { headers: { host } })), host)

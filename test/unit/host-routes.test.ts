@@ -202,6 +202,9 @@ describe('/internal, unknown, unmatched and static routes', () => {
       ['/api/gallery/{name:[a-z]+}', ['/gallery/{name}']],
       ['/gallery/files/', ['/gallery/files/', '/gallery/files']],
       ['/api//', ['//', '/']],
+      ['/extensions/My Node', ['/extensions/My Node', '/extensions/My%20Node']],
+      ['/extensions/Über/', ['/extensions/Über/', '/extensions/Über', '/extensions/%C3%9Cber/', '/extensions/%C3%9Cber']],
+      ['/extensions/My%20Node', ['/extensions/My%20Node']],
     ]
     for (const [entry, forms] of rows) assert.deepEqual(operatorPatternForms(entry), forms, entry)
     const patterns = operatorPatterns({ admin_route_patterns: ['/api/manager/queue/start'], inert_route_patterns: ['/api/gallery/{name:.*}', '/gallery/files/', '/api//'] })

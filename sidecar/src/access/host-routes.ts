@@ -156,7 +156,8 @@ export interface OperatorPatterns {
 /**
  * An operator's pattern as the policy compares it (the spellings of one route all mark it): its
  * `/api` twin folded, `{name:regex}` written `{name}` (aiohttp's canonical form, which the host
- * reports), and one ending in `/` also without it (a static folder's canonical prefix has none).
+ * reports), one ending in `/` also without it (a static folder's canonical prefix has none), and
+ * one written with characters aiohttp encodes also percent-encoded.
  */
 export function operatorPatternForms(entry: string): string[] {
   let plain = ''
@@ -179,7 +180,11 @@ export function operatorPatternForms(entry: string): string[] {
     i = j
   }
   const folded = foldApiTwin(plain)
-  return folded.length > 1 && folded.endsWith('/') ? [folded, folded.slice(0, -1)] : [folded]
+  const forms = folded.length > 1 && folded.endsWith('/') ? [folded, folded.slice(0, -1)] : [folded]
+  // aiohttp keeps a route's canonical form percent-encoded (`/extensions/My%20Node`): a name written
+  // as it reads is also compared in that form
+  const encoded = (f: string) => encodeURI(f).replaceAll('%7B', '{').replaceAll('%7D', '}') // a variable stays a variable
+  return folded.includes('%') ? forms : [...new Set([...forms, ...forms.map(encoded)])]
 }
 
 /** The config's lists as the policy reads them (`operatorPatternForms` of each entry). */

@@ -37,7 +37,7 @@ export class IdentityResolver implements PrincipalResolver {
   resolve(headers: Record<string, string | undefined>, query: URLSearchParams, facts: ClientFacts): Resolution | Promise<Resolution> {
     const presented = presentedCredential(headers, query)
     if (presented === 'malformed') return { error: 'TOKEN_INVALID' }
-    if (presented === null) return { principal: this.anonymous(facts, headers.host) }
+    if (presented === null) return { principal: this.anonymous(facts, headers.host, headers['x-forwarded-host']) }
     const { channel, value } = presented
     if (value.includes('.')) return this.fromSession(value, channel)
     if (value.startsWith('ast_')) return this.fromApiToken(value, channel)
@@ -101,12 +101,15 @@ export class IdentityResolver implements PrincipalResolver {
    * grant rests on the client's address being local, the request must also name the host by a name
    * no other site can hold (an IP literal, `localhost`, `*.localhost`): a page elsewhere can point a
    * name of its own at a local address (DNS rebinding), and a browser on that address then sends it
-   * requests its page may read.
+   * requests its page may read. Behind a proxy that names the upstream itself (nginx's
+   * `proxy_pass http://127.0.0.1:8188` sends that Host), the name the browser used is in
+   * `X-Forwarded-Host`: when present it must pass too (a client that sends one only narrows itself).
    */
-  anonymous(facts: ClientFacts, host: string | undefined): Principal | null {
+  anonymous(facts: ClientFacts, host: string | undefined, forwardedHost?: string): Principal | null {
     const role = this.deps.config.local_anonymous_role
     if (role === null || !this.deps.roles.has(role) || role === ADMIN_ROLE) return null
-    if (this.deps.config.require_auth_for_remote_api && (!facts.isLocal || !rebindProofHost(host))) return null
+    const named = rebindProofHost(host) && (forwardedHost === undefined || forwardedHost.split(',').every((h) => rebindProofHost(h.trim())))
+    if (this.deps.config.require_auth_for_remote_api && (!facts.isLocal || !named)) return null
     return this.rolePrincipal(role, 'anonymous', null)
   }
 

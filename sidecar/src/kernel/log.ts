@@ -10,7 +10,7 @@ const SECRET_KEYS: ReadonlySet<string> = new Set(QUERY_TOKEN_KEYS)
 
 /**
  * The URL with the value of every query credential replaced: each key is read as the resolver reads
- * it (URLSearchParams: `%74oken` and `t+oken` are decoded before they are compared), in any case.
+ * it (URLSearchParams: `%74oken` is decoded before it is compared), in any case.
  */
 export function redactUrl(url: string): string {
   const start = url.indexOf('?')
