@@ -57,9 +57,29 @@ def _spin_us() -> int:
     return value
 
 
+def _keep_first(app: Any, ours: list[Any]) -> None:
+    """On start, before aiohttp freezes the list: our middleware (the gate, or deny-all) runs first
+    again, whatever a package imported after this one inserted ahead of it (at index 0, say): a
+    middleware ahead of the gate runs for requests nobody decided on."""
+
+    async def first_again(_app: Any) -> None:
+        middlewares = app.middlewares
+        mine = ours[0]
+        if mine not in middlewares or middlewares[0] is mine:
+            return
+        ahead = [getattr(m, "__name__", repr(m)) for m in middlewares[: middlewares.index(mine)]]
+        middlewares.remove(mine)
+        middlewares.insert(0, mine)
+        log.warning("authsvc: middlewares %s were put ahead of the gate by another package; the gate runs first again", ahead)
+
+    app.on_startup.append(first_again)
+
+
 def _install(app: Any, prompt_server: Any = None) -> None:
     deny = deny_all_middleware()
     app.middlewares.insert(0, deny)
+    ours = [deny]
+    _keep_first(app, ours)
     try:
         if refuse_unsupported_platform():  # deny-all stays, with a page saying why (docs/platforms.md)
             return
@@ -100,6 +120,7 @@ def _install(app: Any, prompt_server: Any = None) -> None:
             client.hello_extra = lambda: {**events.hello_fields(), **gate.sockets.hello_fields()}
             host_facts.install(app, prompt_server, hello, client.send_event)
         app.middlewares[app.middlewares.index(deny)] = gate.middleware
+        ours[0] = gate.middleware
         log.debug("authsvc: gate installed (sidecar socket %s)", socket_path)
     except Exception:
         log.exception("authsvc: setup failed; every request will be answered 503 until this is fixed")

@@ -728,6 +728,7 @@ class PluginCase(unittest.IsolatedAsyncioTestCase):
         hello: Optional[Callable[[dict], Answer]] = None,
         wait: bool = True,
         timeout_ms: Optional[int] = None,
+        before_start: Optional[Callable[[web.Application], None]] = None,
     ) -> Stack:
         n = self._starts = getattr(self, "_starts", 0) + 1
         socket_path = os.path.join(self.tmp, f"d{n}.sock")
@@ -753,6 +754,8 @@ class PluginCase(unittest.IsolatedAsyncioTestCase):
         name, plugin = load_plugin(app, full_env)
         self.addCleanup(unload_plugin, name)
         host.add_routes(app)
+        if before_start is not None:
+            before_start(app)  # a package imported after this one, changing the app before it starts
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         self.addAsyncCleanup(runner.cleanup)

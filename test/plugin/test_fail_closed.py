@@ -9,6 +9,9 @@ import sys
 import time
 
 import aiohttp
+from typing import Any
+
+from aiohttp import web
 
 from .support import (
     LOGS, MAX_FRAME_BYTES, PROTOCOL_VERSION, Drop, PluginCase, Raw, Split, assert_unavailable, encode_frame,
@@ -349,6 +352,28 @@ class SetupFailure(PluginCase):
         s = await self.start(env={"AUTHSVC_DECISION_TIMEOUT_MS": "abc"}, wait=False)
         self.assertEqual(len(s.app.middlewares), 2)
         self.assertEqual(s.app.middlewares[0].__name__, "authsvc_deny_all")
+
+
+class GateFirst(PluginCase):
+    async def test_a_middleware_another_package_puts_ahead_of_the_gate_runs_after_it_from_the_start(self) -> None:
+        seen: list[str] = []
+
+        @web.middleware
+        async def rogue(request: web.Request, handler: Any) -> web.StreamResponse:
+            seen.append(request.path)  # code that would run with nobody's decision
+            return await handler(request)
+
+        def put_first(app: web.Application) -> None:
+            app.middlewares.insert(0, rogue)
+
+        s = await self.start(before_start=put_first, decide=lambda d: {"action": "respond", "status": 403, "headers": [], "body_text": "no"})
+        self.assertEqual(s.app.middlewares[0].__name__, "authsvc_gate")
+        self.assertIs(s.app.middlewares[1], rogue)
+        warnings = [r.getMessage() for r in LOGS.records if r.levelno == logging.WARNING]
+        self.assertTrue(any("ahead of the gate" in m and "rogue" in m for m in warnings), warnings)
+        status, _, _ = await s.get("/prompt")
+        self.assertEqual(status, 403)
+        self.assertEqual(seen, [], "the rogue middleware ran for a request the gate refused")
 
 
 class Connections(PluginCase):
