@@ -12,7 +12,7 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
 import { CLOSE_ACCESS_CHANGED, CLOSE_CREDENTIAL_ENDED } from '../../sidecar/src/isolation/credential-state.js'
-import { bearer, apiToken, assertDenied, assertPass, call, decide, openSidecar } from './fixtures.js'
+import { bearer, apiToken, assertDenied, assertPass, call, decide, openSidecar, type Sidecar } from './fixtures.js'
 import { event, world, type World } from './isolation-world.js'
 
 describe('live WebSockets follow their credential', () => {
@@ -26,9 +26,10 @@ describe('live WebSockets follow their credential', () => {
   async function open(jwt: string): Promise<string> {
     return assertPass(await decide(w.sc, { path: '/ws', pattern: '/ws', headers: bearer(jwt) })).ws_tag!
   }
-  function pushes(): Array<{ tags: string[]; code: number }> {
+  /** The close_ws messages `sc` sends from now on. */
+  function pushes(sc: Sidecar = w.sc): Array<{ tags: string[]; code: number }> {
     const seen: Array<{ tags: string[]; code: number }> = []
-    w.sc.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
+    sc.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
     return seen
   }
 
@@ -61,8 +62,7 @@ describe('live WebSockets follow their credential', () => {
     await w.sc.services.flush()
     const restarted = await openSidecar({ dir: w.sc.dir })
     try {
-      const seen: Array<{ tags: string[]; code: number }> = []
-      restarted.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
+      const seen = pushes(restarted)
       const jti = (await restarted.services.sessions.activeForUser(w.admin.user_id))[0].jti
       await restarted.services.sessions.revoke(jti)
       restarted.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', sockets: [pass.ws_entry, { tag: 7 }, 'junk'] })
@@ -89,8 +89,7 @@ describe('live WebSockets follow their credential', () => {
   it('an IP list that now refuses an address a socket came from closes exactly those sockets (4403): a ban, a temporary ban, a whitelist that leaves it out; also after a restart', async () => {
     const own = await world()
     try {
-      const seen: Array<{ tags: string[]; code: number }> = []
-      own.sc.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
+      const seen = pushes(own.sc)
       const lists = async (body: object) => {
         const res = await call(own.sc, { method: 'PUT', url: '/authsvc/api/ip-lists', bearer: own.adminJwt, body })
         assert.equal(res.statusCode, 200, res.body)
@@ -118,8 +117,7 @@ describe('live WebSockets follow their credential', () => {
       await own.sc.services.flush()
       const restarted = await openSidecar({ dir: own.sc.dir })
       try {
-        const after: Array<{ tags: string[]; code: number }> = []
-        restarted.built.setPush((m) => { if (m.type === 'close_ws') after.push({ tags: m.tags, code: m.code }) })
+        const after = pushes(restarted)
         restarted.services.ipGate.update({ whitelist: ['192.0.2.0/24'], blacklist: [] })
         restarted.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 't', sockets: [listed.ws_entry, { ...listed.ws_entry, tag: 'x', addresses: 'not a list' }] })
         assert.deepEqual(after, [{ tags: [listed.ws_tag], code: CLOSE_ACCESS_CHANGED }], 'closed on adoption; an entry with malformed addresses is ignored')
@@ -134,8 +132,7 @@ describe('live WebSockets follow their credential', () => {
   it('guest login turned off closes guests\' open sockets (4401) and no user\'s', async () => {
     const own = await world()
     try {
-      const seen: Array<{ tags: string[]; code: number }> = []
-      own.sc.built.setPush((m) => { if (m.type === 'close_ws') seen.push({ tags: m.tags, code: m.code }) })
+      const seen = pushes(own.sc)
       const setting = async (allow: boolean) => {
         const res = await call(own.sc, { method: 'PUT', url: '/authsvc/api/settings/guest-jwt', bearer: own.adminJwt, body: { allow_guest_jwt: allow } })
         assert.equal(res.statusCode, 200, res.body)
