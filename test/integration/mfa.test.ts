@@ -352,6 +352,33 @@ describe('MFA through the owned routes', () => {
     assert.equal(ok.status, 200, JSON.stringify(ok.body))
   })
 
+  it('attack table: the MFA steps that sign a browser in refuse another site\'s page (login CSRF into the page\'s own account)', async () => {
+    const { secret } = await enrol(h, admin)
+    const foreign = [{ 'sec-fetch-site': 'cross-site', origin: 'https://evil.example' }, { 'sec-fetch-site': 'same-site' }, { origin: 'null' }]
+    for (const headers of foreign) {
+      h.clock.advance(30_000)
+      const temp = (await passwordLogin(h, 'admin')).body.mfa_temp_token
+      const res = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: temp, code: totpAt(secret, h.clock()) }, headers })
+      assert.equal(res.status, 403, JSON.stringify(headers))
+      assert.equal(res.body.code, 'CSRF_REJECTED')
+      assert.equal(res.headers['set-cookie'], undefined)
+    }
+    // verify-setup with a setup token signs in too
+    const groups = (await h.call('GET', '/authsvc/api/groups', { headers: bearer(admin) })).body.groups
+    groups.user.mfa_required = true
+    assert.equal((await h.call('PUT', '/authsvc/api/groups', { headers: bearer(admin), body: { groups } })).status, 200)
+    assert.equal((await h.call('POST', '/register', { headers: bearer(admin), body: { username: 'mallory', password: PASSWORD } })).status, 201)
+    const setupTemp = (await passwordLogin(h, 'mallory')).body.mfa_temp_token
+    const setup = await h.call('POST', '/authsvc/api/mfa/setup', { body: { mfa_temp_token: setupTemp } })
+    const done = await h.call('POST', '/authsvc/api/mfa/verify-setup', { body: { mfa_temp_token: setupTemp, code: totpAt(setup.body.secret, h.clock()) }, headers: { 'sec-fetch-site': 'cross-site' } })
+    assert.equal(done.status, 403)
+    assert.equal(done.body.code, 'CSRF_REJECTED')
+    // our own page signs in
+    h.clock.advance(30_000)
+    const own = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: (await passwordLogin(h, 'admin')).body.mfa_temp_token, code: totpAt(secret, h.clock()) }, headers: { 'sec-fetch-site': 'same-origin', origin: 'http://127.0.0.1:8188' } })
+    assert.equal(own.status, 200, JSON.stringify(own.body))
+  })
+
   it('generate_token with MFA: password alone asks for the code; password + code, or temp token + code, gives the token', async () => {
     const { secret } = await enrol(h, admin)
     const ask = await h.call('POST', '/authsvc/generate_token', { body: { username: 'admin', password: PASSWORD } })

@@ -126,8 +126,25 @@ describe('login, cookie and logout', () => {
     }
   })
 
-  it('a cross-site login (Sec-Fetch-Site cross-site) is refused', async () => {
-    assertError(await login(sc, 'alice', PASSWORD, { headers: { 'sec-fetch-site': 'cross-site' } }), 403, 'CSRF_REJECTED')
+  // login CSRF: a page elsewhere signs the visitor in as the page's account (then what they do is that account's)
+  const FOREIGN: Array<[string, Record<string, string>]> = [
+    ['Sec-Fetch-Site cross-site', { 'sec-fetch-site': 'cross-site' }],
+    ['Sec-Fetch-Site same-site (another port of this host)', { 'sec-fetch-site': 'same-site', origin: 'http://127.0.0.1:9999' }],
+    ['an Origin of another site, no Sec-Fetch-Site', { origin: 'https://evil.example' }],
+    ['Origin null (a sandboxed frame)', { origin: 'null' }],
+  ]
+  for (const [label, headers] of FOREIGN) {
+    it(`a login from another site's page is refused, no cookie: ${label}`, async () => {
+      const res = await login(sc, 'alice', PASSWORD, { headers })
+      assertError(res, 403, 'CSRF_REJECTED')
+      assert.equal(res.headers['set-cookie'], undefined)
+    })
+  }
+
+  it('a login from our own page, or from a script (no browser headers), signs in', async () => {
+    for (const headers of [{ 'sec-fetch-site': 'same-origin', origin: 'http://127.0.0.1:8188' }, { origin: 'http://127.0.0.1:8188' }, {}]) {
+      assert.equal((await login(sc, 'alice', PASSWORD, { headers })).statusCode, 200, JSON.stringify(headers))
+    }
   })
 
   it('logout revokes the session (bearer) and clears the cookie', async () => {

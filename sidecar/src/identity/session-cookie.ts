@@ -2,6 +2,21 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import Type from 'typebox'
 import { SESSION_COOKIE } from './credentials.js'
+import { AuthsvcError } from '../kernel/errors.js'
+import { isSameOrigin } from '../access/client-facts.js'
+
+/**
+ * A step that signs a browser in (a session cookie) or makes the first account must come from our
+ * own pages: another site's page (or a sibling origin's: another port of this host is same-site)
+ * would sign the visitor in as the page's account (login CSRF), which SameSite cannot stop since no
+ * cookie is needed to get one. A browser says where a request comes from (`Sec-Fetch-Site`, else
+ * `Origin`); a script says nothing and is let through.
+ */
+export function refuseCrossSiteSignIn(request: FastifyRequest, message?: string): void {
+  const headers = request.headers as Record<string, string | undefined>
+  const browserSaid = headers['sec-fetch-site'] !== undefined || headers.origin !== undefined
+  if (browserSaid && !isSameOrigin(headers, request.facts.isHttps)) throw new AuthsvcError('CSRF_REJECTED', message)
+}
 
 export function setSessionCookie(request: FastifyRequest, reply: FastifyReply, token: string, rememberMe: boolean, maxAgeSeconds: number): void {
   reply.setCookie(SESSION_COOKIE, token, {

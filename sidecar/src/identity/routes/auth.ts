@@ -12,12 +12,11 @@ import { passwordProblem } from '../passwords.js'
 import { ADMIN_ROLE, isAdministrator } from '../principal.js'
 import { GUEST_ROLE, GUEST_SUBJECT } from '../guest-sessions.js'
 import { usernameProblem } from '../users.js'
-import { clearSessionCookie, NextQuery, safeRedirectPath, setSessionCookie } from '../session-cookie.js'
+import { clearSessionCookie, NextQuery, refuseCrossSiteSignIn, safeRedirectPath, setSessionCookie } from '../session-cookie.js'
 import { checkPassword, mfaStep, refuseIfThrottled } from '../password-check.js'
 import { sendLogoutConfirmation } from '../../pages/routes.js'
 import type { Services } from '../../services.js'
 import { eventContext } from '../../access/request-context.js'
-import { isSameOrigin } from '../../access/client-facts.js'
 import { sessionClientOf, storedUserAgent } from '../session-device.js'
 
 const Flag = Type.Union([Type.Boolean(), Type.String({ maxLength: 8 })])
@@ -92,10 +91,7 @@ export function authRoutes(services: AuthRouteServices) {
       if (!first && !isAdministrator(request.principal)) throw new AuthsvcError('REGISTRATION_CLOSED')
       // the first account is the administrator: another site's page in the operator's browser must
       // not choose its password (a script sends neither header and may make it)
-      const browserSaid = request.headers['sec-fetch-site'] !== undefined || request.headers.origin !== undefined
-      if (first && browserSaid && !isSameOrigin(request.headers as Record<string, string | undefined>, request.facts.isHttps)) {
-        throw new AuthsvcError('CSRF_REJECTED', 'The first account cannot be made from another site\'s page')
-      }
+      if (first) refuseCrossSiteSignIn(request, 'The first account cannot be made from another site\'s page')
       const problem = usernameProblem(body.username) ?? passwordProblem(body.password)
       if (problem) throw new AuthsvcError('VALIDATION_FAILED', problem)
       let role = first ? ADMIN_ROLE : 'user'
@@ -128,7 +124,7 @@ export function authRoutes(services: AuthRouteServices) {
       },
     }, async (request, reply) => {
       const body = request.body
-      if (request.headers['sec-fetch-site'] === 'cross-site') throw new AuthsvcError('CSRF_REJECTED')
+      refuseCrossSiteSignIn(request)
       const rememberMe = truthy(body.remember_me)
       const redirectUrl = safeRedirectPath(body.next ?? request.queryParams.get('next'))
       let subject: { user_id: string; username: string }

@@ -14,7 +14,7 @@ import QRCode from 'qrcode'
 import Type, { type Static } from 'typebox'
 import { AuthsvcError } from '../../kernel/errors.js'
 import type { UserRecord } from '../users.js'
-import { setSessionCookie } from '../session-cookie.js'
+import { refuseCrossSiteSignIn, setSessionCookie } from '../session-cookie.js'
 import { sessionClientOf } from '../session-device.js'
 import { checkSecondFactor, mfaKey, tempTokenUser, throttledAttempt } from '../password-check.js'
 import type { Services } from '../../services.js'
@@ -101,6 +101,8 @@ export function mfaRoutes(services: MfaRouteServices) {
       config: { auth: 'public' },
       schema: { summary: 'Finish enrolling with a code from the app', tags, body: Body, response: { 200: Enabled } },
     }, async (request, reply) => {
+      // with a temp token this step signs the browser in: from our own pages only (login CSRF)
+      if (request.body.mfa_temp_token !== undefined) refuseCrossSiteSignIn(request)
       const { user, tempId, temp } = await setupCaller(request, request.body)
       const code = request.body.code
       if (!(await throttledAttempt(services, request, mfaKey(user.user_id), () => services.mfa.finishSetup(user.user_id, code)))) {
@@ -124,6 +126,7 @@ export function mfaRoutes(services: MfaRouteServices) {
       schema: { summary: 'The second step of a login: the temp token and a code or backup code give the session', tags, body: Body, response: { 200: LoggedIn } },
     }, async (request, reply) => {
       const body = request.body
+      refuseCrossSiteSignIn(request) // it signs the browser in: from our own pages only (login CSRF)
       const { temp, user } = await tempTokenUser(services, body.mfa_temp_token, 'login')
       await checkSecondFactor(services, request, user, body, temp.id)
       if (!(await services.mfa.consumeTempToken(temp.id))) throw new AuthsvcError('MFA_TOKEN_INVALID')
