@@ -170,5 +170,35 @@ for (const aiohttp of ['3.8', '3.11'] as const) {
         await context.close()
       }
     })
+
+    it('in chromium, an uploaded .js (served as application/javascript) runs neither as a <script> nor as a service worker on the origin; fetching it still works', { skip: aiohttp === '3.8' ? 'the browser rows run once, on aiohttp 3.11' : false }, async () => {
+      const js = await upload('evil.js', 'self.__authsvcEvil = 1', 'text/javascript')
+      const context = await browser!.newContext()
+      try {
+        const page = await context.newPage()
+        await signInOnPage(page, host.url, 'root', PASSWORD)
+        const outcome = await page.evaluate(async (src) => {
+          const script = document.createElement('script')
+          script.src = src
+          const loaded = await new Promise<string>((resolve) => {
+            script.onload = () => resolve('loaded')
+            script.onerror = () => resolve('refused')
+            document.head.append(script)
+          })
+          let worker: string
+          try {
+            await navigator.serviceWorker.register(src, { scope: '/' })
+            worker = 'registered'
+          } catch {
+            worker = 'refused'
+          }
+          const fetched = await fetch(src)
+          return { loaded, ran: (self as unknown as { __authsvcEvil?: number }).__authsvcEvil ?? null, worker, fetched: fetched.status, type: fetched.headers.get('content-type') }
+        }, `/view?${js}`)
+        assert.deepEqual(outcome, { loaded: 'refused', ran: null, worker: 'refused', fetched: 200, type: 'application/javascript; charset=utf-8' })
+      } finally {
+        await context.close()
+      }
+    })
   })
 }

@@ -92,6 +92,23 @@ describe('headers and query the host must never see', () => {
     assert.ok(!(basic.strip_headers ?? []).includes('authorization'), 'a proxy\'s Basic alone is not ours')
   })
 
+  // a file users put on the host (an inert route's answer) is never loaded as code: the inert headers
+  // cannot stop a <script src> or a service worker of an uploaded .js (application/javascript)
+  const meta = (headers: Record<string, string>) => ({ path: '/view_metadata/loras', pattern: '/view_metadata/{folder_name}', match_info: { folder_name: 'loras' }, query: 'filename=a.js', headers: { ...bearer(w.aliceToken), ...headers } })
+  for (const dest of ['script', 'worker', 'sharedworker', 'serviceworker', 'style', 'audioworklet', 'paintworklet', 'xslt', 'Script']) {
+    it(`an inert route's file fetched as code (Sec-Fetch-Dest: ${dest}) → 403`, async () => {
+      assertDenied(await decide(w.sc, meta({ 'sec-fetch-dest': dest })), 'PERMISSION_DENIED')
+    })
+  }
+  it('an inert route\'s file registered as a service worker (the Service-Worker header, any Sec-Fetch-Dest) → 403; as an image, a document or by fetch it passes with the inert headers', async () => {
+    assertDenied(await decide(w.sc, meta({ 'service-worker': 'script' })), 'PERMISSION_DENIED')
+    assertDenied(await decide(w.sc, meta({ 'service-worker': 'script', 'sec-fetch-dest': 'empty' })), 'PERMISSION_DENIED')
+    for (const dest of ['image', 'document', 'empty', 'video', 'iframe']) {
+      const d = assertPass(await decide(w.sc, meta({ 'sec-fetch-dest': dest })), dest) as { response_headers?: Record<string, string> }
+      assert.equal(d.response_headers?.['Content-Security-Policy'], 'sandbox', dest)
+    }
+  })
+
   it('a JWT in ?token= on the WebSocket passes and is dropped', async () => {
     const d = assertPass(await decide(w.sc, { path: '/ws', pattern: '/ws', query: `clientId=q1&token=${w.aliceJwt}`, headers: { upgrade: 'websocket' } }))
     assert.deepEqual(d.drop_query, ['token'])

@@ -80,6 +80,21 @@ export const INERT_HEADERS: Readonly<Record<string, string>> = Object.freeze({
   'X-Content-Type-Options': 'nosniff',
 })
 
+/**
+ * The headers cannot make a file inert when a page loads it as code: ComfyUI serves an uploaded
+ * `.js` as `application/javascript`, which `nosniff` lets run, so a `<script src="/view?...">` or a
+ * service worker registered from `/view` runs a user's file with the origin's authority (a worker
+ * outlives logouts and can answer /login itself). A request for an inert route's file as code
+ * (`Sec-Fetch-Dest` of a script, worker, style or worklet; the `Service-Worker` header every browser
+ * sends to register one) is refused.
+ */
+const CODE_DESTINATIONS = new Set(['script', 'worker', 'sharedworker', 'serviceworker', 'style', 'audioworklet', 'paintworklet', 'xslt'])
+
+export function loadedAsCode(headers: Readonly<Record<string, string | undefined>>): boolean {
+  const dest = headers['sec-fetch-dest']
+  return headers['service-worker'] !== undefined || (dest !== undefined && CODE_DESTINATIONS.has(dest.toLowerCase()))
+}
+
 type Entry = HostRouteEntry & { behaviour?: HostRouteBehaviour }
 
 const TABLE: Record<string, Entry> = {
