@@ -159,6 +159,9 @@ export function prepareApp(logger: FastifyBaseLogger, clock: Clock, compose: Com
   registerOpenApi(app, SERVICE_VERSION)
   app.addHook('onSend', async (_request, reply) => {
     reply.header('X-Authsvc-Version', SERVICE_VERSION)
+    // the service's answers are about someone (a new token, a TOTP secret, a session list): kept by
+    // no cache unless a route says otherwise
+    if (!reply.hasHeader('Cache-Control')) reply.header('Cache-Control', 'no-store')
   })
   // An answer to a request that changed something decisions read leaves only after the `forget`
   // it caused has left for the plugin: a forget held in our write buffer (the plugin busy reading

@@ -15,6 +15,7 @@ async function enrol(h: Harness, credential: string, via: 'session' | 'setup-tem
   const auth = via === 'session' ? { headers: bearer(credential), body: {} } : { body: { mfa_temp_token: credential } }
   const setup = await h.call('POST', '/authsvc/api/mfa/setup', auth)
   assert.equal(setup.status, 200, JSON.stringify(setup.body))
+  assert.equal(setup.headers['cache-control'], 'no-store', 'the TOTP secret and backup codes are kept by no cache')
   assert.match(setup.body.provisioning_uri, /^otpauth:\/\/totp\//)
   assert.match(setup.body.qr_svg, /^<svg/)
   assert.equal(setup.body.backup_codes.length, 10)

@@ -126,7 +126,9 @@ describe('API tokens', () => {
 
   it('a session JWT creates a token; the legacy /generate_token alias and the form body work too', async () => {
     const jwt = await sessionJwt(sc, alice)
-    assert.equal((await create({ label: 'by-session' }, { bearer: jwt })).statusCode, 200)
+    const made = await create({ label: 'by-session' }, { bearer: jwt })
+    assert.equal(made.statusCode, 200)
+    assert.equal(made.headers['cache-control'], 'no-store', 'a new token is kept by no cache')
     assert.equal((await create({ username: 'alice', password: PASSWORD }, {}, '/generate_token')).statusCode, 200)
     const viaForm = await call(sc, { method: 'POST', url: '/authsvc/generate_token', headers: FORM, body: form({ username: 'alice', password: PASSWORD, expire_hours: '24' }) })
     assert.equal(viaForm.statusCode, 200, viaForm.body)
