@@ -13,7 +13,7 @@ import assert from 'node:assert/strict'
 import { PROTOCOL_VERSION } from '../../sidecar/src/kernel/protocol.js'
 import { CLOSE_ACCESS_CHANGED, CLOSE_CREDENTIAL_ENDED } from '../../sidecar/src/isolation/credential-state.js'
 import { bearer, apiToken, assertDenied, assertPass, call, decide, openSidecar, type Sidecar } from './fixtures.js'
-import { event, world, type World } from './isolation-world.js'
+import { event, ownPrompt, postPrompt, world, type World } from './isolation-world.js'
 
 describe('live WebSockets follow their credential', () => {
   let w: World
@@ -148,6 +148,28 @@ describe('live WebSockets follow their credential', () => {
       assert.equal(own.sc.built.liveSockets.sweep(), 1)
       assert.deepEqual(seen.pop(), { tags: [guestSocket], code: CLOSE_CREDENTIAL_ENDED })
       assert.equal(own.sc.built.liveSockets.size, 1, `alice's socket ${aliceSocket} stays`)
+    } finally {
+      await own.sc.close()
+    }
+  })
+
+  it('a clientId stays its owner\'s while a socket opened with it is open, even once the host forgot every prompt that named it (else anyone could take her tab over)', async () => {
+    const own = await world()
+    try {
+      const ws = (clientId: string, jwt: string) => ({ path: '/ws', pattern: '/ws', query: `clientId=${clientId}`, headers: { ...bearer(jwt), upgrade: 'websocket' } })
+      const tag = assertPass(await decide(own.sc, ws('tab-open', own.aliceJwt))).ws_tag!
+      const kept = await ownPrompt(own.sc, own.aliceJwt, ',"client_id":"tab-open"')
+      // an id she named in a prompt only, with no socket: the host forgetting it frees it, as before
+      const freed = await ownPrompt(own.sc, own.aliceJwt, ',"client_id":"tab-closed"')
+      event(own.sc, 'host_prompts', { seq: 1, running: [], pending: [kept, freed], added: [kept, freed], gone: [] })
+      event(own.sc, 'host_prompts', { seq: 2, running: [], pending: [], added: [], gone: [kept, freed] })
+      assertDenied(await decide(own.sc, ws('tab-open', own.bobJwt)), 'CLIENT_ID_TAKEN')
+      const bobs = await postPrompt(own.sc, own.bobJwt, '{"prompt":{"1":{}},"client_id":"tab-open"}')
+      assert.equal(bobs.action, 'respond', JSON.stringify(bobs))
+      assert.match(String(bobs.body_text), /CLIENT_ID_TAKEN/)
+      assertPass(await decide(own.sc, ws('tab-closed', own.bobJwt)), 'an id with no open socket and no known prompt is free again')
+      event(own.sc, 'ws_closed', { tag })
+      assertDenied(await decide(own.sc, ws('tab-open', own.bobJwt)), 'CLIENT_ID_TAKEN', 'an id a socket opened stays its owner\'s after it closes')
     } finally {
       await own.sc.close()
     }

@@ -11,8 +11,9 @@
  * - Ids the gate minted for a prompt without one (`authsvc-<uuid>`) use no slot: they
  *   live exactly as long as their prompt's record (Ownership forgets it when the host
  *   forgets the prompt), so prompts without a client id never push out an owner's tabs.
- * - A chosen id also goes when the host forgets the last prompt that named it; one that
- *   only ever opened sockets stays until its owner's slots push it out.
+ * - A chosen id also goes when the host forgets the last prompt that named it, unless a socket
+ *   opened with it is still open (`heldOpen`: its owner's tab would otherwise be up for anyone to
+ *   take over); one that only ever opened sockets stays until its owner's slots push it out.
  */
 import type { Collection } from '../store/collection.js'
 
@@ -29,6 +30,8 @@ export interface ClientIdRecord {
 export class ClientIdBindings {
   /** an owner's chosen ids, oldest first */
   private readonly chosenByOwner = new Map<string, Set<string>>()
+  /** whether an open socket was opened with this id (the live sockets say, once they exist) */
+  heldOpen: (clientId: string) => boolean = () => false
 
   constructor(
     private readonly records: Collection<ClientIdRecord>,
@@ -66,7 +69,7 @@ export class ClientIdBindings {
 
   /** The host forgot a prompt that named this id; `inUse`: another known prompt still does. */
   promptForgotten(clientId: string, inUse: boolean): void {
-    if (!inUse) this.drop(clientId)
+    if (!inUse && !this.heldOpen(clientId)) this.drop(clientId)
   }
 
   get size(): number {

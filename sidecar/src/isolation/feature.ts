@@ -60,6 +60,7 @@ export function isolationFeature(services: IsolationServices, log: FastifyBaseLo
       const watcher = new HostFileWatcher(ownership, log)
       const filters = new FilterPool()
       bound = { liveSockets, hostFiles: watcher }
+      services.clientIds.heldOpen = (clientId) => liveSockets.usesClientId(clientId)
       /** Every owner's prompts queued or running, for the plugin's edit of WebSocket `status` frames (absent: 0). */
       const queueChanged = (seq: number): void => kernel.push({ type: 'queue_counts', seq, counts: ownership.remainingByOwner() })
       const deps: BehaviourDeps & ModelDeps = {

@@ -23,6 +23,8 @@ export interface SocketEntry {
   role: string
   authType: Principal['authType']
   credentialId?: string
+  /** the `clientId` it was opened with: its binding holds while the socket is open (client-ids.ts) */
+  clientId?: string
   /** every address the upgrade may have come from (after trusted proxies): a ban of any closes it */
   addresses?: string[]
   /** opened with preview frames unchecked (the content-safety policy on, the user without sfw_check) */
@@ -38,6 +40,8 @@ const principalOf = (e: SocketEntry): string => e.userId ?? e.credentialId ?? `r
 
 export class LiveSockets {
   private readonly entries = new Map<string, SocketEntry & { at: number }>()
+  /** open sockets per clientId */
+  private readonly byClientId = new Map<string, number>()
   private timer: NodeJS.Timeout | null = null
 
   constructor(
@@ -60,7 +64,9 @@ export class LiveSockets {
     const who = principalOf(entry)
     let mine = 0
     for (const e of this.entries.values()) if (principalOf(e) === who && ++mine >= MAX_PER_PRINCIPAL) return false
+    this.forget(entry.tag) // the same socket handed back again (a reconnect's hello): counted once
     this.entries.set(entry.tag, { ...entry, at: this.now() })
+    if (entry.clientId !== undefined) this.byClientId.set(entry.clientId, (this.byClientId.get(entry.clientId) ?? 0) + 1)
     if (this.timer === null) {
       this.timer = setInterval(() => this.sweep(), CHECK_INTERVAL_MS)
       this.timer.unref()
@@ -79,10 +85,12 @@ export class LiveSockets {
       if (x.authType !== 'session' && x.authType !== 'api_token' && x.authType !== 'anonymous') continue
       if (x.credentialId !== undefined && typeof x.credentialId !== 'string') continue
       if (x.addresses !== undefined && !(Array.isArray(x.addresses) && x.addresses.every((a) => typeof a === 'string'))) continue
+      if (x.clientId !== undefined && typeof x.clientId !== 'string') continue
       this.register({
         tag: x.tag, userId: x.userId, role: x.role, authType: x.authType,
         ...(x.credentialId !== undefined ? { credentialId: x.credentialId } : {}),
         ...(x.addresses !== undefined ? { addresses: x.addresses } : {}),
+        ...(x.clientId !== undefined ? { clientId: x.clientId } : {}),
         ...(x.previewsUnchecked === true ? { previewsUnchecked: true } : {}),
       })
     }
@@ -91,8 +99,23 @@ export class LiveSockets {
 
   /** The plugin says the socket is gone (its handler returned). */
   closed(tag: string): void {
-    this.entries.delete(tag)
+    this.forget(tag)
     this.stopIfIdle()
+  }
+
+  /** Whether an open socket was opened with this clientId. */
+  usesClientId(clientId: string): boolean {
+    return this.byClientId.has(clientId)
+  }
+
+  private forget(tag: string): void {
+    const entry = this.entries.get(tag)
+    if (entry === undefined) return
+    this.entries.delete(tag)
+    if (entry.clientId === undefined) return
+    const left = (this.byClientId.get(entry.clientId) ?? 1) - 1
+    if (left > 0) this.byClientId.set(entry.clientId, left)
+    else this.byClientId.delete(entry.clientId)
   }
 
   /** Closes every socket whose credential no longer admits it; returns how many. */
@@ -110,7 +133,7 @@ export class LiveSockets {
     for (const [key, tags] of byCode) {
       const space = key.indexOf(' ')
       this.close(tags, Number(key.slice(0, space)), key.slice(space + 1))
-      for (const tag of tags) this.entries.delete(tag)
+      for (const tag of tags) this.forget(tag)
       closed += tags.length
     }
     this.stopIfIdle()

@@ -29,6 +29,8 @@ export function websocketBehaviour(deps: BehaviourDeps): RouteBehaviour {
         ...(principal.credentialId !== undefined ? { credentialId: principal.credentialId } : {}),
         // the IP lists keep judging the socket's addresses while it is open (credential-state.ts)
         addresses: [...addresses],
+        // its binding holds while the socket is open, whatever the host forgets (client-ids.ts)
+        ...(clientId ? { clientId } : {}),
         // a user whose sfw_check is turned on later must not keep an unchecked socket (credential-state.ts)
         ...(gate != null && !checked && principal.userId !== null ? { previewsUnchecked: true } : {}),
       }
