@@ -355,7 +355,7 @@ describe('MFA through the owned routes', () => {
 
   it('attack table: the MFA steps that sign a browser in refuse another site\'s page (login CSRF into the page\'s own account)', async () => {
     const { secret } = await enrol(h, admin)
-    const foreign = [{ 'sec-fetch-site': 'cross-site', origin: 'https://evil.example' }, { 'sec-fetch-site': 'same-site' }, { origin: 'null' }]
+    const foreign: Array<Record<string, string>> = [{ 'sec-fetch-site': 'cross-site', origin: 'https://evil.example' }, { 'sec-fetch-site': 'same-site' }, { origin: 'null' }]
     for (const headers of foreign) {
       h.clock.advance(30_000)
       const temp = (await passwordLogin(h, 'admin')).body.mfa_temp_token

@@ -142,7 +142,7 @@ describe('login, cookie and logout', () => {
   }
 
   it('a login from our own page, or from a script (no browser headers), signs in', async () => {
-    for (const headers of [{ 'sec-fetch-site': 'same-origin', origin: 'http://127.0.0.1:8188' }, { origin: 'http://127.0.0.1:8188' }, {}]) {
+    for (const headers of [{ 'sec-fetch-site': 'same-origin', origin: 'http://127.0.0.1:8188' }, { origin: 'http://127.0.0.1:8188' }, {}] as Array<Record<string, string>>) {
       assert.equal((await login(sc, 'alice', PASSWORD, { headers })).statusCode, 200, JSON.stringify(headers))
     }
   })
