@@ -65,12 +65,16 @@ def _keep_first(app: Any, ours: list[Any]) -> None:
     async def first_again(_app: Any) -> None:
         middlewares = app.middlewares
         mine = ours[0]
-        if mine not in middlewares or middlewares[0] is mine:
+        if mine not in middlewares:
+            # another package replaced or emptied the list: nothing would decide
+            log.error("authsvc: another package removed the gate from the middlewares; it is put back first")
+        elif middlewares[0] is mine:
             return
-        ahead = [getattr(m, "__name__", repr(m)) for m in middlewares[: middlewares.index(mine)]]
-        middlewares.remove(mine)
+        else:
+            ahead = [getattr(m, "__name__", repr(m)) for m in middlewares[: middlewares.index(mine)]]
+            middlewares.remove(mine)
+            log.warning("authsvc: middlewares %s were put ahead of the gate by another package; the gate runs first again", ahead)
         middlewares.insert(0, mine)
-        log.warning("authsvc: middlewares %s were put ahead of the gate by another package; the gate runs first again", ahead)
 
     app.on_startup.append(first_again)
 

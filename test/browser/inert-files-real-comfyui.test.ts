@@ -14,6 +14,7 @@
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
+import { utimesSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Browser } from 'playwright-core'
 import { ROOT } from '../helpers/stack.js'
@@ -27,7 +28,7 @@ const EVIL_SVG = `<svg xmlns="http://www.w3.org/2000/svg" width="64" height="64"
 <script>document.documentElement.setAttribute('data-script', 'ran'); fetch('/authsvc/api/me').then(() => document.documentElement.setAttribute('data-fetched', 'ran'))</script>
 <rect width="64" height="64" fill="red"/></svg>`
 
-const INERT = { 'content-security-policy': 'sandbox', 'x-content-type-options': 'nosniff' }
+const INERT = { 'content-security-policy': 'sandbox', 'x-content-type-options': 'nosniff', 'cache-control': 'no-cache' }
 
 /** another package's routes that serve input files inline (test/e2e/fixtures/file-viewer) */
 const FILE_VIEWER = join(ROOT, 'test', 'e2e', 'fixtures', 'file-viewer')
@@ -171,13 +172,20 @@ for (const aiohttp of ['3.8', '3.11'] as const) {
       }
     })
 
-    it('in chromium, an uploaded .js (served as application/javascript) runs neither as a <script> nor as a service worker on the origin; fetching it still works', { skip: aiohttp === '3.8' ? 'the browser rows run once, on aiohttp 3.11' : false }, async () => {
+    it('in chromium, an uploaded .js (served as application/javascript) runs neither as a <script> (also once fetched and cached) nor as a service worker on the origin; fetching it still works', { skip: aiohttp === '3.8' ? 'the browser rows run once, on aiohttp 3.11' : false }, async () => {
       const js = await upload('evil.js', 'self.__authsvcEvil = 1', 'text/javascript')
+      // a file from a day ago: without a Cache-Control, a browser keeps such an answer fresh for hours (heuristically)
+      const q = new URLSearchParams(js)
+      const dayAgo = new Date(Date.now() - 86_400_000)
+      utimesSync(join(host.inputDir, q.get('subfolder')!, q.get('filename')!), dayAgo, dayAgo)
       const context = await browser!.newContext()
       try {
         const page = await context.newPage()
         await signInOnPage(page, host.url, 'root', PASSWORD)
         const outcome = await page.evaluate(async (src) => {
+          // fetched first (an <img>, a download, a viewer): a copy in the browser's cache must not run later
+          const fetched = await fetch(src)
+          await fetched.text()
           const script = document.createElement('script')
           script.src = src
           const loaded = await new Promise<string>((resolve) => {
@@ -192,7 +200,6 @@ for (const aiohttp of ['3.8', '3.11'] as const) {
           } catch {
             worker = 'refused'
           }
-          const fetched = await fetch(src)
           return { loaded, ran: (self as unknown as { __authsvcEvil?: number }).__authsvcEvil ?? null, worker, fetched: fetched.status, type: fetched.headers.get('content-type') }
         }, `/view?${js}`)
         assert.deepEqual(outcome, { loaded: 'refused', ran: null, worker: 'refused', fetched: 200, type: 'application/javascript; charset=utf-8' })

@@ -376,6 +376,19 @@ class GateFirst(PluginCase):
         self.assertEqual(seen, [], "the rogue middleware ran for a request the gate refused")
 
 
+    async def test_a_gate_another_package_removed_is_put_back_first(self) -> None:
+        def clear(app: web.Application) -> None:
+            app.middlewares.clear()
+
+        s = await self.start(before_start=clear, decide=lambda d: {"action": "respond", "status": 403, "headers": [], "body_text": "no"})
+        self.assertEqual([m.__name__ for m in s.app.middlewares], ["authsvc_gate"])
+        errors = [r.getMessage() for r in LOGS.records if r.levelno == logging.ERROR]
+        self.assertTrue(any("removed the gate" in m for m in errors), errors)
+        status, _, _ = await s.get("/prompt")
+        self.assertEqual(status, 403)
+        self.assertEqual(sum(s.host.calls.values()), 0)
+
+
 class Connections(PluginCase):
     async def test_unanswered_hello_does_not_leak_connections(self) -> None:
         """A sidecar that accepts but never answers the hello: each attempt times out; none may stay open."""

@@ -168,6 +168,14 @@ describe('live WebSockets follow their credential', () => {
       assert.equal(bobs.action, 'respond', JSON.stringify(bobs))
       assert.match(String(bobs.body_text), /CLIENT_ID_TAKEN/)
       assertPass(await decide(own.sc, ws('tab-closed', own.bobJwt)), 'an id with no open socket and no known prompt is free again')
+      // her newer ids never push out the one her open tab holds (the oldest, by when it was claimed)
+      const { CLIENT_IDS_PER_OWNER } = await import('../../sidecar/src/isolation/client-ids.js')
+      for (let i = 0; i < CLIENT_IDS_PER_OWNER + 8; i++) {
+        const other = assertPass(await decide(own.sc, ws(`tab-${i}`, own.aliceJwt))).ws_tag!
+        event(own.sc, 'ws_closed', { tag: other })
+      }
+      assertDenied(await decide(own.sc, ws('tab-open', own.bobJwt)), 'CLIENT_ID_TAKEN', 'pushed out by her newer ids while open')
+      assertPass(await decide(own.sc, ws('tab-0', own.bobJwt)), 'her oldest closed one went instead')
       event(own.sc, 'ws_closed', { tag })
       assertDenied(await decide(own.sc, ws('tab-open', own.bobJwt)), 'CLIENT_ID_TAKEN', 'an id a socket opened stays its owner\'s after it closes')
     } finally {

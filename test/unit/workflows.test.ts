@@ -116,9 +116,9 @@ describe('workflows: own and shared, through the gate', () => {
     assert.equal(d.action, 'respond')
     assert.equal(d.body_text, '{"from":"shared"}')
     // the gate's own answer with a file's text reaches the browser as inert as the host's would
-    assert.deepEqual(d.headers?.filter(([name]) => name !== 'Content-Type'), [['Content-Security-Policy', 'sandbox'], ['X-Content-Type-Options', 'nosniff']])
+    assert.deepEqual(d.headers?.filter(([name]) => name !== 'Content-Type'), [['Content-Security-Policy', 'sandbox'], ['X-Content-Type-Options', 'nosniff'], ['Cache-Control', 'no-cache']])
     const own = await decide(sc, read(aliceToken, 'workflows/clash.json')) as Decision & { response_headers?: Record<string, string> }
-    assert.deepEqual(own.response_headers, { 'Content-Security-Policy': 'sandbox', 'X-Content-Type-Options': 'nosniff' }, 'the host\'s answer gets them from the plugin')
+    assert.deepEqual(own.response_headers, { 'Content-Security-Policy': 'sandbox', 'X-Content-Type-Options': 'nosniff', 'Cache-Control': 'no-cache' }, 'the host\'s answer gets them from the plugin')
     assertPass(await decide(sc, read(aliceToken, 'workflows/none.json')), 'neither: the host answers 404')
   })
 

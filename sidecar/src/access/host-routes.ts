@@ -74,10 +74,13 @@ export interface HostRouteEntry {
  * Added by the plugin to the host's answer on an `inert` route: the file, opened as a page, is a
  * sandbox (no script runs, its origin is nobody's: no cookie, no same-origin request), and the
  * browser keeps to the type the host named. An <img>, <video> or download of it is unchanged.
+ * `no-cache`: a browser asks again before each use (a 304 when unchanged), so a copy an <img> or a
+ * fetch loaded is never run from its cache by a later <script src> the gate would refuse.
  */
 export const INERT_HEADERS: Readonly<Record<string, string>> = Object.freeze({
   'Content-Security-Policy': 'sandbox',
   'X-Content-Type-Options': 'nosniff',
+  'Cache-Control': 'no-cache',
 })
 
 /**

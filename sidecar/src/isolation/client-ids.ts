@@ -54,9 +54,22 @@ export class ClientIdBindings {
   /** An id the client chose: true when it is (now) the owner's, false when somebody else has it. */
   claim(clientId: string, owner: string): boolean {
     const current = this.records.get(clientId)
-    if (current !== undefined) return current.owner === owner
+    if (current !== undefined) {
+      if (current.owner !== owner) return false
+      // used again: the newest of the owner's, the last to be pushed out
+      const mine = this.chosenByOwner.get(owner)
+      if (mine?.delete(clientId) === true) mine.add(clientId)
+      return true
+    }
     const mine = this.slotsOf(owner)
-    if (mine.size >= CLIENT_IDS_PER_OWNER) this.drop(mine.values().next().value as string)
+    if (mine.size >= CLIENT_IDS_PER_OWNER) {
+      // the oldest that no open socket holds (a user has fewer open sockets than slots: live-sockets.ts)
+      for (const old of mine) {
+        if (this.heldOpen(old)) continue
+        this.drop(old)
+        break
+      }
+    }
     mine.add(clientId)
     this.store({ client_id: clientId, owner, minted: false, at_iso: new Date(this.clock()).toISOString() })
     return true

