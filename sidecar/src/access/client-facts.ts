@@ -97,6 +97,15 @@ export function clientFacts(
   }
 }
 
+/**
+ * Whether a browser says this request comes from another origin's page: it sent `Sec-Fetch-Site`
+ * or `Origin`, and they do not name ours. A script sends neither, and is not such a request.
+ */
+export function fromAnotherOrigin(headers: Record<string, string | undefined>, isHttps: boolean): boolean {
+  const browserSaid = headers['sec-fetch-site'] !== undefined || headers.origin !== undefined
+  return browserSaid && !isSameOrigin(headers, isHttps)
+}
+
 /** Same-origin check for cookie-authenticated unsafe requests (SPEC §3 CSRF). */
 export function isSameOrigin(headers: Record<string, string | undefined>, isHttps: boolean): boolean {
   const site = headers['sec-fetch-site']

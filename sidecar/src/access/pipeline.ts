@@ -20,7 +20,7 @@ import type { ErrorCode } from '../kernel/errors.js'
 import type { Channel } from '../identity/credentials.js'
 import { can, isAdministrator, type Principal } from '../identity/principal.js'
 import type { Requirement as HostRequirement } from './host-routes.js'
-import { isSameOrigin, type ClientFacts } from './client-facts.js'
+import { fromAnotherOrigin, isSameOrigin, type ClientFacts } from './client-facts.js'
 
 /** `channel` is how the principal's credential arrived (absent for anonymous principals). */
 export type Resolution = { principal: Principal | null; channel?: Channel } | { error: ErrorCode }
@@ -80,8 +80,7 @@ export function csrfRefusal(channel: Channel | undefined, method: string, header
 export function anonymousCrossSiteRefusal(principal: Principal, method: string, headers: Headers, facts: ClientFacts): ErrorCode | null {
   if (principal.authType !== 'anonymous') return null
   if (!UNSAFE.has(method) && headers.upgrade?.toLowerCase() !== 'websocket') return null
-  const browserSaid = headers['sec-fetch-site'] !== undefined || headers.origin !== undefined
-  return browserSaid && !isSameOrigin(headers, facts.isHttps) ? 'CSRF_REJECTED' : null
+  return fromAnotherOrigin(headers, facts.isHttps) ? 'CSRF_REJECTED' : null
 }
 
 /** Step 6: what the requirement refuses this principal, or null. */

@@ -3,7 +3,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify'
 import Type from 'typebox'
 import { SESSION_COOKIE } from './credentials.js'
 import { AuthsvcError } from '../kernel/errors.js'
-import { isSameOrigin } from '../access/client-facts.js'
+import { fromAnotherOrigin } from '../access/client-facts.js'
 
 /**
  * A step that signs a browser in (a session cookie) or makes the first account must come from our
@@ -13,9 +13,7 @@ import { isSameOrigin } from '../access/client-facts.js'
  * `Origin`); a script says nothing and is let through.
  */
 export function refuseCrossSiteSignIn(request: FastifyRequest, message?: string): void {
-  const headers = request.headers as Record<string, string | undefined>
-  const browserSaid = headers['sec-fetch-site'] !== undefined || headers.origin !== undefined
-  if (browserSaid && !isSameOrigin(headers, request.facts.isHttps)) throw new AuthsvcError('CSRF_REJECTED', message)
+  if (fromAnotherOrigin(request.headers as Record<string, string | undefined>, request.facts.isHttps)) throw new AuthsvcError('CSRF_REJECTED', message)
 }
 
 export function setSessionCookie(request: FastifyRequest, reply: FastifyReply, token: string, rememberMe: boolean, maxAgeSeconds: number): void {

@@ -10,8 +10,12 @@
  *   (`hostQueryProblem`) before anything reads it.
  * Everything else (`+` as a space, `&` only as the separator, `%zz` kept as written) reads alike.
  */
-const ESCAPES = /(?:%[0-9A-Fa-f]{2})+/g
+/** Runs of `%XX` escapes (what Python's unquote and yarl decode together, as bytes). */
+export const ESCAPE_RUNS = /(?:%[0-9A-Fa-f]{2})+/g
 const STRICT_UTF8 = new TextDecoder('utf-8', { fatal: true })
+
+/** The bytes a run of `%XX` escapes stands for. */
+export const escapedBytes = (run: string): Buffer => Buffer.from(run.replace(/%/g, ''), 'hex')
 
 /** The query's pairs as yarl reads them (its leading `?` kept in the first key). */
 export function hostQuery(raw: string): URLSearchParams {
@@ -21,9 +25,9 @@ export function hostQuery(raw: string): URLSearchParams {
 /** Why the host's readings of this query may differ (escapes that are not UTF-8), or null. */
 export function hostQueryProblem(raw: string): string | null {
   if (!raw.includes('%')) return null
-  for (const [run] of raw.matchAll(ESCAPES)) {
+  for (const [run] of raw.matchAll(ESCAPE_RUNS)) {
     try {
-      STRICT_UTF8.decode(Buffer.from(run.replace(/%/g, ''), 'hex'))
+      STRICT_UTF8.decode(escapedBytes(run))
     } catch {
       return 'The query is not valid percent-encoded UTF-8'
     }

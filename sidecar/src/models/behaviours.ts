@@ -113,6 +113,12 @@ export function embeddingCandidates(rest: string): string[] {
   return [...out]
 }
 
+/** `path` relative to the first of `roots` it lies inside, or null. */
+function relativeToOne(path: string, roots: readonly string[]): string | null {
+  for (const root of roots) if (path.startsWith(`${root}/`)) return path.slice(root.length + 1)
+  return null
+}
+
 /** A host path is at most 4096 bytes; an escaped name at most twice that before unescaping. */
 const MAX_NAME = 8192
 
@@ -316,14 +322,12 @@ export class ModelAccess {
     const out: string[] = []
     const names = new Set<string>()
     for (const m of text.matchAll(EMBEDDING)) for (const named of embeddingCandidates(m[1])) names.add(named)
-    {
-      for (const named of names) {
-        // the host joins the name to its embeddings folder: an absolute name inside it is that item
-        const inside = named.startsWith('/') ? roots.map((r) => posix.normalize(named).startsWith(`${r}/`) ? posix.normalize(named).slice(r.length + 1) : null).find((x) => x !== null) : named
-        if (inside === undefined || inside === null) continue
-        const want = this.hostPath(inside)
-        for (const candidate of [want, ...EMBEDDING_EXTENSIONS.map((e) => want + e)]) out.push(...(tails.get(candidate) ?? []))
-      }
+    for (const named of names) {
+      // the host joins the name to its embeddings folder: an absolute name inside it is that item
+      const inside = named.startsWith('/') ? relativeToOne(posix.normalize(named), roots) : named
+      if (inside === null) continue
+      const want = this.hostPath(inside)
+      for (const candidate of [want, ...EMBEDDING_EXTENSIONS.map((e) => want + e)]) out.push(...(tails.get(candidate) ?? []))
     }
     return out
   }

@@ -15,6 +15,7 @@
  * handler would find it. The disk functions below serve the owned routes (workflows/routes.ts),
  * which run on the sidecar's HTTP side, not on its decision path.
  */
+import { ESCAPE_RUNS, escapedBytes } from '../kernel/host-query.js'
 import { mkdirSync, readdirSync, renameSync, statSync, writeFileSync, type Stats } from 'node:fs'
 import { basename, dirname, join, relative, resolve, sep } from 'node:path'
 import { HostResolveError, type HostLink, type ResolveItem, type UserdataPlace } from '../kernel/host-link.js'
@@ -30,7 +31,7 @@ const UTF8_REPLACING = new TextDecoder('utf-8') // not fatal: a byte that is not
  * too: `%ff%2F..` is `\ufffd/..`, a real `..` segment for the host.
  */
 export function unquoteOnce(text: string): string {
-  return text.replace(/(%[0-9A-Fa-f]{2})+/g, (run) => UTF8_REPLACING.decode(Buffer.from(run.replace(/%/g, ''), 'hex')))
+  return text.replace(ESCAPE_RUNS, (run) => UTF8_REPLACING.decode(escapedBytes(run)))
 }
 
 /** `root` joined with an already decoded relative name, or null when the result leaves `root`. */
