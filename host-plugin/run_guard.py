@@ -30,7 +30,19 @@ installed, CPython calls it for every audit event of the process, ``id()`` inclu
 real ComfyUI's ``/object_info`` took 13-16 % longer with the lightest hook that could do this
 work (measured in docs/decisions.md).
 
-No policy beyond the folder names: the shared area (files from before per-user folders, shared
+Models (issue: names computed at run time, docs/decisions.md). The gate also stamps
+``extra_data.authsvc_models``: ``null`` for a caller who sees every model, else the models granted
+to the owner (by host folder, the granted names). For such a prompt, on the worker thread, a path
+that names a model the host lists (a file whose extension its folder takes, every file of a
+folder that lists none, a Diffusers folder and what is in it) in any folder of the host's
+``folder_paths.folder_names_and_paths`` (``custom_nodes`` aside), by its spelling or by its real
+path, must be a granted one, or it is refused the same way: ``os.path.isfile`` says "missing" (so
+``get_full_path`` finds nothing and ``load_embed`` skips the embedding) and an open fails. This is
+what holds an ``embedding:`` built by string nodes, or a loader fed a computed name, to the grants
+the sidecar checked the literal names against. Listing a model folder is not refused. A stamp
+that is missing or unreadable grants no model (fail closed).
+
+No policy beyond the folder names and the grants: the shared area (files from before per-user folders, shared
 inputs) is judged by the sidecar on literal names only. Not covered: threads a node starts
 itself or subprocesses it runs, paths relative to a directory descriptor, functions a module
 bound to a name of its own before the guard was installed (``from os import listdir``), and
@@ -46,11 +58,12 @@ import io
 import logging
 import os
 import re
+import sys
 import threading
 from collections import OrderedDict
 
 from . import host_paths
-from typing import Any, Callable
+from typing import Any, Callable, Dict, FrozenSet, Optional
 
 log = logging.getLogger("authsvc")
 
@@ -94,6 +107,84 @@ GUARDED: tuple[tuple[Any, str, tuple[tuple[int, str, str], ...]], ...] = (
 )
 _UNKNOWN = ""  # a prompt without a record: no per-user folder is its
 
+# the models of a prompt: by host folder, the granted items (host-path form); None: every model
+Models = Optional[Dict[str, FrozenSet[str]]]
+_NO_MODEL: dict[str, frozenset[str]] = {}  # a prompt without a record, or a stamp it cannot read: no model
+_NO_MODELS = object()  # no authsvc_models key in the stamp
+_NOT_MODEL_FOLDERS = frozenset(("custom_nodes",))  # as the sidecar's model cache (NOT_MODEL_FOLDERS)
+_FOLDER_MODELS = frozenset(("folder",))  # ComfyUI's extension set for a folder of Diffusers models
+_FOLDER_MODEL_MARKER = "model_index.json"
+_CASE_INSENSITIVE = os.path.normcase("A") == "a" or sys.platform == "darwin"  # as host_facts reports it
+
+
+def _models_of(stamp: Any) -> Models:
+    """``extra_data.authsvc_models``: null is every model; an object of folder → granted names is
+    those; anything else (missing, malformed) is none (fail closed)."""
+    if stamp is None:
+        return None
+    if not isinstance(stamp, dict):
+        return _NO_MODEL
+    out: dict[str, frozenset[str]] = {}
+    for folder, items in stamp.items():
+        if isinstance(folder, str) and isinstance(items, list):
+            out[folder] = frozenset(i for i in items if isinstance(i, str))
+    return out
+
+
+def _resolved(path: Any, how: str, link: Any) -> tuple[str, str] | None:
+    """`path` as the kernel will walk it: (its absolute spelling, ``..`` kept; its real path, or
+    for a call on a link itself its folder's real path and its name); None for a descriptor, a
+    value that is not a path, or one the kernel refuses for its length."""
+    if isinstance(path, int):
+        return None  # a descriptor: judged when it was opened
+    try:
+        text = "." if path is None else os.fsdecode(os.fspath(path))
+        if len(os.fsencode(text)) >= host_paths.MAX_PATH:
+            return None  # the kernel refuses it as given
+        if how == "target" and link is not None and not os.path.isabs(text):
+            text = os.path.join(os.path.dirname(os.fsdecode(os.fspath(link))), text)
+        if how == "link":
+            head, tail = os.path.split(os.path.abspath(text))
+            real = os.path.join(os.path.realpath(head), tail)
+        else:
+            real = os.path.realpath(text)
+    except (TypeError, ValueError, OSError):
+        return None  # not a path; the call itself fails
+    lexical = text if os.path.isabs(text) else os.path.join(os.getcwd(), text)  # `..` kept: the kernel walks it
+    return lexical, real
+
+
+def _below(path: str, root: str) -> str | None:
+    """`path` relative to `root` with `/`, when strictly inside it (without case where the host's
+    names have none); else None."""
+    n = len(root)
+    if len(path) <= n + 1 or path[n] != os.sep:
+        return None
+    head, rel = path[:n], path[n + 1:]
+    if _CASE_INSENSITIVE:
+        if head.lower() != root.lower():
+            return None
+        rel = rel.lower()
+    elif head != root:
+        return None
+    return rel.replace(os.sep, "/") if os.sep != "/" else rel
+
+
+def _model_item(root: str, rel: str, extensions: frozenset[str] | None) -> str | None:
+    """The model a file or folder `rel` under a model folder path belongs to, as the host lists it
+    (the sidecar's model cache: itemOf), else None."""
+    if extensions is None:
+        # a Diffusers model is the folder holding model_index.json: the nearest such folder at or above rel
+        parts = rel.split("/")
+        for end in range(len(parts), -1, -1):
+            inside = "/".join(parts[:end])
+            if os.path.isfile(os.path.join(root, inside, _FOLDER_MODEL_MARKER)):
+                return inside or "."
+        return None
+    if not extensions or os.path.splitext(rel)[1].lower() in extensions:
+        return rel
+    return None
+
 
 def _first_under(real: str, root: str) -> str | None:
     """The first component of `real` below `root` (compared without case), or None."""
@@ -103,11 +194,16 @@ def _first_under(real: str, root: str) -> str | None:
 
 
 class RunGuard:
-    def __init__(self, prompt_server: Any, roots: Any) -> None:
-        """`roots()` gives the host's input, output and temp folders (its folder_paths getters)."""
+    def __init__(self, prompt_server: Any, roots: Any, model_folders: Callable[[], Any] = dict) -> None:
+        """`roots()` gives the host's input, output and temp folders (its folder_paths getters);
+        `model_folders()` the host's model folders, by name: (paths, extensions), as ComfyUI's
+        ``folder_paths.folder_names_and_paths`` holds them."""
         self._server = prompt_server
         self._roots = roots
-        self._folders: OrderedDict[str, str | None] = OrderedDict()
+        self._model_folders = model_folders
+        self._model_roots: tuple[Any, tuple[tuple[str, str, frozenset[str] | None], ...]] = (None, ())
+        # per queued prompt: its folder and the models granted to its owner (None: every model)
+        self._folders: OrderedDict[str, tuple[str | None, Models]] = OrderedDict()
         self._lock = threading.Lock()
         self._worker: int | None = None
         self._busy = threading.local()
@@ -117,15 +213,16 @@ class RunGuard:
 
     # ------------------------------------------------------------------ records
     def record(self, prompt_id: Any, extra_data: Any) -> None:
-        """A prompt the host queues: note its folder."""
+        """A prompt the host queues: note its folder and its owner's models."""
         folder = extra_data.get("authsvc_folder", _UNKNOWN) if isinstance(extra_data, dict) else _UNKNOWN
         if folder is not None and not isinstance(folder, str):
             folder = _UNKNOWN
-        if folder is not None:
+        models = _models_of(extra_data.get("authsvc_models", _NO_MODELS) if isinstance(extra_data, dict) else _NO_MODELS)
+        if folder is not None or models is not None:
             self._guard_once()
         with self._lock:
             key = str(prompt_id)
-            self._folders[key] = folder
+            self._folders[key] = (folder, models)
             self._folders.move_to_end(key)
             while len(self._folders) > KEPT:
                 self._folders.popitem(last=False)
@@ -152,13 +249,18 @@ class RunGuard:
 
     def folder_of(self, prompt_id: Any) -> str | None:
         """The running prompt's folder; the records of prompts run before it are dropped."""
+        return self.record_of(prompt_id)[0]
+
+    def record_of(self, prompt_id: Any) -> tuple[str | None, Models]:
+        """The running prompt's folder and models; the records of prompts run before it are dropped.
+        A prompt without a record has no folder and no model."""
         key = str(prompt_id)
         with self._lock:
             if key != self._running:
                 if self._running is not None:
                     self._folders.pop(self._running, None)
                 self._running = key
-            return self._folders.get(key, _UNKNOWN)
+            return self._folders.get(key, (_UNKNOWN, _NO_MODEL))
 
     # ------------------------------------------------------------------ the guard
     def _on_worker(self) -> bool:
@@ -174,22 +276,11 @@ class RunGuard:
 
     def refused(self, path: Any, own: str, how: str = "follow", link: Any = None) -> str | None:
         """The per-user folder `path` lands in or passes through when it is not `own`, else None."""
-        if isinstance(path, int):
-            return None  # a descriptor: judged when it was opened
-        try:
-            text = "." if path is None else os.fsdecode(os.fspath(path))
-            if len(os.fsencode(text)) >= host_paths.MAX_PATH:
-                return None  # the kernel refuses it as given
-            if how == "target" and link is not None and not os.path.isabs(text):
-                text = os.path.join(os.path.dirname(os.fsdecode(os.fspath(link))), text)
-            if how == "link":
-                head, tail = os.path.split(os.path.abspath(text))
-                real = os.path.join(os.path.realpath(head), tail)
-            else:
-                real = os.path.realpath(text)
-        except (TypeError, ValueError, OSError):
-            return None  # not a path; the call itself fails
-        lexical = text if os.path.isabs(text) else os.path.join(os.getcwd(), text)  # `..` kept: the kernel walks it
+        where = _resolved(path, how, link)
+        return None if where is None else self._other_folder(where, own)
+
+    def _other_folder(self, where: tuple[str, str], own: str) -> str | None:
+        lexical, real = where
         own_l = own.lower()
         for root in self._roots_real():
             for folder in (_first_under(real, root), *host_paths.entered(lexical, root)):
@@ -197,21 +288,76 @@ class RunGuard:
                     return folder
         return None
 
+    def model_refused(self, path: Any, models: dict[str, frozenset[str]], how: str = "follow", link: Any = None) -> str | None:
+        """The model (``folder/item``) `path` names that is not among `models`, else None.
+
+        A model is what the host lists in a model folder: a file whose extension the folder takes
+        (every file when it lists none), or for a folder of folder models (Diffusers) the folder
+        holding ``model_index.json`` and everything in it. `path` is judged by its spelling
+        (``..`` taken lexically) and by its real path (links followed): each way it names a model,
+        that model must be granted, so a link never turns a granted name into another model."""
+        where = _resolved(path, how, link)
+        return None if where is None else self._model_named(where, models)
+
+    def _model_named(self, where: tuple[str, str], models: dict[str, frozenset[str]]) -> str | None:
+        lexical, real = where
+        for spelled in {os.path.normpath(lexical), real}:
+            for root, folder, extensions in self._model_roots_now():
+                rel = _below(spelled, root)
+                if rel is None:
+                    continue
+                item = _model_item(root, rel, extensions)
+                if item is not None and item not in models.get(folder, frozenset()):
+                    return f"{folder}/{item}"
+        return None
+
+    def _model_roots_now(self) -> tuple[tuple[str, str, frozenset[str] | None], ...]:
+        """(root, folder, extensions) of every model folder path, as configured and as its real
+        path; extensions lower-case, None for a folder of folder models. Rebuilt when they change."""
+        try:
+            folders = self._model_folders()
+            # taken on every call (a few µs): custom nodes replace or add to a folder's extensions and paths at any time
+            key = tuple((name, tuple(entry[0]), tuple(entry[1])) for name, entry in folders.items())
+        except Exception:  # a shape this host does not have: judged as no model folder
+            return ()
+        if key != self._model_roots[0]:
+            out: list[tuple[str, str, frozenset[str] | None]] = []
+            for name, entry in folders.items():
+                if name in _NOT_MODEL_FOLDERS or not isinstance(name, str):
+                    continue
+                paths = entry[0]
+                lowered = frozenset(str(e).lower() for e in entry[1])
+                kinds = None if lowered == _FOLDER_MODELS else lowered
+                for path in paths:
+                    if isinstance(path, str) and path:
+                        for root in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+                            out.append((root, name, kinds))
+            self._model_roots = (key, tuple(out))
+        return self._model_roots[1]
+
     def check(self, name: str, paths: tuple[tuple[int, str, str], ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Before a guarded call on the worker thread: PermissionError for a path in another's folder."""
+        """Before a guarded call on the worker thread: PermissionError for a path in another's
+        folder, or one that names a model not granted to the prompt's owner."""
         if getattr(self._busy, "on", False):
             return
         self._busy.on = True
         try:
-            own = self.folder_of(getattr(self._server, "last_prompt_id", None))
-            if own is None:
+            own, models = self.record_of(getattr(self._server, "last_prompt_id", None))
+            if own is None and models is None:
                 return  # a prompt of someone who sees everything
             given = [args[position] if position < len(args) else kwargs.get(keyword) for position, keyword, _ in paths]
             for (_, _, how), path in zip(paths, given):
                 if path is None and how != "follow":
                     continue
-                if self.refused(path, own, how, given[-1]) is not None:
+                where = _resolved(path, how, given[-1])
+                if where is None:
+                    continue
+                if own is not None and self._other_folder(where, own) is not None:
                     raise PermissionError(f"authsvc: this prompt may not use another user's files ({name})")
+                if models is not None:
+                    model = self._model_named(where, models)
+                    if model is not None:
+                        raise PermissionError(f"authsvc: this prompt's owner may not use the model {model} ({name})")
         finally:
             self._busy.on = False
 
@@ -252,6 +398,10 @@ def install(prompt_server: Any) -> RunGuard | None:
     if folder_paths is None or not callable(getattr(queue, "put", None)) or not callable(getattr(queue, "get", None)):
         log.warning("authsvc: this host has no folder_paths or prompt queue; names computed while a prompt runs are not judged")
         return None
-    guard = RunGuard(prompt_server, lambda: (folder_paths.get_input_directory(), folder_paths.get_output_directory(), folder_paths.get_temp_directory()))
+    guard = RunGuard(
+        prompt_server,
+        lambda: (folder_paths.get_input_directory(), folder_paths.get_output_directory(), folder_paths.get_temp_directory()),
+        lambda: getattr(folder_paths, "folder_names_and_paths", {}),
+    )
     guard.install()
     return guard

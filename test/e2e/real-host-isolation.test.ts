@@ -593,7 +593,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(stamped.prompt['4'].inputs.authsvc_scope, undefined, 'the model loader stays shared')
       assert.equal(stamped.prompt['9'].inputs.filename_prefix, `${A}/txt2img`)
       const own = received.replaceAll(`,"authsvc_scope":"${A}"`, '').replace(`"${A}/txt2img"`, '"txt2img"')
-      assert.equal(withoutMembers(own, ['authsvc_user', 'authsvc_user_id', 'authsvc_folder']), sent)
+      assert.equal(withoutMembers(own, ['authsvc_user', 'authsvc_user_id', 'authsvc_folder', 'authsvc_models']), sent)
       await promptEnding(aliceWs, id, RUN_MS)
 
       // a body without prompt_id, client_id or extra_data: the gate adds exactly those

@@ -241,6 +241,35 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(res.status, 403)
     })
 
+    it('a name computed while the prompt runs (string nodes into a node that takes a name as text) finds only granted models, the host\'s own way: get_full_path and load_embed say "missing"', async () => {
+      // the halves name nothing on their own: only the run joins them, so the check of literal names passes the prompt
+      const joined = (a: string, b: string) => ({ class_type: 'StringConcatenate', inputs: { string_a: a, string_b: b, delimiter: '' } })
+      const byName = (folder: string, a: string, b: string) => ({ 1: joined(a, b), 2: { class_type: 'AuthsvcTestModelByName', inputs: { folder, name: ['1', 0] } } })
+      const embedding = (a: string, b: string) => ({ 1: joined(a, b), 2: { class_type: 'AuthsvcTestEmbedding', inputs: { name: ['1', 0] } } })
+      const outputOf = async (token: string, prompt: Record<string, unknown>): Promise<Record<string, unknown[]>> => {
+        const res = await postPrompt(token, prompt)
+        assert.equal(res.status, 200, res.text)
+        const id = res.body.prompt_id as string
+        let entry: any
+        assert.ok(await poll(async () => (entry = (await get(`/history/${id}`, token)).body[id]) !== undefined, 30_000), `prompt ${id} ran`)
+        assert.equal(entry.status.status_str, 'success', JSON.stringify(entry.status))
+        return entry.outputs['2']
+      }
+      const size = tinySafetensors().length
+      // each graph differs (the split of the name), so no result comes from the host's execution cache
+      assert.deepEqual(await outputOf(intern, byName('checkpoints', 'secr', 'et.safetensors')), { size: [-1] }, 'a checkpoint not granted')
+      assert.deepEqual(await outputOf(intern, byName('checkpoints', 'gran', 'ted.safetensors')), { size: [size] }, 'the granted checkpoint')
+      assert.deepEqual(await outputOf(intern, byName('authsvc_test_models', 'the', 'irs.safetensors')), { size: [-1] }, 'a custom folder\'s model')
+      assert.deepEqual(await outputOf(intern, embedding('e', 'mb')), { found: [false] }, 'an embedding not granted')
+      assert.deepEqual(await outputOf(carol, byName('checkpoints', 'sec', 'ret.safetensors')), { size: [size] }, 'carol sees every model')
+      assert.deepEqual(await outputOf(carol, embedding('em', 'b')), { found: [true] }, 'carol sees every model')
+      // the grant is read when the prompt is queued: granted, found; revoked, missing again
+      assert.equal((await grant('POST', 'embeddings', 'emb.safetensors')).status, 200)
+      assert.deepEqual(await outputOf(intern, embedding('em', 'b')), { found: [true] }, 'granted')
+      assert.equal((await grant('DELETE', 'embeddings', 'emb.safetensors')).status, 200)
+      assert.deepEqual(await outputOf(intern, embedding('', 'emb')), { found: [false] }, 'revoked')
+    })
+
     it('grants by role: a user with no grant of their own sees an item through their role\'s grant, and loses it when the grant goes or their role changes', async () => {
       const groups = (await getJson('/authsvc/api/groups', admin)).groups
       assert.equal((await request('PUT', '/authsvc/api/groups', admin, { groups: { ...groups, trainee: { ...groups.intern } } })).status, 200)

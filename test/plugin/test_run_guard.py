@@ -59,7 +59,7 @@ def guard_for_tests() -> tuple[Any, Server, str]:
         base = tempfile.mkdtemp(prefix="run-guard-")
         roots = [os.path.join(base, t) for t in ("input", "output", "temp")]
         server = Server()
-        guard = run_guard.RunGuard(server, lambda: roots)
+        guard = run_guard.RunGuard(server, lambda: roots, lambda: _installed.get("model_folders", {}))
         guard.install()
         _installed.update(guard=guard, server=server, base=base)
     return _installed["guard"], _installed["server"], _installed["base"]
@@ -131,7 +131,7 @@ class RunGuardTest(unittest.TestCase):
                 f.write(data)
         # queued again for every test: a record goes once the worker has moved on to another prompt
         self.server.queue("bob-1", {"authsvc_folder": BOB})
-        self.server.queue("admin-1", {"authsvc_folder": None})
+        self.server.queue("admin-1", {"authsvc_folder": None, "authsvc_models": None})
         self.server.queue("guest-1", {"authsvc_folder": GUEST})
         self.server.queue("unstamped", {})
         self.server.queue("bad-stamp", {"authsvc_folder": 7})
@@ -243,9 +243,12 @@ class RunGuardTest(unittest.TestCase):
         server = Server()
         guard = run_guard.RunGuard(server, lambda: [])
         guard.install()
-        server.queue("a", {"authsvc_folder": None})
+        server.queue("a", {"authsvc_folder": None, "authsvc_models": None})
         self.assertFalse(guard._guarding, "administrators' prompts alone replace no function")
-        self.assertEqual(server.prompt_queue.items, [(1, "a", {}, {"authsvc_folder": None}, [])], "the host's queue gets the item unchanged")
+        self.assertEqual(server.prompt_queue.items, [(1, "a", {}, {"authsvc_folder": None, "authsvc_models": None}, [])], "the host's queue gets the item unchanged")
+        server.queue("no-models-key", {"authsvc_folder": None})
+        self.assertTrue(guard._guarding, "a stamp without authsvc_models grants no model: the guard is on")
+        self.assertEqual(guard.record_of("no-models-key"), (None, {}), "a missing models stamp is no model")
         server.queue("p", {"authsvc_folder": BOB})
         server.queue(12, "not an object")
         self.assertEqual((guard.folder_of("p"), guard.folder_of("12")), (BOB, ""), "a stamp that is not an object: no folder")
@@ -254,11 +257,132 @@ class RunGuardTest(unittest.TestCase):
         run_guard.KEPT = 3
         try:
             for i in range(5):
-                server.queue(f"n{i}", {"authsvc_folder": None})
+                server.queue(f"n{i}", {"authsvc_folder": None, "authsvc_models": None})
         finally:
             run_guard.KEPT = old
         self.assertEqual([guard.folder_of(f"n{i}") for i in (2, 3, 4)], [None, None, None])
         self.assertEqual(guard.folder_of("n0"), "", "beyond the bound, the oldest went first")
+
+
+class ModelGrantsAtRunTimeTest(unittest.TestCase):
+    """A prompt whose owner is limited to granted models (``authsvc_models``) loads no other model,
+    whatever name it computed: real model folders in a temp dir, named by the host's folder map."""
+
+    def setUp(self) -> None:
+        self.guard, self.server, base = guard_for_tests()
+        m = os.path.join(base, "models")
+        shutil.rmtree(m, ignore_errors=True)
+        shutil.rmtree(os.path.join(base, "nas"), ignore_errors=True)
+        self.m = m
+        files = {
+            "loras/granted.safetensors": b"granted", "loras/secret.safetensors": b"secret", "loras/notes.txt": b"notes",
+            "loras/sub/deep.safetensors": b"deep", "embeddings/ok.pt": b"ok", "embeddings/private/hidden.pt": b"hidden",
+            "diffusers/pipe_ok/model_index.json": b"{}", "diffusers/pipe_ok/unet/w.safetensors": b"ok-w",
+            "diffusers/pipe_no/model_index.json": b"{}", "diffusers/pipe_no/unet/w.safetensors": b"no-w",
+            "anything/x.bin": b"any", "custom/x.safetensors": b"node",
+        }
+        for rel, data in files.items():
+            os.makedirs(os.path.dirname(os.path.join(m, rel)), exist_ok=True)
+            with open(os.path.join(m, rel), "wb") as f:
+                f.write(data)
+        os.makedirs(os.path.join(base, "nas"))
+        with open(os.path.join(base, "nas", "far.safetensors"), "wb") as f:
+            f.write(b"far")
+        os.symlink(os.path.join(base, "nas"), os.path.join(m, "loras", "nas"))  # a folder kept elsewhere, linked in
+        os.symlink(os.path.join(m, "loras", "secret.safetensors"), os.path.join(m, "loras", "alias.safetensors"))
+        self.mine = os.path.join(base, "output", BOB, "mine.safetensors")
+        os.makedirs(os.path.dirname(self.mine), exist_ok=True)
+        if os.path.lexists(self.mine):
+            os.remove(self.mine)
+        os.symlink(os.path.join(m, "loras", "secret.safetensors"), self.mine)  # bob's own link to a model
+        _installed["model_folders"] = {
+            "loras": ([os.path.join(m, "loras")], {".safetensors", ".PT"}),
+            "embeddings": ([os.path.join(m, "embeddings")], {".pt", ".safetensors", ".bin"}),
+            "diffusers": ([os.path.join(m, "diffusers")], {"folder"}),
+            "anything": ([os.path.join(m, "anything")], set()),
+            "custom_nodes": ([os.path.join(m, "custom")], set()),
+        }
+        grants = {"loras": ["granted.safetensors", "alias.safetensors"], "embeddings": ["ok.pt"], "diffusers": ["pipe_ok"]}
+        self.server.queue("limited", {"authsvc_folder": BOB, "authsvc_models": grants})
+        self.server.queue("limited-no-folder", {"authsvc_folder": None, "authsvc_models": grants})
+        self.server.queue("every-model", {"authsvc_folder": BOB, "authsvc_models": None})
+        self.server.queue("no-models-key", {"authsvc_folder": BOB})
+        self.server.queue("models-not-an-object", {"authsvc_folder": BOB, "authsvc_models": ["loras"]})
+        self.server.queue("admin-1", {"authsvc_folder": None, "authsvc_models": None})
+
+    def tearDown(self) -> None:
+        self.server.last_prompt_id = "admin-1"
+        _installed.pop("model_folders", None)
+
+    def running(self, prompt_id: str, fn: Callable[[], Any]) -> Any:
+        self.server.last_prompt_id = prompt_id
+        return on_worker(fn)
+
+    def p(self, rel: str) -> str:
+        return os.path.join(self.m, rel)
+
+    def test_granted_models_and_files_that_are_not_models_are_read(self) -> None:
+        for rel, data in (("loras/granted.safetensors", b"granted"), ("loras/notes.txt", b"notes"), ("embeddings/ok.pt", b"ok"),
+                          ("diffusers/pipe_ok/unet/w.safetensors", b"ok-w"), ("custom/x.safetensors", b"node")):
+            with self.subTest(rel=rel):
+                self.assertEqual(self.running("limited", lambda: read(self.p(rel))), data)  # type: ignore[misc]
+        self.assertIn("secret.safetensors", self.running("limited", lambda: os.listdir(self.p("loras"))), "listing a model folder is not refused")
+
+    def test_a_model_not_granted_is_missing_and_cannot_be_opened_or_written(self) -> None:
+        rows: list[tuple[str, Callable[[], Any]]] = [
+            ("open", lambda: read(self.p("loras/secret.safetensors"))),
+            ("a subfolder's model", lambda: read(self.p("loras/sub/deep.safetensors"))),
+            ("an extension in another case", lambda: read(self.p("loras/secret.safetensors").replace(".safetensors", ".pt"))),
+            ("spelled through another folder and ..", lambda: read(os.path.join(self.root_input(), "..", "models", "loras", "secret.safetensors"))),
+            ("relative to the working folder", lambda: read(os.path.relpath(self.p("loras/secret.safetensors")))),
+            ("pathlib", lambda: pathlib.Path(self.p("loras/secret.safetensors")).read_bytes()),
+            ("io.open", lambda: io.open(self.p("loras/secret.safetensors"), "rb").read()),
+            ("os.open", lambda: os.open(self.p("loras/secret.safetensors"), os.O_RDONLY)),
+            ("the owner's own link to it", lambda: read(self.mine)),
+            ("a granted link to it in the folder", lambda: read(self.p("loras/alias.safetensors"))),
+            ("a linked-in folder's model", lambda: read(self.p("loras/nas/far.safetensors"))),
+            ("an embedding in a subfolder", lambda: read(self.p("embeddings/private/hidden.pt"))),
+            ("a Diffusers folder's file", lambda: read(self.p("diffusers/pipe_no/unet/w.safetensors"))),
+            ("a Diffusers folder's listing", lambda: os.listdir(self.p("diffusers/pipe_no"))),
+            ("a Diffusers folder's marker", lambda: read(self.p("diffusers/pipe_no/model_index.json"))),
+            ("a file of a folder that takes every file", lambda: read(self.p("anything/x.bin"))),
+            ("a new model written into a folder", lambda: open(self.p("loras/planted.safetensors"), "wb")),
+            ("a model renamed into a folder", lambda: os.rename(self.p("loras/notes.txt"), self.p("loras/notes.safetensors"))),
+            ("a model copied out", lambda: shutil.copyfile(self.p("loras/secret.safetensors"), self.p("loras/copy.txt"))),
+        ]
+        for what, fn in rows:
+            with self.subTest(what=what):
+                with self.assertRaises(PermissionError) as caught:
+                    self.running("limited", fn)
+                self.assertIn("may not use the model", str(caught.exception))
+        self.assertFalse(os.path.exists(self.p("loras/planted.safetensors")), "nothing was written")
+        self.assertTrue(os.path.exists(self.p("loras/notes.txt")), "nothing was renamed")
+        # how the host finds a model (folder_paths.get_full_path, load_embed): the file is missing
+        for rel in ("loras/secret.safetensors", "embeddings/private/hidden.pt", "diffusers/pipe_no", "diffusers/pipe_no/unet/w.safetensors"):
+            with self.subTest(missing=rel):
+                self.assertFalse(self.running("limited", lambda: os.path.exists(self.p(rel))))  # type: ignore[misc]
+        self.assertTrue(self.running("limited", lambda: os.path.isfile(self.p("embeddings/ok.pt"))))
+
+    def root_input(self) -> str:
+        return os.path.join(_installed["base"], "input")
+
+    def test_the_stamp_decides_and_other_threads_are_untouched(self) -> None:
+        secret = self.p("loras/secret.safetensors")
+        self.assertEqual(self.running("every-model", lambda: read(secret)), b"secret", "null: every model")
+        self.assertEqual(self.running("admin-1", lambda: read(secret)), b"secret")
+        for prompt_id in ("limited-no-folder", "no-models-key", "models-not-an-object"):
+            with self.subTest(prompt_id=prompt_id), self.assertRaises(PermissionError):
+                self.running(prompt_id, lambda: read(secret))
+        self.assertEqual(self.running("models-not-an-object", lambda: read(self.p("loras/notes.txt"))), b"notes")
+        # a package adds an extension to a folder after start (as GGUF loaders do): its files are models from then on
+        with open(self.p("loras/late.gguf"), "wb") as f:
+            f.write(b"late")
+        self.assertEqual(self.running("limited", lambda: read(self.p("loras/late.gguf"))), b"late", "not a model yet")
+        _installed["model_folders"]["loras"][1].add(".gguf")
+        with self.assertRaises(PermissionError):
+            self.running("limited", lambda: read(self.p("loras/late.gguf")))
+        self.server.last_prompt_id = "limited"
+        self.assertEqual(read(secret), b"secret", "the host's other threads read it")
 
 
 if __name__ == "__main__":

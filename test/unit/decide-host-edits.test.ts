@@ -147,7 +147,7 @@ describe('prompt body stamping (handlers.body)', () => {
 
   it('extra_data missing → an object holding only the owner', async () => {
     const out = JSON.parse(passedWithBody(await stamp(w.bobJwt, JSON.stringify({ prompt: {} }))).body_text!) as { extra_data: unknown }
-    assert.deepEqual(out.extra_data, { authsvc_user: 'bob', authsvc_user_id: w.bob.user_id, authsvc_folder: `u_${w.bob.user_id}` })
+    assert.deepEqual(out.extra_data, { authsvc_user: 'bob', authsvc_user_id: w.bob.user_id, authsvc_folder: `u_${w.bob.user_id}`, authsvc_models: null })
   })
 
   it('an administrator\'s prompt is stamped with no folder (null), whatever the client sent', async () => {
@@ -186,7 +186,7 @@ describe('prompt body stamping (handlers.body)', () => {
       const d = assertPass(await decide(sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: { 'comfy-user': 'someone' } }))
       const out = JSON.parse(passedWithBody(await bodyStep(sc, d.need_body!.ctx, '{"prompt":{},"extra_data":{"authsvc_user_id":"x"}}')).body_text!) as { extra_data: Record<string, unknown> }
       const { authsvc_folder: folder, ...rest } = out.extra_data
-      assert.deepEqual(rest, { authsvc_user: 'user', authsvc_user_id: null })
+      assert.deepEqual(rest, { authsvc_user: 'user', authsvc_user_id: null, authsvc_models: null })
       assert.match(String(folder), /^o_[0-9a-f]{16}$/, 'an owner that is not a user has a folder of its own')
     } finally {
       await sc.close()

@@ -32,7 +32,7 @@ describe('prompt ownership at POST /prompt', () => {
     // the node's cache entry is hers (prompt-files.ts): authsvc_scope is added to its inputs
     const expected = raw
       .replace('\\ud83d\\ude00"}', `\\ud83d\\ude00","authsvc_scope":"${userFolder(w.alice.user_id)}"}`)
-      .replace('{"extra_pnginfo": {"n": 12345678901234567890}}', `{"extra_pnginfo": {"n": 12345678901234567890},"authsvc_user":"alice","authsvc_user_id":"${w.alice.user_id}","authsvc_folder":"${userFolder(w.alice.user_id)}"}`)
+      .replace('{"extra_pnginfo": {"n": 12345678901234567890}}', `{"extra_pnginfo": {"n": 12345678901234567890},"authsvc_user":"alice","authsvc_user_id":"${w.alice.user_id}","authsvc_folder":"${userFolder(w.alice.user_id)}","authsvc_models":null}`)
       .replace(/}$/, `,"prompt_id":"${promptId}"}`)
     assert.equal(sent, expected)
   })

@@ -387,6 +387,27 @@ describe('the /prompt model check', () => {
     assert.equal((await postPrompt(w.sc, w.internJwt, graph, 'PUT')).action, 'pass')
   })
 
+  it('the prompt is stamped with what its owner may load while it runs (authsvc_models: host folders, granted names), whatever the client sent; null for one who sees every model', async () => {
+    const stamped = async (jwt: string, extra: unknown): Promise<unknown> => {
+      const d = assertPass(await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: bearer(jwt) }))
+      const body = JSON.stringify({ prompt: { 4: ok }, extra_data: extra })
+      const out = stepAnswer(await w.sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(body, 'utf8')))
+      assert.equal(out.action, 'pass')
+      return (JSON.parse(out.body_text!) as { extra_data: Record<string, unknown> }).extra_data.authsvc_models
+    }
+    const granted = { checkpoints: ['granted.safetensors'], custom_models: ['mine.ckpt'], diffusers: ['granteddiff'], embeddings: ['good.pt'], loras: ['style.safetensors'] }
+    assert.deepEqual(await stamped(w.internJwt, { authsvc_models: null }), granted, 'a spoofed null is replaced')
+    assert.deepEqual(await stamped(w.internJwt, { authsvc_models: { checkpoints: ['secret.safetensors'] } }), granted)
+    assert.equal(await stamped(w.userJwt, { authsvc_models: { checkpoints: [] } }), null)
+    assert.equal(await stamped(w.adminJwt, {}), null)
+    // a grant is in the next prompt's stamp, a subfolder's item by its path
+    const item = { folder: 'checkpoints', item_name: 'sub/deep.safetensors' }
+    assert.equal((await call(w.sc, { method: 'POST', url: '/authsvc/api/users/intern/shared-items', bearer: w.adminJwt, body: item })).statusCode, 200)
+    assert.deepEqual(await stamped(w.internJwt, {}), { ...granted, checkpoints: ['granted.safetensors', 'sub/deep.safetensors'] })
+    assert.equal((await call(w.sc, { method: 'DELETE', url: '/authsvc/api/users/intern/shared-items', bearer: w.adminJwt, body: item })).statusCode, 200)
+    assert.deepEqual(await stamped(w.internJwt, {}), granted, 'a revocation is in the next stamp')
+  })
+
   const ATTACKS: Array<[string, Record<string, unknown>, string[]]> = [
     ['a checkpoint not granted', { 1: node('CheckpointLoaderSimple', { ckpt_name: 'secret.safetensors' }) }, ['checkpoints/secret.safetensors']],
     ['two refused items are both named', { 1: node('CheckpointLoaderSimple', { ckpt_name: 'secret.safetensors' }), 2: node('LoraLoader', { lora_name: 'other.safetensors' }) }, ['checkpoints/secret.safetensors', 'loras/other.safetensors']],

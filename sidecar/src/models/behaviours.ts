@@ -138,6 +138,8 @@ export class ModelAccess {
   /** grows when the host facts change (cache keys) */
   factsVersion = 0
   private readonly views = new Map<string, ModelView>()
+  /** runStamp's texts by view key */
+  private readonly stamps = new Map<string, string>()
   /** every cached item by its host path → [folder, item]; rebuilt when the cache or the facts change */
   private index: { key: string; byPath: Map<string, Array<[string, string]>>; embeddingTails: Map<string, string[]> } = { key: '', byPath: new Map(), embeddingTails: new Map() }
 
@@ -166,6 +168,7 @@ export class ModelAccess {
     this.inputs = inputs
     this.legacy = new Map(isObject(f.legacy_folders) ? Object.entries(f.legacy_folders).filter((e): e is [string, string] => typeof e[1] === 'string') : [])
     this.views.clear()
+    this.stamps.clear()
     this.factsVersion++
   }
 
@@ -222,6 +225,31 @@ export class ModelAccess {
     if (this.views.size >= 256) this.views.delete(this.views.keys().next().value as string)
     this.views.set(key, view)
     return view
+  }
+
+  /**
+   * What the plugin's run-time guard (host-plugin/run_guard.py) keeps a running prompt of `who`
+   * to, as the JSON text of `extra_data.authsvc_models`: by host folder name, the granted items in
+   * host-path form. A folder with no grant is absent; the guard refuses every model file of every
+   * host folder that is not listed here (deny by default), so a name computed while the prompt
+   * runs (a text node into a loader, an `embedding:` built by string nodes) is held to the grants
+   * the literal names were checked against. One text per grant set and facts version.
+   */
+  runStamp(who: Grantee): string {
+    const view = this.viewFor(who)
+    let text = this.stamps.get(view.key)
+    if (text !== undefined) return text
+    const byFolder = new Map<string, Set<string>>()
+    for (const [folder, items] of this.grants.forUser(who.user, who.role).byFolder) {
+      const host = this.folderOf(folder)
+      let set = byFolder.get(host)
+      if (!set) byFolder.set(host, (set = new Set()))
+      for (const item of items) set.add(this.hostPath(item))
+    }
+    text = JSON.stringify(Object.fromEntries([...byFolder].sort(([a], [b]) => a.localeCompare(b)).map(([f, s]) => [f, [...s].sort()])))
+    if (this.stamps.size >= 256) this.stamps.delete(this.stamps.keys().next().value as string)
+    this.stamps.set(view.key, text)
+    return text
   }
 
   /**

@@ -1,8 +1,9 @@
 /**
  * POST/PUT /prompt: the body is read (capped), checked and stamped with its owner.
  *
- * - `extra_data.authsvc_user` / `authsvc_user_id` / `authsvc_folder` are set (client spoofs
- *   overwritten; the folder is what the plugin's run-time guard keeps the running prompt to);
+ * - `extra_data.authsvc_user` / `authsvc_user_id` / `authsvc_folder` / `authsvc_models` are set
+ *   (client spoofs overwritten; the folder and the granted models are what the plugin's run-time
+ *   guard keeps the running prompt to);
  * - `prompt_id` is the client's only when nobody else owns it and the host does not
  *   know it unless the gate recorded it for the caller (else 409 PROMPT_ID_TAKEN), or
  *   one the sidecar assigns;
@@ -178,6 +179,8 @@ async function promptBody(deps: BehaviourDeps & ModelDeps, state: PromptState, p
     ['authsvc_user_id', JSON.stringify(state.userId)],
     // the folder the plugin's run-time guard (host-plugin/run_guard.py) keeps this prompt to
     ['authsvc_folder', JSON.stringify(state.seesAll ? null : userFolder(owner))],
+    // the models it may load, whatever names it computes while it runs (null: every model)
+    ['authsvc_models', state.models === null ? 'null' : deps.models.runStamp(state.models)],
   ]
   const top: Array<[string, string]> = []
   if (!('prompt_id' in parsed)) top.push(['prompt_id', JSON.stringify(promptId)])
