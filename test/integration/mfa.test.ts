@@ -374,9 +374,12 @@ describe('MFA through the owned routes', () => {
     const done = await h.call('POST', '/authsvc/api/mfa/verify-setup', { body: { mfa_temp_token: setupTemp, code: totpAt(setup.body.secret, h.clock()) }, headers: { 'sec-fetch-site': 'cross-site' } })
     assert.equal(done.status, 403)
     assert.equal(done.body.code, 'CSRF_REJECTED')
-    // our own page signs in
+    // our own page signs in (the password step taken by the same browser: its step cookie)
     h.clock.advance(30_000)
-    const own = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: (await passwordLogin(h, 'admin')).body.mfa_temp_token, code: totpAt(secret, h.clock()) }, headers: { 'sec-fetch-site': 'same-origin', origin: 'http://127.0.0.1:8188' } })
+    const page = { 'sec-fetch-site': 'same-origin', origin: 'http://127.0.0.1:8188' }
+    const step = await h.call('POST', '/login', { body: { username: 'admin', password: PASSWORD }, headers: page })
+    const cookie = ([] as string[]).concat(step.headers['set-cookie'] as string[]).find((l) => l.startsWith('authsvc_mfa_step='))!.split(';')[0]
+    const own = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: step.body.mfa_temp_token, code: totpAt(secret, h.clock()) }, headers: { ...page, cookie } })
     assert.equal(own.status, 200, JSON.stringify(own.body))
   })
 
@@ -483,6 +486,128 @@ describe('encryption_level all', () => {
       assert.equal((await again.call('GET', '/authsvc/api/me', { headers: bearer(session) })).body.username, 'sealed-admin')
     } finally {
       await again.close()
+    }
+  })
+})
+
+describe('the second step belongs to the browser that took the first (login CSRF through our own /mfa page)', () => {
+  let h: Harness
+  let admin: string
+  let secret: string
+  beforeEach(async () => {
+    h = await openHarness()
+    admin = await registerAndLogin(h, 'admin')
+    secret = (await enrol(h, admin)).secret
+    const groups = (await h.call('GET', '/authsvc/api/groups', { headers: bearer(admin) })).body.groups
+    groups.enrolling = { ...groups.user, mfa_required: true }
+    assert.equal((await h.call('PUT', '/authsvc/api/groups', { headers: bearer(admin), body: { groups } })).status, 200)
+    assert.equal((await h.call('POST', '/register', { headers: bearer(admin), body: { username: 'mallory', password: PASSWORD, role: 'enrolling' } })).status, 201)
+    h.clock.advance(30_000)
+  })
+  afterEach(async () => {
+    await h.close()
+  })
+
+  // what our own pages send (a fetch from this origin), and a browser without Sec-Fetch-Site (Origin only)
+  const PAGE = { 'sec-fetch-site': 'same-origin', origin: 'http://127.0.0.1:8188', host: '127.0.0.1:8188' }
+  const OLD_BROWSER = { origin: 'http://127.0.0.1:8188', host: '127.0.0.1:8188' }
+  const stepCookie = (res: { headers: Record<string, unknown> }): string | undefined => {
+    const lines = ([] as string[]).concat((res.headers['set-cookie'] as string | string[] | undefined) ?? [])
+    const line = lines.find((l) => l.startsWith('authsvc_mfa_step='))
+    return line?.split(';')[0]
+  }
+  const passwordStep = async (username: string, headers: Record<string, string>) => {
+    const res = await h.call('POST', '/login', { body: { username, password: PASSWORD }, headers })
+    assert.equal(res.status, 200, JSON.stringify(res.body))
+    return { temp: res.body.mfa_temp_token as string, cookie: stepCookie(res) }
+  }
+
+  it('a browser gets the step cookie with its temp token (HttpOnly, SameSite=Strict, the token\'s life); a script gets none', async () => {
+    const browser = await h.call('POST', '/login', { body: { username: 'admin', password: PASSWORD }, headers: PAGE })
+    const line = ([] as string[]).concat(browser.headers['set-cookie'] as string[]).find((l) => l.startsWith('authsvc_mfa_step='))!
+    assert.match(line, /HttpOnly/)
+    assert.match(line, /SameSite=Strict/)
+    assert.match(line, /Max-Age=300/)
+    assert.match(line, /Path=\//)
+    assert.equal(stepCookie(await h.call('POST', '/login', { body: { username: 'admin', password: PASSWORD } })), undefined)
+    const https = await h.call('POST', '/login', { body: { username: 'admin', password: PASSWORD }, headers: { ...PAGE, 'x-forwarded-proto': 'https', origin: 'https://127.0.0.1:8188' } })
+    assert.equal(https.status, 200, JSON.stringify(https.body))
+  })
+
+  it('the browser that took the password step finishes it (verify and setup), and its step cookie goes', async () => {
+    for (const headers of [PAGE, OLD_BROWSER]) {
+      const { temp, cookie } = await passwordStep('admin', headers)
+      assert.ok(cookie, 'a step cookie')
+      h.clock.advance(30_000)
+      const res = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: temp, code: totpAt(secret, h.clock()) }, headers: { ...headers, cookie: cookie! } })
+      assert.equal(res.status, 200, JSON.stringify(res.body))
+      assert.match(String(res.headers['set-cookie']), /authsvc_mfa_step=;/, 'cleared')
+    }
+    const { temp, cookie } = await passwordStep('mallory', PAGE)
+    const setup = await h.call('POST', '/authsvc/api/mfa/setup', { body: { mfa_temp_token: temp }, headers: { ...PAGE, cookie: cookie! } })
+    assert.equal(setup.status, 200, JSON.stringify(setup.body))
+    const done = await h.call('POST', '/authsvc/api/mfa/verify-setup', { body: { mfa_temp_token: temp, code: totpAt(setup.body.secret, h.clock()) }, headers: { ...PAGE, cookie: cookie! } })
+    assert.equal(done.status, 200, JSON.stringify(done.body))
+    assert.ok(done.body.jwt_token)
+  })
+
+  it('a script finishes a step a script began (no browser headers, no cookie)', async () => {
+    const { temp, cookie } = await passwordStep('admin', {})
+    assert.equal(cookie, undefined)
+    const res = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: temp, code: totpAt(secret, h.clock()) } })
+    assert.equal(res.status, 200, JSON.stringify(res.body))
+    const token = await h.call('POST', '/authsvc/generate_token', { body: { username: 'admin', password: PASSWORD } })
+    h.clock.advance(30_000)
+    const made = await h.call('POST', '/authsvc/generate_token', { body: { mfa_temp_token: token.body.mfa_temp_token, code: totpAt(secret, h.clock()) } })
+    assert.equal(made.status, 200, JSON.stringify(made.body))
+  })
+
+  // the attacker (mallory) takes the password step of her own account and hands the temp token to
+  // the victim's browser (another site's page sends it to /mfa#setup:<token>); the victim's browser
+  // holds no step cookie of that token, or its own step cookie of another one
+  interface Attack {
+    name: string
+    /** how mallory took the step: a script, or her own browser */
+    took: Record<string, string>
+    /** the victim's browser: what it sends with the token */
+    sends: (ownCookie: string) => Record<string, string>
+  }
+  const ATTACKS: Attack[] = [
+    { name: 'a token a script got, used by a browser (our page)', took: {}, sends: () => PAGE },
+    { name: 'a token a script got, used by a browser without Sec-Fetch-Site (Origin only)', took: {}, sends: () => OLD_BROWSER },
+    { name: 'a token her own browser got, used by the victim\'s browser (no step cookie)', took: PAGE, sends: () => PAGE },
+    { name: 'a token her own browser got, used by the victim\'s browser holding a step cookie of its own', took: PAGE, sends: (own) => ({ ...PAGE, cookie: own }) },
+    { name: 'a step cookie with another value', took: PAGE, sends: () => ({ ...PAGE, cookie: 'authsvc_mfa_step=AAAA' }) },
+    { name: 'an empty step cookie', took: PAGE, sends: () => ({ ...PAGE, cookie: 'authsvc_mfa_step=' }) },
+  ]
+  for (const attack of ATTACKS) {
+    it(`refused, nothing enrolled, no session: ${attack.name}`, async () => {
+      // the victim's own browser took a password step of its own account earlier: its own step cookie
+      const own = (await passwordStep('admin', PAGE)).cookie!
+      const { temp } = await passwordStep('mallory', attack.took)
+      const headers = attack.sends(own)
+      const setup = await h.call('POST', '/authsvc/api/mfa/setup', { body: { mfa_temp_token: temp }, headers })
+      assert.equal(setup.status, 401, JSON.stringify(setup.body))
+      assert.equal(setup.body.code, 'MFA_TOKEN_INVALID')
+      const finish = await h.call('POST', '/authsvc/api/mfa/verify-setup', { body: { mfa_temp_token: temp, code: '123456' }, headers })
+      assert.equal(finish.status, 401, JSON.stringify(finish.body))
+      assert.equal(finish.body.code, 'MFA_TOKEN_INVALID')
+      assert.doesNotMatch(String(finish.headers['set-cookie'] ?? ''), /jwt_token=[^;]/)
+      const mallory = (await h.call('GET', '/authsvc/api/users', { headers: bearer(admin) })).body.users.find((u: { username: string }) => u.username === 'mallory')
+      assert.equal(mallory.mfa_enabled, false)
+    })
+  }
+
+  it('refused the same way on the login step: a token of another browser or of a script, in a browser', async () => {
+    const scripted = (await passwordStep('admin', {})).temp
+    const other = (await passwordStep('admin', PAGE)).temp
+    const mine = (await passwordStep('admin', PAGE)).cookie!
+    for (const [what, temp, headers] of [['a script\'s', scripted, PAGE], ['another browser\'s', other, { ...PAGE, cookie: mine }]] as const) {
+      const res = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: temp, code: totpAt(secret, h.clock()) }, headers })
+      assert.equal(res.status, 401, what)
+      assert.equal(res.body.code, 'MFA_TOKEN_INVALID', what)
+      const made = await h.call('POST', '/authsvc/generate_token', { body: { mfa_temp_token: temp, code: totpAt(secret, h.clock()) }, headers })
+      assert.equal(made.status, 401, what)
     }
   })
 })

@@ -102,8 +102,12 @@ export function clientFacts(
  * or `Origin`, and they do not name ours. A script sends neither, and is not such a request.
  */
 export function fromAnotherOrigin(headers: Record<string, string | undefined>, isHttps: boolean): boolean {
-  const browserSaid = headers['sec-fetch-site'] !== undefined || headers.origin !== undefined
-  return browserSaid && !isSameOrigin(headers, isHttps)
+  return fromABrowser(headers) && !isSameOrigin(headers, isHttps)
+}
+
+/** Whether a browser sent this request: it says where it comes from (`Sec-Fetch-Site`, or `Origin`, which browsers send on every unsafe fetch); a script says neither. */
+export function fromABrowser(headers: Record<string, string | undefined>): boolean {
+  return headers['sec-fetch-site'] !== undefined || headers.origin !== undefined
 }
 
 /** Same-origin check for cookie-authenticated unsafe requests (SPEC §3 CSRF). */

@@ -46,6 +46,8 @@ interface TempToken {
   redirectUrl: string
   /** `passwordStampOf` the user's password hash when the password step issued it */
   passwordStamp: string
+  /** issued to a browser: the digest of the secret in its step cookie (session-cookie.ts bindStepToBrowser) */
+  browser?: string
 }
 
 export const TEMP_TOKEN_TTL_MS = 300_000
@@ -95,12 +97,13 @@ export class MfaService {
 
   private context = (userId: string, part: string) => `mfa:${userId}:${part}`
 
-  async issueTempToken(user: { user_id: string; password_hash: string }, purpose: TempPurpose, rememberMe: boolean, redirectUrl: string): Promise<string> {
+  async issueTempToken(user: { user_id: string; password_hash: string }, purpose: TempPurpose, rememberMe: boolean, redirectUrl: string, browser?: string): Promise<string> {
     this.pruneTemps()
     const token = `${MFA_TEMP_PREFIX}${randomBytes(32).toString('base64url')}`
     const entry: TempToken = {
       userId: user.user_id, purpose, expiresMs: this.clock() + TEMP_TOKEN_TTL_MS, failures: 0, rememberMe, redirectUrl,
       passwordStamp: passwordStampOf(user.password_hash),
+      ...(browser === undefined ? {} : { browser }),
     }
     const shared = this.claims
     if (shared === null) this.temps.set(sha256(token), entry)

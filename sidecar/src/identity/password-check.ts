@@ -6,6 +6,7 @@
 import type { FastifyRequest } from 'fastify'
 import { AuthsvcError } from '../kernel/errors.js'
 import { passwordStampOf, type SecondFactor, type TempPurpose } from './mfa.js'
+import { stepBindingHolds } from './session-cookie.js'
 import type { UserRecord } from './users.js'
 import type { Services } from '../services.js'
 
@@ -78,26 +79,37 @@ export type MfaStep =
   | { message: 'MFA verification required'; mfa_required: true; mfa_temp_token: string }
   | { message: 'MFA setup required'; mfa_setup_required: true; mfa_temp_token: string }
 
-/** null when the password alone is enough; otherwise the answer that asks for the second factor. */
-export async function mfaStep(services: Pick<Services, 'mfa' | 'roles'>, user: UserRecord, rememberMe: boolean, redirectUrl: string): Promise<MfaStep | null> {
+/**
+ * null when the password alone is enough; otherwise the answer that asks for the second factor.
+ * Its temp token is bound to the browser that asked, if a browser did (`bind`: session-cookie.ts
+ * bindStepToBrowser, called only when a token is issued).
+ */
+export async function mfaStep(
+  services: Pick<Services, 'mfa' | 'roles'>, user: UserRecord, rememberMe: boolean, redirectUrl: string, bind: () => string | undefined,
+): Promise<MfaStep | null> {
   if (user.mfa_enabled) {
-    return { message: 'MFA verification required', mfa_required: true, mfa_temp_token: await services.mfa.issueTempToken(user, 'login', rememberMe, redirectUrl) }
+    return { message: 'MFA verification required', mfa_required: true, mfa_temp_token: await services.mfa.issueTempToken(user, 'login', rememberMe, redirectUrl, bind()) }
   }
   if (services.roles.mfaRequired(user.role)) {
-    return { message: 'MFA setup required', mfa_setup_required: true, mfa_temp_token: await services.mfa.issueTempToken(user, 'setup', rememberMe, redirectUrl) }
+    return { message: 'MFA setup required', mfa_setup_required: true, mfa_temp_token: await services.mfa.issueTempToken(user, 'setup', rememberMe, redirectUrl, bind()) }
   }
   return null
 }
 
 /**
  * The live temp token of that purpose and its user, or MFA_TOKEN_INVALID: unknown, expired or
- * spent, a user gone or disabled since, or a password changed since the password step (the step
- * proved the old one: a reset after a suspected compromise must end what it started).
+ * spent, a user gone or disabled since, a password changed since the password step (the step
+ * proved the old one: a reset after a suspected compromise must end what it started), or used by
+ * another browser than the one it was issued to (or by a browser, when a script got it: login
+ * CSRF through our own /mfa page, session-cookie.ts).
  */
-export async function tempTokenUser(services: Pick<Services, 'mfa' | 'users'>, token: unknown, purpose: TempPurpose) {
+export async function tempTokenUser(services: Pick<Services, 'mfa' | 'users'>, request: FastifyRequest, token: unknown, purpose: TempPurpose) {
   const temp = await services.mfa.tempToken(token, purpose)
   const user = temp ? await services.users.fetchById(temp.userId) : undefined
   if (!temp || !user || user.disabled || temp.passwordStamp !== passwordStampOf(user.password_hash)) throw new AuthsvcError('MFA_TOKEN_INVALID')
+  if (!stepBindingHolds(request, temp.browser)) {
+    throw new AuthsvcError('MFA_TOKEN_INVALID', 'This sign-in was started in another browser or program: sign in again here')
+  }
   return { temp, user }
 }
 

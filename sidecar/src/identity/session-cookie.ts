@@ -1,9 +1,11 @@
 /** The `jwt_token` cookie (SPEC §3): HttpOnly, SameSite=Lax, Path=/, Secure over HTTPS; Max-Age only with remember_me. */
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import Type from 'typebox'
-import { SESSION_COOKIE } from './credentials.js'
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
+import { SESSION_COOKIE, cookieValue } from './credentials.js'
 import { AuthsvcError } from '../kernel/errors.js'
-import { fromAnotherOrigin } from '../access/client-facts.js'
+import { fromABrowser, fromAnotherOrigin } from '../access/client-facts.js'
+import { TEMP_TOKEN_TTL_MS } from './mfa.js'
 
 /**
  * A step that signs a browser in (a session cookie) or makes the first account must come from our
@@ -24,6 +26,43 @@ export function setSessionCookie(request: FastifyRequest, reply: FastifyReply, t
     secure: request.facts.isHttps,
     ...(rememberMe ? { maxAge: maxAgeSeconds } : {}),
   })
+}
+
+/**
+ * The second step of a sign-in belongs to the browser that took the first (login CSRF through our
+ * own page: another site's page sends its visitor to `/mfa#setup:<a temp token of its own
+ * account>`; a visitor who enrols there is signed in as that account). When the password step
+ * issues a temp token to a browser, that browser also gets a secret in a cookie (HttpOnly,
+ * SameSite=Strict, `__Host-` over HTTPS, the temp token's life) and the token keeps its digest;
+ * a temp token is then used only by the browser holding that cookie, and one issued to a script
+ * (no cookie) only by a script. A browser is what says where it comes from (client-facts.ts
+ * fromABrowser), as for the cross-site checks.
+ */
+const STEP_COOKIE = 'authsvc_mfa_step'
+const stepCookieName = (request: FastifyRequest): string => (request.facts.isHttps ? `__Host-${STEP_COOKIE}` : STEP_COOKIE)
+const digest = (secret: string): Buffer => createHash('sha256').update(`mfa-step:${secret}`).digest()
+
+/** For a browser: a new secret in the step cookie, and the digest its temp token keeps; for a script, undefined. */
+export function bindStepToBrowser(request: FastifyRequest, reply: FastifyReply): string | undefined {
+  if (!fromABrowser(request.headers as Record<string, string | undefined>)) return undefined
+  const secret = randomBytes(32).toString('base64url')
+  reply.setCookie(stepCookieName(request), secret, { httpOnly: true, sameSite: 'strict', path: '/', secure: request.facts.isHttps, maxAge: TEMP_TOKEN_TTL_MS / 1000 })
+  return digest(secret).toString('hex')
+}
+
+/** Whether this request may use a temp token bound so: by the browser holding its cookie, or, unbound, by a script. */
+export function stepBindingHolds(request: FastifyRequest, binding: string | undefined): boolean {
+  if (binding === undefined) return !fromABrowser(request.headers as Record<string, string | undefined>)
+  const secret = cookieValue(request.headers.cookie, stepCookieName(request))
+  if (secret === undefined) return false
+  const want = Buffer.from(binding, 'hex')
+  const got = digest(secret)
+  return want.length === got.length && timingSafeEqual(want, got)
+}
+
+/** The step is over (a session was issued): its cookie goes. */
+export function clearStepCookie(request: FastifyRequest, reply: FastifyReply): void {
+  reply.clearCookie(stepCookieName(request), { path: '/', httpOnly: true, sameSite: 'strict', secure: request.facts.isHttps })
 }
 
 export function clearSessionCookie(request: FastifyRequest, reply: FastifyReply): void {

@@ -12,7 +12,7 @@ import { passwordProblem } from '../passwords.js'
 import { ADMIN_ROLE, isAdministrator } from '../principal.js'
 import { GUEST_ROLE, GUEST_SUBJECT } from '../guest-sessions.js'
 import { usernameProblem } from '../users.js'
-import { clearSessionCookie, NextQuery, refuseCrossSiteSignIn, safeRedirectPath, setSessionCookie } from '../session-cookie.js'
+import { bindStepToBrowser, clearSessionCookie, NextQuery, refuseCrossSiteSignIn, safeRedirectPath, setSessionCookie } from '../session-cookie.js'
 import { checkPassword, mfaStep, refuseIfThrottled } from '../password-check.js'
 import { sendLogoutConfirmation } from '../../pages/routes.js'
 import type { Services } from '../../services.js'
@@ -107,7 +107,7 @@ export function authRoutes(services: AuthRouteServices) {
       // The first account is signed in at once: whoever registered it could sign in with it next
       // anyway. Not from another site's page (a login CSRF), and not past a role that requires MFA.
       if (!first) return reply.code(201).send(registered)
-      const step = await mfaStep(services, user, false, '/')
+      const step = await mfaStep(services, user, false, '/', () => bindStepToBrowser(request, reply))
       if (step && 'mfa_setup_required' in step) return reply.code(201).send({ ...registered, mfa_setup_required: true as const, mfa_temp_token: step.mfa_temp_token })
       const { token } = await services.sessions.issue(user, false, sessionClientOf(request))
       setSessionCookie(request, reply, token, false, services.sessions.lifetimeSeconds)
@@ -139,7 +139,7 @@ export function authRoutes(services: AuthRouteServices) {
           throw new AuthsvcError('VALIDATION_FAILED', 'username and password are required')
         }
         const user = await checkPassword(services, request, body.username, body.password)
-        const step = await mfaStep(services, user, rememberMe, redirectUrl)
+        const step = await mfaStep(services, user, rememberMe, redirectUrl, () => bindStepToBrowser(request, reply))
         if (step) {
           // no cookie, no JWT: the temp token is good only for the MFA routes
           if (request.facts.isNavigation) return reply.header('Location', `/mfa#${'mfa_required' in step ? 'verify' : 'setup'}:${step.mfa_temp_token}`).code(302).send()

@@ -14,7 +14,7 @@ import QRCode from 'qrcode'
 import Type, { type Static } from 'typebox'
 import { AuthsvcError } from '../../kernel/errors.js'
 import type { UserRecord } from '../users.js'
-import { refuseCrossSiteSignIn, setSessionCookie } from '../session-cookie.js'
+import { clearStepCookie, refuseCrossSiteSignIn, setSessionCookie } from '../session-cookie.js'
 import { sessionClientOf } from '../session-device.js'
 import { checkSecondFactor, mfaKey, tempTokenUser, throttledAttempt } from '../password-check.js'
 import type { Services } from '../../services.js'
@@ -55,7 +55,7 @@ export function mfaRoutes(services: MfaRouteServices) {
   /** The user a setup-family call acts for, and the temp token it used (if any). */
   const setupCaller = async (request: FastifyRequest, body: MfaBody): Promise<{ user: UserRecord; tempId?: string; temp?: { rememberMe: boolean; redirectUrl: string } }> => {
     if (body.mfa_temp_token !== undefined) {
-      const { temp, user } = await tempTokenUser(services, body.mfa_temp_token, 'setup')
+      const { temp, user } = await tempTokenUser(services, request, body.mfa_temp_token, 'setup')
       // a setup token exists only for a user without MFA: once enrolled, it is spent
       if (user.mfa_enabled) throw new AuthsvcError('MFA_TOKEN_INVALID')
       return { user, tempId: temp.id, temp }
@@ -70,6 +70,7 @@ export function mfaRoutes(services: MfaRouteServices) {
   const issueSession = async (request: FastifyRequest, reply: FastifyReply, user: UserRecord, rememberMe: boolean) => {
     const { token } = await services.sessions.issue(user, rememberMe, sessionClientOf(request))
     setSessionCookie(request, reply, token, rememberMe, services.sessions.lifetimeSeconds)
+    clearStepCookie(request, reply)
     return token
   }
 
@@ -127,7 +128,7 @@ export function mfaRoutes(services: MfaRouteServices) {
     }, async (request, reply) => {
       const body = request.body
       refuseCrossSiteSignIn(request) // it signs the browser in: from our own pages only (login CSRF)
-      const { temp, user } = await tempTokenUser(services, body.mfa_temp_token, 'login')
+      const { temp, user } = await tempTokenUser(services, request, body.mfa_temp_token, 'login')
       await checkSecondFactor(services, request, user, body, temp.id)
       if (!(await services.mfa.consumeTempToken(temp.id))) throw new AuthsvcError('MFA_TOKEN_INVALID')
       const jwt_token = await issueSession(request, reply, user, temp.rememberMe)

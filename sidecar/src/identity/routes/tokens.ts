@@ -13,6 +13,7 @@ import { can } from '../principal.js'
 import type { UserRecord } from '../users.js'
 import { eventContext, requireUser } from '../../access/request-context.js'
 import { checkPassword, checkSecondFactor, mfaStep, tempTokenUser } from '../password-check.js'
+import { bindStepToBrowser } from '../session-cookie.js'
 import type { Services } from '../../services.js'
 
 const GenerateBody = Type.Object({
@@ -58,11 +59,11 @@ export type TokenRouteServices = Pick<Services, 'users' | 'tokens' | 'mfa' | 're
 
 /** POST /authsvc/generate_token and its legacy alias POST /generate_token. */
 export function generateTokenHandler(services: TokenRouteServices) {
-  return async function (request: FastifyRequest<{ Body: Static<typeof GenerateBody> }>, _reply: FastifyReply) {
+  return async function (request: FastifyRequest<{ Body: Static<typeof GenerateBody> }>, reply: FastifyReply) {
     const body = request.body
     let user: UserRecord | undefined
     if (body.mfa_temp_token !== undefined) {
-      const { temp, user: found } = await tempTokenUser(services, body.mfa_temp_token, 'login')
+      const { temp, user: found } = await tempTokenUser(services, request, body.mfa_temp_token, 'login')
       await checkSecondFactor(services, request, found, body, temp.id)
       if (!(await services.mfa.consumeTempToken(temp.id))) throw new AuthsvcError('MFA_TOKEN_INVALID')
       user = found
@@ -74,7 +75,7 @@ export function generateTokenHandler(services: TokenRouteServices) {
       if (found.mfa_enabled && (body.code || body.backup_code)) {
         await checkSecondFactor(services, request, found, body)
       } else {
-        const step = await mfaStep(services, found, false, '/')
+        const step = await mfaStep(services, found, false, '/', () => bindStepToBrowser(request, reply))
         if (step) return step
       }
       user = found
