@@ -129,6 +129,30 @@ describe('live WebSockets follow their credential', () => {
     }
   })
 
+  it('a session unused past session_idle_minutes closes its open sockets (4401), as its next request is refused; a session in use keeps its own, and an API token\'s socket has no idle limit', async () => {
+    const own = await world()
+    try {
+      const seen = pushes(own.sc)
+      const idleMs = own.sc.services.config.session_idle_minutes * 60_000
+      assert.ok(idleMs > 0, 'idle sessions end by default')
+      const bobToken = await apiToken(own.sc, own.bob)
+      const open = async (headers: Record<string, string>) => assertPass(await decide(own.sc, { path: '/ws', pattern: '/ws', headers })).ws_tag!
+      const alices = await open(bearer(own.aliceJwt))
+      const admins = await open(bearer(own.adminJwt))
+      const bobs = await open(bearer(bobToken))
+      own.sc.clock.advance(idleMs - 60_000)
+      assert.equal(own.sc.built.liveSockets.sweep(), 0, 'not idle yet')
+      assertPass(await decide(own.sc, { path: '/queue', pattern: '/queue', headers: bearer(own.adminJwt) }), 'the admin works on in another tab')
+      own.sc.clock.advance(2 * 60_000)
+      assert.equal(own.sc.built.liveSockets.sweep(), 1)
+      assert.deepEqual(seen.pop(), { tags: [alices], code: CLOSE_CREDENTIAL_ENDED })
+      assertDenied(await decide(own.sc, { path: '/ws', pattern: '/ws', headers: bearer(own.aliceJwt) }), 'TOKEN_EXPIRED')
+      assert.equal(own.sc.built.liveSockets.size, 2, `the admin's ${admins} and bob's token's ${bobs} stay`)
+    } finally {
+      await own.sc.close()
+    }
+  })
+
   it('guest login turned off closes guests\' open sockets (4401) and no user\'s', async () => {
     const own = await world()
     try {

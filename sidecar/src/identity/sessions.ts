@@ -213,8 +213,7 @@ export class SessionService {
     const record = this.sessions.get(claims.jti)
     if (!record || record.user_id !== claims.sub || record.revoked) return { error: 'TOKEN_REVOKED' }
     if (Date.parse(record.exp_at_iso) <= now) return { error: 'TOKEN_EXPIRED' }
-    const lastUsed = this.lastUsed.get(record.jti) ?? Date.parse(record.last_used_at_iso)
-    if (this.settings.idleMinutes > 0 && now - lastUsed > this.settings.idleMinutes * 60_000) {
+    if (this.isIdle(record, now)) {
       // The refusal does not depend on the write: the revocation holds in memory at once and is
       // retried until stored (the collection logs the failure); the decision path never waits on it.
       void this.revoke(record.jti).catch(() => {})
@@ -222,6 +221,18 @@ export class SessionService {
     }
     this.markUsed(record, now)
     return { record }
+  }
+
+  /**
+   * Whether the session went unused for longer than `session_idle_minutes`: since the newer of this
+   * instance's own last use and the stored one (another instance's uses arrive as the record, so a
+   * session used elsewhere for an hour is not idle here). Open WebSockets are judged by it too
+   * (isolation/credential-state.ts): a socket is no use of its session.
+   */
+  isIdle(record: SessionRecord, now: number): boolean {
+    if (this.settings.idleMinutes <= 0) return false
+    const lastUsed = Math.max(this.lastUsed.get(record.jti) ?? 0, Date.parse(record.last_used_at_iso))
+    return now - lastUsed > this.settings.idleMinutes * 60_000
   }
 
   private markUsed(record: SessionRecord, now: number): void {
@@ -233,7 +244,7 @@ export class SessionService {
 
   lastUsedIso(record: SessionRecord): string {
     const ms = this.lastUsed.get(record.jti)
-    return ms === undefined ? record.last_used_at_iso : iso(ms)
+    return ms === undefined || ms < Date.parse(record.last_used_at_iso) ? record.last_used_at_iso : iso(ms)
   }
 
   /** The record if held here (open sockets' checks read it every 250 ms, so theirs stay held). */

@@ -68,6 +68,8 @@ export function credentialState(deps: CredentialStateDeps): CredentialState {
         if (record !== 'reading') {
           if (record.revoked) return ended('session ended')
           if (Date.parse(record.exp_at_iso) <= now) return ended('session expired')
+          // unused past session_idle_minutes: its next request is refused, so its socket closes
+          if (deps.sessions.isIdle(record, now)) return ended('session idle')
         }
       }
       if (entry.authType === 'api_token' && entry.credentialId !== undefined) {

@@ -1,6 +1,7 @@
 /**
  * Open WebSockets follow their credential: a socket stays open only while what
- * opened it would still be let in. Logout, a revoked session or token, a
+ * opened it would still be let in. Logout, a revoked, expired or idle session
+ * (session_idle_minutes: a socket is no use of it), a revoked token, a
  * disabled or deleted user, guest login turned off (a guest's socket) close it
  * with 4401; a changed role, or an IP list that now refuses one of the
  * addresses it came from, with 4403.
