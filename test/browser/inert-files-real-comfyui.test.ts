@@ -15,6 +15,8 @@
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { utimesSync } from 'node:fs'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import type { Browser } from 'playwright-core'
 import { ROOT } from '../helpers/stack.js'
@@ -205,6 +207,44 @@ for (const aiohttp of ['3.8', '3.11'] as const) {
         assert.deepEqual(outcome, { loaded: 'refused', ran: null, worker: 'refused', fetched: 200, type: 'application/javascript; charset=utf-8' })
       } finally {
         await context.close()
+      }
+    })
+
+    it('in chromium, a page of a sibling origin (another port of this host: same-site, so the session cookie goes with its frame) cannot show ComfyUI in a frame; ComfyUI\'s own origin can', { skip: aiohttp === '3.8' ? 'the browser rows run once, on aiohttp 3.11' : false }, async () => {
+      const hostOrigin = new URL(host.url).origin
+      const sibling = createServer((_req, res) => {
+        res.writeHead(200, { 'Content-Type': 'text/html' })
+        res.end(`<!doctype html><title>sibling</title><iframe id="f" src="${hostOrigin}/"></iframe>`)
+      })
+      await new Promise<void>((resolve) => sibling.listen(0, '127.0.0.1', resolve))
+      const context = await browser!.newContext()
+      try {
+        const page = await context.newPage()
+        await signInOnPage(page, host.url, 'root', PASSWORD)
+        // the frame's request reaches the gate signed in (200) and its answer names who may frame it
+        const framed = page.waitForResponse((r) => r.url() === `${hostOrigin}/` && r.request().frame() !== page.mainFrame())
+        await page.goto(`http://127.0.0.1:${(sibling.address() as AddressInfo).port}/`)
+        const answer = await framed
+        assert.equal(answer.status(), 200, 'the session cookie went with the frame: without a policy it would show ComfyUI signed in')
+        assert.equal(await answer.headerValue('content-security-policy'), "frame-ancestors 'self'")
+        const child = page.frames().find((f) => f !== page.mainFrame())!
+        await page.waitForFunction(() => document.readyState === 'complete')
+        assert.equal(child.url(), 'chrome-error://chromewebdata/', 'the browser refused to show it')
+        // ComfyUI's own page may frame itself
+        await page.goto(`${hostOrigin}/authsvc/api/me`)
+        const own = await page.evaluate(async (src) => {
+          const frame = document.createElement('iframe')
+          frame.src = src
+          await new Promise((resolve) => {
+            frame.onload = resolve
+            document.body.append(frame)
+          })
+          return frame.contentDocument?.title ?? null
+        }, `${hostOrigin}/`)
+        assert.equal(own, await page.evaluate(async (src) => new DOMParser().parseFromString(await (await fetch(src)).text(), 'text/html').title, `${hostOrigin}/`))
+      } finally {
+        await context.close()
+        sibling.close()
       }
     })
   })

@@ -56,6 +56,7 @@ describe('config defaults (SPEC §10)', () => {
     assert.equal(c.store.encryption_level, 'fields')
     assert.deepEqual(c.admin_route_patterns, [])
     assert.deepEqual(c.inert_route_patterns, ['/vhs/viewvideo', '/viewvideo', '/vhs/viewaudio'])
+    assert.deepEqual(c.frame_ancestors, [])
   })
 
   it('a missing config.json with no env is the defaults', () => {
@@ -98,6 +99,12 @@ describe('config refusals', () => {
     ['inert pattern of the frontend page\'s /api twin', { inert_route_patterns: ['/ok', '/api'] }, /\/inert_route_patterns\/1/],
     ['inert pattern of the frontend page\'s /api/ twin', { inert_route_patterns: ['/api/'] }, /\/inert_route_patterns\/0/],
     ['inert pattern starting with //', { inert_route_patterns: ['//x'] }, /\/inert_route_patterns\/0/],
+    // frame_ancestors goes into a CSP header as written: origins only, nothing that ends the directive
+    ['frame ancestor without a scheme', { frame_ancestors: ['portal.example.com'] }, /\/frame_ancestors\/0/],
+    ['frame ancestor with a path', { frame_ancestors: ['https://portal.example.com/x'] }, /\/frame_ancestors\/0/],
+    ['frame ancestor that ends the directive', { frame_ancestors: ['https://a.example; script-src *'] }, /\/frame_ancestors\/0/],
+    ['frame ancestor keyword', { frame_ancestors: ["'unsafe-inline'"] }, /\/frame_ancestors\/0/],
+    ['frame ancestor with a wildcard host', { frame_ancestors: ['https://*.example.com', 'https://ok.example'] }, /\/frame_ancestors\/0/],
   ]
   for (const [name, raw, pattern] of cases) {
     it(`refuses ${name}`, () => {

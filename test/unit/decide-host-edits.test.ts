@@ -9,7 +9,7 @@
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { answer, assertDenied, assertPass, bearer, decide, hostRouteRequests, openSidecar, type Stepped } from './fixtures.js'
+import { addUser, answer, assertDenied, assertPass, bearer, decide, hostRouteRequests, openSidecar, sessionJwt, type Stepped } from './fixtures.js'
 import { QUEUE, at, bodyStep, filterStep, passedWithBody, world, type World } from './decide-world.js'
 
 // -------------------------------------------------- comfy-user and query token
@@ -105,7 +105,39 @@ describe('headers and query the host must never see', () => {
     assertDenied(await decide(w.sc, meta({ 'service-worker': 'script', 'sec-fetch-dest': 'empty' })), 'PERMISSION_DENIED')
     for (const dest of ['image', 'document', 'empty', 'video', 'iframe']) {
       const d = assertPass(await decide(w.sc, meta({ 'sec-fetch-dest': dest })), dest) as { response_headers?: Record<string, string> }
-      assert.equal(d.response_headers?.['Content-Security-Policy'], 'sandbox', dest)
+      // a document or a frame also gets the frame policy, in the same header
+      assert.equal(d.response_headers?.['Content-Security-Policy'], ['document', 'iframe'].includes(dest) ? "sandbox; frame-ancestors 'self'" : 'sandbox', dest)
+    }
+  })
+
+  // clickjacking: a sibling origin (another port of this host) is same-site, so a frame of ComfyUI
+  // in its page carries the session cookie; the host's pages say which pages may frame them
+  const page = (headers: Record<string, string>) => ({ path: '/', pattern: '/', headers: { cookie: `jwt_token=${w.aliceJwt}`, ...headers } })
+  for (const dest of ['document', 'iframe', 'frame', 'embed', 'object', 'fencedframe', 'IFrame']) {
+    it(`the host's page requested as a ${dest}: frame-ancestors 'self'`, async () => {
+      const d = assertPass(await decide(w.sc, page({ 'sec-fetch-dest': dest, 'sec-fetch-site': 'same-site' })), dest)
+      assert.deepEqual(d.response_headers, { 'Content-Security-Policy': "frame-ancestors 'self'" })
+    })
+  }
+  it('what cannot be framed carries no frame policy: a fetch, an image, a socket, a script, and a client that names no destination', async () => {
+    for (const headers of [{ 'sec-fetch-dest': 'empty' }, { 'sec-fetch-dest': 'image' }, { 'sec-fetch-dest': 'websocket' }, { 'sec-fetch-dest': 'script' }, {}]) {
+      const d = assertPass(await decide(w.sc, page(headers)), JSON.stringify(headers))
+      assert.equal(d.response_headers, undefined, JSON.stringify(headers))
+    }
+  })
+  it('frame_ancestors: the origins the operator lists may frame the host\'s pages too; `*` lets any (no policy)', async () => {
+    for (const [ancestors, want] of [
+      [['https://portal.example.com', 'http://127.0.0.1:3000'], "frame-ancestors 'self' https://portal.example.com http://127.0.0.1:3000"],
+      [['*'], undefined],
+    ] as const) {
+      const sc = await openSidecar({ config: { frame_ancestors: ancestors } })
+      try {
+        const admin = await addUser(sc, 'admin', 'admin-password-1', 'admin')
+        const d = assertPass(await decide(sc, { path: '/', pattern: '/', headers: { ...bearer(await sessionJwt(sc, admin)), 'sec-fetch-dest': 'iframe' } }))
+        assert.equal(d.response_headers?.['Content-Security-Policy'], want, JSON.stringify(ancestors))
+      } finally {
+        await sc.close()
+      }
     }
   })
 

@@ -15,7 +15,7 @@ import { carriesBearer, queryCredentialKeys, withoutSessionCookie } from '../ide
 import { hostUserName, hostUserOf } from '../identity/host-user.js'
 import type { Principal } from '../identity/principal.js'
 import { addressRefusal, checkAccess, type IpGate, type PrincipalResolver, type Resolution } from './pipeline.js'
-import { INERT_HEADERS, loadedAsCode, type HostRoutePolicy, type HostRouteTable, type OperatorPatterns } from './host-routes.js'
+import { INERT_HEADERS, framePolicy, loadedAsCode, type HostRoutePolicy, type HostRouteTable, type OperatorPatterns } from './host-routes.js'
 import { isDecodablePath, isServicePath } from './service-paths.js'
 import { httpsUpgradeDecision } from './force-https.js'
 import { denyDecision, errorDecision, loginRedirectDecision } from '../kernel/answers.js'
@@ -153,6 +153,11 @@ function decideHost(
   if (policy.inert === true) {
     if (loadedAsCode(desc.headers)) return denyDecision('PERMISSION_DENIED', 'A file users put on the host is never loaded as a script, worker or style')
     pass.response_headers = { ...INERT_HEADERS }
+  }
+  const framing = framePolicy(desc.headers, deps.config.frame_ancestors)
+  if (framing !== null) {
+    const csp = pass.response_headers?.['Content-Security-Policy']
+    pass.response_headers = { ...pass.response_headers, 'Content-Security-Policy': csp === undefined ? framing : `${csp}; ${framing}` }
   }
   // A read the plugin may keep: the same description gets the same answer until something it
   // read changes (the epoch moves, and the plugin is told at once) or the time runs out

@@ -98,6 +98,22 @@ export function loadedAsCode(headers: Readonly<Record<string, string | undefined
   return headers['service-worker'] !== undefined || (dest !== undefined && CODE_DESTINATIONS.has(dest.toLowerCase()))
 }
 
+/**
+ * A page of the host shown in a frame of another origin's page is clickjacking ground: a sibling
+ * origin (another port of this host, another subdomain) is same-site, so the session cookie goes
+ * with the frame's request and ComfyUI opens signed in under the other page's control. The host's
+ * answer to a request a browser makes for a document or a frame carries
+ * `frame-ancestors 'self'` and the origins the operator lists (`frame_ancestors`; `*`: none).
+ * Other requests (fetches, images, sockets) cannot be framed and carry nothing more.
+ */
+const FRAMED_DESTINATIONS = new Set(['document', 'iframe', 'frame', 'embed', 'object', 'fencedframe'])
+
+export function framePolicy(headers: Readonly<Record<string, string | undefined>>, ancestors: readonly string[]): string | null {
+  const dest = headers['sec-fetch-dest']
+  if (dest === undefined || !FRAMED_DESTINATIONS.has(dest.toLowerCase()) || ancestors.includes('*')) return null
+  return ["frame-ancestors 'self'", ...ancestors].join(' ')
+}
+
 type Entry = HostRouteEntry & { behaviour?: HostRouteBehaviour }
 
 const TABLE: Record<string, Entry> = {

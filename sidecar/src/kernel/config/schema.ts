@@ -148,6 +148,12 @@ export const ConfigSchema = Type.Object(
      * viewers, which serve input, output and temp files inline.
      */
     inert_route_patterns: Type.Array(Type.String({ pattern: '^/(?!api/?$)[^/]' }), { default: ['/vhs/viewvideo', '/viewvideo', '/vhs/viewaudio'] }),
+    /**
+     * Origins (besides ComfyUI's own) whose pages may show ComfyUI in a frame, such as a portal that
+     * embeds it; `*` lets any page. Sent as `Content-Security-Policy: frame-ancestors` with the
+     * host's pages (access/host-routes.ts framePolicy).
+     */
+    frame_ancestors: Type.Array(Type.String({ pattern: "^(\\*|https?://[^/\\s;,'*]+)$", maxLength: 256 }), { default: [] }),
     argon2: Argon2Schema,
     ntfy: NtfySchema,
     audit: AuditSchema,
