@@ -293,6 +293,28 @@ for (const backend of backends) {
       assert.deepEqual(a.services.modelGrants.listRole('trainee'), [])
     })
 
+    it('a session used on B alone for longer than session_idle_minutes is not idle on A: A reads the last use B stored', async () => {
+      const jwt = await registerAndLogin(a, 'ivy', { admin })
+      const jti = String(decodeJwt(jwt).jti)
+      assert.equal((await me(a, jwt)).status, 200, 'A\'s own last use of it: now')
+      // 70 minutes of use on B (the idle limit is 60), each use stored and delivered to A
+      for (let minute = 5; minute <= 70; minute += 5) {
+        clock.advance(5 * 60_000)
+        const stored = delivered(a, (c) => c.key === `session:${jti}`)
+        assert.equal((await me(b, jwt)).status, 200, `on B at minute ${minute}`)
+        assert.equal((await me(a, admin)).status, 200, 'the admin stays active')
+        await stored
+      }
+      assert.equal((await me(a, jwt)).status, 200, 'back on A: not idle')
+      // and idle is still idle: an hour unused anywhere
+      clock.advance(61 * 60_000)
+      assert.equal((await me(a, jwt)).body.code, 'TOKEN_EXPIRED')
+      // the admin's session went idle too: a new one for the tests after this one
+      const again = await a.call('POST', '/login', { body: { username: 'root', password: PASSWORD } })
+      assert.equal(again.status, 200, JSON.stringify(again.body))
+      admin = again.body.jwt_token
+    })
+
     it('two admins demoting each other on two instances at once leave one admin', async () => {
       const dave = await registerAndLogin(a, 'dave', { admin, role: 'admin' })
       const erin = await registerAndLogin(a, 'erin', { admin, role: 'admin' })
@@ -324,24 +346,6 @@ for (const backend of backends) {
       assert.equal(await b.services.localKv.get('file:output/ComfyUI_00001_.png'), undefined)
       assert.equal(await b.services.kv.get('file:output/ComfyUI_00001_.png'), undefined)
       assert.deepEqual(await a.services.localKv.get('file:output/ComfyUI_00001_.png'), { owner: 'on-a' })
-    })
-
-    it('a session used on B alone for longer than session_idle_minutes is not idle on A: A reads the last use B stored', async () => {
-      const jwt = await registerAndLogin(a, 'ivy', { admin })
-      const jti = String(decodeJwt(jwt).jti)
-      assert.equal((await me(a, jwt)).status, 200, 'A\'s own last use of it: now')
-      // 70 minutes of use on B (the idle limit is 60), each use stored and delivered to A
-      for (let minute = 5; minute <= 70; minute += 5) {
-        clock.advance(5 * 60_000)
-        const stored = delivered(a, (c) => c.key === `session:${jti}`)
-        assert.equal((await me(b, jwt)).status, 200, `on B at minute ${minute}`)
-        assert.equal((await me(a, admin)).status, 200, 'the admin stays active')
-        await stored
-      }
-      assert.equal((await me(a, jwt)).status, 200, 'back on A: not idle')
-      // and idle is still idle: an hour unused anywhere
-      clock.advance(61 * 60_000)
-      assert.equal((await me(a, jwt)).body.code, 'TOKEN_EXPIRED')
     })
 
     it('an instance started with another AUTHSVC_SECRET refuses to start, naming AUTHSVC_SECRET', async () => {
