@@ -137,6 +137,30 @@ for (const backend of backends) {
       }
     })
 
+    it('a lock B set is not lifted by A tidying what it wrote itself long ago (A judges by the stored record)', async () => {
+      const peer = '198.51.100.78'
+      const fail = (h: Harness, i: number) => h.call('POST', '/login', { body: { username: `nobody${i}`, password: 'wrong-password-1' }, peer })
+      // one failure on A, then nine on B nine minutes later: the address is locked until then + 10 min
+      assert.equal((await fail(a, 0)).status, 401)
+      clock.advance(9 * 60_000)
+      for (let i = 1; i <= 9; i++) {
+        const heard = delivered(a, (c) => c.key === `throttle:ip:${peer}`)
+        assert.equal((await fail(b, i)).status, 401, `attempt ${i}`)
+        await heard
+      }
+      assert.equal((await a.call('POST', '/login', { body: { username: 'alice', password: PASSWORD }, peer })).status, 429, 'locked on A')
+      // ten minutes after A's own write, any login on A tidies its throttle records
+      clock.advance(61_000)
+      assert.equal((await a.call('POST', '/login', { body: { username: 'root', password: PASSWORD }, peer: '203.0.113.1' })).status, 200)
+      await a.services.throttle.flush()
+      for (const h of [a, b]) {
+        const res = await h.call('POST', '/login', { body: { username: 'alice', password: PASSWORD }, peer })
+        assert.equal(res.status, 429, `still locked: ${JSON.stringify(res.body)}`)
+      }
+      assert.ok(await a.services.store.get(`throttle:ip:${peer}`), 'the stored lock is still there')
+      clock.advance(10 * 60_000)
+    })
+
     it('a TOTP code used on A is refused on B', async () => {
       const jwt = await registerAndLogin(a, 'frank', { admin })
       const setup = await a.call('POST', '/authsvc/api/mfa/setup', { headers: bearer(jwt), body: {} })

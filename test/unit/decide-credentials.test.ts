@@ -218,6 +218,23 @@ describe('expiry through the injected clock', () => {
     }
   })
 
+  it('a session\'s last use is stored well inside a short idle limit (other instances on a shared store judge idleness by it)', async () => {
+    const sc = await openSidecar({ config: { session_idle_minutes: 2 } })
+    try {
+      const alice = await addUser(sc, 'alice', 'alice-passphrase-1')
+      const jwt = await sessionJwt(sc, alice)
+      const jti = (await sc.services.sessions.activeForUser(alice.user_id))[0].jti
+      assertPass(await decide(sc, at(QUEUE, { headers: bearer(jwt) })))
+      const before = Date.parse((await sc.services.sessions.fetch(jti))!.last_used_at_iso)
+      sc.clock.advance(31_000) // a quarter of the limit: stored now, not only after a minute
+      assertPass(await decide(sc, at(QUEUE, { headers: bearer(jwt) })))
+      await sc.services.flush()
+      assert.equal(Date.parse((await sc.services.sessions.fetch(jti))!.last_used_at_iso), before + 31_000)
+    } finally {
+      await sc.close()
+    }
+  })
+
   it('an API token past expire_hours → 401 TOKEN_EXPIRED', async () => {
     const sc = await openSidecar()
     try {

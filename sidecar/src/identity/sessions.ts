@@ -237,7 +237,9 @@ export class SessionService {
 
   private markUsed(record: SessionRecord, now: number): void {
     this.lastUsed.set(record.jti, now)
-    if (now - Date.parse(record.last_used_at_iso) >= LAST_USED_PERSIST_MS) {
+    // stored at least every minute, and well inside the idle limit (other instances judge idleness by it)
+    const every = this.settings.idleMinutes > 0 ? Math.min(LAST_USED_PERSIST_MS, (this.settings.idleMinutes * 60_000) / 4) : LAST_USED_PERSIST_MS
+    if (now - Date.parse(record.last_used_at_iso) >= every) {
       this.sessions.touch(record.jti, { ...record, last_used_at_iso: iso(now) })
     }
   }

@@ -287,6 +287,14 @@ export class Throttle {
     const expire = (order: Map<string, number>, ttlMs: number) => {
       for (const [key, writtenMs] of order) {
         if (now - writtenMs < ttlMs) break
+        // the order knows this instance's writes only: on a shared store another instance may have
+        // written the record since (a lock it set), so the record's own last failure decides
+        const last = this.lastFailureOf(key)
+        if (last !== undefined && now - last < ttlMs) {
+          order.delete(key)
+          order.set(key, last)
+          continue
+        }
         removals.push(this.drop(order, key))
       }
     }
@@ -300,6 +308,14 @@ export class Throttle {
       removals.push(this.drop(order, (oldest as [string, number])[0]))
     }
     return removals
+  }
+
+  /** The time of the record's last failure, as stored (whichever instance wrote it). */
+  private lastFailureOf(key: string): number | undefined {
+    const record = this.records.get(key)
+    if (isAddressRecord(record)) return Math.max(...record.failures_ms, record.locked_until_ms - this.limits.addressLockMs)
+    if (isUsernameRecord(record)) return record.last_failure_ms
+    return undefined
   }
 
   /** Rebuilds the write order from the stored records, then prunes what expired while the process was down. */
