@@ -52,6 +52,7 @@ kernel, which refuses it.
 """
 from __future__ import annotations
 
+import _io
 import builtins
 import functools
 import io
@@ -78,6 +79,7 @@ _LINK = ((0, "path", "link"),)
 GUARDED: tuple[tuple[Any, str, tuple[tuple[int, str, str], ...]], ...] = (
     (builtins, "open", ((0, "file", "follow"),)),
     (io, "open", ((0, "file", "follow"),)),
+    (_io, "open", ((0, "file", "follow"),)),
     (os, "open", _PATH),
     (os, "stat", _PATH),
     (os, "lstat", _LINK),
@@ -114,6 +116,7 @@ _NO_MODELS = object()  # no authsvc_models key in the stamp
 _NOT_MODEL_FOLDERS = frozenset(("custom_nodes",))  # as the sidecar's model cache (NOT_MODEL_FOLDERS)
 _FOLDER_MODELS = frozenset(("folder",))  # ComfyUI's extension set for a folder of Diffusers models
 _FOLDER_MODEL_MARKER = "model_index.json"
+_DOWNLOAD_STAGING = ".authsvc-partial"  # where downloads arrive (the sidecar's DOWNLOAD_STAGING_DIR)
 _CASE_INSENSITIVE = os.path.normcase("A") == "a" or sys.platform == "darwin"  # as host_facts reports it
 
 
@@ -171,19 +174,29 @@ def _below(path: str, root: str) -> str | None:
 
 
 def _model_item(root: str, rel: str, extensions: frozenset[str] | None) -> str | None:
-    """The model a file or folder `rel` under a model folder path belongs to, as the host lists it
-    (the sidecar's model cache: itemOf), else None."""
+    """The model a file `rel` under a model folder path belongs to, as the host lists it (the
+    sidecar's model cache: itemOf), in the sidecar's host-path form, else None. A folder is never
+    one: the host walks and dates its folders (``get_filename_list``), inside a Diffusers model
+    too, and what a model is made of are its files."""
     if extensions is None:
-        # a Diffusers model is the folder holding model_index.json: the nearest such folder at or above rel
+        # a Diffusers model is the folder holding model_index.json: the nearest such folder above the file
         parts = rel.split("/")
-        for end in range(len(parts), -1, -1):
+        for end in range(len(parts) - 1, -1, -1):
             inside = "/".join(parts[:end])
             if os.path.isfile(os.path.join(root, inside, _FOLDER_MODEL_MARKER)):
-                return inside or "."
+                return inside  # the folder itself is "." to the host, "" in host-path form
         return None
     if not extensions or os.path.splitext(rel)[1].lower() in extensions:
         return rel
     return None
+
+
+def _entry_key(entry: Any) -> Any:
+    """What a folder entry's judgement depends on, cheap to compare; the entry itself when it has another shape."""
+    try:
+        return (tuple(entry[0]), tuple(entry[1]))
+    except Exception:
+        return id(entry)
 
 
 def _first_under(real: str, root: str) -> str | None:
@@ -202,8 +215,10 @@ class RunGuard:
         self._roots = roots
         self._model_folders = model_folders
         self._model_roots: tuple[Any, tuple[tuple[str, str, frozenset[str] | None], ...]] = (None, ())
-        # per queued prompt: its folder and the models granted to its owner (None: every model)
-        self._folders: OrderedDict[str, tuple[str | None, Models]] = OrderedDict()
+        self._bad_folders: set[str] = set()
+        # per queued prompt: its folder, the models granted to its owner (None: every model), and
+        # how many times it is queued (an owner may queue one prompt_id again: each run has its record)
+        self._folders: OrderedDict[str, tuple[str | None, Models, int]] = OrderedDict()
         self._lock = threading.Lock()
         self._worker: int | None = None
         self._busy = threading.local()
@@ -222,7 +237,8 @@ class RunGuard:
             self._guard_once()
         with self._lock:
             key = str(prompt_id)
-            self._folders[key] = (folder, models)
+            queued = self._folders.get(key)
+            self._folders[key] = (folder, models, 1 if queued is None else queued[2] + 1)
             self._folders.move_to_end(key)
             while len(self._folders) > KEPT:
                 self._folders.popitem(last=False)
@@ -258,9 +274,14 @@ class RunGuard:
         with self._lock:
             if key != self._running:
                 if self._running is not None:
-                    self._folders.pop(self._running, None)
+                    ran = self._folders.get(self._running)
+                    if ran is not None and ran[2] > 1:
+                        self._folders[self._running] = (ran[0], ran[1], ran[2] - 1)
+                    else:
+                        self._folders.pop(self._running, None)
                 self._running = key
-            return self._folders.get(key, (_UNKNOWN, _NO_MODEL))
+            record = self._folders.get(key)
+            return (_UNKNOWN, _NO_MODEL) if record is None else (record[0], record[1])
 
     # ------------------------------------------------------------------ the guard
     def _on_worker(self) -> bool:
@@ -301,37 +322,61 @@ class RunGuard:
 
     def _model_named(self, where: tuple[str, str], models: dict[str, frozenset[str]]) -> str | None:
         lexical, real = where
+        roots = self._model_roots_now()
         for spelled in {os.path.normpath(lexical), real}:
-            for root, folder, extensions in self._model_roots_now():
+            # each way the path is spelled must name nothing but granted models: a spelling is
+            # granted when any folder that lists it grants it (a file of `ultralytics/bbox/` is
+            # also `ultralytics_bbox`'s), as the sidecar's check of literal names reads it
+            refused: str | None = None
+            granted = False
+            is_dir: bool | None = None
+            for root, folder, extensions in roots:
                 rel = _below(spelled, root)
                 if rel is None:
                     continue
+                if _DOWNLOAD_STAGING in rel.split("/"):
+                    return f"{folder}/{rel}"  # a download still arriving: never a model to a limited prompt
+                if is_dir is None:
+                    is_dir = os.path.isdir(spelled)
+                if is_dir:
+                    break
                 item = _model_item(root, rel, extensions)
-                if item is not None and item not in models.get(folder, frozenset()):
-                    return f"{folder}/{item}"
+                if item is None:
+                    continue
+                if item in models.get(folder, frozenset()):
+                    granted = True
+                    break
+                refused = refused or f"{folder}/{item or '.'}"
+            if refused is not None and not granted:
+                return refused
         return None
 
     def _model_roots_now(self) -> tuple[tuple[str, str, frozenset[str] | None], ...]:
         """(root, folder, extensions) of every model folder path, as configured and as its real
         path; extensions lower-case, None for a folder of folder models. Rebuilt when they change."""
         try:
-            folders = self._model_folders()
             # taken on every call (a few µs): custom nodes replace or add to a folder's extensions and paths at any time
-            key = tuple((name, tuple(entry[0]), tuple(entry[1])) for name, entry in folders.items())
-        except Exception:  # a shape this host does not have: judged as no model folder
-            return ()
+            folders = list(self._model_folders().items())
+            key = tuple((name, _entry_key(entry)) for name, entry in folders)
+        except Exception:  # the map itself is not one (or changed while read): the last list read stands
+            return self._model_roots[1]
         if key != self._model_roots[0]:
             out: list[tuple[str, str, frozenset[str] | None]] = []
-            for name, entry in folders.items():
-                if name in _NOT_MODEL_FOLDERS or not isinstance(name, str):
+            for name, entry in folders:
+                if not isinstance(name, str) or name in _NOT_MODEL_FOLDERS:
                     continue
-                paths = entry[0]
-                lowered = frozenset(str(e).lower() for e in entry[1])
-                kinds = None if lowered == _FOLDER_MODELS else lowered
-                for path in paths:
-                    if isinstance(path, str) and path:
-                        for root in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
-                            out.append((root, name, kinds))
+                try:
+                    paths = [os.fsdecode(os.fspath(p)) for p in entry[0]]
+                    lowered = frozenset(str(e).lower() for e in entry[1])
+                    kinds = None if lowered == _FOLDER_MODELS else lowered
+                    for path in paths:
+                        if path and "\0" not in path:
+                            for root in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
+                                out.append((root, name, kinds))
+                except Exception:  # this folder's entry has a shape the host would not use: it alone is left out
+                    if name not in self._bad_folders:
+                        self._bad_folders.add(name)
+                        log.error("authsvc: model folder %r has an entry this guard cannot read; its files are not judged", name)
             self._model_roots = (key, tuple(out))
         return self._model_roots[1]
 
@@ -369,7 +414,11 @@ class RunGuard:
         if self._guarding:
             return
         self._guarding = True
-        for module, name, paths in GUARDED:
+        # native readers the host's model loading calls by module attribute (comfy.utils.load_torch_file:
+        # `safetensors.safe_open`; `safetensors.torch.load_file` looks up its module's `safe_open`),
+        # when loaded by now (the host imports them at start, before any prompt)
+        native = tuple((module, "safe_open", ((0, "filename", "follow"),)) for module in (sys.modules.get("safetensors"), sys.modules.get("safetensors.torch")) if module is not None)
+        for module, name, paths in (*GUARDED, *native):
             original = getattr(module, name, None)
             if callable(original) and getattr(original, "__authsvc_guarded__", False) is not True:
                 setattr(module, name, self._guarded(original, f"{module.__name__}.{name}", paths))

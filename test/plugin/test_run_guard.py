@@ -21,6 +21,22 @@ from .support import plugin_module
 
 run_guard = plugin_module("run_guard")
 
+
+class _NativeSafeOpen:
+    """Stands for safetensors' Rust reader (``safetensors.safe_open``): it opens the file without any
+    Python function the guard replaces (``io.FileIO`` here), as the real one does."""
+
+    def __init__(self, filename: str, framework: str = "pt", device: str = "cpu") -> None:
+        with io.FileIO(filename) as f:
+            self.data = f.read()
+
+
+# loaded before the guard is installed, as the host loads it at start
+if "safetensors" not in sys.modules:
+    _fake = types.ModuleType("safetensors")
+    _fake.safe_open = _NativeSafeOpen  # type: ignore[attr-defined]
+    sys.modules["safetensors"] = _fake
+
 ALICE = "u_0a1b2c3d-0000-4000-8000-00000000000a"
 BOB = "u_0a1b2c3d-0000-4000-8000-00000000000b"
 GUEST = "o_0123456789abcdef"
@@ -253,6 +269,12 @@ class RunGuardTest(unittest.TestCase):
         server.queue(12, "not an object")
         self.assertEqual((guard.folder_of("p"), guard.folder_of("12")), (BOB, ""), "a stamp that is not an object: no folder")
         self.assertEqual(guard.folder_of("p"), "", "p's record went when the worker moved on to 12")
+        # an owner may queue one prompt_id again: each run has its record, even with another prompt run between
+        for prompt_id in ("dup", "mid", "dup"):
+            server.queue(prompt_id, {"authsvc_folder": BOB, "authsvc_models": None})
+        self.assertEqual([guard.record_of(i) for i in ("dup", "mid", "dup")], [(BOB, None)] * 3)
+        self.assertEqual(guard.record_of("n-other"), ("", {}), "and then it is gone")
+        self.assertEqual(guard.record_of("dup"), ("", {}))
         old = run_guard.KEPT
         run_guard.KEPT = 3
         try:
@@ -279,7 +301,9 @@ class ModelGrantsAtRunTimeTest(unittest.TestCase):
             "loras/sub/deep.safetensors": b"deep", "embeddings/ok.pt": b"ok", "embeddings/private/hidden.pt": b"hidden",
             "diffusers/pipe_ok/model_index.json": b"{}", "diffusers/pipe_ok/unet/w.safetensors": b"ok-w",
             "diffusers/pipe_no/model_index.json": b"{}", "diffusers/pipe_no/unet/w.safetensors": b"no-w",
-            "anything/x.bin": b"any", "custom/x.safetensors": b"node",
+            "anything/x.bin": b"any", "anything/sub/y.bin": b"any-y", "custom/x.safetensors": b"node",
+            "pipes/model_index.json": b"{}", "pipes/unet/w.safetensors": b"root-w",
+            "loras/.authsvc-partial/job1.authsvc-partial": b"arriving",
         }
         for rel, data in files.items():
             os.makedirs(os.path.dirname(os.path.join(m, rel)), exist_ok=True)
@@ -301,6 +325,10 @@ class ModelGrantsAtRunTimeTest(unittest.TestCase):
             "diffusers": ([os.path.join(m, "diffusers")], {"folder"}),
             "anything": ([os.path.join(m, "anything")], set()),
             "custom_nodes": ([os.path.join(m, "custom")], set()),
+            # a folder nested in another (as ultralytics and ultralytics_bbox are)
+            "loras_sub": ([os.path.join(m, "loras", "sub")], {".safetensors"}),
+            # a Diffusers model that is the folder itself (the host lists it as ".")
+            "pipes": ([pathlib.Path(m, "pipes")], {"folder"}),
         }
         grants = {"loras": ["granted.safetensors", "alias.safetensors"], "embeddings": ["ok.pt"], "diffusers": ["pipe_ok"]}
         self.server.queue("limited", {"authsvc_folder": BOB, "authsvc_models": grants})
@@ -309,6 +337,9 @@ class ModelGrantsAtRunTimeTest(unittest.TestCase):
         self.server.queue("no-models-key", {"authsvc_folder": BOB})
         self.server.queue("models-not-an-object", {"authsvc_folder": BOB, "authsvc_models": ["loras"]})
         self.server.queue("admin-1", {"authsvc_folder": None, "authsvc_models": None})
+        # a subfolder's model granted in the outer folder, or in the nested one; the folder-model granted ("" is "." in host-path form)
+        self.server.queue("nested-outer", {"authsvc_folder": BOB, "authsvc_models": {"loras": ["sub/deep.safetensors"], "pipes": [""]}})
+        self.server.queue("nested-inner", {"authsvc_folder": BOB, "authsvc_models": {"loras_sub": ["deep.safetensors"]}})
 
     def tearDown(self) -> None:
         self.server.last_prompt_id = "admin-1"
@@ -327,6 +358,27 @@ class ModelGrantsAtRunTimeTest(unittest.TestCase):
             with self.subTest(rel=rel):
                 self.assertEqual(self.running("limited", lambda: read(self.p(rel))), data)  # type: ignore[misc]
         self.assertIn("secret.safetensors", self.running("limited", lambda: os.listdir(self.p("loras"))), "listing a model folder is not refused")
+        # folders are never models: the host walks and dates them (get_filename_list), Diffusers models' too
+        self.assertEqual(sorted(self.running("limited", lambda: os.listdir(self.p("diffusers/pipe_no")))), ["model_index.json", "unet"])
+        self.assertTrue(self.running("limited", lambda: os.path.isdir(self.p("diffusers/pipe_no"))))
+        self.assertGreater(self.running("limited", lambda: os.path.getmtime(self.p("anything/sub"))), 0)
+
+    def test_a_model_is_granted_by_any_folder_that_lists_it(self) -> None:
+        for prompt_id in ("nested-outer", "nested-inner"):
+            with self.subTest(prompt_id=prompt_id):
+                self.assertEqual(self.running(prompt_id, lambda: read(self.p("loras/sub/deep.safetensors"))), b"deep")
+        self.assertEqual(self.running("nested-outer", lambda: read(self.p("pipes/unet/w.safetensors"))), b"root-w", "the folder-model granted as \".\"")
+        with self.assertRaises(PermissionError):
+            self.running("nested-inner", lambda: read(self.p("pipes/unet/w.safetensors")))
+
+    def test_a_folder_entry_the_guard_cannot_read_leaves_out_itself_only(self) -> None:
+        secret = self.p("loras/secret.safetensors")
+        folders = _installed["model_folders"]
+        for name, entry in (("broken", ([self.p("anything")],)), ("nul", (["/tmp/x\0y"], {".bin"})), ("none", ([self.p("custom")], None))):
+            folders[name] = entry  # type: ignore[assignment]
+            with self.subTest(entry=name), self.assertRaises(PermissionError):
+                self.running("limited", lambda: read(secret))
+        self.assertEqual(self.running("limited", lambda: read(self.p("loras/notes.txt"))), b"notes", "nothing else fails")
 
     def test_a_model_not_granted_is_missing_and_cannot_be_opened_or_written(self) -> None:
         rows: list[tuple[str, Callable[[], Any]]] = [
@@ -343,8 +395,10 @@ class ModelGrantsAtRunTimeTest(unittest.TestCase):
             ("a linked-in folder's model", lambda: read(self.p("loras/nas/far.safetensors"))),
             ("an embedding in a subfolder", lambda: read(self.p("embeddings/private/hidden.pt"))),
             ("a Diffusers folder's file", lambda: read(self.p("diffusers/pipe_no/unet/w.safetensors"))),
-            ("a Diffusers folder's listing", lambda: os.listdir(self.p("diffusers/pipe_no"))),
             ("a Diffusers folder's marker", lambda: read(self.p("diffusers/pipe_no/model_index.json"))),
+            ("a Diffusers model that is its folder itself", lambda: read(self.p("pipes/unet/w.safetensors"))),
+            ("a download still arriving (any extension)", lambda: read(self.p("loras/.authsvc-partial/job1.authsvc-partial"))),
+            ("a native safetensors open", lambda: sys.modules["safetensors"].safe_open(self.p("loras/secret.safetensors"), framework="pt")),
             ("a file of a folder that takes every file", lambda: read(self.p("anything/x.bin"))),
             ("a new model written into a folder", lambda: open(self.p("loras/planted.safetensors"), "wb")),
             ("a model renamed into a folder", lambda: os.rename(self.p("loras/notes.txt"), self.p("loras/notes.safetensors"))),
@@ -358,7 +412,7 @@ class ModelGrantsAtRunTimeTest(unittest.TestCase):
         self.assertFalse(os.path.exists(self.p("loras/planted.safetensors")), "nothing was written")
         self.assertTrue(os.path.exists(self.p("loras/notes.txt")), "nothing was renamed")
         # how the host finds a model (folder_paths.get_full_path, load_embed): the file is missing
-        for rel in ("loras/secret.safetensors", "embeddings/private/hidden.pt", "diffusers/pipe_no", "diffusers/pipe_no/unet/w.safetensors"):
+        for rel in ("loras/secret.safetensors", "embeddings/private/hidden.pt", "diffusers/pipe_no/unet/w.safetensors"):
             with self.subTest(missing=rel):
                 self.assertFalse(self.running("limited", lambda: os.path.exists(self.p(rel))))  # type: ignore[misc]
         self.assertTrue(self.running("limited", lambda: os.path.isfile(self.p("embeddings/ok.pt"))))

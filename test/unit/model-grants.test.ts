@@ -408,6 +408,28 @@ describe('the /prompt model check', () => {
     assert.deepEqual(await stamped(w.internJwt, {}), granted, 'a revocation is in the next stamp')
   })
 
+  it('the host\'s execution cache: a limited owner\'s results are those of one grant set (a grant or revocation runs the graph again); a loader of literal granted files stays shared; a list option that is not a file is not', async () => {
+    const scopes = async (jwt: string, graph: Record<string, unknown>): Promise<Record<string, unknown>> => {
+      const out = await postPrompt(w.sc, jwt, graph)
+      assert.equal(out.action, 'pass', JSON.stringify(out))
+      const sent = JSON.parse(out.body_text!) as { prompt: Record<string, { inputs: Record<string, unknown> }> }
+      return Object.fromEntries(Object.entries(sent.prompt).map(([id, n]) => [id, n.inputs.authsvc_scope]))
+    }
+    const graph = { 1: node('PrimitiveString', { value: 'em' }), 2: ok, 3: node('VAELoader', { vae_name: 'pixel_space' }) }
+    const first = await scopes(w.internJwt, graph)
+    assert.equal(first[2], undefined, 'a loader of a literal granted file stays shared')
+    assert.match(String(first[1]), new RegExp(`^u_${w.intern.user_id}:[0-9a-f]{40}$`), 'her folder and her grant set')
+    assert.equal(first[3], first[1], 'a list option that is not a file loads what the host finds: not shared')
+    const item = { folder: 'loras', item_name: 'other.safetensors' }
+    assert.equal((await call(w.sc, { method: 'POST', url: '/authsvc/api/users/intern/shared-items', bearer: w.adminJwt, body: item })).statusCode, 200)
+    const granted = await scopes(w.internJwt, graph)
+    assert.notEqual(granted[1], first[1], 'another grant set, another scope')
+    assert.equal((await call(w.sc, { method: 'DELETE', url: '/authsvc/api/users/intern/shared-items', bearer: w.adminJwt, body: item })).statusCode, 200)
+    assert.equal((await scopes(w.internJwt, graph))[1], first[1], 'the same set again, the same scope')
+    const seesAll = await scopes(w.userJwt, graph)
+    assert.match(String(seesAll[1]), /^u_[0-9a-f-]+$/, 'one who sees every model: the folder alone')
+  })
+
   const ATTACKS: Array<[string, Record<string, unknown>, string[]]> = [
     ['a checkpoint not granted', { 1: node('CheckpointLoaderSimple', { ckpt_name: 'secret.safetensors' }) }, ['checkpoints/secret.safetensors']],
     ['two refused items are both named', { 1: node('CheckpointLoaderSimple', { ckpt_name: 'secret.safetensors' }), 2: node('LoraLoader', { lora_name: 'other.safetensors' }) }, ['checkpoints/secret.safetensors', 'loras/other.safetensors']],

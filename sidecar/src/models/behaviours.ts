@@ -252,6 +252,11 @@ export class ModelAccess {
     return text
   }
 
+  /** What identifies `who`'s grant set: equal sets, equal texts (the execution cache's scope of a limited principal). */
+  grantSignature(who: Grantee): string {
+    return this.grants.forUser(who.user, who.role).signature
+  }
+
   /**
    * Whether a node of the graph only loads models: every input names a model of a folder its
    * class lists (no link, no other value). Its cached result depends on shared files alone, so
@@ -261,7 +266,12 @@ export class ModelAccess {
     const modelInputs = typeof classType === 'string' ? this.inputs.get(classType) : undefined
     const names = Object.keys(inputs)
     if (modelInputs === undefined || names.length === 0) return false
-    return names.every((name) => modelInputs.has(name) && typeof hostInputValue(inputs[name]) === 'string')
+    // a value of the list that is not a file (VAELoader's `taesd`) loads what the host finds itself
+    // (`vae_approx/taesd_*`): not shared, so the run guard judges it for each owner
+    return names.every((name) => {
+      const value = hostInputValue(inputs[name])
+      return typeof value === 'string' && modelInputs.get(name)?.extras.includes(value) === false
+    })
   }
 
   /**

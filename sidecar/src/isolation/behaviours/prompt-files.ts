@@ -126,7 +126,11 @@ export function ownPrefix(prefix: string, own: string): string | null {
  * The edits that put the prompt's writes and cache entries in the caller's own place (see the
  * file's comment), or a refusal. `prompt` is the parsed graph, `text` the body it came from.
  */
-export function promptOwnEdits(text: string, prompt: unknown, owner: string, models: ModelAccess, writers: HostFacts['writer_inputs'] = {}): Splice[] | RespondDecision {
+export function promptOwnEdits(
+  text: string, prompt: unknown, owner: string, models: ModelAccess, writers: HostFacts['writer_inputs'] = {},
+  /** the owner's grants, for a principal limited to them: cached results depend on which models the run could load */
+  grants?: string,
+): Splice[] | RespondDecision {
   if (!isObject(prompt)) return [] // the host refuses it itself
   const root = objectMembers(text, rootStart(text))
   const promptMember = lastMember(root.members, 'prompt')
@@ -151,7 +155,7 @@ export function promptOwnEdits(text: string, prompt: unknown, owner: string, mod
       }
       set.push([input, JSON.stringify(placed)])
     }
-    if (!models.onlyLoadsModels(node.class_type, node.inputs)) set.push([SCOPE_INPUT, JSON.stringify(own)])
+    if (!models.onlyLoadsModels(node.class_type, node.inputs)) set.push([SCOPE_INPUT, JSON.stringify(grants === undefined ? own : `${own}:${grants}`)])
     splices.push(...setMembers(inputs, set))
   }
   return splices

@@ -126,7 +126,10 @@ async function promptBody(deps: BehaviourDeps & ModelDeps, state: PromptState, p
   if (modelRefusal) return modelRefusal
   let own: Splice[] = []
   if (!state.seesAll) {
-    const edits = promptOwnEdits(text, parsed.prompt, state.owner, deps.models, deps.host.facts.writer_inputs)
+    // a limited principal's cached results are also those of one grant set: after a grant or a
+    // revocation the same graph runs again (a name it computes may now load, or no longer)
+    const grants = state.models === null ? undefined : deps.models.grantSignature(state.models)
+    const edits = promptOwnEdits(text, parsed.prompt, state.owner, deps.models, deps.host.facts.writer_inputs, grants)
     if (!Array.isArray(edits)) return edits
     own = edits
   }
