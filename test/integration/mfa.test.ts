@@ -598,6 +598,59 @@ describe('the second step belongs to the browser that took the first (login CSRF
     })
   }
 
+  it('a second sign-in in the same browser keeps the step cookie it has: both steps finish with it', async () => {
+    const first = await passwordStep('admin', PAGE)
+    const second = await h.call('POST', '/login', { body: { username: 'admin', password: PASSWORD }, headers: { ...PAGE, cookie: first.cookie! } })
+    assert.equal(stepCookie(second), first.cookie, 'the same secret again')
+    h.clock.advance(30_000)
+    const done = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: first.temp, code: totpAt(secret, h.clock()) }, headers: { ...PAGE, cookie: first.cookie! } })
+    assert.equal(done.status, 200, JSON.stringify(done.body))
+  })
+
+  it('another site\'s form post of some password to generate_token is refused, and voids no step in progress', async () => {
+    const mine = await passwordStep('admin', PAGE)
+    for (const headers of [{ 'sec-fetch-site': 'cross-site', origin: 'https://evil.example' }, { 'sec-fetch-site': 'same-site', origin: 'http://127.0.0.1:9999' }]) {
+      const res = await h.call('POST', '/authsvc/generate_token', { body: { username: 'mallory', password: PASSWORD }, headers: { ...headers, cookie: mine.cookie! } })
+      assert.equal(res.status, 403, JSON.stringify(res.body))
+      assert.equal(res.body.code, 'CSRF_REJECTED')
+      assert.equal(stepCookie(res), undefined)
+    }
+    h.clock.advance(30_000)
+    const done = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: mine.temp, code: totpAt(secret, h.clock()) }, headers: { ...PAGE, cookie: mine.cookie! } })
+    assert.equal(done.status, 200, JSON.stringify(done.body))
+  })
+
+  it('a browser on HTTPS gets the __Host- cookie even where the service believes it is on HTTP (an untrusted proxy), and a secret never counts under the other name', async () => {
+    const https = { 'sec-fetch-site': 'same-origin', origin: 'https://comfy.example', host: 'comfy.example' }
+    const res = await h.call('POST', '/login', { body: { username: 'admin', password: PASSWORD }, headers: https })
+    const line = ([] as string[]).concat(res.headers['set-cookie'] as string[]).find((l) => l.startsWith('__Host-authsvc_mfa_step='))
+    assert.ok(line, JSON.stringify(res.headers['set-cookie']))
+    assert.match(line!, /Secure/)
+    const value = line!.split(';')[0].slice('__Host-authsvc_mfa_step='.length)
+    h.clock.advance(30_000)
+    const code = totpAt(secret, h.clock())
+    // the same secret under the plain name, from a page on HTTP: refused
+    const plain = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: res.body.mfa_temp_token, code }, headers: { ...PAGE, cookie: `authsvc_mfa_step=${value}` } })
+    assert.equal(plain.status, 401, JSON.stringify(plain.body))
+    const ok = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: res.body.mfa_temp_token, code }, headers: { ...https, cookie: `__Host-authsvc_mfa_step=${value}` } })
+    assert.equal(ok.status, 200, JSON.stringify(ok.body))
+  })
+
+  it('a planted step cookie sent before the browser\'s own (a longer path is sent first) does not hide it', async () => {
+    const mine = await passwordStep('admin', PAGE)
+    const res = await h.call('POST', '/authsvc/api/mfa/verify', { body: { mfa_temp_token: mine.temp, code: totpAt(secret, h.clock()) }, headers: { ...PAGE, cookie: `authsvc_mfa_step=${'A'.repeat(43)}; ${mine.cookie}` } })
+    assert.equal(res.status, 200, JSON.stringify(res.body))
+  })
+
+  it('generate_token finishing a browser\'s step clears its step cookie', async () => {
+    const step = await h.call('POST', '/authsvc/generate_token', { body: { username: 'admin', password: PASSWORD }, headers: PAGE })
+    const cookie = stepCookie(step)!
+    h.clock.advance(30_000)
+    const made = await h.call('POST', '/authsvc/generate_token', { body: { mfa_temp_token: step.body.mfa_temp_token, code: totpAt(secret, h.clock()) }, headers: { ...PAGE, cookie } })
+    assert.equal(made.status, 200, JSON.stringify(made.body))
+    assert.match(String(made.headers['set-cookie']), /authsvc_mfa_step=;/)
+  })
+
   it('refused the same way on the login step: a token of another browser or of a script, in a browser', async () => {
     const scripted = (await passwordStep('admin', {})).temp
     const other = (await passwordStep('admin', PAGE)).temp

@@ -33,20 +33,26 @@ export function withoutSessionCookie(header: string | undefined): string | null 
 export const carriesBearer = (header: string | undefined): boolean => header !== undefined && /(?:^|[\s,])bearer\s/i.test(header)
 
 export function cookieValue(cookieHeader: string | undefined, name: string): string | undefined {
-  if (!cookieHeader) return undefined
+  return cookieValues(cookieHeader, name)[0]
+}
+
+/** Every value a Cookie header gives `name`, in order (a browser sends two of one name when two paths or domains set it). */
+export function cookieValues(cookieHeader: string | undefined, name: string): string[] {
+  const out: string[] = []
+  if (!cookieHeader) return out
   for (const part of cookieHeader.split(';')) {
     const eq = part.indexOf('=')
     if (eq < 0) continue
     if (part.slice(0, eq).trim() === name) {
       const raw = part.slice(eq + 1).trim()
       try {
-        return decodeURIComponent(raw.startsWith('"') && raw.endsWith('"') ? raw.slice(1, -1) : raw)
+        out.push(decodeURIComponent(raw.startsWith('"') && raw.endsWith('"') ? raw.slice(1, -1) : raw))
       } catch {
-        return raw
+        out.push(raw)
       }
     }
   }
-  return undefined
+  return out
 }
 
 /**

@@ -2,7 +2,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify'
 import Type from 'typebox'
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
-import { SESSION_COOKIE, cookieValue } from './credentials.js'
+import { SESSION_COOKIE, cookieValues } from './credentials.js'
 import { AuthsvcError } from '../kernel/errors.js'
 import { fromABrowser, fromAnotherOrigin } from '../access/client-facts.js'
 import { TEMP_TOKEN_TTL_MS } from './mfa.js'
@@ -39,30 +39,45 @@ export function setSessionCookie(request: FastifyRequest, reply: FastifyReply, t
  * fromABrowser), as for the cross-site checks.
  */
 const STEP_COOKIE = 'authsvc_mfa_step'
-const stepCookieName = (request: FastifyRequest): string => (request.facts.isHttps ? `__Host-${STEP_COOKIE}` : STEP_COOKIE)
-const digest = (secret: string): Buffer => createHash('sha256').update(`mfa-step:${secret}`).digest()
+const STEP_SECRET = /^[A-Za-z0-9_-]{43}$/
+/**
+ * The step cookie's name: `__Host-` (Secure, no Domain: no sibling host can set it) whenever the
+ * browser is on HTTPS, which its `Origin` says even where the service, behind a proxy it does not
+ * trust, believes it is on plain HTTP.
+ */
+const stepCookieName = (request: FastifyRequest): string => (onHttps(request) ? `__Host-${STEP_COOKIE}` : STEP_COOKIE)
+const onHttps = (request: FastifyRequest): boolean => request.facts.isHttps || /^https:\/\//i.test(String(request.headers.origin ?? ''))
+/** The digest a temp token keeps: of the secret under the cookie's name (a secret from the `__Host-` cookie is no good in the other). */
+const digest = (name: string, secret: string): Buffer => createHash('sha256').update(`mfa-step:${name}:${secret}`).digest()
 
-/** For a browser: a new secret in the step cookie, and the digest its temp token keeps; for a script, undefined. */
+/**
+ * For a browser: the secret of its step cookie (a well-formed one it holds already, so that a
+ * second sign-in, or another site's form post of some password, never voids a step in progress;
+ * else a new one, set now), and the digest its temp token keeps; for a script, undefined.
+ */
 export function bindStepToBrowser(request: FastifyRequest, reply: FastifyReply): string | undefined {
   if (!fromABrowser(request.headers as Record<string, string | undefined>)) return undefined
-  const secret = randomBytes(32).toString('base64url')
-  reply.setCookie(stepCookieName(request), secret, { httpOnly: true, sameSite: 'strict', path: '/', secure: request.facts.isHttps, maxAge: TEMP_TOKEN_TTL_MS / 1000 })
-  return digest(secret).toString('hex')
+  const name = stepCookieName(request)
+  let secret = cookieValues(request.headers.cookie, name).find((v) => STEP_SECRET.test(v))
+  if (secret === undefined) secret = randomBytes(32).toString('base64url')
+  reply.setCookie(name, secret, { httpOnly: true, sameSite: 'strict', path: '/', secure: onHttps(request), maxAge: TEMP_TOKEN_TTL_MS / 1000 })
+  return digest(name, secret).toString('hex')
 }
 
-/** Whether this request may use a temp token bound so: by the browser holding its cookie, or, unbound, by a script. */
+/** Whether this request may use a temp token bound so: by the browser holding its cookie (any of the values sent under its name), or, unbound, by a script. */
 export function stepBindingHolds(request: FastifyRequest, binding: string | undefined): boolean {
   if (binding === undefined) return !fromABrowser(request.headers as Record<string, string | undefined>)
-  const secret = cookieValue(request.headers.cookie, stepCookieName(request))
-  if (secret === undefined) return false
+  const name = stepCookieName(request)
   const want = Buffer.from(binding, 'hex')
-  const got = digest(secret)
-  return want.length === got.length && timingSafeEqual(want, got)
+  return cookieValues(request.headers.cookie, name).some((secret) => {
+    const got = digest(name, secret)
+    return want.length === got.length && timingSafeEqual(want, got)
+  })
 }
 
 /** The step is over (a session was issued): its cookie goes. */
 export function clearStepCookie(request: FastifyRequest, reply: FastifyReply): void {
-  reply.clearCookie(stepCookieName(request), { path: '/', httpOnly: true, sameSite: 'strict', secure: request.facts.isHttps })
+  reply.clearCookie(stepCookieName(request), { path: '/', httpOnly: true, sameSite: 'strict', secure: onHttps(request) })
 }
 
 export function clearSessionCookie(request: FastifyRequest, reply: FastifyReply): void {

@@ -13,7 +13,7 @@ import { can } from '../principal.js'
 import type { UserRecord } from '../users.js'
 import { eventContext, requireUser } from '../../access/request-context.js'
 import { checkPassword, checkSecondFactor, mfaStep, tempTokenUser } from '../password-check.js'
-import { bindStepToBrowser } from '../session-cookie.js'
+import { bindStepToBrowser, clearStepCookie, refuseCrossSiteSignIn } from '../session-cookie.js'
 import type { Services } from '../../services.js'
 
 const GenerateBody = Type.Object({
@@ -62,10 +62,14 @@ export function generateTokenHandler(services: TokenRouteServices) {
   return async function (request: FastifyRequest<{ Body: Static<typeof GenerateBody> }>, reply: FastifyReply) {
     const body = request.body
     let user: UserRecord | undefined
+    // a password or a second step from another origin's page is no one's own request (and its step
+    // cookie would replace the one of a sign-in in progress in that browser)
+    if (body.mfa_temp_token !== undefined || body.password !== undefined) refuseCrossSiteSignIn(request, 'A token is made from this site\'s own pages, or by a program')
     if (body.mfa_temp_token !== undefined) {
       const { temp, user: found } = await tempTokenUser(services, request, body.mfa_temp_token, 'login')
       await checkSecondFactor(services, request, found, body, temp.id)
       if (!(await services.mfa.consumeTempToken(temp.id))) throw new AuthsvcError('MFA_TOKEN_INVALID')
+      clearStepCookie(request, reply)
       user = found
     } else if (body.username !== undefined || body.password !== undefined) {
       if (typeof body.username !== 'string' || typeof body.password !== 'string') {
