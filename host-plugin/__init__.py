@@ -118,7 +118,10 @@ def _install(app: Any, prompt_server: Any = None) -> None:
             events.install(prompt_server)
             gate.queue_status.install(prompt_server, events.status_seq)
             gate.previews.install(prompt_server)
-            run_guard.install(prompt_server)
+            # authsvc's own folders (the store, the signing secret, the sockets) are no prompt's to touch
+            # (an operator's own socket, AUTHSVC_SOCKET, is the file alone: its folder may be anyone's, /tmp)
+            private = tuple(dict.fromkeys((data_dir, socket_path if external else os.path.dirname(socket_path))))
+            run_guard.install(prompt_server, private, PACKAGE_ROOT)
             run_messages.install(prompt_server)
             gate.on_prompts_changed = events.report_prompts
             client.hello_extra = lambda: {**events.hello_fields(), **gate.sockets.hello_fields()}

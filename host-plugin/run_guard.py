@@ -191,6 +191,43 @@ def _model_item(root: str, rel: str, extensions: frozenset[str] | None) -> str |
     return None
 
 
+_READS = frozenset(("os.stat", "os.lstat", "os.access", "os.chdir", "os.listdir", "os.scandir", "os.getxattr", "os.listxattr", "safetensors.safe_open", "safetensors.torch.safe_open"))
+_OPENS = frozenset(("builtins.open", "io.open", "_io.open"))
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _writes(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a guarded call can change what it names: an open for writing, or any call but the
+    reads (stat, access, listing, attributes read, a native read)."""
+    try:
+        if name in _OPENS:
+            mode = args[1] if len(args) > 1 else kwargs.get("mode", "r")
+            return not isinstance(mode, str) or any(c in mode for c in "wax+")
+        if name == "os.open":
+            flags = args[1] if len(args) > 1 else kwargs.get("flags", 0)
+            return not isinstance(flags, int) or bool(flags & _WRITE_FLAGS)
+    except Exception:
+        return True
+    return name not in _READS
+
+
+def _inside_any(where: tuple[str, str], folders: Callable[[], Any]) -> bool:
+    """Whether the path (as spelled, ``..`` taken lexically, or its real path) is one of `folders` or inside one."""
+    try:
+        roots = [os.fsdecode(os.fspath(f)) for f in folders()]
+    except Exception:
+        return False
+    if not roots:
+        return False
+    lexical, real = where
+    for spelled in (os.path.normpath(lexical), real):
+        for root in roots:
+            for form in (os.path.abspath(root), os.path.realpath(root)):
+                if spelled == form or _below(spelled, form) is not None:
+                    return True
+    return False
+
+
 def _entry_key(entry: Any) -> Any:
     """What a folder entry's judgement depends on, cheap to compare; the entry itself when it has another shape."""
     try:
@@ -207,12 +244,20 @@ def _first_under(real: str, root: str) -> str | None:
 
 
 class RunGuard:
-    def __init__(self, prompt_server: Any, roots: Any, model_folders: Callable[[], Any] = dict) -> None:
+    def __init__(
+        self, prompt_server: Any, roots: Any, model_folders: Callable[[], Any] = dict,
+        private: Callable[[], Any] = tuple, code: Callable[[], Any] = tuple,
+    ) -> None:
         """`roots()` gives the host's input, output and temp folders (its folder_paths getters);
         `model_folders()` the host's model folders, by name: (paths, extensions), as ComfyUI's
-        ``folder_paths.folder_names_and_paths`` holds them."""
+        ``folder_paths.folder_names_and_paths`` holds them; `private()` the folders of authsvc's
+        own (its data dir with the store and the signing secret, its socket folder), which no
+        prompt touches; `code()` the folders the host imports code from (custom nodes, this
+        package), which no prompt changes."""
         self._server = prompt_server
         self._roots = roots
+        self._private = private
+        self._code = code
         self._model_folders = model_folders
         self._model_roots: tuple[Any, tuple[tuple[str, str, frozenset[str] | None], ...]] = (None, ())
         self._bad_folders: set[str] = set()
@@ -391,12 +436,19 @@ class RunGuard:
             if own is None and models is None:
                 return  # a prompt of someone who sees everything
             given = [args[position] if position < len(args) else kwargs.get(keyword) for position, keyword, _ in paths]
+            writes = _writes(name, args, kwargs)
             for (_, _, how), path in zip(paths, given):
                 if path is None and how != "follow":
                     continue
                 where = _resolved(path, how, given[-1])
                 if where is None:
                     continue
+                # authsvc's own files: the signing secret and the store would make anyone an administrator
+                if _inside_any(where, self._private):
+                    raise PermissionError(f"authsvc: this prompt may not use authsvc's own files ({name})")
+                # code the host imports at its next start (and pickles it loads): a change is a way in for anyone
+                if writes and _inside_any(where, self._code):
+                    raise PermissionError(f"authsvc: this prompt may not change the host's custom nodes ({name})")
                 if own is not None and self._other_folder(where, own) is not None:
                     raise PermissionError(f"authsvc: this prompt may not use another user's files ({name})")
                 if models is not None:
@@ -436,7 +488,7 @@ class RunGuard:
         return guarded
 
 
-def install(prompt_server: Any) -> RunGuard | None:
+def install(prompt_server: Any, private: tuple[str, ...] = (), package_root: str | None = None) -> RunGuard | None:
     """The guard, installed; None (with a warning) on a host without ComfyUI's prompt queue or
     folder_paths, where the sidecar's checks of literal names are all there is."""
     try:
@@ -451,6 +503,15 @@ def install(prompt_server: Any) -> RunGuard | None:
         prompt_server,
         lambda: (folder_paths.get_input_directory(), folder_paths.get_output_directory(), folder_paths.get_temp_directory()),
         lambda: getattr(folder_paths, "folder_names_and_paths", {}),
+        private=lambda: private,
+        code=lambda: (*_custom_node_folders(folder_paths), *((package_root,) if package_root else ())),
     )
     guard.install()
     return guard
+
+
+def _custom_node_folders(folder_paths: Any) -> tuple[str, ...]:
+    try:
+        return tuple(folder_paths.get_folder_paths("custom_nodes"))
+    except Exception:
+        return ()

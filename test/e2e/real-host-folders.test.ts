@@ -271,6 +271,35 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
       assert.equal(await promptFinished(bobWs, his, RUN_MS), 'execution_success')
     })
 
+    it('authsvc\'s own files (the store, the signing secret) are no prompt\'s to read, and the custom nodes folder no prompt\'s to change, through another package\'s node: the node fails; an admin\'s prompt is not judged', async () => {
+      const store = join(host.dataDir, 'authsvc.sqlite')
+      assert.ok(existsSync(store), 'the store is where the gate keeps it')
+      const planted = join(host.baseDir, 'custom_nodes', 'authsvc_planted.py')
+      // a literal path outside the host's folders is refused when the prompt is queued (NOT_OWNER); one
+      // computed while the prompt runs (here "|" turned into "/") is judged when it is touched
+      assertRefused(await post('/prompt', bob, { prompt: { '1': { class_type: 'AuthsvcTestReadFile', inputs: { path: store } } }, client_id: bobCid }), 403, 'NOT_OWNER', 'a literal path')
+      const computed = (path: string) => ({ class_type: 'StringReplace', inputs: { string: path.replaceAll('/', '|'), find: '|', replace: '/' } })
+      const rows: Array<[string, Record<string, unknown>, RegExp]> = [
+        ['read the store', { '1': computed(store), '2': { class_type: 'AuthsvcTestReadFile', inputs: { path: ['1', 0] } } }, /authsvc: this prompt may not use authsvc's own files/],
+        ['plant a custom node', { '1': computed(planted), '2': { class_type: 'AuthsvcTestWriteFile', inputs: { path: ['1', 0], text: 'import os' } } }, /authsvc: this prompt may not change the host's custom nodes/],
+      ]
+      for (const [what, prompt, message] of rows) {
+        const id = await queue(bob, prompt, bobCid)
+        assert.equal(await promptFinished(bobWs, id, RUN_MS), 'execution_error', what)
+        const error = bobWs.messages.find((m) => m.type === 'execution_error' && m.data.prompt_id === id)!
+        assert.match(String(error.data.exception_message), message, what)
+      }
+      assert.ok(!existsSync(planted), 'nothing was planted')
+      const adminCid = randomUUID()
+      const adminWs = await WsClient.open(wsUrl(host, adminCid), bearer(admin))
+      try {
+        const theirs = await queue(admin, { '1': computed(store), '2': { class_type: 'AuthsvcTestReadFile', inputs: { path: ['1', 0] } } }, adminCid)
+        assert.equal(await promptFinished(adminWs, theirs, RUN_MS), 'execution_success', 'an administrator\'s prompt is not judged')
+      } finally {
+        adminWs.close()
+      }
+    })
+
     it('bob\'s prompt writes into his own folder; ../ and absolute prefixes are refused (400 VALIDATION_FAILED)', async () => {
       for (const prefix of ['../ComfyUI', `x/../../output/${A}/ComfyUI`, '/tmp/evil', `${B}/../${A}/x`]) {
         assertRefused(await post('/prompt', bob, { prompt: imageGraph('shared-in.png', prefix), client_id: bobCid }), 400, 'VALIDATION_FAILED', prefix)

@@ -75,7 +75,10 @@ def guard_for_tests() -> tuple[Any, Server, str]:
         base = tempfile.mkdtemp(prefix="run-guard-")
         roots = [os.path.join(base, t) for t in ("input", "output", "temp")]
         server = Server()
-        guard = run_guard.RunGuard(server, lambda: roots, lambda: _installed.get("model_folders", {}))
+        guard = run_guard.RunGuard(
+            server, lambda: roots, lambda: _installed.get("model_folders", {}),
+            private=lambda: _installed.get("private", ()), code=lambda: _installed.get("code", ()),
+        )
         guard.install()
         _installed.update(guard=guard, server=server, base=base)
     return _installed["guard"], _installed["server"], _installed["base"]
@@ -437,6 +440,100 @@ class ModelGrantsAtRunTimeTest(unittest.TestCase):
             self.running("limited", lambda: read(self.p("loras/late.gguf")))
         self.server.last_prompt_id = "limited"
         self.assertEqual(read(secret), b"secret", "the host's other threads read it")
+
+
+class AuthsvcOwnFilesAndCodeTest(unittest.TestCase):
+    """No prompt of a user who does not see everything touches authsvc's own files (the store, the
+    signing secret, the sockets: reading the secret makes anyone an administrator) or changes the
+    code the host imports at its next start (custom nodes, this package), whatever path it computed."""
+
+    def setUp(self) -> None:
+        self.guard, self.server, base = guard_for_tests()
+        self.data = os.path.join(base, "user", "authsvc")
+        self.nodes = os.path.join(base, "custom_nodes")
+        shutil.rmtree(self.data, ignore_errors=True)
+        shutil.rmtree(self.nodes, ignore_errors=True)
+        os.makedirs(self.data)
+        os.makedirs(os.path.join(self.nodes, "some_pack"))
+        self.secret = os.path.join(self.data, "authsvc_secret.key")
+        with open(self.secret, "wb") as f:
+            f.write(b"the signing secret")
+        self.node = os.path.join(self.nodes, "some_pack", "__init__.py")
+        with open(self.node, "w") as f:
+            f.write("NODE_CLASS_MAPPINGS = {}\n")
+        link = os.path.join(base, "output", BOB, "key-link")
+        os.makedirs(os.path.dirname(link), exist_ok=True)
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(self.secret, link)
+        self.link = link
+        _installed["private"] = (self.data,)
+        _installed["code"] = (self.nodes,)
+        self.server.queue("bob-x", {"authsvc_folder": BOB, "authsvc_models": None})
+        self.server.queue("limited-x", {"authsvc_folder": None, "authsvc_models": {}})
+        self.server.queue("admin-1", {"authsvc_folder": None, "authsvc_models": None})
+
+    def tearDown(self) -> None:
+        self.server.last_prompt_id = "admin-1"
+        _installed.pop("private", None)
+        _installed.pop("code", None)
+
+    def running(self, prompt_id: str, fn: Callable[[], Any]) -> Any:
+        self.server.last_prompt_id = prompt_id
+        return on_worker(fn)
+
+    def test_authsvc_own_files_are_nobody_s_but_the_administrators(self) -> None:
+        base = _installed["base"]
+        rows: list[tuple[str, Callable[[], Any]]] = [
+            ("read the secret", lambda: read(self.secret)),
+            ("through a link in his own folder", lambda: read(self.link)),
+            ("spelled through another folder and ..", lambda: read(os.path.join(base, "input", "..", "user", "authsvc", "authsvc_secret.key"))),
+            ("list the data dir", lambda: os.listdir(self.data)),
+            ("overwrite the store", lambda: open(os.path.join(self.data, "authsvc.sqlite"), "wb")),
+            ("remove the secret", lambda: os.remove(self.secret)),
+            ("a native read", lambda: sys.modules["safetensors"].safe_open(self.secret)),
+            ("copy it out", lambda: shutil.copyfile(self.secret, os.path.join(base, "output", BOB, "copy.txt"))),
+        ]
+        for prompt_id in ("bob-x", "limited-x"):
+            for what, fn in rows:
+                with self.subTest(prompt_id=prompt_id, what=what):
+                    with self.assertRaises(PermissionError) as caught:
+                        self.running(prompt_id, fn)
+                    self.assertIn("authsvc's own files", str(caught.exception))
+            self.assertFalse(self.running(prompt_id, lambda: os.path.exists(self.secret)), "to a prompt, it is not there")
+        self.assertEqual(read(self.secret), b"the signing secret", "nothing changed")
+        self.assertEqual(self.running("admin-1", lambda: read(self.secret)), b"the signing secret", "an administrator's prompt is not judged")
+        self.server.last_prompt_id = "bob-x"
+        self.assertEqual(read(self.secret), b"the signing secret", "the host's other threads (the plugin itself) read it")
+
+    def test_custom_nodes_are_read_but_never_changed(self) -> None:
+        pack = os.path.join(self.nodes, "some_pack")
+        self.assertEqual(self.running("bob-x", lambda: read(self.node)), b"NODE_CLASS_MAPPINGS = {}\n", "reading a node's files is not refused")
+        self.assertIn("__init__.py", self.running("bob-x", lambda: os.listdir(pack)))
+        rows: list[tuple[str, Callable[[], Any]]] = [
+            ("open for writing", lambda: open(self.node, "w")),
+            ("open for appending", lambda: open(self.node, "a")),
+            ("open to read and write", lambda: open(self.node, "r+")),
+            ("a new file", lambda: open(os.path.join(pack, "evil.py"), "x")),
+            ("io.open", lambda: io.open(self.node, mode="wb")),
+            ("os.open for writing", lambda: os.open(self.node, os.O_WRONLY)),
+            ("os.open creating", lambda: os.open(os.path.join(pack, "evil.py"), os.O_CREAT | os.O_RDONLY)),
+            ("a new pack", lambda: os.mkdir(os.path.join(self.nodes, "evil_pack"))),
+            ("a file renamed in", lambda: os.rename(os.path.join(_installed["base"], "input", "shared.png"), os.path.join(pack, "x.py"))),
+            ("a link made in", lambda: os.symlink("/etc/passwd", os.path.join(pack, "x.py"))),
+            ("removed", lambda: os.remove(self.node)),
+            ("pathlib", lambda: pathlib.Path(pack, "evil.py").write_text("import os")),
+            ("shutil", lambda: shutil.copyfile(self.node, os.path.join(pack, "copy.py"))),
+        ]
+        for what, fn in rows:
+            with self.subTest(what=what):
+                with self.assertRaises(PermissionError) as caught:
+                    self.running("bob-x", fn)
+                self.assertIn("may not change the host's custom nodes", str(caught.exception))
+        self.assertEqual(sorted(os.listdir(pack)), ["__init__.py"])
+        self.assertEqual(read(self.node), b"NODE_CLASS_MAPPINGS = {}\n")
+        fd = self.running("admin-1", lambda: os.open(os.path.join(pack, "admins.py"), os.O_CREAT | os.O_WRONLY))
+        os.close(fd)
 
 
 if __name__ == "__main__":
