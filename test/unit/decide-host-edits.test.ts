@@ -119,8 +119,14 @@ describe('headers and query the host must never see', () => {
       assert.deepEqual(d.response_headers, { 'Content-Security-Policy': "frame-ancestors 'self'" })
     })
   }
-  it('what cannot be framed carries no frame policy: a fetch, an image, a socket, a script, and a client that names no destination', async () => {
-    for (const headers of [{ 'sec-fetch-dest': 'empty' }, { 'sec-fetch-dest': 'image' }, { 'sec-fetch-dest': 'websocket' }, { 'sec-fetch-dest': 'script' }, {}]) {
+  it('over plain HTTP to a LAN address a browser sends no Sec-Fetch-*: a request that takes HTML gets the policy', async () => {
+    for (const accept of ['text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8', 'TEXT/HTML']) {
+      const d = assertPass(await decide(w.sc, page({ accept })), accept)
+      assert.deepEqual(d.response_headers, { 'Content-Security-Policy': "frame-ancestors 'self'" }, accept)
+    }
+  })
+  it('what cannot be framed carries no frame policy: a fetch, an image, a socket, a script, and a client that names no destination and takes no HTML', async () => {
+    for (const headers of [{ 'sec-fetch-dest': 'empty' }, { 'sec-fetch-dest': 'image' }, { 'sec-fetch-dest': 'websocket' }, { 'sec-fetch-dest': 'script' }, { 'sec-fetch-dest': 'empty', accept: 'text/html' }, {}, { accept: 'application/json' }, { accept: '*/*' }]) {
       const d = assertPass(await decide(w.sc, page(headers)), JSON.stringify(headers))
       assert.equal(d.response_headers, undefined, JSON.stringify(headers))
     }

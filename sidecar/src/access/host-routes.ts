@@ -102,16 +102,20 @@ export function loadedAsCode(headers: Readonly<Record<string, string | undefined
  * A page of the host shown in a frame of another origin's page is clickjacking ground: a sibling
  * origin (another port of this host, another subdomain) is same-site, so the session cookie goes
  * with the frame's request and ComfyUI opens signed in under the other page's control. The host's
- * answer to a request a browser makes for a document or a frame carries
+ * answer to a request a browser makes for a document or a frame (or, where it sends no
+ * Sec-Fetch-Dest, one that takes HTML) carries
  * `frame-ancestors 'self'` and the origins the operator lists (`frame_ancestors`; `*`: none).
  * Other requests (fetches, images, sockets) cannot be framed and carry nothing more.
  */
 const FRAMED_DESTINATIONS = new Set(['document', 'iframe', 'frame', 'embed', 'object', 'fencedframe'])
 
 export function framePolicy(headers: Readonly<Record<string, string | undefined>>, ancestors: readonly string[]): string | null {
+  if (ancestors.includes('*')) return null
   const dest = headers['sec-fetch-dest']
-  if (dest === undefined || !FRAMED_DESTINATIONS.has(dest.toLowerCase()) || ancestors.includes('*')) return null
-  return ["frame-ancestors 'self'", ...ancestors].join(' ')
+  // a browser sends Sec-Fetch-* only to origins it trusts (HTTPS, localhost): over plain HTTP to a
+  // LAN address a frame's request says only that it takes HTML
+  const framable = dest === undefined ? /\btext\/html\b/i.test(headers.accept ?? '') : FRAMED_DESTINATIONS.has(dest.toLowerCase())
+  return framable ? ["frame-ancestors 'self'", ...ancestors].join(' ') : null
 }
 
 type Entry = HostRouteEntry & { behaviour?: HostRouteBehaviour }
