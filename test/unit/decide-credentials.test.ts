@@ -235,6 +235,20 @@ describe('expiry through the injected clock', () => {
     }
   })
 
+  it('a session whose stored last use does not parse (a mangled record) is idle, never "never idle"', async () => {
+    const sc = await openSidecar({ config: { session_idle_minutes: 60 } })
+    try {
+      const alice = await addUser(sc, 'alice', 'alice-passphrase-1')
+      const jwt = await sessionJwt(sc, alice)
+      const jti = (await sc.services.sessions.activeForUser(alice.user_id))[0].jti
+      ;(sc.services.sessions.get(jti) as { last_used_at_iso: string }).last_used_at_iso = 'not a time'
+      sc.clock.advance(61 * 60_000)
+      assertDenied(await decide(sc, at(QUEUE, { headers: bearer(jwt) })), 'TOKEN_EXPIRED')
+    } finally {
+      await sc.close()
+    }
+  })
+
   it('an API token past expire_hours → 401 TOKEN_EXPIRED', async () => {
     const sc = await openSidecar()
     try {

@@ -231,7 +231,9 @@ export class SessionService {
    */
   isIdle(record: SessionRecord, now: number): boolean {
     if (this.settings.idleMinutes <= 0) return false
-    const lastUsed = Math.max(this.lastUsed.get(record.jti) ?? 0, Date.parse(record.last_used_at_iso))
+    const stored = Date.parse(record.last_used_at_iso)
+    // a stored time that does not parse counts as the session's start of time: never as "never idle"
+    const lastUsed = Math.max(this.lastUsed.get(record.jti) ?? 0, Number.isFinite(stored) ? stored : 0)
     return now - lastUsed > this.settings.idleMinutes * 60_000
   }
 

@@ -305,7 +305,16 @@ export class Throttle {
       const username = this.usernameOrder.entries().next().value
       const evictAddress = username === undefined || (address !== undefined && address[1] <= username[1])
       const [order, oldest] = evictAddress ? [this.addressOrder, address] : [this.usernameOrder, username]
-      removals.push(this.drop(order, (oldest as [string, number])[0]))
+      const [key, writtenMs] = oldest as [string, number]
+      // the least recently written by the record itself: one another instance wrote since (a lock
+      // it set a moment ago) goes to its place, and the next oldest is evicted instead
+      const last = this.lastFailureOf(key)
+      if (last !== undefined && last > writtenMs) {
+        order.delete(key)
+        order.set(key, last)
+        continue
+      }
+      removals.push(this.drop(order, key))
     }
     return removals
   }
