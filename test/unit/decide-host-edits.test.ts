@@ -126,7 +126,8 @@ describe('headers and query the host must never see', () => {
     }
   })
   it('what cannot be framed carries no frame policy: a fetch, an image, a socket, a script, and a client that names no destination and takes no HTML', async () => {
-    for (const headers of [{ 'sec-fetch-dest': 'empty' }, { 'sec-fetch-dest': 'image' }, { 'sec-fetch-dest': 'websocket' }, { 'sec-fetch-dest': 'script' }, { 'sec-fetch-dest': 'empty', accept: 'text/html' }, {}, { accept: 'application/json' }, { accept: '*/*' }]) {
+    const noFrame: Array<Record<string, string>> = [{ 'sec-fetch-dest': 'empty' }, { 'sec-fetch-dest': 'image' }, { 'sec-fetch-dest': 'websocket' }, { 'sec-fetch-dest': 'script' }, { 'sec-fetch-dest': 'empty', accept: 'text/html' }, {}, { accept: 'application/json' }, { accept: '*/*' }]
+    for (const headers of noFrame) {
       const d = assertPass(await decide(w.sc, page(headers)), JSON.stringify(headers))
       assert.equal(d.response_headers, undefined, JSON.stringify(headers))
     }
