@@ -134,16 +134,38 @@ def _models_of(stamp: Any) -> Models:
     return out
 
 
-def _resolved(path: Any, how: str, link: Any) -> tuple[str, str] | None:
+def _sqlite_uri_path(uri: str) -> str:
+    """The file a sqlite `file:` URI opens (its authority, query and fragment dropped, escapes decoded)."""
+    from urllib.parse import unquote
+
+    rest = uri[len("file:"):].split("?", 1)[0].split("#", 1)[0]
+    if rest.startswith("//"):
+        rest = "/" + rest[2:].split("/", 1)[1] if "/" in rest[2:] else "/"
+    return unquote(rest)
+
+
+def _fd_path(fd: int) -> str:
+    """The path a descriptor was opened on (Linux: /proc/self/fd); OSError where it cannot be told."""
+    target = os.readlink(f"/proc/self/fd/{fd}")
+    if not os.path.isabs(target):
+        raise OSError(f"descriptor {fd} names no path")
+    return target
+
+
+def _resolved(path: Any, how: str, link: Any, dir_fd: Any = None) -> tuple[str, str] | None:
     """`path` as the kernel will walk it: (its absolute spelling, ``..`` kept; its real path, or
-    for a call on a link itself its folder's real path and its name); None for a descriptor, a
-    value that is not a path, or one the kernel refuses for its length."""
-    if isinstance(path, int):
-        return None  # a descriptor: judged when it was opened
+    for a call on a link itself its folder's real path and its name); a descriptor as the path it
+    was opened on, and a relative name given with a ``dir_fd`` from that folder (``shutil.rmtree``
+    walks so); None for a value that is not a path, or one the kernel refuses for its length.
+    PermissionError when a descriptor cannot be told (judged as refused, not as nothing)."""
     try:
+        if isinstance(path, int):
+            return _fd_path(path), os.path.realpath(_fd_path(path))
         text = "." if path is None else os.fsdecode(os.fspath(path))
         if len(os.fsencode(text)) >= host_paths.MAX_PATH:
             return None  # the kernel refuses it as given
+        if isinstance(dir_fd, int) and not os.path.isabs(text):
+            text = os.path.join(_fd_path(dir_fd), text)
         if how == "target" and link is not None and not os.path.isabs(text):
             text = os.path.join(os.path.dirname(os.fsdecode(os.fspath(link))), text)
         if how == "link":
@@ -151,7 +173,11 @@ def _resolved(path: Any, how: str, link: Any) -> tuple[str, str] | None:
             real = os.path.join(os.path.realpath(head), tail)
         else:
             real = os.path.realpath(text)
-    except (TypeError, ValueError, OSError):
+    except OSError as err:
+        if isinstance(path, int) or isinstance(dir_fd, int):
+            raise PermissionError(f"authsvc: a descriptor this guard cannot follow ({err})") from None
+        return None  # not a path; the call itself fails
+    except (TypeError, ValueError):
         return None  # not a path; the call itself fails
     lexical = text if os.path.isabs(text) else os.path.join(os.getcwd(), text)  # `..` kept: the kernel walks it
     return lexical, real
@@ -191,9 +217,20 @@ def _model_item(root: str, rel: str, extensions: frozenset[str] | None) -> str |
     return None
 
 
-_READS = frozenset(("os.stat", "os.lstat", "os.access", "os.chdir", "os.listdir", "os.scandir", "os.getxattr", "os.listxattr", "safetensors.safe_open", "safetensors.torch.safe_open"))
-_OPENS = frozenset(("builtins.open", "io.open", "_io.open"))
+_READS = frozenset((
+    "os.stat", "os.lstat", "os.access", "os.chdir", "os.listdir", "os.scandir", "os.getxattr", "os.listxattr",
+    "safetensors.safe_open", "safetensors.torch.safe_open", "io.open_code", "sqlite3.connect",
+))
+_OPENS = frozenset(("builtins.open", "io.open", "_io.open", "tarfile.bltn_open", "tokenize._builtin_open"))
+# what a process's /proc files give away: its environment (AUTHSVC_SECRET on a shared store), memory, arguments
+_PROCESS_SECRETS = re.compile(r"^/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/(?:environ|mem|cmdline|auxv)$")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# the keyword naming the folder descriptor a path argument is relative to (else "dir_fd")
+_DIR_FD = {
+    ("os.rename", "src"): "src_dir_fd", ("os.rename", "dst"): "dst_dir_fd",
+    ("os.replace", "src"): "src_dir_fd", ("os.replace", "dst"): "dst_dir_fd",
+    ("os.link", "src"): "src_dir_fd", ("os.link", "dst"): "dst_dir_fd",
+}
 
 
 def _writes(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -211,21 +248,49 @@ def _writes(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return name not in _READS
 
 
-def _inside_any(where: tuple[str, str], folders: Callable[[], Any]) -> bool:
-    """Whether the path (as spelled, ``..`` taken lexically, or its real path) is one of `folders` or inside one."""
-    try:
-        roots = [os.fsdecode(os.fspath(f)) for f in folders()]
-    except Exception:
-        return False
-    if not roots:
-        return False
+def _inside_any(where: tuple[str, str], roots: tuple[str, ...]) -> bool:
+    """Whether the path (as spelled, ``..`` taken lexically, or its real path) is one of `roots` or inside one."""
     lexical, real = where
     for spelled in (os.path.normpath(lexical), real):
         for root in roots:
-            for form in (os.path.abspath(root), os.path.realpath(root)):
-                if spelled == form or _below(spelled, form) is not None:
-                    return True
+            if spelled == root or _below(spelled, root) is not None:
+                return True
     return False
+
+
+def _holds_any(where: tuple[str, str], roots: tuple[str, ...]) -> bool:
+    """Whether one of `roots` is inside the path (moving or removing it moves or removes the root)."""
+    lexical, real = where
+    for spelled in (os.path.normpath(lexical), real):
+        for root in roots:
+            if _below(root, spelled) is not None:
+                return True
+    return False
+
+
+def _forms(folders: Any) -> tuple[str, ...]:
+    """Each folder as configured and as its real path; one that is not a path leaves out only itself."""
+    out: list[str] = []
+    for folder in folders:
+        try:
+            text = os.fsdecode(os.fspath(folder))
+            if text and "\0" not in text:
+                out.extend((os.path.abspath(text), os.path.realpath(text)))
+        except Exception:
+            continue
+    return tuple(dict.fromkeys(out))
+
+
+def _entries_real(folders: tuple[str, ...]) -> tuple[str, ...]:
+    """The real path of every entry of these folders (a custom node pack may be a link to elsewhere)."""
+    out: list[str] = []
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        out.extend(os.path.realpath(os.path.join(folder, n)) for n in names)
+    return tuple(dict.fromkeys(out))
 
 
 def _entry_key(entry: Any) -> Any:
@@ -247,17 +312,25 @@ class RunGuard:
     def __init__(
         self, prompt_server: Any, roots: Any, model_folders: Callable[[], Any] = dict,
         private: Callable[[], Any] = tuple, code: Callable[[], Any] = tuple,
+        host_code: Callable[[], Any] = tuple, writable: Callable[[], Any] = tuple,
     ) -> None:
         """`roots()` gives the host's input, output and temp folders (its folder_paths getters);
         `model_folders()` the host's model folders, by name: (paths, extensions), as ComfyUI's
         ``folder_paths.folder_names_and_paths`` holds them; `private()` the folders of authsvc's
         own (its data dir with the store and the signing secret, its socket folder), which no
         prompt touches; `code()` the folders the host imports code from (custom nodes, this
-        package), which no prompt changes."""
+        package), which no prompt changes; `host_code()` folders whose files the host runs or reads
+        as its configuration (ComfyUI's own folder and base folder, its user folder, Python's
+        packages), which no prompt changes outside `writable()` (the input, output, temp and model
+        folders inside them)."""
         self._server = prompt_server
         self._roots = roots
         self._private = private
         self._code = code
+        self._host_code = host_code
+        self._writable = writable
+        # resolved forms of those folders, by what they were resolved from
+        self._forms: dict[str, tuple[Any, tuple[str, ...]]] = {}
         self._model_folders = model_folders
         self._model_roots: tuple[Any, tuple[tuple[str, str, frozenset[str] | None], ...]] = (None, ())
         self._bad_folders: set[str] = set()
@@ -425,6 +498,41 @@ class RunGuard:
             self._model_roots = (key, tuple(out))
         return self._model_roots[1]
 
+    def _folder_forms(self, kind: str, given: Callable[[], Any], packs: bool = False) -> tuple[str, ...]:
+        """The resolved forms of a set of folders, again only when what they come from changed
+        (with `packs`, the real path of each entry too, again when a folder's listing changed)."""
+        try:
+            raw = tuple(given())
+            key: Any = raw
+            if packs:
+                key = (raw, tuple(os.stat(f).st_mtime_ns for f in raw if isinstance(f, str) and os.path.isdir(f)))
+        except Exception:
+            raw, key = (), None
+        cached = self._forms.get(kind)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        forms = _forms(raw)
+        if packs:
+            forms = tuple(dict.fromkeys((*forms, *_entries_real(forms))))
+        self._forms[kind] = (key, forms)
+        return forms
+
+    def _refusal(self, where: tuple[str, str], writes: bool) -> str | None:
+        """Why no judged prompt may make this call on this path, or None."""
+        private = self._folder_forms("private", self._private)
+        if _inside_any(where, private) or (writes and _holds_any(where, private)):
+            return "may not use authsvc's own files"
+        if any(_PROCESS_SECRETS.match(p) for p in (os.path.normpath(where[0]), where[1])):
+            return "may not read a process's environment or memory"
+        if writes:
+            code = self._folder_forms("code", self._code, packs=True)
+            if _inside_any(where, code) or _holds_any(where, code):
+                return "may not change the host's custom nodes"
+            host = self._folder_forms("host_code", self._host_code)
+            if (_inside_any(where, host) and not _inside_any(where, self._folder_forms("writable", self._writable))) or _holds_any(where, host):
+                return "may not change the host's code or configuration"
+        return None
+
     def check(self, name: str, paths: tuple[tuple[int, str, str], ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Before a guarded call on the worker thread: PermissionError for a path in another's
         folder, or one that names a model not granted to the prompt's owner."""
@@ -437,18 +545,19 @@ class RunGuard:
                 return  # a prompt of someone who sees everything
             given = [args[position] if position < len(args) else kwargs.get(keyword) for position, keyword, _ in paths]
             writes = _writes(name, args, kwargs)
-            for (_, _, how), path in zip(paths, given):
+            for (_, keyword, how), path in zip(paths, given):
                 if path is None and how != "follow":
                     continue
-                where = _resolved(path, how, given[-1])
+                if name == "sqlite3.connect" and isinstance(path, str) and path.startswith("file:"):
+                    path = _sqlite_uri_path(path)  # `file:/x/store?mode=ro` opens /x/store
+                where = _resolved(path, how, given[-1], kwargs.get(_DIR_FD.get((name, keyword), "dir_fd")))
                 if where is None:
                     continue
-                # authsvc's own files: the signing secret and the store would make anyone an administrator
-                if _inside_any(where, self._private):
-                    raise PermissionError(f"authsvc: this prompt may not use authsvc's own files ({name})")
-                # code the host imports at its next start (and pickles it loads): a change is a way in for anyone
-                if writes and _inside_any(where, self._code):
-                    raise PermissionError(f"authsvc: this prompt may not change the host's custom nodes ({name})")
+                # authsvc's own files (the signing secret and the store would make anyone an
+                # administrator), code the host runs at its next start: no judged prompt's
+                refusal = self._refusal(where, writes)
+                if refusal is not None:
+                    raise PermissionError(f"authsvc: this prompt {refusal} ({name})")
                 if own is not None and self._other_folder(where, own) is not None:
                     raise PermissionError(f"authsvc: this prompt may not use another user's files ({name})")
                 if models is not None:
@@ -470,6 +579,13 @@ class RunGuard:
         # `safetensors.safe_open`; `safetensors.torch.load_file` looks up its module's `safe_open`),
         # when loaded by now (the host imports them at start, before any prompt)
         native = tuple((module, "safe_open", ((0, "filename", "follow"),)) for module in (sys.modules.get("safetensors"), sys.modules.get("safetensors.torch")) if module is not None)
+        # openers modules took a copy of at import (`bltn_open = open`), and sqlite's own open
+        captured = tuple(
+            (module, attr, ((0, keyword, "follow"),))
+            for module_name, attr, keyword in (("tarfile", "bltn_open", "file"), ("tokenize", "_builtin_open", "file"), ("sqlite3", "connect", "database"))
+            if (module := sys.modules.get(module_name)) is not None
+        )
+        native = (*native, *captured, (io, "open_code", ((0, "path", "follow"),)))
         for module, name, paths in (*GUARDED, *native):
             original = getattr(module, name, None)
             if callable(original) and getattr(original, "__authsvc_guarded__", False) is not True:
@@ -505,6 +621,8 @@ def install(prompt_server: Any, private: tuple[str, ...] = (), package_root: str
         lambda: getattr(folder_paths, "folder_names_and_paths", {}),
         private=lambda: private,
         code=lambda: (*_custom_node_folders(folder_paths), *((package_root,) if package_root else ())),
+        host_code=lambda: _host_code(folder_paths),
+        writable=lambda: _writable(folder_paths),
     )
     guard.install()
     return guard
@@ -515,3 +633,43 @@ def _custom_node_folders(folder_paths: Any) -> tuple[str, ...]:
         return tuple(folder_paths.get_folder_paths("custom_nodes"))
     except Exception:
         return ()
+
+
+def _host_code(folder_paths: Any) -> tuple[str, ...]:
+    """ComfyUI's own folder (its code, `extra_model_paths.yaml`), its base folder, its user folder
+    (startup scripts of other packages, everyone's settings) and Python's package folders (`.pth`)."""
+    import site
+
+    out: list[str] = [os.path.dirname(os.path.abspath(getattr(folder_paths, "__file__", "") or "."))]
+    for getter in ("base_path",):
+        value = getattr(folder_paths, getter, None)
+        if isinstance(value, str):
+            out.append(value)
+    try:
+        out.append(folder_paths.get_user_directory())
+    except Exception:
+        pass
+    try:
+        out.extend(site.getsitepackages())
+        out.append(site.getusersitepackages())
+    except Exception:
+        pass
+    return tuple(out)
+
+
+def _writable(folder_paths: Any) -> tuple[str, ...]:
+    """Where a prompt writes inside the host's folders: input, output, temp and the model folders
+    (first-use downloads), but never a model folder inside a custom nodes folder's reach."""
+    out: list[str] = []
+    for getter in ("get_input_directory", "get_output_directory", "get_temp_directory"):
+        try:
+            out.append(getattr(folder_paths, getter)())
+        except Exception:
+            pass
+    try:
+        for name, entry in list(getattr(folder_paths, "folder_names_and_paths", {}).items()):
+            if name != "custom_nodes":
+                out.extend(entry[0])
+    except Exception:
+        pass
+    return tuple(out)

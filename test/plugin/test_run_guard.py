@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import glob
 import io
+import sqlite3  # noqa: F401 - loaded before the guard, as in the host
+import tarfile  # noqa: F401
 import os
 import pathlib
 import shutil
@@ -78,6 +80,7 @@ def guard_for_tests() -> tuple[Any, Server, str]:
         guard = run_guard.RunGuard(
             server, lambda: roots, lambda: _installed.get("model_folders", {}),
             private=lambda: _installed.get("private", ()), code=lambda: _installed.get("code", ()),
+            host_code=lambda: _installed.get("host_code", ()), writable=lambda: _installed.get("writable", ()),
         )
         guard.install()
         _installed.update(guard=guard, server=server, base=base)
@@ -469,14 +472,23 @@ class AuthsvcOwnFilesAndCodeTest(unittest.TestCase):
         self.link = link
         _installed["private"] = (self.data,)
         _installed["code"] = (self.nodes,)
+        # the host's own folder (its code, extra_model_paths.yaml) with its writable folders inside
+        _installed["host_code"] = (base,)
+        _installed["writable"] = tuple(os.path.join(base, t) for t in ("input", "output", "temp", "models"))
+        os.makedirs(os.path.join(base, "models", "loras"), exist_ok=True)
+        # a pack that is a link to elsewhere
+        self.elsewhere = os.path.join(base, "elsewhere_pack")
+        shutil.rmtree(self.elsewhere, ignore_errors=True)
+        os.makedirs(self.elsewhere)
+        os.symlink(self.elsewhere, os.path.join(self.nodes, "linked_pack"))
         self.server.queue("bob-x", {"authsvc_folder": BOB, "authsvc_models": None})
         self.server.queue("limited-x", {"authsvc_folder": None, "authsvc_models": {}})
         self.server.queue("admin-1", {"authsvc_folder": None, "authsvc_models": None})
 
     def tearDown(self) -> None:
         self.server.last_prompt_id = "admin-1"
-        _installed.pop("private", None)
-        _installed.pop("code", None)
+        for key in ("private", "code", "host_code", "writable"):
+            _installed.pop(key, None)
 
     def running(self, prompt_id: str, fn: Callable[[], Any]) -> Any:
         self.server.last_prompt_id = prompt_id
@@ -493,6 +505,11 @@ class AuthsvcOwnFilesAndCodeTest(unittest.TestCase):
             ("remove the secret", lambda: os.remove(self.secret)),
             ("a native read", lambda: sys.modules["safetensors"].safe_open(self.secret)),
             ("copy it out", lambda: shutil.copyfile(self.secret, os.path.join(base, "output", BOB, "copy.txt"))),
+            ("relative to a descriptor of its parent", lambda: os.open("authsvc/authsvc_secret.key", os.O_RDONLY, dir_fd=os.open(os.path.join(base, "user"), os.O_RDONLY))),
+            ("its parent moved away, to read it there", lambda: os.rename(os.path.join(base, "user"), os.path.join(base, "output", BOB, "moved"))),
+            ("its parent removed", lambda: shutil.rmtree(os.path.join(base, "user"))),
+            ("the store opened by sqlite", lambda: sys.modules["sqlite3"].connect(os.path.join(self.data, "authsvc.sqlite"))),
+            ("the store by a file: URI", lambda: sys.modules["sqlite3"].connect(f"file:{self.data}/authsvc.sqlite?mode=ro", uri=True)),
         ]
         for prompt_id in ("bob-x", "limited-x"):
             for what, fn in rows:
@@ -524,6 +541,11 @@ class AuthsvcOwnFilesAndCodeTest(unittest.TestCase):
             ("removed", lambda: os.remove(self.node)),
             ("pathlib", lambda: pathlib.Path(pack, "evil.py").write_text("import os")),
             ("shutil", lambda: shutil.copyfile(self.node, os.path.join(pack, "copy.py"))),
+            ("relative to a descriptor of the folder", lambda: os.open("evil2.py", os.O_CREAT | os.O_WRONLY, dir_fd=os.open(pack, os.O_RDONLY))),
+            ("the folder removed, the way rmtree walks it", lambda: shutil.rmtree(pack)),
+            ("the folder moved away", lambda: os.rename(self.nodes, os.path.join(_installed["base"], "output", BOB, "nodes"))),
+            ("a pack that is a link, through its real path", lambda: open(os.path.join(self.elsewhere, "__init__.py"), "w")),
+            ("an archive extracted into it", lambda: self.extract_into(pack)),
         ]
         for what, fn in rows:
             with self.subTest(what=what):
@@ -534,6 +556,41 @@ class AuthsvcOwnFilesAndCodeTest(unittest.TestCase):
         self.assertEqual(read(self.node), b"NODE_CLASS_MAPPINGS = {}\n")
         fd = self.running("admin-1", lambda: os.open(os.path.join(pack, "admins.py"), os.O_CREAT | os.O_WRONLY))
         os.close(fd)
+
+    def extract_into(self, folder: str) -> None:
+        import tarfile
+
+        archive = os.path.join(_installed["base"], "output", BOB, "pack.tar")
+        with tarfile.open(archive, "w") as tar:
+            tar.add(self.node, arcname="evil.py")
+        with tarfile.open(archive) as tar:
+            tar.extractall(folder)
+
+    def test_the_host_s_code_and_configuration_are_never_changed_its_data_folders_are_written(self) -> None:
+        base = _installed["base"]
+        for what, fn in (
+            ("extra_model_paths.yaml (a custom_nodes entry pointing at his folder)", lambda: open(os.path.join(base, "extra_model_paths.yaml"), "w")),
+            ("a file of the host's code", lambda: open(os.path.join(base, "main.py"), "a")),
+            ("the user folder (other packages' startup scripts)", lambda: os.makedirs(os.path.join(base, "user", "default", "startup-scripts"))),
+        ):
+            with self.subTest(what=what), self.assertRaises(PermissionError) as caught:
+                self.running("bob-x", fn)
+            self.assertIn("may not change the host's code or configuration", str(caught.exception))
+        self.assertFalse(os.path.exists(os.path.join(base, "extra_model_paths.yaml")))
+        # its data folders: his own outputs, a first-use download into a model folder
+        def writes() -> None:
+            with open(os.path.join(base, "output", BOB, "mine.txt"), "w") as f:
+                f.write("ok")
+            with open(os.path.join(base, "models", "loras", "downloaded.bin"), "wb") as f:
+                f.write(b"weights")
+        self.running("bob-x", writes)
+        self.assertTrue(os.path.exists(os.path.join(base, "models", "loras", "downloaded.bin")))
+
+    def test_a_process_s_environment_and_memory_are_not_read(self) -> None:
+        for path in ("/proc/self/environ", f"/proc/{os.getpid()}/environ", "/proc/thread-self/environ", "/proc/self/mem", "/proc/self/cmdline"):
+            with self.subTest(path=path), self.assertRaises(PermissionError):
+                self.running("bob-x", lambda: read(path))
+        self.assertIn(b"MemTotal", self.running("bob-x", lambda: read("/proc/meminfo")), "what psutil reads stays readable")
 
 
 if __name__ == "__main__":
