@@ -138,7 +138,7 @@ def _sqlite_uri_path(uri: str) -> str:
     """The file a sqlite `file:` URI opens (its authority, query and fragment dropped, escapes decoded)."""
     from urllib.parse import unquote
 
-    rest = uri[len("file:"):].split("?", 1)[0].split("#", 1)[0]
+    rest = uri[len("file:"):].split("?", 1)[0].split("#", 1)[0].split("%00", 1)[0]
     if rest.startswith("//"):
         rest = "/" + rest[2:].split("/", 1)[1] if "/" in rest[2:] else "/"
     return unquote(rest)
@@ -160,7 +160,11 @@ def _resolved(path: Any, how: str, link: Any, dir_fd: Any = None) -> tuple[str, 
     PermissionError when a descriptor cannot be told (judged as refused, not as nothing)."""
     try:
         if isinstance(path, int):
-            return _fd_path(path), os.path.realpath(_fd_path(path))
+            try:
+                target = _fd_path(path)
+            except OSError:
+                return None  # a pipe, a socket, or no /proc: judged when it was opened, if by a path
+            return target, os.path.realpath(target)
         text = "." if path is None else os.fsdecode(os.fspath(path))
         if len(os.fsencode(text)) >= host_paths.MAX_PATH:
             return None  # the kernel refuses it as given
@@ -186,6 +190,10 @@ def _resolved(path: Any, how: str, link: Any, dir_fd: Any = None) -> tuple[str, 
 def _below(path: str, root: str) -> str | None:
     """`path` relative to `root` with `/`, when strictly inside it (without case where the host's
     names have none); else None."""
+    if root.endswith(os.sep):
+        root = root.rstrip(os.sep)  # "/" itself: every absolute path but "/" is inside it
+        if not root:
+            return path[1:].replace(os.sep, "/") if len(path) > 1 and path[0] == os.sep else None
     n = len(root)
     if len(path) <= n + 1 or path[n] != os.sep:
         return None
@@ -219,11 +227,11 @@ def _model_item(root: str, rel: str, extensions: frozenset[str] | None) -> str |
 
 _READS = frozenset((
     "os.stat", "os.lstat", "os.access", "os.chdir", "os.listdir", "os.scandir", "os.getxattr", "os.listxattr",
-    "safetensors.safe_open", "safetensors.torch.safe_open", "io.open_code", "sqlite3.connect",
+    "safetensors.safe_open", "safetensors.torch.safe_open", "io.open_code",
 ))
 _OPENS = frozenset(("builtins.open", "io.open", "_io.open", "tarfile.bltn_open", "tokenize._builtin_open"))
-# what a process's /proc files give away: its environment (AUTHSVC_SECRET on a shared store), memory, arguments
-_PROCESS_SECRETS = re.compile(r"^/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/(?:environ|mem|cmdline|auxv)$")
+# what a process's /proc files give away: its environment (AUTHSVC_SECRET on a shared store), its memory
+_PROCESS_SECRETS = re.compile(r"^/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/(?:environ|mem)$")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 # the keyword naming the folder descriptor a path argument is relative to (else "dir_fd")
 _DIR_FD = {
@@ -237,6 +245,11 @@ def _writes(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether a guarded call can change what it names: an open for writing, or any call but the
     reads (stat, access, listing, attributes read, a native read)."""
     try:
+        if name == "sqlite3.connect":
+            # creates and writes its file unless opened read-only (a `file:` URI's mode=ro or immutable=1)
+            database = os.fsdecode(os.fspath(args[0] if args else kwargs.get("database", "")))
+            query = database.split("?", 1)[1] if database.startswith("file:") and "?" in database else ""
+            return not re.search(r"(?:^|&)(?:mode=ro|immutable=1)(?:&|$)", query)
         if name in _OPENS:
             mode = args[1] if len(args) > 1 else kwargs.get("mode", "r")
             return not isinstance(mode, str) or any(c in mode for c in "wax+")
@@ -266,6 +279,20 @@ def _holds_any(where: tuple[str, str], roots: tuple[str, ...]) -> bool:
             if _below(root, spelled) is not None:
                 return True
     return False
+
+
+def _unexempt(where: tuple[str, str], roots: tuple[str, ...], exempt: tuple[str, ...]) -> bool:
+    """Whether a spelling of the path (as spelled, or its real path) is inside `roots` and that same
+    spelling is not inside `exempt` (a link in an exempt folder does not exempt where it leads)."""
+    lexical, real = where
+    for spelled in (os.path.normpath(lexical), real):
+        if _inside_any((spelled, spelled), roots) and not _inside_any((spelled, spelled), exempt):
+            return True
+    return False
+
+
+# the calls that move or remove what they name (and so a folder holding a protected one)
+_MOVES = frozenset(("os.rename", "os.replace", "os.remove", "os.unlink", "os.rmdir"))
 
 
 def _forms(folders: Any) -> tuple[str, ...]:
@@ -501,35 +528,37 @@ class RunGuard:
     def _folder_forms(self, kind: str, given: Callable[[], Any], packs: bool = False) -> tuple[str, ...]:
         """The resolved forms of a set of folders, again only when what they come from changed
         (with `packs`, the real path of each entry too, again when a folder's listing changed)."""
+        cached = self._forms.get(kind)
         try:
             raw = tuple(given())
             key: Any = raw
             if packs:
                 key = (raw, tuple(os.stat(f).st_mtime_ns for f in raw if isinstance(f, str) and os.path.isdir(f)))
         except Exception:
-            raw, key = (), None
-        cached = self._forms.get(kind)
+            # the folders cannot be read now: the last ones read stand (never none at all)
+            return cached[1] if cached is not None else ()
         if cached is not None and cached[0] == key:
             return cached[1]
         forms = _forms(raw)
         if packs:
-            forms = tuple(dict.fromkeys((*forms, *_entries_real(forms))))
+            # only the packs that lead elsewhere: the others are inside a folder already listed
+            forms = tuple(dict.fromkeys((*forms, *(r for r in _entries_real(forms) if not _inside_any((r, r), forms)))))
         self._forms[kind] = (key, forms)
         return forms
 
-    def _refusal(self, where: tuple[str, str], writes: bool) -> str | None:
+    def _refusal(self, where: tuple[str, str], writes: bool, moves: bool = True) -> str | None:
         """Why no judged prompt may make this call on this path, or None."""
         private = self._folder_forms("private", self._private)
-        if _inside_any(where, private) or (writes and _holds_any(where, private)):
+        if _inside_any(where, private) or (moves and _holds_any(where, private)):
             return "may not use authsvc's own files"
         if any(_PROCESS_SECRETS.match(p) for p in (os.path.normpath(where[0]), where[1])):
             return "may not read a process's environment or memory"
         if writes:
             code = self._folder_forms("code", self._code, packs=True)
-            if _inside_any(where, code) or _holds_any(where, code):
+            if _inside_any(where, code) or (moves and _holds_any(where, code)):
                 return "may not change the host's custom nodes"
             host = self._folder_forms("host_code", self._host_code)
-            if (_inside_any(where, host) and not _inside_any(where, self._folder_forms("writable", self._writable))) or _holds_any(where, host):
+            if _unexempt(where, host, self._folder_forms("writable", self._writable)) or (moves and _holds_any(where, host)):
                 return "may not change the host's code or configuration"
         return None
 
@@ -548,14 +577,22 @@ class RunGuard:
             for (_, keyword, how), path in zip(paths, given):
                 if path is None and how != "follow":
                     continue
-                if name == "sqlite3.connect" and isinstance(path, str) and path.startswith("file:"):
-                    path = _sqlite_uri_path(path)  # `file:/x/store?mode=ro` opens /x/store
+                if name == "sqlite3.connect" and path is not None and not isinstance(path, int):
+                    try:
+                        text = os.fsdecode(os.fspath(path))
+                    except Exception:
+                        text = ""
+                    if text.startswith("file:"):
+                        path = _sqlite_uri_path(text)  # `file:/x/store?mode=ro` opens /x/store
                 where = _resolved(path, how, given[-1], kwargs.get(_DIR_FD.get((name, keyword), "dir_fd")))
                 if where is None:
                     continue
                 # authsvc's own files (the signing secret and the store would make anyone an
                 # administrator), code the host runs at its next start: no judged prompt's
-                refusal = self._refusal(where, writes)
+                # an existing folder is not made again: the call raises FileExistsError (what
+                # `os.makedirs(exist_ok=True)` and `except FileExistsError` expect), nothing changes
+                changes = writes and not (name == "os.mkdir" and os.path.lexists(where[1]))
+                refusal = self._refusal(where, changes, changes and name in _MOVES)
                 if refusal is not None:
                     raise PermissionError(f"authsvc: this prompt {refusal} ({name})")
                 if own is not None and self._other_folder(where, own) is not None:
@@ -649,11 +686,11 @@ def _host_code(folder_paths: Any) -> tuple[str, ...]:
         out.append(folder_paths.get_user_directory())
     except Exception:
         pass
-    try:
-        out.extend(site.getsitepackages())
-        out.append(site.getusersitepackages())
-    except Exception:
-        pass
+    for getter in (site.getsitepackages, lambda: [site.getusersitepackages()]):
+        try:
+            out.extend(getter())
+        except Exception:
+            pass
     return tuple(out)
 
 
@@ -672,4 +709,7 @@ def _writable(folder_paths: Any) -> tuple[str, ...]:
                 out.extend(entry[0])
     except Exception:
         pass
+    models_dir = getattr(folder_paths, "models_dir", None)
+    if isinstance(models_dir, str):
+        out.append(models_dir)  # first-use downloads into a folder no pack registered (models/LLM, models/insightface)
     return tuple(out)

@@ -587,10 +587,57 @@ class AuthsvcOwnFilesAndCodeTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(base, "models", "loras", "downloaded.bin")))
 
     def test_a_process_s_environment_and_memory_are_not_read(self) -> None:
-        for path in ("/proc/self/environ", f"/proc/{os.getpid()}/environ", "/proc/thread-self/environ", "/proc/self/mem", "/proc/self/cmdline"):
+        for path in ("/proc/self/environ", f"/proc/{os.getpid()}/environ", "/proc/thread-self/environ", "/proc/self/mem"):
             with self.subTest(path=path), self.assertRaises(PermissionError):
                 self.running("bob-x", lambda: read(path))
         self.assertIn(b"MemTotal", self.running("bob-x", lambda: read("/proc/meminfo")), "what psutil reads stays readable")
+        self.assertTrue(self.running("bob-x", lambda: read("/proc/self/cmdline")), "and a process's arguments (psutil's cmdline)")
+
+    def test_what_a_prompt_does_legitimately_still_works(self) -> None:
+        import subprocess
+        import tempfile
+
+        base = _installed["base"]
+        # pipes: a descriptor that names no path (subprocess opens its pipes with io.open(fd))
+        self.assertEqual(self.running("bob-x", lambda: subprocess.run(["echo", "hi"], capture_output=True).stdout), b"hi\n")
+        # a temporary file where a protected folder lives below (the socket folder in /tmp)
+        _installed["private"] = (self.data, os.path.join(tempfile.gettempdir(), "authsvc-test-sockets"))
+        with self.running("bob-x", lambda: tempfile.TemporaryFile()) as f:
+            f.write(b"x")
+        # a first-use download into a model folder no pack registered
+        _installed["writable"] = (*_installed["writable"], os.path.join(base, "models"))
+        self.running("bob-x", lambda: os.makedirs(os.path.join(base, "models", "insightface", "buffalo_l"), exist_ok=True))
+        # an existing folder made again: FileExistsError, as code that catches it expects
+        with self.assertRaises(FileExistsError):
+            self.running("bob-x", lambda: os.mkdir(base))
+        # sqlite in memory, and a read-only open of his own file
+        self.assertEqual(self.running("bob-x", lambda: sys.modules["sqlite3"].connect(":memory:").execute("select 1").fetchone()), (1,))
+
+    def test_a_link_in_a_writable_folder_does_not_exempt_where_it_leads(self) -> None:
+        base = _installed["base"]
+        out = os.path.join(base, "output", BOB)
+        for name, target in (("root", "/"), ("up", "../../../../../../../..")):
+            link = os.path.join(out, name)
+            if os.path.lexists(link):
+                os.remove(link)
+            self.running("bob-x", lambda: os.symlink(target, link))
+            with self.subTest(target=target), self.assertRaises(PermissionError):
+                self.running("bob-x", lambda: open(link + os.path.join(base, "extra_model_paths.yaml"), "w"))
+        self.assertFalse(os.path.exists(os.path.join(base, "extra_model_paths.yaml")))
+
+    def test_sqlite_spellings_of_the_store(self) -> None:
+        db = os.path.join(self.data, "authsvc.sqlite")
+        sqlite3 = sys.modules["sqlite3"]
+        for what, fn in (
+            ("%00 ends the path for sqlite", lambda: sqlite3.connect(f"file:{db}%00x?mode=ro", uri=True)),
+            ("a bytes URI", lambda: sqlite3.connect(os.fsencode(f"file:{db}?mode=ro"), uri=True)),
+            ("a PathLike URI", lambda: sqlite3.connect(pathlib.Path(f"file:{db}?mode=ro"), uri=True)),
+        ):
+            with self.subTest(what=what), self.assertRaises(PermissionError):
+                self.running("bob-x", fn)
+        with self.assertRaises(PermissionError) as caught:
+            self.running("bob-x", lambda: sqlite3.connect(os.path.join(self.nodes, "some_pack", "x.db")))
+        self.assertIn("custom nodes", str(caught.exception), "a new database is a write")
 
 
 if __name__ == "__main__":
