@@ -352,10 +352,15 @@ export async function startDownloadStandins(): Promise<DownloadStandins> {
     publishedSha256: published,
     trueSha256: trueSha,
     async close() {
+      // every listener stops taking connections first, then every connection goes, a late one too
+      // (a sidecar's transfer thread may still be connecting as the test ends): server.close waits
+      // for open connections, so one that came after a first sweep would hold the test file open
+      const closed = [civ, hf, cdn].map((s) => new Promise((r) => s.server.close(r)))
       for (const s of [civ, hf, cdn]) {
         for (const socket of s.sockets) socket.destroy()
-        await new Promise((r) => s.server.close(r))
+        s.server.closeAllConnections()
       }
+      await Promise.all(closed)
     },
   }
 }
