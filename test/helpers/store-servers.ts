@@ -79,9 +79,26 @@ export function postgresSkipReason(): string | false {
   return false
 }
 
+/**
+ * Starts a server on a port `freePort` found, another one while the server exits before it listens:
+ * the port is free when found, not when the server binds it, and test files run side by side.
+ */
+async function onAFreePort(first: number, start: (port: number) => Promise<void>): Promise<number> {
+  let port = first
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await start(port)
+      return port
+    } catch (err) {
+      if (attempt >= 5 || !(err instanceof Error) || !/exited with \d+ before listening/.test(err.message)) throw err
+      port = await freePort()
+    }
+  }
+}
+
 export async function startRedis(): Promise<StoreServer> {
   const dir = mkdtempSync(join(tmpdir(), 'as-redis-'))
-  const port = await freePort()
+  let port = await freePort()
   let child: ChildProcess
   const start = async () => {
     child = spawn(REDIS, ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--protected-mode', 'no'], {
@@ -89,7 +106,10 @@ export async function startRedis(): Promise<StoreServer> {
     })
     await waitForPort(port, child, 'redis-server')
   }
-  await start()
+  port = await onAFreePort(port, async (p) => {
+    port = p
+    await start()
+  })
   return {
     url: `redis://127.0.0.1:${port}`,
     port,
@@ -122,7 +142,7 @@ export async function startPostgres(): Promise<StoreServer> {
   const [initCmd, initArgs] = asPostgres(join(bin, 'initdb'), ['-D', data, '-A', 'trust', '-U', 'authsvc', '--no-sync', '-E', 'UTF8'])
   const init = spawnSync(initCmd, [...initArgs], { encoding: 'utf8' })
   if (init.status !== 0) throw new Error(`initdb failed: ${init.stderr}`)
-  const port = await freePort()
+  let port = await freePort()
   let child: ChildProcess
   const start = async () => {
     const [cmd, args] = asPostgres(join(bin, 'postgres'), ['-D', data, '-p', String(port), '-k', dir, '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=off', '-c', 'max_connections=200'])
@@ -137,7 +157,10 @@ export async function startPostgres(): Promise<StoreServer> {
       await new Promise((r) => setTimeout(r, 100))
     }
   }
-  await start()
+  port = await onAFreePort(port, async (p) => {
+    port = p
+    await start()
+  })
   // the postmaster's own id (runuser is its parent), from its lock file; its backends are its children
   const postmaster = () => Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0])
   const processes = () => {

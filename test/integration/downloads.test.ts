@@ -630,7 +630,14 @@ interface SharedStoreRow {
 
 /** A row with the stand-ins and one real Redis: two or more sidecars on one shared store. */
 async function onSharedStore(row: (r: SharedStoreRow) => Promise<void>): Promise<void> {
-  const [src, redis] = await Promise.all([startDownloadStandins(), startRedis()])
+  // both started, or neither left running: a stand-in left open holds the test file open for ever
+  const [started, stored] = await Promise.allSettled([startDownloadStandins(), startRedis()])
+  if (started.status === 'rejected' || stored.status === 'rejected') {
+    if (started.status === 'fulfilled') await started.value.close()
+    if (stored.status === 'fulfilled') await stored.value.stop()
+    throw started.status === 'rejected' ? started.reason : (stored as PromiseRejectedResult).reason
+  }
+  const [src, redis] = [started.value, stored.value]
   const config = { backend: 'redis', redis_url: redis.url }
   const open = new Set<Sidecar>()
   try {
