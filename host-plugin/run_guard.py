@@ -367,7 +367,6 @@ class RunGuard:
         self._lock = threading.Lock()
         self._worker: int | None = None
         self._busy = threading.local()
-        self._real_roots: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
         self._guarding = False
         self._running: str | None = None
 
@@ -433,12 +432,8 @@ class RunGuard:
         return threading.get_ident() == self._worker
 
     def _roots_real(self) -> tuple[str, ...]:
-        raw = tuple(self._roots())
-        if raw != self._real_roots[0]:
-            given = [r for r in raw if isinstance(r, str) and r]
-            # real paths, and the folders as configured (a lexical walk meets those when one is a link)
-            self._real_roots = (raw, tuple(dict.fromkeys([*(os.path.realpath(r) for r in given), *(os.path.abspath(r) for r in given)])))
-        return self._real_roots[1]
+        # real paths, and the folders as configured (a lexical walk meets those when one is a link)
+        return self._folder_forms("roots", self._roots)
 
     def refused(self, path: Any, own: str, how: str = "follow", link: Any = None) -> str | None:
         """The per-user folder `path` lands in or passes through when it is not `own`, else None."""
@@ -652,13 +647,14 @@ def install(prompt_server: Any, private: tuple[str, ...] = (), package_root: str
     if folder_paths is None or not callable(getattr(queue, "put", None)) or not callable(getattr(queue, "get", None)):
         log.warning("authsvc: this host has no folder_paths or prompt queue; names computed while a prompt runs are not judged")
         return None
+    host_code = _host_code(folder_paths)  # fixed once the host runs: taken once, not on every write
     guard = RunGuard(
         prompt_server,
         lambda: (folder_paths.get_input_directory(), folder_paths.get_output_directory(), folder_paths.get_temp_directory()),
         lambda: getattr(folder_paths, "folder_names_and_paths", {}),
         private=lambda: private,
         code=lambda: (*_custom_node_folders(folder_paths), *((package_root,) if package_root else ())),
-        host_code=lambda: _host_code(folder_paths),
+        host_code=lambda: host_code,
         writable=lambda: _writable(folder_paths),
     )
     guard.install()
