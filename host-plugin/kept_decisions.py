@@ -11,9 +11,12 @@ Guarantees:
   the sidecar again in the background, and that answer replaces it or ends it;
 - a decision made on a file (``cache.file``: ``GET /view``, decided on the file the host will
   open) answers only while that path still names the very same file in the same state
-  (``file_stamp``: device, inode, size, mtime, ctime); at most one ``stat`` of a path per turn of
-  the loop, taken after every request decided with it was read, and any failure to read it is no
-  reuse;
+  (``file_stamp``: device, inode, size, mtime, ctime). Where the kernel can watch it (Linux's
+  inotify, file_watch.py), the file and every folder on the way to it are watched before its
+  stamp is read once, when the decision is kept; a change to any of them ends the decision as the
+  loop hears it, before any request sent after the change is decided, and a reuse costs no
+  system call. Elsewhere, at most one ``stat`` of a path per turn of the loop, taken after every
+  request decided with it was read. Any failure to read the file is no reuse;
 - bounded: at most ``_KEPT_MAX`` descriptions holding ``_KEPT_SIZE_MAX`` characters together, none
   longer than ``_KEPT_DESCRIPTION_MAX``; the least recently kept goes first.
 
@@ -27,6 +30,7 @@ import os
 import time
 from typing import Any, Callable
 
+from .file_watch import FileWatch
 from .host_paths import file_stamp
 
 # Read at each use, so a test may lower them.
@@ -54,9 +58,13 @@ def _file_condition(cache: dict[str, Any]) -> tuple[str, str] | None | bool:
 class KeptDecisions:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        # answer, the time it ends, the characters of its description, the file it was decided on
-        # and the time from which it is asked again in the background
-        self._entries: dict[tuple[Any, ...], tuple[dict[str, Any], float, int, tuple[str, str] | None, float]] = {}
+        # answer, the time it ends, the characters of its description, the file it was decided on,
+        # the time from which it is asked again in the background, and the watched paths that file
+        # depends on (None: not watched, its stamp is read at each use)
+        self._entries: dict[tuple[Any, ...], tuple[dict[str, Any], float, int, tuple[str, str] | None, float, tuple[str, ...] | None]] = {}
+        # the kept decisions on a watched file, by each path a change of which ends them
+        self._by_dependency: dict[str, set[tuple[Any, ...]]] = {}
+        self._watch = FileWatch(self._changed)
         self._size = 0  # characters of the descriptions held
         # file stamps read in this turn of the loop, by path (_stamp_now)
         self._stamps: dict[str, str] = {}
@@ -73,7 +81,8 @@ class KeptDecisions:
             return None
         condition = entry[3]
         # the file the decision was made on, still there and unchanged under the path the host opens
-        if condition is not None and self._stamp_now(condition[0]) != condition[1]:
+        # (watched: any change to it has ended this entry already)
+        if condition is not None and entry[5] is None and self._stamp_now(condition[0]) != condition[1]:
             return None
         return entry[0]
 
@@ -91,10 +100,7 @@ class KeptDecisions:
         stamp = stamps.get(path)
         if stamp is not None:
             return stamp
-        try:
-            stamp = file_stamp(os.stat(path))
-        except (OSError, ValueError):
-            stamp = ""
+        stamp = self._stamp_of(path)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -103,6 +109,14 @@ class KeptDecisions:
             loop.call_soon(stamps.clear)
         stamps[path] = stamp
         return stamp
+
+    @staticmethod
+    def _stamp_of(path: str) -> str:
+        """The stamp of the file at ``path`` now; "" (no stamp) when it cannot be read."""
+        try:
+            return file_stamp(os.stat(path))
+        except (OSError, ValueError):
+            return ""
 
     def keep(self, fields: tuple[Any, ...], size: int, answer: dict[str, Any]) -> bool:
         """Keeps the sidecar's answer for this description when its ``cache`` field allows; whether it did."""
@@ -124,12 +138,30 @@ class KeptDecisions:
         if spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("memo"), str)):
             return False
         self.drop(fields)
+        watched = None
+        if condition:
+            # watched first, then read once: a change after the read is heard; one before it, seen
+            watched = self._watch.watch(condition[0])
+            if watched is not None and self._stamp_of(condition[0]) != condition[1]:
+                return False  # the file changed since the sidecar decided on it
         while self._entries and (len(self._entries) >= _KEPT_MAX or self._size + size > _KEPT_SIZE_MAX):
             self.drop(next(iter(self._entries)))
         now = self._clock()
-        self._entries[fields] = (answer, now + ms / 1000, size, condition or None, now + ms * _RENEW_AFTER / 1000)
+        self._entries[fields] = (answer, now + ms / 1000, size, condition or None, now + ms * _RENEW_AFTER / 1000, watched)
         self._size += size
+        for path in watched or ():
+            self._by_dependency.setdefault(path, set()).add(fields)
         return True
+
+    def _changed(self, path: str | None) -> None:
+        """The watch heard a change to ``path`` (None: to anything): the decisions on a file that
+        depends on it end."""
+        if path is None:
+            for fields in [f for f, entry in self._entries.items() if entry[5] is not None]:
+                self.drop(fields)
+            return
+        for fields in list(self._by_dependency.get(path, ())):
+            self.drop(fields)
 
     def due(self, fields: tuple[Any, ...]) -> bool:
         """Whether the kept decision for this description is in the last part of its time, when
@@ -145,6 +177,12 @@ class KeptDecisions:
         if entry is not None and (only is None or entry[0] is only):
             del self._entries[fields]
             self._size -= entry[2]
+            for path in entry[5] or ():
+                held = self._by_dependency.get(path)
+                if held is not None:
+                    held.discard(fields)
+                    if not held:
+                        del self._by_dependency[path]
 
     def forget(self, epoch: Any = None) -> None:
         """Something decisions read changed (``forget``), or a new connection began (its hello
@@ -152,4 +190,5 @@ class KeptDecisions:
         if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch > self.epoch:
             self.epoch = epoch
         self._entries.clear()
+        self._by_dependency.clear()
         self._size = 0

@@ -631,3 +631,217 @@ class KeptOnAFile(unittest.TestCase):
                 self.kept.forget()
                 self.kept.keep(self.fields, 100, {"action": "pass", "cache": {"ms": 5000, "epoch": 0, "file": spec}})
                 self.assertFalse(self.kept.holds(self.fields, 100), f"{label}: not kept at all")
+
+
+class KeptOnAWatchedFile(unittest.TestCase):
+    """Inside the host's loop on Linux, a pass decided on a file is kept on a watch (file_watch.py):
+    the file and every folder on the way to it are watched when it is kept, a reuse reads nothing,
+    and every change to what the path names ends it before a request sent after the change is
+    decided. A request is modelled as the host gets one: its bytes arrive on a socket after the
+    change, the loop's reader for that socket runs, and the decision is asked for in a later turn."""
+
+    def setUp(self) -> None:
+        import os
+        import tempfile
+
+        self.os = os
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        root = self.dir.name
+        for sub in ("a", "b"):
+            os.makedirs(os.path.join(root, sub))
+            with open(os.path.join(root, sub, "x.png"), "wb") as f:
+                f.write(b"clean-bytes" if sub == "a" else b"other-bytes")
+        os.symlink(os.path.join(root, "a"), os.path.join(root, "link"))
+        self.path = os.path.join(root, "link", "x.png")  # the path the handler opens (through a link)
+        self.kept_module = plugin_module("kept_decisions")
+        self.watch_module = plugin_module("file_watch")
+        if not self.watch_module.FileWatch(lambda _p: None).available:
+            self.skipTest("no inotify on this platform: the stat rows of KeptOnAFile are what runs")
+        self.kept = self.kept_module.KeptDecisions()
+        self.fields = ("GET", "/view", "filename=x.png&subfolder=link", "Bearer t1")
+
+    def answer_for(self, stamp: str | None = None) -> dict:
+        if stamp is None:
+            stamp = self.kept_module.file_stamp(self.os.stat(self.path))
+        return {"action": "pass", "cache": {"ms": 5000, "epoch": 0, "file": {"path": self.path, "stamp": stamp}}}
+
+    @staticmethod
+    async def request_after() -> None:
+        """A request sent now: its bytes reach the loop through a socket, and it is decided in a
+        later turn than the one that read them (aiohttp hands a parsed request to a task)."""
+        loop = asyncio.get_running_loop()
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        arrived = loop.create_future()
+
+        def readable() -> None:
+            a.recv(16)
+            loop.remove_reader(a.fileno())
+            arrived.set_result(None)
+
+        loop.add_reader(a.fileno(), readable)
+        try:
+            b.send(b"GET /view")
+            await arrived
+        finally:
+            a.close()
+            b.close()
+
+    def run_in_loop(self, scenario) -> None:
+        async def body() -> None:
+            try:
+                await scenario()
+            finally:
+                self.kept._watch.close()
+
+        asyncio.run(body())
+
+    def test_a_reuse_reads_nothing_across_turns(self) -> None:
+        from unittest import mock
+
+        async def scenario() -> None:
+            self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()))
+            with mock.patch.object(self.os, "stat", wraps=self.os.stat) as stat:
+                for _ in range(5):
+                    for _ in range(3):
+                        self.assertIsNotNone(self.kept.fresh(self.fields))
+                    await self.request_after()
+                self.assertEqual(stat.call_count, 0, "no stat on any turn while the file is watched")
+
+        self.run_in_loop(scenario)
+
+    def test_every_change_to_what_the_path_names_ends_it_before_the_next_request(self) -> None:
+        os = self.os
+
+        def rewrite_same_size() -> None:
+            with open(self.path, "r+b") as f:
+                f.write(b"NSFW-bytes!")
+
+        def rename_over() -> None:
+            other = os.path.join(self.dir.name, "a", "new.png")
+            with open(other, "wb") as f:
+                f.write(b"clean-bytes")  # the same bytes, another file
+            os.replace(other, self.path)
+
+        def relink() -> None:
+            root = self.dir.name
+            os.unlink(os.path.join(root, "link"))
+            os.symlink(os.path.join(root, "b"), os.path.join(root, "link"))
+
+        def mtime_back() -> None:
+            st = os.stat(self.path)
+            with open(self.path, "r+b") as f:
+                f.write(b"NSFW-bytes!")
+            os.utime(self.path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+        def through_a_hard_link_elsewhere() -> None:
+            root = self.dir.name
+            os.makedirs(os.path.join(root, "elsewhere"))
+            other = os.path.join(root, "elsewhere", "same-inode.png")
+            os.link(os.path.join(root, "a", "x.png"), other)
+            with open(other, "r+b") as f:  # the same file, written by a name in an unwatched folder
+                f.write(b"NSFW-bytes!")
+
+        def folder_swapped() -> None:
+            root = self.dir.name
+            os.rename(os.path.join(root, "a"), os.path.join(root, "a-old"))
+            os.rename(os.path.join(root, "b"), os.path.join(root, "a"))
+
+        def folder_above_swapped() -> None:
+            # the folder holding the link and the real folder, moved away and another put in its place
+            root = self.dir.name
+            moved = root + "-moved"
+            os.rename(root, moved)
+            os.makedirs(os.path.join(root, "a"))
+            with open(os.path.join(root, "a", "x.png"), "wb") as f:
+                f.write(b"NSFW-bytes!")
+            os.symlink(os.path.join(root, "a"), os.path.join(root, "link"))
+            self.addCleanup(lambda: __import__("shutil").rmtree(moved, ignore_errors=True))
+
+        rows = [
+            ("rewritten in place, same size", rewrite_same_size),
+            ("another file renamed over it", rename_over),
+            ("a link in the path moved to another folder", relink),
+            ("rewritten with its old mtime put back", mtime_back),
+            ("truncated", lambda: open(self.path, "wb").close()),
+            ("deleted", lambda: os.unlink(self.path)),
+            ("its mode changed", lambda: os.chmod(self.path, 0o600)),
+            ("written through a hard link in another folder", through_a_hard_link_elsewhere),
+            ("its folder swapped for another", folder_swapped),
+            ("a folder above it swapped for another", folder_above_swapped),
+        ]
+        for label, change in rows:
+            with self.subTest(label):
+                self.setUp()
+
+                async def scenario() -> None:
+                    self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()), "kept on a watch")
+                    await self.request_after()
+                    self.assertIsNotNone(self.kept.fresh(self.fields), "reused before the change")
+                    change()
+                    await self.request_after()
+                    self.assertIsNone(self.kept.fresh(self.fields), label)
+
+                self.run_in_loop(scenario)
+
+    def test_a_change_elsewhere_in_its_folder_leaves_it_kept(self) -> None:
+        os = self.os
+
+        async def scenario() -> None:
+            self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()))
+            with open(os.path.join(self.dir.name, "a", "ComfyUI_00001_.png"), "wb") as f:
+                f.write(b"a new output beside it")
+            os.unlink(os.path.join(self.dir.name, "b", "x.png"))
+            await self.request_after()
+            self.assertIsNotNone(self.kept.fresh(self.fields), "another file's change ends nothing")
+
+        self.run_in_loop(scenario)
+
+    def test_a_file_changed_since_the_sidecar_decided_is_not_kept(self) -> None:
+        async def scenario() -> None:
+            answer = self.answer_for()
+            with open(self.path, "ab") as f:
+                f.write(b"more")
+            self.assertFalse(self.kept.keep(self.fields, 100, answer), "the stamp read once the watch is on differs")
+            self.assertFalse(self.kept.holds(self.fields, 100))
+
+        self.run_in_loop(scenario)
+
+    def test_past_the_watch_bound_it_is_checked_the_old_way_and_changes_are_still_seen(self) -> None:
+        from unittest import mock
+
+        os = self.os
+
+        async def scenario() -> None:
+            with mock.patch.object(self.watch_module, "_WATCHES_MAX", 2):
+                self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()), "kept, on stats")
+                await self.request_after()
+                with mock.patch.object(os, "stat", wraps=os.stat) as stat:
+                    self.assertIsNotNone(self.kept.fresh(self.fields))
+                    self.assertEqual(stat.call_count, 1, "not watched: its stamp read at the use")
+                with open(self.path, "r+b") as f:
+                    f.write(b"NSFW-bytes!")
+                await self.request_after()
+                self.assertIsNone(self.kept.fresh(self.fields))
+
+        self.run_in_loop(scenario)
+
+    def test_an_overflowed_event_queue_ends_every_decision_kept_on_a_watch(self) -> None:
+        os = self.os
+        limit = int(open("/proc/sys/fs/inotify/max_queued_events").read())
+        if limit > 20000:
+            self.skipTest(f"the kernel queues {limit} events: too many to overflow here")
+
+        async def scenario() -> None:
+            self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()))
+            folder = os.path.join(self.dir.name, "a")
+            for i in range(limit + 10):  # one event each (IN_CREATE), none about x.png
+                os.mkdir(os.path.join(folder, f"d{i}"))
+            await self.request_after()
+            self.assertIsNone(self.kept.fresh(self.fields), "an overflow may hide a change: nothing watched is reused")
+            self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()), "and watching starts again")
+            await self.request_after()
+            self.assertIsNotNone(self.kept.fresh(self.fields))
+
+        self.run_in_loop(scenario)

@@ -1,0 +1,222 @@
+"""File watch: the kernel tells the loop when a path a kept /view decision was made on may name other bytes.
+
+A kept decision made on a file (``cache.file``, kept_decisions.py) is reused only while its path
+names that very file, unchanged. Checking that with a ``stat`` on every turn of the loop costs the
+host's loop thread a system call that hands the GIL to the host's file threads and back: measured
+in the real ComfyUI under load, 15-50 µs of the loop thread's CPU for each /view, about half of
+all the gate costs there (docs/decisions.md). With Linux's inotify (through ``ctypes``, stdlib
+only) the kernel reports each change instead, and a reuse costs no system call.
+
+Guarantees:
+- ``watch(path)`` returns the paths whose change can change what ``path`` names, only once every
+  one of them is watched: every folder on the way to ``path`` as spelled (a link in it retargeted
+  is an entry of its folder changing), every folder on the way to its real path, and the file
+  itself (written through another hard link). None when that cannot be done (no inotify, no
+  running loop, the watch limit): the caller checks the file the old way;
+- each event names the path it is about (a folder's entry, or a watched path itself), and
+  ``on_change`` is called with it; an overflowed queue or a lost watch calls ``on_change(None)``:
+  anything may have changed;
+- the events are read by a reader on the host's own loop. The kernel queues an event inside the
+  system call that makes the change, so a request sent after a change finds the event ready in
+  the same poll of the loop that reads the request's bytes; the reader runs in that turn, and
+  the request's handler runs in a later one (aiohttp hands a parsed request to its connection's
+  task). A change made before a request was sent is therefore heard before that request is
+  decided, as with the stat it replaces;
+- bounded: at most ``_WATCHES_MAX`` watches; past it every watch is dropped (``on_change(None)``)
+  and watching starts again.
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import struct
+import sys
+from typing import Callable, Optional
+
+log = logging.getLogger("authsvc")
+
+_IN_MODIFY = 0x2
+_IN_ATTRIB = 0x4
+_IN_CLOSE_WRITE = 0x8
+_IN_MOVED_FROM = 0x40
+_IN_MOVED_TO = 0x80
+_IN_CREATE = 0x100
+_IN_DELETE = 0x200
+_IN_DELETE_SELF = 0x400
+_IN_MOVE_SELF = 0x800
+_IN_UNMOUNT = 0x2000
+_IN_Q_OVERFLOW = 0x4000
+_IN_IGNORED = 0x8000
+# a change to an entry of a watched folder, or to a watched file's bytes, mode or links
+_MASK = (_IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
+         | _IN_DELETE_SELF | _IN_MOVE_SELF)
+# the watched path itself is gone, moved or no longer watched
+_SELF = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT | _IN_IGNORED
+# an entry of a watched folder now names another file or folder, or none
+_RENAMED = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then len bytes of name)
+
+# Read at each use, so a test may lower it.
+_WATCHES_MAX = 8192
+
+
+def _libc() -> Optional[ctypes.CDLL]:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+_LIBC = _libc()
+
+
+def dependencies(path: str) -> tuple[str, ...]:
+    """The paths whose change can change what ``path`` names: itself and every folder above it,
+    as spelled (``..`` taken the way the kernel walks it only after links, so both the spelling
+    normalised and the real path count) and as its real path."""
+    out: dict[str, None] = {}
+    for spelled in (os.path.normpath(os.path.abspath(path)), os.path.realpath(path)):
+        current = spelled
+        while True:
+            out[current] = None
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+    return tuple(out)
+
+
+class FileWatch:
+    def __init__(self, on_change: Callable[[Optional[str]], None]) -> None:
+        self._on_change = on_change
+        self._fd = -1
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._by_path: dict[str, int] = {}  # watched path → its watch
+        self._paths: dict[int, set[str]] = {}  # watch → the paths it was added for (a link and its target share one)
+
+    @property
+    def available(self) -> bool:
+        return _LIBC is not None
+
+    def watch(self, path: str) -> tuple[str, ...] | None:
+        """Watches what ``path`` depends on; those paths, or None when they cannot all be watched."""
+        if _LIBC is None:
+            return None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None  # nothing would read the events
+        try:
+            deps = dependencies(path)
+        except (OSError, ValueError):
+            return None
+        if loop is not self._loop or self._fd < 0:
+            if self._fd >= 0:
+                self._restart()  # another loop (a test's): what was kept on the old one's watches ends
+            self._start(loop)
+            if self._fd < 0:
+                return None
+        for dep in deps:
+            if dep in self._by_path:
+                continue
+            if len(self._by_path) >= _WATCHES_MAX:
+                self._restart()  # everything kept on a watch ends; watching starts again
+                return None
+            wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(dep), _MASK)
+            if wd < 0:
+                return None  # gone meanwhile, no permission, or the kernel's limit: checked the old way
+            self._by_path[dep] = wd
+            self._paths.setdefault(wd, set()).add(dep)
+        return deps
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.close()
+        assert _LIBC is not None
+        fd = _LIBC.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            log.warning("authsvc: inotify is not available (errno %d); kept /view decisions check their file each time", ctypes.get_errno())
+            return
+        try:
+            loop.add_reader(fd, self._read)
+        except Exception:
+            os.close(fd)
+            return
+        self._fd, self._loop = fd, loop
+
+    def _restart(self) -> None:
+        loop = self._loop
+        self.close()
+        self._on_change(None)
+        if loop is not None and not loop.is_closed():
+            self._start(loop)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            try:
+                if self._loop is not None and not self._loop.is_closed():
+                    self._loop.remove_reader(self._fd)
+            finally:
+                os.close(self._fd)
+        self._fd, self._loop = -1, None
+        self._by_path.clear()
+        self._paths.clear()
+
+    def _read(self) -> None:
+        """The loop's reader: every queued event, each turned into the path it is about."""
+        changed: set[Optional[str]] = set()
+        while True:
+            try:
+                data = os.read(self._fd, 64 * 1024)
+            except BlockingIOError:
+                break
+            except OSError:
+                self._restart()
+                return
+            if not data:
+                break
+            offset = 0
+            while offset + _EVENT.size <= len(data):
+                wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
+                name = data[offset + _EVENT.size: offset + _EVENT.size + length].rstrip(b"\0")
+                offset += _EVENT.size + length
+                if mask & _IN_Q_OVERFLOW:
+                    changed.add(None)
+                    continue
+                paths = tuple(self._paths.get(wd, ()))
+                if name:
+                    targets = tuple(os.path.join(p, os.fsdecode(name)) for p in paths)
+                    if mask & _RENAMED:
+                        self._unwatch(targets)  # those paths now name another file or folder, or none
+                else:
+                    targets = paths
+                if mask & _SELF:
+                    self._unwatch(paths)  # the watched path itself is gone or moved: so is what is below it
+                changed.update(targets)
+        if None in changed:
+            self._restart()
+            return
+        for path in changed:
+            self._on_change(path)
+
+    def _unwatch(self, paths: tuple[str, ...]) -> None:
+        """Forgets the watches of these paths and of everything below them (they name something else now)."""
+        if not paths:
+            return
+        prefixes = tuple(p.rstrip(os.sep) + os.sep for p in paths)
+        for watched in [w for w in self._by_path if w in paths or w.startswith(prefixes)]:
+            wd = self._by_path.pop(watched)
+            others = self._paths.get(wd)
+            if others is not None:
+                others.discard(watched)
+                if not others:
+                    del self._paths[wd]
+                    if _LIBC is not None and self._fd >= 0:
+                        _LIBC.inotify_rm_watch(self._fd, wd)  # an IN_IGNORED follows, about no path
