@@ -22,8 +22,10 @@ Guarantees:
   the request's handler runs in a later one (aiohttp hands a parsed request to its connection's
   task). A change made before a request was sent is therefore heard before that request is
   decided, as with the stat it replaces;
-- bounded: at most ``_WATCHES_MAX`` watches; past it every watch is dropped (``on_change(None)``)
-  and watching starts again.
+- each path is watched while a caller holds it (``watch`` takes it, ``release`` gives it back)
+  and no longer: the watches are the user's, shared with the sidecar's own folder watching;
+- bounded: at most ``_WATCHES_MAX`` watches; past it ``watch`` says None (the caller checks the
+  file the old way) and watches nothing more for it.
 """
 from __future__ import annotations
 
@@ -58,8 +60,8 @@ _SELF = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT | _IN_IGNORED
 _RENAMED = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then len bytes of name)
 
-# Read at each use, so a test may lower it.
-_WATCHES_MAX = 8192
+# Read at each use, so a test may lower it. Kernels before 5.11 allow a user 8192 watches in all.
+_WATCHES_MAX = 2048
 
 
 def _libc() -> Optional[ctypes.CDLL]:
@@ -101,6 +103,7 @@ class FileWatch:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._by_path: dict[str, int] = {}  # watched path → its watch
         self._paths: dict[int, set[str]] = {}  # watch → the paths it was added for (a link and its target share one)
+        self._refs: dict[str, int] = {}  # path → how many holders
 
     @property
     def available(self) -> bool:
@@ -124,18 +127,48 @@ class FileWatch:
             self._start(loop)
             if self._fd < 0:
                 return None
+        added: list[str] = []
         for dep in deps:
             if dep in self._by_path:
                 continue
-            if len(self._by_path) >= _WATCHES_MAX:
-                self._restart()  # everything kept on a watch ends; watching starts again
-                return None
-            wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(dep), _MASK)
+            wd = -1
+            if len(self._by_path) < _WATCHES_MAX:
+                wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(dep), _MASK)
             if wd < 0:
-                return None  # gone meanwhile, no permission, or the kernel's limit: checked the old way
+                # the bound, or gone meanwhile, no permission, the kernel's limit: checked the old way
+                self._drop_watches(added)
+                return None
             self._by_path[dep] = wd
             self._paths.setdefault(wd, set()).add(dep)
+            added.append(dep)
+        for dep in deps:
+            self._refs[dep] = self._refs.get(dep, 0) + 1
         return deps
+
+    def release(self, deps: tuple[str, ...]) -> None:
+        """What ``watch`` gave is no longer needed: each path no one else holds is watched no more."""
+        unheld = []
+        for dep in deps:
+            refs = self._refs.get(dep, 0) - 1
+            if refs > 0:
+                self._refs[dep] = refs
+            else:
+                self._refs.pop(dep, None)
+                unheld.append(dep)
+        self._drop_watches(unheld)
+
+    def _drop_watches(self, paths: list[str]) -> None:
+        for path in paths:
+            wd = self._by_path.pop(path, None)
+            if wd is None:
+                continue
+            others = self._paths.get(wd)
+            if others is not None:
+                others.discard(path)
+                if not others:
+                    del self._paths[wd]
+                    if _LIBC is not None and self._fd >= 0:
+                        _LIBC.inotify_rm_watch(self._fd, wd)  # an IN_IGNORED follows, about no path
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.close()
@@ -168,6 +201,7 @@ class FileWatch:
         self._fd, self._loop = -1, None
         self._by_path.clear()
         self._paths.clear()
+        self._refs.clear()
 
     def _read(self) -> None:
         """The loop's reader: every queued event, each turned into the path it is about."""
@@ -211,12 +245,4 @@ class FileWatch:
         if not paths:
             return
         prefixes = tuple(p.rstrip(os.sep) + os.sep for p in paths)
-        for watched in [w for w in self._by_path if w in paths or w.startswith(prefixes)]:
-            wd = self._by_path.pop(watched)
-            others = self._paths.get(wd)
-            if others is not None:
-                others.discard(watched)
-                if not others:
-                    del self._paths[wd]
-                    if _LIBC is not None and self._fd >= 0:
-                        _LIBC.inotify_rm_watch(self._fd, wd)  # an IN_IGNORED follows, about no path
+        self._drop_watches([w for w in self._by_path if w in paths or w.startswith(prefixes)])

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import deque
 from typing import Any, Callable
 
 from .file_watch import FileWatch
@@ -65,6 +66,8 @@ class KeptDecisions:
         # the kept decisions on a watched file, by each path a change of which ends them
         self._by_dependency: dict[str, set[tuple[Any, ...]]] = {}
         self._watch = FileWatch(self._changed)
+        # the decisions kept on a watch, in the order their time ends (each ``ms`` is at most 5 s)
+        self._watched_order: deque[tuple[float, tuple[Any, ...], dict[str, Any]]] = deque()
         self._size = 0  # characters of the descriptions held
         # file stamps read in this turn of the loop, by path (_stamp_now)
         self._stamps: dict[str, str] = {}
@@ -73,6 +76,23 @@ class KeptDecisions:
     def holds(self, fields: tuple[Any, ...], size: int) -> bool:
         """Whether a decision is kept for this description (perhaps one whose time ran out)."""
         return size <= _KEPT_DESCRIPTION_MAX and fields in self._entries
+
+    def lookup(self, fields: tuple[Any, ...], size: int) -> tuple[dict[str, Any] | None, bool] | None:
+        """One look for a request (``holds``, ``fresh`` and ``due`` at once): None when nothing is
+        kept for this description; else the kept decision while it may be used (None once its
+        time ran out or its file changed: the caller drops it) and whether it is ``due``."""
+        if size > _KEPT_DESCRIPTION_MAX:
+            return None
+        entry = self._entries.get(fields)
+        if entry is None:
+            return None
+        now = self._clock()
+        if entry[1] <= now:
+            return None, False
+        condition = entry[3]
+        if condition is not None and entry[5] is None and self._stamp_now(condition[0]) != condition[1]:
+            return None, False
+        return entry[0], entry[4] <= now
 
     def fresh(self, fields: tuple[Any, ...]) -> dict[str, Any] | None:
         """The kept decision for this description while its time lasts; None otherwise."""
@@ -149,8 +169,15 @@ class KeptDecisions:
         now = self._clock()
         self._entries[fields] = (answer, now + ms / 1000, size, condition or None, now + ms * _RENEW_AFTER / 1000, watched)
         self._size += size
-        for path in watched or ():
-            self._by_dependency.setdefault(path, set()).add(fields)
+        if watched is not None:
+            for path in watched:
+                self._by_dependency.setdefault(path, set()).add(fields)
+            # a watch is held while its decision is: those past their time go as others are kept
+            order = self._watched_order
+            order.append((now + ms / 1000, fields, answer))
+            while order and order[0][0] <= now:
+                _, old, old_answer = order.popleft()
+                self.drop(old, only=old_answer)
         return True
 
     def _changed(self, path: str | None) -> None:
@@ -177,18 +204,24 @@ class KeptDecisions:
         if entry is not None and (only is None or entry[0] is only):
             del self._entries[fields]
             self._size -= entry[2]
-            for path in entry[5] or ():
-                held = self._by_dependency.get(path)
-                if held is not None:
-                    held.discard(fields)
-                    if not held:
-                        del self._by_dependency[path]
+            if entry[5] is not None:
+                for path in entry[5]:
+                    held = self._by_dependency.get(path)
+                    if held is not None:
+                        held.discard(fields)
+                        if not held:
+                            del self._by_dependency[path]
+                self._watch.release(entry[5])
 
     def forget(self, epoch: Any = None) -> None:
         """Something decisions read changed (``forget``), or a new connection began (its hello
         names the sidecar's epoch): nothing kept is used again."""
         if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch > self.epoch:
             self.epoch = epoch
+        for entry in self._entries.values():
+            if entry[5] is not None:
+                self._watch.release(entry[5])
         self._entries.clear()
         self._by_dependency.clear()
+        self._watched_order.clear()
         self._size = 0

@@ -473,7 +473,8 @@ class FilterMemoBounds(unittest.TestCase):
 class KeptOnAFile(unittest.TestCase):
     """A pass decided on one file (``cache.file``: GET /view) is reused only while the path the host
     opens names that very file, unchanged: every way of putting other bytes under the path ends it
-    (attack rows), one stat per reuse."""
+    (attack rows). Kept outside a running loop, as where inotify is missing, it is checked with one
+    stat per reuse (per turn, in a loop); KeptOnAWatchedFile below has the watched way."""
 
     def setUp(self) -> None:
         import os
@@ -843,5 +844,41 @@ class KeptOnAWatchedFile(unittest.TestCase):
             self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()), "and watching starts again")
             await self.request_after()
             self.assertIsNotNone(self.kept.fresh(self.fields))
+
+        self.run_in_loop(scenario)
+
+    def test_a_watch_is_held_only_while_a_decision_needs_it(self) -> None:
+        """The kernel's own list of the watches (/proc/self/fdinfo): none left once the decisions
+        on them end by forget, by a drop, or by their time running out as others are kept."""
+        os = self.os
+
+        def watches() -> int:
+            fd = self.kept._watch._fd
+            if fd < 0:
+                return 0
+            with open(f"/proc/self/fdinfo/{fd}") as f:
+                return sum(1 for line in f if line.startswith("inotify wd:"))
+
+        other = os.path.join(self.dir.name, "b", "x.png")
+        other_answer = {"action": "pass", "cache": {"ms": 5000, "epoch": 0, "file": {"path": other, "stamp": self.kept_module.file_stamp(os.stat(other))}}}
+
+        async def scenario() -> None:
+            self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()))
+            self.assertTrue(self.kept.keep(("other",), 100, other_answer))
+            held = watches()
+            self.assertGreater(held, 0)
+            self.kept.drop(("other",))
+            self.assertLess(watches(), held, "the other file's own watch went with its decision")
+            self.assertGreater(watches(), 0, "the first decision's are still held")
+            self.kept.forget()
+            self.assertEqual(watches(), 0, "forget: nothing held")
+            short = {**self.answer_for(), "cache": {**self.answer_for()["cache"], "ms": 1}}
+            self.assertTrue(self.kept.keep(self.fields, 100, short))
+            self.assertGreater(watches(), 0)
+            await asyncio.sleep(0.01)  # its time ran out: the next decision kept lets it go
+            self.assertTrue(self.kept.keep(("other",), 100, other_answer))
+            self.assertFalse(self.kept.holds(self.fields, 100), "ended with its watches")
+            self.kept.drop(("other",))
+            self.assertEqual(watches(), 0)
 
         self.run_in_loop(scenario)
