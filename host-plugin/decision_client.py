@@ -171,15 +171,16 @@ class DecisionClient:
         a request the sidecar would see as the same one; ``size`` (characters) bounds what is
         held. It needs a live connection: a lost sidecar drops them all."""
         kept = self.kept
-        if kept.holds(fields, size):
+        found = kept.lookup(fields, size)
+        if found is not None:
             # No read of the socket here (it cost a system call per request, and a turn of the
             # GIL to the host's file threads): the loop's poll that saw this request's bytes saw
             # anything the sidecar had sent before them, and the connection read all of it then,
             # in that turn (connection.py), so a forget that came before this request has ended
             # the kept decision already.
-            answer = kept.fresh(fields)
+            answer, due = found
             if answer is not None and self._conn is not None and not self._conn.closed:
-                if fields not in self._renewing and kept.due(fields):
+                if due and fields not in self._renewing:
                     self._renew(fields, size, message, check, answer)
                 return answer
             kept.drop(fields)

@@ -155,7 +155,8 @@ class Gate:
             headers = response.headers
             for name, value in extra.items():
                 headers.add(name, value)
-        await self.sockets.on_response_prepare(request, response)
+        if isinstance(response, web.WebSocketResponse):  # the only answers the socket bookkeeping reads
+            await self.sockets.on_response_prepare(request, response)
 
     def _stamped(self, response: web.StreamResponse) -> web.StreamResponse:
         """Every answer the gate gives or passes on names the service version (SPEC §12)."""
