@@ -12,7 +12,8 @@ Guarantees:
   one of them is watched: every folder on the way to ``path`` as spelled (a link in it retargeted
   is an entry of its folder changing), every folder on the way to its real path, and the file
   itself (written through another hard link). None when that cannot be done (no inotify, no
-  running loop, the watch limit): the caller checks the file the old way;
+  running loop, the watch limit, or one of them on a filesystem another machine or a daemon can
+  change unheard: NFS, SMB, FUSE, 9p...): the caller checks the file the old way;
 - each event names the path it is about (a folder's entry, or a watched path itself), and
   ``on_change`` is called with it; an overflowed queue or a lost watch calls ``on_change(None)``:
   anything may have changed;
@@ -33,8 +34,10 @@ import asyncio
 import ctypes
 import logging
 import os
+import re
 import struct
 import sys
+import time
 from typing import Callable, Optional
 
 log = logging.getLogger("authsvc")
@@ -59,6 +62,16 @@ _SELF = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT | _IN_IGNORED
 # an entry of a watched folder now names another file or folder, or none
 _RENAMED = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
 _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then len bytes of name)
+
+# Filesystems whose changes all pass through this kernel, so inotify hears them. On the others
+# (NFS, SMB, FUSE, 9p, virtiofs, Ceph...) another machine or a daemon can change a file unheard:
+# a path on one of them is checked the old way.
+_LOCAL_FILESYSTEMS = frozenset((
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "f2fs", "zfs", "overlay", "bcachefs",
+    "jfs", "reiserfs", "vfat", "exfat", "ntfs3", "hfsplus",
+))
+_MOUNTS_FILE = "/proc/self/mountinfo"
+_MOUNTS_FOR = 1.0  # seconds a reading of the mount table is used
 
 # Read at each use, so a test may lower it. Kernels before 5.11 allow a user 8192 watches in all.
 _WATCHES_MAX = 2048
@@ -96,6 +109,30 @@ def dependencies(path: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _mount_table() -> tuple[tuple[str, str], ...]:
+    """(mount point, filesystem type) of every mount this process sees, the longest points first."""
+    out = []
+    with open(_MOUNTS_FILE, encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            head, sep, tail = line.partition(" - ")
+            fields = head.split()
+            if not sep or len(fields) < 5 or not tail.split():
+                continue
+            # octal escapes for space, tab, newline and backslash
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+            out.append((point, tail.split()[0]))
+    out.reverse()  # of mounts on one point the last is the one seen: first among equals once sorted
+    out.sort(key=lambda m: len(m[0]), reverse=True)
+    return tuple(out)
+
+
+def _filesystem(path: str, mounts: tuple[tuple[str, str], ...]) -> str:
+    for point, kind in mounts:
+        if path == point or path.startswith(point if point.endswith("/") else point + "/"):
+            return kind
+    return ""
+
+
 class FileWatch:
     def __init__(self, on_change: Callable[[Optional[str]], None]) -> None:
         self._on_change = on_change
@@ -104,6 +141,7 @@ class FileWatch:
         self._by_path: dict[str, int] = {}  # watched path → its watch
         self._paths: dict[int, set[str]] = {}  # watch → the paths it was added for (a link and its target share one)
         self._refs: dict[str, int] = {}  # path → how many holders
+        self._mounts: tuple[float, tuple[tuple[str, str], ...]] = (float("-inf"), ())
 
     @property
     def available(self) -> bool:
@@ -120,6 +158,8 @@ class FileWatch:
         try:
             deps = dependencies(path)
         except (OSError, ValueError):
+            return None
+        if not self._local(deps):
             return None
         if loop is not self._loop or self._fd < 0:
             if self._fd >= 0:
@@ -144,6 +184,18 @@ class FileWatch:
         for dep in deps:
             self._refs[dep] = self._refs.get(dep, 0) + 1
         return deps
+
+    def _local(self, paths: tuple[str, ...]) -> bool:
+        """Whether every one of these paths is on a filesystem inotify hears all changes of."""
+        read_at, mounts = self._mounts
+        now = time.monotonic()
+        if now - read_at >= _MOUNTS_FOR:
+            try:
+                mounts = _mount_table()
+            except OSError:
+                mounts = ()
+            self._mounts = (now, mounts)
+        return all(_filesystem(p, mounts) in _LOCAL_FILESYSTEMS for p in paths)
 
     def release(self, deps: tuple[str, ...]) -> None:
         """What ``watch`` gave is no longer needed: each path no one else holds is watched no more."""

@@ -882,3 +882,24 @@ class KeptOnAWatchedFile(unittest.TestCase):
             self.assertEqual(watches(), 0)
 
         self.run_in_loop(scenario)
+
+    def test_a_file_on_a_filesystem_other_machines_change_is_checked_the_old_way(self) -> None:
+        """NFS, SMB, FUSE, 9p: a change made elsewhere reaches no inotify here. The mount table
+        (/proc/self/mountinfo, read by the watch) is made to say the test folder is NFS; the real
+        table's reading is checked too: the test folder's filesystem is one the watch trusts."""
+        from unittest import mock
+
+        os = self.os
+        real = self.watch_module._mount_table()
+        self.assertIn(self.watch_module._filesystem(os.path.realpath(self.dir.name), real), self.watch_module._LOCAL_FILESYSTEMS)
+        table = ((os.path.realpath(self.dir.name), "nfs4"), *real)
+
+        async def scenario() -> None:
+            with mock.patch.object(self.watch_module, "_mount_table", return_value=table):
+                self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()), "kept, on stats")
+            await self.request_after()
+            with mock.patch.object(os, "stat", wraps=os.stat) as stat:
+                self.assertIsNotNone(self.kept.fresh(self.fields))
+                self.assertEqual(stat.call_count, 1, "not watched: its stamp read at the use")
+
+        self.run_in_loop(scenario)
