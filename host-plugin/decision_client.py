@@ -23,6 +23,7 @@ import asyncio
 import itertools
 import logging
 import socket
+import sys
 import time
 from collections import deque
 from typing import Any, Callable
@@ -32,6 +33,11 @@ from .connection import Connection, Unavailable
 from .cpu_room import CpuRoom
 from .kept_decisions import KeptDecisions
 from .protocol import PROTOCOL_VERSION, ProtocolError, encode_frame
+
+# Whether the host's handlers may run in the turn that read their request's last bytes (aiohttp
+# 3.10+ creates the handler's task with eager_start on Python 3.12+; aiohttp 3.8 does not, and
+# then the yield it calls for only costs a turn). Read at each use, so a test may set it.
+EAGER_HANDLERS = sys.version_info >= (3, 12)
 
 log = logging.getLogger("authsvc")
 
@@ -172,12 +178,19 @@ class DecisionClient:
         held. It needs a live connection: a lost sidecar drops them all."""
         kept = self.kept
         found = kept.lookup(fields, size)
+        if found is not None and EAGER_HANDLERS:
+            # aiohttp 3.10+ on Python 3.12+ starts the handler's task eagerly, inside the step of
+            # the connection's task that the request woke, so this can run before the readers of
+            # the poll that began this turn: a forget or a file change that arrived before the
+            # request's last bytes would not be heard yet. One yield lets them run first.
+            await asyncio.sleep(0)
+            found = kept.lookup(fields, size)
         if found is not None:
             # No read of the socket here (it cost a system call per request, and a turn of the
             # GIL to the host's file threads): the loop's poll that saw this request's bytes saw
             # anything the sidecar had sent before them, and the connection read all of it then,
             # in that turn (connection.py), so a forget that came before this request has ended
-            # the kept decision already.
+            # the kept decision already (the watch of a kept /view's file likewise, file_watch.py).
             answer, due = found
             if answer is not None and self._conn is not None and not self._conn.closed:
                 if due and fields not in self._renewing:

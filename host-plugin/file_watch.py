@@ -54,9 +54,12 @@ _IN_MOVE_SELF = 0x800
 _IN_UNMOUNT = 0x2000
 _IN_Q_OVERFLOW = 0x4000
 _IN_IGNORED = 0x8000
-# a change to an entry of a watched folder, or to a watched file's bytes, mode or links
-_MASK = (_IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
-         | _IN_DELETE_SELF | _IN_MOVE_SELF)
+_IN_ONLYDIR = 0x01000000
+# a folder: an entry made, removed or moved, or the folder itself gone or moved (what is written
+# inside its files is heard on the file's own watch, so a busy output folder wakes nothing)
+_FOLDER_MASK = _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE | _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR
+# the file itself: its bytes, mode or links, through any name
+_FILE_MASK = _IN_MODIFY | _IN_ATTRIB | _IN_CLOSE_WRITE | _IN_DELETE_SELF | _IN_MOVE_SELF
 # the watched path itself is gone, moved or no longer watched
 _SELF = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_UNMOUNT | _IN_IGNORED
 # an entry of a watched folder now names another file or folder, or none
@@ -72,6 +75,7 @@ _LOCAL_FILESYSTEMS = frozenset((
 ))
 _MOUNTS_FILE = "/proc/self/mountinfo"
 _MOUNTS_FOR = 1.0  # seconds a reading of the mount table is used
+_RETRY_AFTER = 60.0  # seconds before inotify_init1 is tried again after it failed
 
 # Read at each use, so a test may lower it. Kernels before 5.11 allow a user 8192 watches in all.
 _WATCHES_MAX = 2048
@@ -93,13 +97,33 @@ def _libc() -> Optional[ctypes.CDLL]:
 _LIBC = _libc()
 
 
-def dependencies(path: str) -> tuple[str, ...]:
-    """The paths whose change can change what ``path`` names: itself and every folder above it,
-    as spelled (``..`` taken the way the kernel walks it only after links, so both the spelling
-    normalised and the real path count) and as its real path."""
+def dependencies(path: str) -> tuple[str, ...] | None:
+    """The paths whose change can change what ``path`` names: itself and every folder above it, as
+    spelled and as its real path. That is every entry the kernel passes on the way only when the
+    way is simple: no ``..`` in the path or in a link's target, and at most one symbolic link on
+    the way, whose target has none on its own way (a chain of links, or ``..`` after a link, walks
+    entries neither spelling shows). None for any other path: it is checked the old way."""
+    spelled = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    if ".." in spelled.split(os.sep):
+        return None
+    links = 0
+    prefix = os.sep
+    for part in [p for p in spelled.split(os.sep) if p and p != "."]:
+        prefix = os.path.join(prefix, part)
+        if not os.path.islink(prefix):
+            continue
+        links += 1
+        target = os.readlink(prefix)
+        if links > 1 or ".." in target.split(os.sep):
+            return None
+        target = target if os.path.isabs(target) else os.path.join(os.path.dirname(prefix), target)
+        way = os.sep
+        for step in [p for p in target.split(os.sep) if p and p != "."]:
+            way = os.path.join(way, step)
+            if os.path.islink(way):
+                return None
     out: dict[str, None] = {}
-    for spelled in (os.path.normpath(os.path.abspath(path)), os.path.realpath(path)):
-        current = spelled
+    for current in (os.path.normpath(spelled), os.path.realpath(spelled)):
         while True:
             out[current] = None
             parent = os.path.dirname(current)
@@ -142,6 +166,7 @@ class FileWatch:
         self._paths: dict[int, set[str]] = {}  # watch → the paths it was added for (a link and its target share one)
         self._refs: dict[str, int] = {}  # path → how many holders
         self._mounts: tuple[float, tuple[tuple[str, str], ...]] = (float("-inf"), ())
+        self._retry_at = float("-inf")  # after a failed inotify_init1 (the user's instances used up)
 
     @property
     def available(self) -> bool:
@@ -159,8 +184,9 @@ class FileWatch:
             deps = dependencies(path)
         except (OSError, ValueError):
             return None
-        if not self._local(deps):
+        if deps is None or not self._local(deps):
             return None
+        files = {os.path.normpath(path if os.path.isabs(path) else os.path.join(os.getcwd(), path)), os.path.realpath(path)}
         if loop is not self._loop or self._fd < 0:
             if self._fd >= 0:
                 self._restart()  # another loop (a test's): what was kept on the old one's watches ends
@@ -173,7 +199,7 @@ class FileWatch:
                 continue
             wd = -1
             if len(self._by_path) < _WATCHES_MAX:
-                wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(dep), _MASK)
+                wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(dep), _FILE_MASK if dep in files else _FOLDER_MASK)
             if wd < 0:
                 # the bound, or gone meanwhile, no permission, the kernel's limit: checked the old way
                 self._drop_watches(added)
@@ -225,9 +251,13 @@ class FileWatch:
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         self.close()
         assert _LIBC is not None
+        if time.monotonic() < self._retry_at:
+            return
         fd = _LIBC.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if fd < 0:
-            log.warning("authsvc: inotify is not available (errno %d); kept /view decisions check their file each time", ctypes.get_errno())
+            if self._retry_at == float("-inf"):
+                log.warning("authsvc: inotify is not available (errno %d); kept /view decisions check their file each time", ctypes.get_errno())
+            self._retry_at = time.monotonic() + _RETRY_AFTER
             return
         try:
             loop.add_reader(fd, self._read)
@@ -238,12 +268,19 @@ class FileWatch:
 
     def _restart(self) -> None:
         loop = self._loop
-        self.close()
+        self._stop()
         self._on_change(None)
         if loop is not None and not loop.is_closed():
             self._start(loop)
 
     def close(self) -> None:
+        """Stops watching; what was kept on the watches ends (nothing would tell it of a change)."""
+        had = self._fd >= 0
+        self._stop()
+        if had:
+            self._on_change(None)
+
+    def _stop(self) -> None:
         if self._fd >= 0:
             try:
                 if self._loop is not None and not self._loop.is_closed():
@@ -289,12 +326,19 @@ class FileWatch:
         if None in changed:
             self._restart()
             return
-        for path in changed:
-            self._on_change(path)
+        try:
+            for path in changed:
+                self._on_change(path)
+        except Exception:
+            log.exception("authsvc: a change heard on a watch could not be applied; every watched decision ends")
+            self._restart()
 
     def _unwatch(self, paths: tuple[str, ...]) -> None:
         """Forgets the watches of these paths and of everything below them (they name something else now)."""
         if not paths:
             return
+        paths = tuple(p for p in paths if p in self._by_path)
+        if not paths:
+            return  # every watched path has each folder above it watched: nothing below is either
         prefixes = tuple(p.rstrip(os.sep) + os.sep for p in paths)
         self._drop_watches([w for w in self._by_path if w in paths or w.startswith(prefixes)])

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections import deque
+import heapq
 from typing import Any, Callable
 
 from .file_watch import FileWatch
@@ -66,8 +66,9 @@ class KeptDecisions:
         # the kept decisions on a watched file, by each path a change of which ends them
         self._by_dependency: dict[str, set[tuple[Any, ...]]] = {}
         self._watch = FileWatch(self._changed)
-        # the decisions kept on a watch, in the order their time ends (each ``ms`` is at most 5 s)
-        self._watched_order: deque[tuple[float, tuple[Any, ...], dict[str, Any]]] = deque()
+        # the decisions kept on a watch, by the time they end (a heap; the number breaks ties)
+        self._watched_order: list[tuple[float, int, tuple[Any, ...], dict[str, Any]]] = []
+        self._seq = 0
         self._size = 0  # characters of the descriptions held
         # file stamps read in this turn of the loop, by path (_stamp_now)
         self._stamps: dict[str, str] = {}
@@ -159,25 +160,27 @@ class KeptDecisions:
             return False
         self.drop(fields)
         watched = None
+        now = self._clock()
         if condition:
+            # a watch is held while its decision is: those past their time go first
+            order = self._watched_order
+            while order and order[0][0] <= now:
+                _, _, old, old_answer = heapq.heappop(order)
+                self.drop(old, only=old_answer)
             # watched first, then read once: a change after the read is heard; one before it, seen
             watched = self._watch.watch(condition[0])
             if watched is not None and self._stamp_of(condition[0]) != condition[1]:
+                self._watch.release(watched)
                 return False  # the file changed since the sidecar decided on it
         while self._entries and (len(self._entries) >= _KEPT_MAX or self._size + size > _KEPT_SIZE_MAX):
             self.drop(next(iter(self._entries)))
-        now = self._clock()
         self._entries[fields] = (answer, now + ms / 1000, size, condition or None, now + ms * _RENEW_AFTER / 1000, watched)
         self._size += size
         if watched is not None:
             for path in watched:
                 self._by_dependency.setdefault(path, set()).add(fields)
-            # a watch is held while its decision is: those past their time go as others are kept
-            order = self._watched_order
-            order.append((now + ms / 1000, fields, answer))
-            while order and order[0][0] <= now:
-                _, old, old_answer = order.popleft()
-                self.drop(old, only=old_answer)
+            self._seq += 1
+            heapq.heappush(self._watched_order, (now + ms / 1000, self._seq, fields, answer))
         return True
 
     def _changed(self, path: str | None) -> None:

@@ -830,7 +830,8 @@ class KeptOnAWatchedFile(unittest.TestCase):
 
     def test_an_overflowed_event_queue_ends_every_decision_kept_on_a_watch(self) -> None:
         os = self.os
-        limit = int(open("/proc/sys/fs/inotify/max_queued_events").read())
+        with open("/proc/sys/fs/inotify/max_queued_events") as f:
+            limit = int(f.read())
         if limit > 20000:
             self.skipTest(f"the kernel queues {limit} events: too many to overflow here")
 
@@ -883,6 +884,78 @@ class KeptOnAWatchedFile(unittest.TestCase):
 
         self.run_in_loop(scenario)
 
+    def test_a_chain_of_links_or_dotdot_after_a_link_is_checked_the_old_way_and_its_change_seen(self) -> None:
+        """The kernel walks entries neither spelling of such a path shows (the middle link of a
+        chain, the link before ``..``): not watched, its stamp read at each use (rows of a review)."""
+        os = self.os
+
+        def chain() -> tuple[str, callable]:
+            root = self.dir.name
+            os.makedirs(os.path.join(root, "mid"))
+            os.symlink(os.path.join(root, "a"), os.path.join(root, "mid", "link"))
+            os.symlink(os.path.join(root, "mid", "link"), os.path.join(root, "out"))
+            path = os.path.join(root, "out", "x.png")
+
+            def retarget() -> None:
+                os.unlink(os.path.join(root, "mid", "link"))
+                os.symlink(os.path.join(root, "b"), os.path.join(root, "mid", "link"))
+
+            return path, retarget
+
+        def dotdot() -> tuple[str, callable]:
+            root = self.dir.name
+            os.makedirs(os.path.join(root, "a", "sub"))
+            path = os.path.join(root, "link", "sub", "..", "x.png")  # link -> a, so a/x.png
+
+            def retarget() -> None:
+                os.unlink(os.path.join(root, "link"))
+                os.symlink(os.path.join(root, "b"), os.path.join(root, "link"))
+
+            return path, retarget
+
+        for label, shape in (("a chain of two links", chain), ("`..` after a link", dotdot)):
+            with self.subTest(label):
+                self.setUp()
+                path, change = shape()
+
+                async def scenario() -> None:
+                    answer = {"action": "pass", "cache": {"ms": 5000, "epoch": 0, "file": {"path": path, "stamp": self.kept_module.file_stamp(os.stat(path))}}}
+                    self.assertTrue(self.kept.keep(self.fields, 100, answer))
+                    self.assertFalse(self.watch_module.FileWatch(lambda _p: None).watch(path), "no watch for such a path")
+                    await self.request_after()
+                    self.assertIsNotNone(self.kept.fresh(self.fields))
+                    change()
+                    await self.request_after()
+                    self.assertIsNone(self.kept.fresh(self.fields), label)
+
+                self.run_in_loop(scenario)
+
+    def test_refused_keeps_and_a_closed_watch_hold_nothing(self) -> None:
+        """A decision whose file changed since the sidecar read it is not kept and gives its watches
+        back (a user rewriting a file while viewing it must not use up the user's watches); a
+        closed watch ends what was kept on it."""
+        os = self.os
+
+        def watches() -> int:
+            fd = self.kept._watch._fd
+            if fd < 0:
+                return 0
+            with open(f"/proc/self/fdinfo/{fd}") as f:
+                return sum(1 for line in f if line.startswith("inotify wd:"))
+
+        async def scenario() -> None:
+            for i in range(20):
+                stale = self.answer_for()
+                with open(self.path, "ab") as f:
+                    f.write(b"x")
+                self.assertFalse(self.kept.keep(self.fields, 100, stale))
+            self.assertEqual(watches(), 0, "nothing held by the refused keeps")
+            self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()))
+            self.kept._watch.close()
+            self.assertIsNone(self.kept.fresh(self.fields), "a closed watch hears nothing: what it held ends")
+
+        self.run_in_loop(scenario)
+
     def test_a_file_on_a_filesystem_other_machines_change_is_checked_the_old_way(self) -> None:
         """NFS, SMB, FUSE, 9p: a change made elsewhere reaches no inotify here. The mount table
         (/proc/self/mountinfo, read by the watch) is made to say the test folder is NFS; the real
@@ -903,3 +976,65 @@ class KeptOnAWatchedFile(unittest.TestCase):
                 self.assertEqual(stat.call_count, 1, "not watched: its stamp read at the use")
 
         self.run_in_loop(scenario)
+
+
+class EagerHandlers(PluginCase):
+    """aiohttp 3.10+ on Python 3.12+ starts a handler's task eagerly: the gate can run in the turn
+    after its request's last bytes were read, before the readers that turn's poll queued (the
+    watch's, the decision socket's). Emulated here on any Python: the change is made in one turn,
+    the "request" is queued for the next and driven by hand to its first suspension, as an eager
+    task is, then finished as a task. With the yield the gate makes first, the change is heard and
+    the sidecar is asked; without it (EAGER_HANDLERS off) the kept decision was used."""
+
+    async def test_a_change_heard_in_the_turn_an_eager_handler_starts_in_is_heard_before_the_reuse(self) -> None:
+        import os
+        from test.plugin.test_fail_closed import decision_client
+
+        path = os.path.join(self.tmp, "x.png")
+        with open(path, "wb") as f:
+            f.write(b"clean-bytes")
+        asked = {"action": "respond", "status": 418, "body": "asked again"}
+        s = await self.start(answer(asked))
+        client = decision_client(s)
+        watch_module = plugin_module("file_watch")
+        if not watch_module.FileWatch(lambda _p: None).available:
+            self.skipTest("no inotify on this platform")
+        fields = ("GET", "/view", "filename=x.png", "Bearer t1")
+        kept_answer = {"action": "pass", "cache": {"ms": 5000, "epoch": client.kept.epoch,
+                                                    "file": {"path": path, "stamp": plugin_module("kept_decisions").file_stamp(os.stat(path))}}}
+        loop = asyncio.get_running_loop()
+        import sys as _sys
+
+        module = _sys.modules[type(client).__module__]
+        self.addCleanup(setattr, module, "EAGER_HANDLERS", module.EAGER_HANDLERS)
+        for eager in (True, False):
+            with self.subTest(eager=eager):
+                module.EAGER_HANDLERS = eager
+                with open(path, "wb") as f:
+                    f.write(b"clean-bytes")
+                kept_answer["cache"]["file"]["stamp"] = plugin_module("kept_decisions").file_stamp(os.stat(path))
+                self.assertTrue(client.kept.keep(fields, 100, kept_answer), "kept on a watch")
+                result: asyncio.Future = loop.create_future()
+
+                def eager_request() -> None:
+                    coro = client.decide(fields, 100, lambda f: {"type": "decide", "method": "GET", "path": "/view"}, lambda a: a)
+                    try:
+                        coro.send(None)  # an eager task's first step, inside the step that created it
+                    except StopIteration as stop:
+                        result.set_result(stop.value)
+                        return
+                    task = asyncio.ensure_future(coro)
+                    task.add_done_callback(lambda t: result.set_result(t.result()))
+
+                def change_then_request() -> None:
+                    with open(path, "r+b") as f:
+                        f.write(b"NSFW-bytes!")  # the event is queued now
+                    loop.call_soon(eager_request)  # the request runs first in the next turn
+
+                loop.call_soon(change_then_request)
+                got = await result
+                if eager:
+                    self.assertEqual({k: v for k, v in got.items() if k != "id"}, asked, "the change was heard before the reuse; the sidecar was asked")
+                else:
+                    self.assertIs(got, kept_answer, "without the yield the kept decision was used: what the row guards against")
+                client.kept.forget()
