@@ -6,6 +6,7 @@ import asyncio
 import socket
 import time
 import unittest
+from typing import Any
 
 from multidict import CIMultiDict
 
@@ -470,11 +471,9 @@ class FilterMemoBounds(unittest.TestCase):
         self.assertIsNone(memo.get((1, "object_info", "/object_info", "big"), b"x" * 900), "over a quarter of the bound: not kept")
 
 
-class KeptOnAFile(unittest.TestCase):
-    """A pass decided on one file (``cache.file``: GET /view) is reused only while the path the host
-    opens names that very file, unchanged: every way of putting other bytes under the path ends it
-    (attack rows). Kept outside a running loop, as where inotify is missing, it is checked with one
-    stat per reuse (per turn, in a loop); KeptOnAWatchedFile below has the watched way."""
+class _OneFile(unittest.TestCase):
+    """A folder ``a`` with x.png reached through a link (``link/x.png``), a folder ``b`` with other
+    bytes, and the ways of putting other bytes under that path, for the kept-on-a-file rows."""
 
     def setUp(self) -> None:
         import os
@@ -493,6 +492,47 @@ class KeptOnAFile(unittest.TestCase):
         self.kept_module = plugin_module("kept_decisions")
         self.kept = self.kept_module.KeptDecisions()
         self.fields = ("GET", "/view", "filename=x.png&subfolder=link", "Bearer t1")
+
+    def rewrite_same_size(self) -> None:
+        with open(self.path, "r+b") as f:
+            f.write(b"NSFW-bytes!")
+
+    def rename_over(self) -> None:
+        other = self.os.path.join(self.dir.name, "a", "new.png")
+        with open(other, "wb") as f:
+            f.write(b"clean-bytes")  # the same bytes, another file
+        self.os.replace(other, self.path)
+
+    def relink(self) -> None:
+        root = self.dir.name
+        self.os.unlink(self.os.path.join(root, "link"))
+        self.os.symlink(self.os.path.join(root, "b"), self.os.path.join(root, "link"))
+
+    def changes(self) -> list[tuple[str, Any]]:
+        """Every way of putting other bytes under the path, by name."""
+        os = self.os
+        return [
+            ("rewritten in place, same size", self.rewrite_same_size),
+            ("another file renamed over it", self.rename_over),
+            ("a link in the path moved to another folder", self.relink),
+            ("rewritten with its old mtime put back", self.mtime_back),
+            ("truncated", lambda: open(self.path, "wb").close()),
+            ("deleted", lambda: os.unlink(self.path)),
+            ("its mode changed", lambda: os.chmod(self.path, 0o600)),
+        ]
+
+    def mtime_back(self) -> None:
+        st = self.os.stat(self.path)
+        with open(self.path, "r+b") as f:
+            f.write(b"NSFW-bytes!")
+        self.os.utime(self.path, ns=(st.st_atime_ns, st.st_mtime_ns))  # the writer puts the old mtime back: ctime still moves
+
+
+class KeptOnAFile(_OneFile):
+    """A pass decided on one file (``cache.file``: GET /view) is reused only while the path the host
+    opens names that very file, unchanged: every way of putting other bytes under the path ends it
+    (attack rows). Kept outside a running loop, as where inotify is missing, it is checked with one
+    stat per reuse (per turn, in a loop); KeptOnAWatchedFile below has the watched way."""
 
     def next_tick(self) -> None:
         """Until the kernel's file clock (coarse: a few ms) has moved past the kept file's ctime, so a
@@ -520,37 +560,7 @@ class KeptOnAFile(unittest.TestCase):
             self.assertIsNotNone(self.kept.fresh(self.fields))
 
     def test_every_change_under_the_path_ends_the_reuse(self) -> None:
-        os = self.os
-
-        def rewrite_same_size() -> None:
-            with open(self.path, "r+b") as f:
-                f.write(b"NSFW-bytes!")
-
-        def rename_over() -> None:
-            other = os.path.join(self.dir.name, "a", "new.png")
-            with open(other, "wb") as f:
-                f.write(b"clean-bytes")  # the same bytes, another file
-            os.replace(other, self.path)
-
-        def relink() -> None:
-            os.unlink(os.path.join(self.dir.name, "link"))
-            os.symlink(os.path.join(self.dir.name, "b"), os.path.join(self.dir.name, "link"))
-
-        def mtime_back() -> None:
-            st = os.stat(self.path)
-            with open(self.path, "r+b") as f:
-                f.write(b"NSFW-bytes!")
-            os.utime(self.path, ns=(st.st_atime_ns, st.st_mtime_ns))  # the writer puts the old mtime back: ctime still moves
-
-        rows = [
-            ("rewritten in place, same size", rewrite_same_size),
-            ("another file renamed over it", rename_over),
-            ("a link in the path moved to another folder", relink),
-            ("rewritten with its old mtime put back", mtime_back),
-            ("truncated", lambda: open(self.path, "wb").close()),
-            ("deleted", lambda: os.unlink(self.path)),
-            ("its mode changed", lambda: os.chmod(self.path, 0o600)),
-        ]
+        rows = self.changes()
         for label, change in rows:
             with self.subTest(label):
                 self.setUp()
@@ -582,24 +592,10 @@ class KeptOnAFile(unittest.TestCase):
         self.keep()
         self.assertEqual(asyncio.run(stats_per_turn()), [1, 2], "one stat per turn, a new one each turn")
 
-        def rewrite_same_size() -> None:
-            with open(self.path, "r+b") as f:
-                f.write(b"NSFW-bytes!")
-
-        def rename_over() -> None:
-            other = os.path.join(self.dir.name, "a", "new.png")
-            with open(other, "wb") as f:
-                f.write(b"clean-bytes")
-            os.replace(other, self.path)
-
-        def relink() -> None:
-            os.unlink(os.path.join(self.dir.name, "link"))
-            os.symlink(os.path.join(self.dir.name, "b"), os.path.join(self.dir.name, "link"))
-
         rows = [
-            ("rewritten in place, same size", rewrite_same_size),
-            ("another file renamed over it", rename_over),
-            ("a link in the path moved to another folder", relink),
+            ("rewritten in place, same size", self.rewrite_same_size),
+            ("another file renamed over it", self.rename_over),
+            ("a link in the path moved to another folder", self.relink),
             ("deleted", lambda: os.unlink(self.path)),
         ]
         for label, change in rows:
@@ -634,7 +630,7 @@ class KeptOnAFile(unittest.TestCase):
                 self.assertFalse(self.kept.holds(self.fields, 100), f"{label}: not kept at all")
 
 
-class KeptOnAWatchedFile(unittest.TestCase):
+class KeptOnAWatchedFile(_OneFile):
     """Inside the host's loop on Linux, a pass decided on a file is kept on a watch (file_watch.py):
     the file and every folder on the way to it are watched when it is kept, a reuse reads nothing,
     and every change to what the path names ends it before a request sent after the change is
@@ -642,25 +638,18 @@ class KeptOnAWatchedFile(unittest.TestCase):
     change, the loop's reader for that socket runs, and the decision is asked for in a later turn."""
 
     def setUp(self) -> None:
-        import os
-        import tempfile
-
-        self.os = os
-        self.dir = tempfile.TemporaryDirectory()
-        self.addCleanup(self.dir.cleanup)
-        root = self.dir.name
-        for sub in ("a", "b"):
-            os.makedirs(os.path.join(root, sub))
-            with open(os.path.join(root, sub, "x.png"), "wb") as f:
-                f.write(b"clean-bytes" if sub == "a" else b"other-bytes")
-        os.symlink(os.path.join(root, "a"), os.path.join(root, "link"))
-        self.path = os.path.join(root, "link", "x.png")  # the path the handler opens (through a link)
-        self.kept_module = plugin_module("kept_decisions")
+        super().setUp()
         self.watch_module = plugin_module("file_watch")
         if not self.watch_module.FileWatch(lambda _p: None).available:
             self.skipTest("no inotify on this platform: the stat rows of KeptOnAFile are what runs")
-        self.kept = self.kept_module.KeptDecisions()
-        self.fields = ("GET", "/view", "filename=x.png&subfolder=link", "Bearer t1")
+
+    def watches(self) -> int:
+        """The watches the kernel holds for this watch's descriptor (/proc/self/fdinfo)."""
+        fd = self.kept._watch._fd
+        if fd < 0:
+            return 0
+        with open(f"/proc/self/fdinfo/{fd}") as f:
+            return sum(1 for line in f if line.startswith("inotify wd:"))
 
     def answer_for(self, stamp: str | None = None) -> dict:
         if stamp is None:
@@ -715,27 +704,6 @@ class KeptOnAWatchedFile(unittest.TestCase):
     def test_every_change_to_what_the_path_names_ends_it_before_the_next_request(self) -> None:
         os = self.os
 
-        def rewrite_same_size() -> None:
-            with open(self.path, "r+b") as f:
-                f.write(b"NSFW-bytes!")
-
-        def rename_over() -> None:
-            other = os.path.join(self.dir.name, "a", "new.png")
-            with open(other, "wb") as f:
-                f.write(b"clean-bytes")  # the same bytes, another file
-            os.replace(other, self.path)
-
-        def relink() -> None:
-            root = self.dir.name
-            os.unlink(os.path.join(root, "link"))
-            os.symlink(os.path.join(root, "b"), os.path.join(root, "link"))
-
-        def mtime_back() -> None:
-            st = os.stat(self.path)
-            with open(self.path, "r+b") as f:
-                f.write(b"NSFW-bytes!")
-            os.utime(self.path, ns=(st.st_atime_ns, st.st_mtime_ns))
-
         def through_a_hard_link_elsewhere() -> None:
             root = self.dir.name
             os.makedirs(os.path.join(root, "elsewhere"))
@@ -761,13 +729,7 @@ class KeptOnAWatchedFile(unittest.TestCase):
             self.addCleanup(lambda: __import__("shutil").rmtree(moved, ignore_errors=True))
 
         rows = [
-            ("rewritten in place, same size", rewrite_same_size),
-            ("another file renamed over it", rename_over),
-            ("a link in the path moved to another folder", relink),
-            ("rewritten with its old mtime put back", mtime_back),
-            ("truncated", lambda: open(self.path, "wb").close()),
-            ("deleted", lambda: os.unlink(self.path)),
-            ("its mode changed", lambda: os.chmod(self.path, 0o600)),
+            *self.changes(),
             ("written through a hard link in another folder", through_a_hard_link_elsewhere),
             ("its folder swapped for another", folder_swapped),
             ("a folder above it swapped for another", folder_above_swapped),
@@ -853,34 +815,27 @@ class KeptOnAWatchedFile(unittest.TestCase):
         on them end by forget, by a drop, or by their time running out as others are kept."""
         os = self.os
 
-        def watches() -> int:
-            fd = self.kept._watch._fd
-            if fd < 0:
-                return 0
-            with open(f"/proc/self/fdinfo/{fd}") as f:
-                return sum(1 for line in f if line.startswith("inotify wd:"))
-
         other = os.path.join(self.dir.name, "b", "x.png")
         other_answer = {"action": "pass", "cache": {"ms": 5000, "epoch": 0, "file": {"path": other, "stamp": self.kept_module.file_stamp(os.stat(other))}}}
 
         async def scenario() -> None:
             self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()))
             self.assertTrue(self.kept.keep(("other",), 100, other_answer))
-            held = watches()
+            held = self.watches()
             self.assertGreater(held, 0)
             self.kept.drop(("other",))
-            self.assertLess(watches(), held, "the other file's own watch went with its decision")
-            self.assertGreater(watches(), 0, "the first decision's are still held")
+            self.assertLess(self.watches(), held, "the other file's own watch went with its decision")
+            self.assertGreater(self.watches(), 0, "the first decision's are still held")
             self.kept.forget()
-            self.assertEqual(watches(), 0, "forget: nothing held")
+            self.assertEqual(self.watches(), 0, "forget: nothing held")
             short = {**self.answer_for(), "cache": {**self.answer_for()["cache"], "ms": 1}}
             self.assertTrue(self.kept.keep(self.fields, 100, short))
-            self.assertGreater(watches(), 0)
+            self.assertGreater(self.watches(), 0)
             await asyncio.sleep(0.01)  # its time ran out: the next decision kept lets it go
             self.assertTrue(self.kept.keep(("other",), 100, other_answer))
             self.assertFalse(self.kept.holds(self.fields, 100), "ended with its watches")
             self.kept.drop(("other",))
-            self.assertEqual(watches(), 0)
+            self.assertEqual(self.watches(), 0)
 
         self.run_in_loop(scenario)
 
@@ -936,20 +891,13 @@ class KeptOnAWatchedFile(unittest.TestCase):
         closed watch ends what was kept on it."""
         os = self.os
 
-        def watches() -> int:
-            fd = self.kept._watch._fd
-            if fd < 0:
-                return 0
-            with open(f"/proc/self/fdinfo/{fd}") as f:
-                return sum(1 for line in f if line.startswith("inotify wd:"))
-
         async def scenario() -> None:
             for i in range(20):
                 stale = self.answer_for()
                 with open(self.path, "ab") as f:
                     f.write(b"x")
                 self.assertFalse(self.kept.keep(self.fields, 100, stale))
-            self.assertEqual(watches(), 0, "nothing held by the refused keeps")
+            self.assertEqual(self.watches(), 0, "nothing held by the refused keeps")
             self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()))
             self.kept._watch.close()
             self.assertIsNone(self.kept.fresh(self.fields), "a closed watch hears nothing: what it held ends")
