@@ -194,7 +194,10 @@ class FileWatch:
             if self._fd < 0:
                 return None
         added: list[str] = []
-        for dep in deps:
+        # from the root down: each folder is added while the one above it is watched already, so a
+        # folder swapped while the watches go on is heard (a hard link of the same file in the new
+        # tree would pass the stamp)
+        for dep in sorted(deps, key=lambda d: d.count(os.sep)):
             if dep in self._by_path:
                 continue
             wd = -1
@@ -207,6 +210,15 @@ class FileWatch:
             self._by_path[dep] = wd
             self._paths.setdefault(wd, set()).add(dep)
             added.append(dep)
+        try:
+            # the way walked again now that all of it is watched: a link retargeted before the
+            # watch above it was on leaves other folders on the way than those watched
+            again = dependencies(path)
+        except (OSError, ValueError):
+            again = None
+        if again != deps:
+            self._drop_watches([d for d in added if d not in self._refs])
+            return None
         for dep in deps:
             self._refs[dep] = self._refs.get(dep, 0) + 1
         return deps

@@ -904,6 +904,113 @@ class KeptOnAWatchedFile(_OneFile):
 
         self.run_in_loop(scenario)
 
+    def test_a_folder_swapped_while_the_watches_go_on_is_heard(self) -> None:
+        """The way to the file changes between working it out and watching it (rows of a review):
+        ``d`` swapped for a tree holding a hard link of the same file (so the stamp still matches),
+        at each watch being added in turn; later that tree's folder is moved away and other bytes
+        put under the path. Each time the later change is heard."""
+        import shutil
+        from unittest import mock
+
+        os = self.os
+        real_libc = self.watch_module._LIBC
+
+        class SwapAt:
+            """inotify with the tree swapped just before the n-th watch is added."""
+
+            def __init__(self, n: int, swap) -> None:
+                self.n, self.swap, self.calls = n, swap, 0
+                self.inotify_init1 = real_libc.inotify_init1
+                self.inotify_rm_watch = real_libc.inotify_rm_watch
+
+            def inotify_add_watch(self, fd, path, mask):
+                if self.calls == self.n:
+                    self.swap()
+                self.calls += 1
+                return real_libc.inotify_add_watch(fd, path, mask)
+
+        depth = len(self.watch_module.dependencies(os.path.join(self.dir.name, "d", "out", "sub", "x.png")))
+        for n in range(depth):
+            with self.subTest(swap_before_watch=n):
+                self.setUp()
+                root = self.dir.name
+                path = os.path.join(root, "d", "out", "sub", "x.png")
+                os.makedirs(os.path.dirname(path))
+                with open(path, "wb") as f:
+                    f.write(b"clean-bytes")
+                os.makedirs(os.path.join(root, "D2", "out", "sub"))
+                os.link(path, os.path.join(root, "D2", "out", "sub", "x.png"))  # the same file in the new tree
+
+                def swap() -> None:
+                    os.rename(os.path.join(root, "d"), os.path.join(root, "d-old"))
+                    os.rename(os.path.join(root, "D2"), os.path.join(root, "d"))
+
+                def change_later() -> None:
+                    os.rename(os.path.join(root, "d", "out", "sub"), os.path.join(root, "sub-away"))
+                    os.makedirs(os.path.join(root, "d", "out", "sub"))
+                    with open(path, "wb") as f:
+                        f.write(b"NSFW-bytes!")
+
+                async def scenario() -> None:
+                    answer = {"action": "pass", "cache": {"ms": 5000, "epoch": 0, "file": {"path": path, "stamp": self.kept_module.file_stamp(os.stat(path))}}}
+                    with mock.patch.object(self.watch_module, "_LIBC", SwapAt(n, swap)):
+                        self.assertTrue(self.kept.keep(self.fields, 100, answer), "the same file under the path: kept")
+                        await self.request_after()
+                        # the watches go on from the root down: once the folder holding `d` is
+                        # watched (watch n > its place), the swap itself is heard and ends it
+                        order = sorted(self.watch_module.dependencies(path), key=lambda d: d.count(os.sep))
+                        if n > order.index(root):
+                            self.assertIsNone(self.kept.fresh(self.fields), "the swap was heard")
+                            return
+                        self.assertIsNotNone(self.kept.fresh(self.fields), "swapped before any watch saw it: the same file, kept")
+                        change_later()
+                        await self.request_after()
+                        self.assertIsNone(self.kept.fresh(self.fields), f"swapped before watch {n}: the later change was not heard")
+                    shutil.rmtree(os.path.join(root, "sub-away"), ignore_errors=True)
+
+                self.run_in_loop(scenario)
+
+    def test_a_link_retargeted_before_the_watches_go_on_is_caught_by_walking_the_way_again(self) -> None:
+        """``link`` retargeted, before the first watch is added, to a folder holding a hard link of
+        the same file: the folders watched are the old target's. Walking the way again once all
+        are on sees other folders: not watched, its stamp read at each use, and a later change
+        under the new target is seen."""
+        from unittest import mock
+
+        os = self.os
+        root = self.dir.name
+        real_libc = self.watch_module._LIBC
+        target = os.path.join(root, "b2", "deep")  # a folder whose folders above are not a's
+        os.makedirs(target)
+        os.link(os.path.join(root, "a", "x.png"), os.path.join(target, "x.png"))
+
+        class RetargetFirst:
+            def __init__(self) -> None:
+                self.done = False
+                self.inotify_init1 = real_libc.inotify_init1
+                self.inotify_rm_watch = real_libc.inotify_rm_watch
+
+            def inotify_add_watch(self, fd, path, mask):
+                if not self.done:
+                    self.done = True
+                    os.unlink(os.path.join(root, "link"))
+                    os.symlink(target, os.path.join(root, "link"))
+                return real_libc.inotify_add_watch(fd, path, mask)
+
+        async def scenario() -> None:
+            with mock.patch.object(self.watch_module, "_LIBC", RetargetFirst()):
+                self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()), "the same file under the path: kept")
+            await self.request_after()
+            self.assertIsNotNone(self.kept.fresh(self.fields))
+            os.rename(os.path.join(root, "b2"), os.path.join(root, "b2-away"))  # the folder above the target, unwatched
+            os.makedirs(target)
+            with open(os.path.join(target, "x.png"), "wb") as f:
+                f.write(b"NSFW-bytes!")
+            await self.request_after()
+            self.assertIsNone(self.kept.fresh(self.fields), "other bytes under the path")
+
+        self.run_in_loop(scenario)
+
     def test_a_file_on_a_filesystem_other_machines_change_is_checked_the_old_way(self) -> None:
         """NFS, SMB, FUSE, 9p: a change made elsewhere reaches no inotify here. The mount table
         (/proc/self/mountinfo, read by the watch) is made to say the test folder is NFS; the real
