@@ -21,8 +21,9 @@ Guarantees:
   system call that makes the change, so a request sent after a change finds the event ready in
   the same poll of the loop that reads the request's bytes; the reader runs in that turn, and
   the request's handler runs in a later one (aiohttp hands a parsed request to its connection's
-  task). A change made before a request was sent is therefore heard before that request is
-  decided, as with the stat it replaces;
+  task; where it starts handlers eagerly, Python 3.12+, the gate yields once first:
+  decision_client.py). A change made before a request was sent is therefore heard before that
+  request is decided, as with the stat it replaces;
 - each path is watched while a caller holds it (``watch`` takes it, ``release`` gives it back)
   and no longer: the watches are the user's, shared with the sidecar's own folder watching;
 - bounded: at most ``_WATCHES_MAX`` watches; past it ``watch`` says None (the caller checks the
