@@ -98,12 +98,13 @@ def _libc() -> Optional[ctypes.CDLL]:
 _LIBC = _libc()
 
 
-def dependencies(path: str) -> tuple[str, ...] | None:
+def dependencies(path: str) -> tuple[tuple[str, ...], frozenset[str]] | None:
     """The paths whose change can change what ``path`` names: itself and every folder above it, as
-    spelled and as its real path. That is every entry the kernel passes on the way only when the
-    way is simple: no ``..`` in the path or in a link's target, and at most one symbolic link on
-    the way, whose target has none on its own way (a chain of links, or ``..`` after a link, walks
-    entries neither spelling shows). None for any other path: it is checked the old way."""
+    spelled and as its real path; and which of them are the file itself (the two spellings). That
+    is every entry the kernel passes on the way only when the way is simple: no ``..`` in the path
+    or in a link's target, and at most one symbolic link on the way, whose target has none on its
+    own way (a chain of links, or ``..`` after a link, walks entries neither spelling shows). None
+    for any other path: it is checked the old way."""
     spelled = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
     if ".." in spelled.split(os.sep):
         return None
@@ -123,15 +124,16 @@ def dependencies(path: str) -> tuple[str, ...] | None:
             way = os.path.join(way, step)
             if os.path.islink(way):
                 return None
+    files = (os.path.normpath(spelled), os.path.realpath(spelled))
     out: dict[str, None] = {}
-    for current in (os.path.normpath(spelled), os.path.realpath(spelled)):
+    for current in files:
         while True:
             out[current] = None
             parent = os.path.dirname(current)
             if parent == current:
                 break
             current = parent
-    return tuple(out)
+    return tuple(out), frozenset(files)
 
 
 def _mount_table() -> tuple[tuple[str, str], ...]:
@@ -182,12 +184,12 @@ class FileWatch:
         except RuntimeError:
             return None  # nothing would read the events
         try:
-            deps = dependencies(path)
+            way = dependencies(path)
         except (OSError, ValueError):
             return None
-        if deps is None or not self._local(deps):
+        if way is None or not self._local(way[0]):
             return None
-        files = {os.path.normpath(path if os.path.isabs(path) else os.path.join(os.getcwd(), path)), os.path.realpath(path)}
+        deps, files = way
         if loop is not self._loop or self._fd < 0:
             if self._fd >= 0:
                 self._restart()  # another loop (a test's): what was kept on the old one's watches ends
@@ -217,7 +219,7 @@ class FileWatch:
             again = dependencies(path)
         except (OSError, ValueError):
             again = None
-        if again != deps:
+        if again != way:
             self._drop_watches([d for d in added if d not in self._refs])
             return None
         for dep in deps:

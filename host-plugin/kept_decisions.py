@@ -74,14 +74,12 @@ class KeptDecisions:
         self._stamps: dict[str, str] = {}
         self.epoch = 0  # the newest access epoch heard of (hello, forget)
 
-    def holds(self, fields: tuple[Any, ...], size: int) -> bool:
-        """Whether a decision is kept for this description (perhaps one whose time ran out)."""
-        return size <= _KEPT_DESCRIPTION_MAX and fields in self._entries
-
     def lookup(self, fields: tuple[Any, ...], size: int) -> tuple[dict[str, Any] | None, bool] | None:
-        """One look for a request (``holds``, ``fresh`` and ``due`` at once): None when nothing is
-        kept for this description; else the kept decision while it may be used (None once its
-        time ran out or its file changed: the caller drops it) and whether it is ``due``."""
+        """One look for a request: None when nothing is kept for this description; else the kept
+        decision while it may be used (None once its time ran out or, unwatched, its file no longer
+        has the stamp it was decided on: the caller drops it) and whether it is due, in the last
+        part of its time, when the sidecar is asked again in the background (decision_client.py)
+        so that the requests after its end do not all wait for a new one."""
         if size > _KEPT_DESCRIPTION_MAX:
             return None
         entry = self._entries.get(fields)
@@ -94,18 +92,6 @@ class KeptDecisions:
         if condition is not None and entry[5] is None and self._stamp_now(condition[0]) != condition[1]:
             return None, False
         return entry[0], entry[4] <= now
-
-    def fresh(self, fields: tuple[Any, ...]) -> dict[str, Any] | None:
-        """The kept decision for this description while its time lasts; None otherwise."""
-        entry = self._entries.get(fields)
-        if entry is None or entry[1] <= self._clock():
-            return None
-        condition = entry[3]
-        # the file the decision was made on, still there and unchanged under the path the host opens
-        # (watched: any change to it has ended this entry already)
-        if condition is not None and entry[5] is None and self._stamp_now(condition[0]) != condition[1]:
-            return None
-        return entry[0]
 
     def _stamp_now(self, path: str) -> str:
         """The stamp of the file at ``path`` now; "" (no stamp) when it cannot be read.
@@ -158,7 +144,6 @@ class KeptDecisions:
         spec = answer.get("filter")
         if spec is not None and not (isinstance(spec, dict) and isinstance(spec.get("memo"), str)):
             return False
-        self.drop(fields)
         watched = None
         now = self._clock()
         if condition:
@@ -167,11 +152,15 @@ class KeptDecisions:
             while order and order[0][0] <= now:
                 _, _, old, old_answer = heapq.heappop(order)
                 self.drop(old, only=old_answer)
-            # watched first, then read once: a change after the read is heard; one before it, seen
+            # watched first, then read once: a change after the read is heard; one before it, seen.
+            # Taken before the answer it replaces lets go of its own, so a renewal keeps the watches on
             watched = self._watch.watch(condition[0])
+            self.drop(fields)
             if watched is not None and self._stamp_of(condition[0]) != condition[1]:
                 self._watch.release(watched)
                 return False  # the file changed since the sidecar decided on it
+        else:
+            self.drop(fields)
         while self._entries and (len(self._entries) >= _KEPT_MAX or self._size + size > _KEPT_SIZE_MAX):
             self.drop(next(iter(self._entries)))
         self._entries[fields] = (answer, now + ms / 1000, size, condition or None, now + ms * _RENEW_AFTER / 1000, watched)
@@ -192,13 +181,6 @@ class KeptDecisions:
             return
         for fields in list(self._by_dependency.get(path, ())):
             self.drop(fields)
-
-    def due(self, fields: tuple[Any, ...]) -> bool:
-        """Whether the kept decision for this description is in the last part of its time, when
-        the sidecar is asked again in the background (decision_client.py) so that the requests
-        after its end do not all wait for a new one."""
-        entry = self._entries.get(fields)
-        return entry is not None and entry[4] <= self._clock()
 
     def drop(self, fields: tuple[Any, ...], only: dict[str, Any] | None = None) -> None:
         """Drops the kept decision for this description; with ``only``, only while that answer is

@@ -18,6 +18,17 @@ KEEP = {"action": "pass", "set_headers": {"comfy-user": "alice"}, "strip_headers
         "cache": {"ms": 5000, "epoch": 0}}
 
 
+def usable(kept: Any, fields: tuple) -> dict | None:
+    """The decision ``kept`` would use for this description now (its one look, ``lookup``)."""
+    found = kept.lookup(fields, 0)
+    return None if found is None else found[0]
+
+
+def kept_at_all(kept: Any, fields: tuple) -> bool:
+    """Whether anything is kept for this description (perhaps past its time)."""
+    return kept.lookup(fields, 0) is not None
+
+
 async def until_asked(s: Stack, count: int, what: str, timeout: float = 5.0) -> None:
     """Bounded: GET /prompt again until the sidecar has been asked ``count`` times in all."""
     deadline = time.monotonic() + timeout
@@ -347,9 +358,9 @@ class Renewal(PluginCase):
         newer = {**KEEP, "cache": {"ms": 5000, "epoch": 1}}
         self.assertTrue(kept.keep(fields, 10, newer))
         kept.drop(fields, old)
-        self.assertIs(kept.fresh(fields), newer, "the newer answer stays")
+        self.assertIs(usable(kept, fields), newer, "the newer answer stays")
         kept.drop(fields, newer)
-        self.assertIsNone(kept.fresh(fields), "the answer renewed ends")
+        self.assertIsNone(usable(kept, fields), "the answer renewed ends")
 
 
 def memo_script(memo: str | None = "alice 3", answer_memo: str | None = "alice 3"):
@@ -557,7 +568,7 @@ class KeptOnAFile(_OneFile):
     def test_reused_while_the_file_is_unchanged(self) -> None:
         self.keep()
         for _ in range(3):
-            self.assertIsNotNone(self.kept.fresh(self.fields))
+            self.assertIsNotNone(usable(self.kept, self.fields))
 
     def test_every_change_under_the_path_ends_the_reuse(self) -> None:
         rows = self.changes()
@@ -565,10 +576,10 @@ class KeptOnAFile(_OneFile):
             with self.subTest(label):
                 self.setUp()
                 self.keep()
-                self.assertIsNotNone(self.kept.fresh(self.fields), "kept before the change")
+                self.assertIsNotNone(usable(self.kept, self.fields), "kept before the change")
                 self.next_tick()
                 change()
-                self.assertIsNone(self.kept.fresh(self.fields), label)
+                self.assertIsNone(usable(self.kept, self.fields), label)
 
     def test_in_the_loop_one_stat_a_turn_and_every_change_is_seen_by_the_next_turn(self) -> None:
         """Inside the host's loop the stamp is read once per path per turn (several /view of one file
@@ -584,7 +595,7 @@ class KeptOnAFile(_OneFile):
                 counts = []
                 for _ in range(2):
                     for _ in range(3):
-                        self.assertIsNotNone(self.kept.fresh(self.fields))
+                        self.assertIsNotNone(usable(self.kept, self.fields))
                     counts.append(stat.call_count)
                     await asyncio.sleep(0)  # the next turn of the loop
                 return counts
@@ -605,10 +616,10 @@ class KeptOnAFile(_OneFile):
 
                 async def scenario() -> None:
                     self.next_tick()
-                    self.assertIsNotNone(self.kept.fresh(self.fields), "kept before the change (its stamp read this turn)")
+                    self.assertIsNotNone(usable(self.kept, self.fields), "kept before the change (its stamp read this turn)")
                     change()
                     await asyncio.sleep(0)  # a request read after the change is decided in a later turn
-                    self.assertIsNone(self.kept.fresh(self.fields), label)
+                    self.assertIsNone(usable(self.kept, self.fields), label)
 
                 asyncio.run(scenario())
 
@@ -622,12 +633,12 @@ class KeptOnAFile(_OneFile):
             with self.subTest(label):
                 self.kept.forget()
                 self.kept.keep(self.fields, 100, {"action": "pass", "cache": {"ms": 5000, "epoch": 0, "file": spec}})
-                self.assertIsNone(self.kept.fresh(self.fields), label)
+                self.assertIsNone(usable(self.kept, self.fields), label)
         for label, spec in [("not an object", "x"), ("no stamp", {"path": self.path}), ("a numeric stamp", {"path": self.path, "stamp": 5})]:
             with self.subTest(label):
                 self.kept.forget()
                 self.kept.keep(self.fields, 100, {"action": "pass", "cache": {"ms": 5000, "epoch": 0, "file": spec}})
-                self.assertFalse(self.kept.holds(self.fields, 100), f"{label}: not kept at all")
+                self.assertFalse(kept_at_all(self.kept, self.fields), f"{label}: not kept at all")
 
 
 class KeptOnAWatchedFile(_OneFile):
@@ -644,12 +655,17 @@ class KeptOnAWatchedFile(_OneFile):
             self.skipTest("no inotify on this platform: the stat rows of KeptOnAFile are what runs")
 
     def watches(self) -> int:
-        """The watches the kernel holds for this watch's descriptor (/proc/self/fdinfo)."""
+        """The number of watches the kernel holds for this watch's descriptor."""
+        return len(self.watch_ids())
+
+    def watch_ids(self) -> set[str]:
+        """The watches the kernel holds for this watch's descriptor (/proc/self/fdinfo), by their
+        numbers (the kernel never gives a removed watch's number to the next one)."""
         fd = self.kept._watch._fd
         if fd < 0:
-            return 0
+            return set()
         with open(f"/proc/self/fdinfo/{fd}") as f:
-            return sum(1 for line in f if line.startswith("inotify wd:"))
+            return {line.split()[1] for line in f if line.startswith("inotify wd:")}
 
     def answer_for(self, stamp: str | None = None) -> dict:
         if stamp is None:
@@ -695,7 +711,7 @@ class KeptOnAWatchedFile(_OneFile):
             with mock.patch.object(self.os, "stat", wraps=self.os.stat) as stat:
                 for _ in range(5):
                     for _ in range(3):
-                        self.assertIsNotNone(self.kept.fresh(self.fields))
+                        self.assertIsNotNone(usable(self.kept, self.fields))
                     await self.request_after()
                 self.assertEqual(stat.call_count, 0, "no stat on any turn while the file is watched")
 
@@ -741,10 +757,10 @@ class KeptOnAWatchedFile(_OneFile):
                 async def scenario() -> None:
                     self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()), "kept on a watch")
                     await self.request_after()
-                    self.assertIsNotNone(self.kept.fresh(self.fields), "reused before the change")
+                    self.assertIsNotNone(usable(self.kept, self.fields), "reused before the change")
                     change()
                     await self.request_after()
-                    self.assertIsNone(self.kept.fresh(self.fields), label)
+                    self.assertIsNone(usable(self.kept, self.fields), label)
 
                 self.run_in_loop(scenario)
 
@@ -757,7 +773,7 @@ class KeptOnAWatchedFile(_OneFile):
                 f.write(b"a new output beside it")
             os.unlink(os.path.join(self.dir.name, "b", "x.png"))
             await self.request_after()
-            self.assertIsNotNone(self.kept.fresh(self.fields), "another file's change ends nothing")
+            self.assertIsNotNone(usable(self.kept, self.fields), "another file's change ends nothing")
 
         self.run_in_loop(scenario)
 
@@ -767,7 +783,7 @@ class KeptOnAWatchedFile(_OneFile):
             with open(self.path, "ab") as f:
                 f.write(b"more")
             self.assertFalse(self.kept.keep(self.fields, 100, answer), "the stamp read once the watch is on differs")
-            self.assertFalse(self.kept.holds(self.fields, 100))
+            self.assertFalse(kept_at_all(self.kept, self.fields))
 
         self.run_in_loop(scenario)
 
@@ -781,12 +797,12 @@ class KeptOnAWatchedFile(_OneFile):
                 self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()), "kept, on stats")
                 await self.request_after()
                 with mock.patch.object(os, "stat", wraps=os.stat) as stat:
-                    self.assertIsNotNone(self.kept.fresh(self.fields))
+                    self.assertIsNotNone(usable(self.kept, self.fields))
                     self.assertEqual(stat.call_count, 1, "not watched: its stamp read at the use")
                 with open(self.path, "r+b") as f:
                     f.write(b"NSFW-bytes!")
                 await self.request_after()
-                self.assertIsNone(self.kept.fresh(self.fields))
+                self.assertIsNone(usable(self.kept, self.fields))
 
         self.run_in_loop(scenario)
 
@@ -803,10 +819,10 @@ class KeptOnAWatchedFile(_OneFile):
             for i in range(limit + 10):  # one event each (IN_CREATE), none about x.png
                 os.mkdir(os.path.join(folder, f"d{i}"))
             await self.request_after()
-            self.assertIsNone(self.kept.fresh(self.fields), "an overflow may hide a change: nothing watched is reused")
+            self.assertIsNone(usable(self.kept, self.fields), "an overflow may hide a change: nothing watched is reused")
             self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()), "and watching starts again")
             await self.request_after()
-            self.assertIsNotNone(self.kept.fresh(self.fields))
+            self.assertIsNotNone(usable(self.kept, self.fields))
 
         self.run_in_loop(scenario)
 
@@ -833,9 +849,26 @@ class KeptOnAWatchedFile(_OneFile):
             self.assertGreater(self.watches(), 0)
             await asyncio.sleep(0.01)  # its time ran out: the next decision kept lets it go
             self.assertTrue(self.kept.keep(("other",), 100, other_answer))
-            self.assertFalse(self.kept.holds(self.fields, 100), "ended with its watches")
+            self.assertFalse(kept_at_all(self.kept, self.fields), "ended with its watches")
             self.kept.drop(("other",))
             self.assertEqual(self.watches(), 0)
+
+        self.run_in_loop(scenario)
+
+    def test_a_renewal_keeps_the_watches_it_replaces_and_still_hears_a_change(self) -> None:
+        """The background renewal of a kept decision (decision_client.py) keeps the same answer
+        again: the watches stay on (none removed and added again) and a change after it is heard."""
+
+        async def scenario() -> None:
+            self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()))
+            before = self.watch_ids()
+            self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()))
+            self.assertEqual(self.watch_ids(), before, "the very same watches")
+            self.assertIsNotNone(usable(self.kept, self.fields))
+            self.rewrite_same_size()
+            await self.request_after()
+            self.assertIsNone(usable(self.kept, self.fields), "a change after the renewal is heard")
+            self.assertEqual(self.watches(), 0, "and its watches went with it")
 
         self.run_in_loop(scenario)
 
@@ -878,10 +911,10 @@ class KeptOnAWatchedFile(_OneFile):
                     self.assertTrue(self.kept.keep(self.fields, 100, answer))
                     self.assertFalse(self.watch_module.FileWatch(lambda _p: None).watch(path), "no watch for such a path")
                     await self.request_after()
-                    self.assertIsNotNone(self.kept.fresh(self.fields))
+                    self.assertIsNotNone(usable(self.kept, self.fields))
                     change()
                     await self.request_after()
-                    self.assertIsNone(self.kept.fresh(self.fields), label)
+                    self.assertIsNone(usable(self.kept, self.fields), label)
 
                 self.run_in_loop(scenario)
 
@@ -900,7 +933,7 @@ class KeptOnAWatchedFile(_OneFile):
             self.assertEqual(self.watches(), 0, "nothing held by the refused keeps")
             self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()))
             self.kept._watch.close()
-            self.assertIsNone(self.kept.fresh(self.fields), "a closed watch hears nothing: what it held ends")
+            self.assertIsNone(usable(self.kept, self.fields), "a closed watch hears nothing: what it held ends")
 
         self.run_in_loop(scenario)
 
@@ -929,7 +962,7 @@ class KeptOnAWatchedFile(_OneFile):
                 self.calls += 1
                 return real_libc.inotify_add_watch(fd, path, mask)
 
-        depth = len(self.watch_module.dependencies(os.path.join(self.dir.name, "d", "out", "sub", "x.png")))
+        depth = len(self.watch_module.dependencies(os.path.join(self.dir.name, "d", "out", "sub", "x.png"))[0])
         for n in range(depth):
             with self.subTest(swap_before_watch=n):
                 self.setUp()
@@ -958,14 +991,14 @@ class KeptOnAWatchedFile(_OneFile):
                         await self.request_after()
                         # the watches go on from the root down: once the folder holding `d` is
                         # watched (watch n > its place), the swap itself is heard and ends it
-                        order = sorted(self.watch_module.dependencies(path), key=lambda d: d.count(os.sep))
+                        order = sorted(self.watch_module.dependencies(path)[0], key=lambda d: d.count(os.sep))
                         if n > order.index(root):
-                            self.assertIsNone(self.kept.fresh(self.fields), "the swap was heard")
+                            self.assertIsNone(usable(self.kept, self.fields), "the swap was heard")
                             return
-                        self.assertIsNotNone(self.kept.fresh(self.fields), "swapped before any watch saw it: the same file, kept")
+                        self.assertIsNotNone(usable(self.kept, self.fields), "swapped before any watch saw it: the same file, kept")
                         change_later()
                         await self.request_after()
-                        self.assertIsNone(self.kept.fresh(self.fields), f"swapped before watch {n}: the later change was not heard")
+                        self.assertIsNone(usable(self.kept, self.fields), f"swapped before watch {n}: the later change was not heard")
                     shutil.rmtree(os.path.join(root, "sub-away"), ignore_errors=True)
 
                 self.run_in_loop(scenario)
@@ -1001,13 +1034,13 @@ class KeptOnAWatchedFile(_OneFile):
             with mock.patch.object(self.watch_module, "_LIBC", RetargetFirst()):
                 self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()), "the same file under the path: kept")
             await self.request_after()
-            self.assertIsNotNone(self.kept.fresh(self.fields))
+            self.assertIsNotNone(usable(self.kept, self.fields))
             os.rename(os.path.join(root, "b2"), os.path.join(root, "b2-away"))  # the folder above the target, unwatched
             os.makedirs(target)
             with open(os.path.join(target, "x.png"), "wb") as f:
                 f.write(b"NSFW-bytes!")
             await self.request_after()
-            self.assertIsNone(self.kept.fresh(self.fields), "other bytes under the path")
+            self.assertIsNone(usable(self.kept, self.fields), "other bytes under the path")
 
         self.run_in_loop(scenario)
 
@@ -1027,7 +1060,7 @@ class KeptOnAWatchedFile(_OneFile):
                 self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()), "kept, on stats")
             await self.request_after()
             with mock.patch.object(os, "stat", wraps=os.stat) as stat:
-                self.assertIsNotNone(self.kept.fresh(self.fields))
+                self.assertIsNotNone(usable(self.kept, self.fields))
                 self.assertEqual(stat.call_count, 1, "not watched: its stamp read at the use")
 
         self.run_in_loop(scenario)
