@@ -207,7 +207,14 @@ export async function openServices(options: OpenOptions): Promise<Services> {
   const throttle = await Throttle.open(kv, clock, {}, storeLog)
   const grantRecords = await Collection.load<ModelGrantRecord>(kv, 'model_grant', accessLog)
   const roleGrantRecords = await Collection.load<RoleGrantRecord>(kv, 'model_role_grant', accessLog)
-  const modelGrants = new ModelGrants(grantRecords, roleGrantRecords)
+  // a download's grant is of this host only: its own store (the embedded one when there is no other)
+  const hostGrantRecords = await Collection.load<ModelGrantRecord>(localKv, 'model_host_grant', accessLog)
+  const modelGrants = new ModelGrants(grantRecords, roleGrantRecords, hostGrantRecords)
+  // an account deleted on another instance took its shared grants there; this host's own go here
+  // (one deleted while this instance was down leaves inert records: an account id is never reused)
+  users.onDeletedElsewhere((userId) => {
+    modelGrants.removeAllForUser(userId, true).catch((err: unknown) => log.error({ err, user_id: userId }, 'a deleted account\'s grants on this host could not be removed'))
+  })
   rolesChanged = () => modelGrants.followRoles((role) => roles.has(role))
   rolesChanged()
   if (!rawKv.sql) throw new Error('the audit log needs the sqlite store')

@@ -259,7 +259,7 @@ async function loadUserPage() {
     ? `The ${u.role} role has "See every model": ${username} sees every model, and the grants below do nothing until it is turned off in Roles.`
     : `${username} sees and uses only these models.`
   const grantLines = [
-    ...g.items.map((i) => el('li', {}, el('span', { class: 'mono' }, `${i.folder}/${i.item_name}`), ` granted by ${i.granted_by}, ${when(i.created_at_iso)}`)),
+    ...g.items.map((i) => el('li', {}, el('span', { class: 'mono' }, `${i.folder}/${i.item_name}`), i.host_only ? ` downloaded by ${i.granted_by} on this ComfyUI, ${when(i.created_at_iso)} (granted here only)` : ` granted by ${i.granted_by}, ${when(i.created_at_iso)}`)),
     ...fromRole.map((i) => el('li', {}, el('span', { class: 'mono' }, `${i.folder}/${i.item_name}`), ` through the role ${u.role}, granted by ${i.granted_by}, ${when(i.created_at_iso)}`)),
   ]
   $('#user-grants').replaceChildren(...(grantLines.length ? grantLines : [el('li', {}, 'No model granted.')]))

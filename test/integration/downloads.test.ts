@@ -16,7 +16,7 @@ import { CollectionSourceKeys, type DownloadJobRecord } from '../../sidecar/src/
 import { DEFAULT_GROUPS } from '../../sidecar/src/access/roles.js'
 import { transfersRunning } from '../../sidecar/src/downloads/queue.js'
 import { DOWNLOAD_STAGING_DIR } from '../../sidecar/src/models/model-cache.js'
-import { addUser, apiToken, bootstrapAdmin, call, openSidecar, sessionJwt, tempDir, type Sidecar } from '../unit/fixtures.js'
+import { addUser, apiToken, bootstrapAdmin, call, decide, openSidecar, sessionJwt, stepAnswer, tempDir, type Sidecar } from '../unit/fixtures.js'
 import { startDownloadStandins, type DownloadStandins, type StandinFile } from '../helpers/download-sources.js'
 import { poll } from '../helpers/stack.js'
 import { redisSkipReason, startRedis } from '../helpers/store-servers.js'
@@ -701,6 +701,55 @@ describe('on a shared store, a deletion on one instance reaches the downloads of
     // (the new B makes a fresh bob: its key is not the old one's)
     b = await open(bDir)
     assert.deepEqual(await keyOwners(a), [], 'the deleted account\'s key went at B\'s start')
+  }))
+})
+
+describe('on a shared store, a downloaded model is granted on the host it landed on only', { skip: redisSkipReason() }, () => {
+  it('downloaded on A: alice may load it on A, not on B where another file has the name; the admin pages say so; a revocation on A and her deletion on B take it', () => onSharedStore(async ({ src, open }) => {
+    const a = await open(tempDir('as-dl-hostgrant-a-'))
+    const b = await open(tempDir('as-dl-hostgrant-b-'))
+    // a role that sees only what it is granted (the grant is what makes a download usable)
+    for (const w of [a, b]) w.sc.services.roles.replace({ ...DEFAULT_GROUPS, downloader: { ...DEFAULT_GROUPS.user, can_download_models: true, can_view_all_comfyui_items: false } })
+    const f = file()
+    // on B, someone else's model under the very name the source gives (anyone may upload under any name)
+    writeFileSync(join(b.modelsDir, 'checkpoints', f.name), 'another studio\'s private model')
+    src.civitai.set(841, [f])
+    const job = await ended(a, await start(a, { source: 'civitai', model_version_id: 841, folder_type: 'checkpoints' }))
+    assert.equal(job.status, 'completed', job.error)
+
+    const loads = async (w: World): Promise<string> => {
+      const d = await decide(w.sc, { method: 'POST', path: '/prompt', pattern: '/prompt', headers: { authorization: `Bearer ${w.aliceJwt}` } })
+      if (d.action !== 'pass') return JSON.stringify(d)
+      const graph = { prompt: { 4: { class_type: 'CheckpointLoaderSimple', inputs: { ckpt_name: f.name } } } }
+      const out = stepAnswer(await w.sc.handlers.body({ type: 'body', id: 1, ctx: d.need_body!.ctx }, Buffer.from(JSON.stringify(graph), 'utf8')))
+      return out.action === 'pass' ? 'pass' : (out.body_text ?? JSON.stringify(out))
+    }
+    const grants = async (w: World) => JSON.parse((await call(w.sc, { url: '/authsvc/api/users/alice/shared-items', bearer: w.adminJwt })).body).items as Array<Record<string, unknown>>
+    assert.equal(await loads(a), 'pass', 'usable on the host it landed on')
+    assert.match(await loads(b), /MODEL_NOT_ALLOWED/, 'not on another host of the store')
+    assert.deepEqual((await grants(a)).map((g) => [g.folder, g.item_name, g.granted_by, g.host_only]), [['checkpoints', f.name, 'alice', true]])
+    assert.deepEqual(await grants(b), [])
+    assert.deepEqual((await a.sc.services.kv.entries('model_grant')).length, 0, 'nothing of it in the shared store')
+
+    // control: an admin's grant is by name on every host (the admin's choice), so B then passes
+    const shared = await call(b.sc, { method: 'POST', url: '/authsvc/api/users/alice/shared-items', bearer: b.adminJwt, body: { folder: 'checkpoints', item_name: f.name } })
+    assert.equal(shared.statusCode, 200, shared.body)
+    assert.ok(await poll(async () => (await loads(b)) === 'pass', 10_000), 'the admin\'s shared grant holds on B')
+    // the admin's revocation on A takes both the shared grant and A's own
+    const revoked = await call(a.sc, { method: 'DELETE', url: '/authsvc/api/users/alice/shared-items', bearer: a.adminJwt, body: { folder: 'checkpoints', item_name: f.name } })
+    assert.equal(revoked.statusCode, 200, revoked.body)
+    assert.match(await loads(a), /MODEL_NOT_ALLOWED/)
+    assert.ok(await poll(async () => /MODEL_NOT_ALLOWED/.test(await loads(b)), 10_000), 'and B hears the shared one go')
+
+    // downloaded again on A, then the account deleted on B: A's own grant goes when A hears of it
+    const again = file({ name: `again-${f.name}` })
+    src.civitai.set(842, [again])
+    assert.equal((await ended(a, await start(a, { source: 'civitai', model_version_id: 842, folder_type: 'checkpoints' }))).status, 'completed')
+    const aliceId = a.aliceId
+    assert.equal(a.sc.services.modelGrants.list(aliceId).length, 1)
+    assert.equal((await call(b.sc, { method: 'DELETE', url: '/authsvc/api/users/alice', bearer: b.adminJwt })).statusCode, 200)
+    assert.ok(await poll(async () => (await a.sc.services.localKv.entries('model_host_grant')).length === 0, 10_000), 'A removed the deleted account\'s own grants')
+    assert.deepEqual(a.sc.services.modelGrants.list(aliceId), [])
   }))
 })
 

@@ -193,7 +193,7 @@ describe('model admin API', () => {
     const again = JSON.parse((await post({ folder: 'checkpoints', item_name: 'granted.safetensors' })).body) as { items: Array<Record<string, string>> }
     assert.deepEqual(again, before)
     assert.equal(before.items.filter((i) => i.item_name === 'granted.safetensors').length, 1)
-    assert.deepEqual(Object.keys(before.items[0]).sort(), ['created_at_iso', 'folder', 'granted_by', 'item_name'])
+    assert.deepEqual(Object.keys(before.items[0]).sort(), ['created_at_iso', 'folder', 'granted_by', 'host_only', 'item_name'])
     assert.equal(before.items[0].granted_by, 'admin')
 
     const doomed = join(w.modelsDir, 'vae', 'doomed.safetensors')

@@ -16,6 +16,14 @@
  * deleted role's grants go (`followRoles`, called on every role change and at
  * start), memory first as any narrowing. An anonymous principal acting as a role
  * gets that role's grants.
+ *
+ * Grants on this host only (`grantOnThisHost`): a file a user downloaded here is
+ * granted to them by its name in this host's own store (services.ts `localKv`), never
+ * in the shared one. A grant names an item, not bytes: on a store several ComfyUIs
+ * share, a shared grant of a downloaded name would let its user load whatever file
+ * another host has under that name (someone else's model, uploaded to a source under
+ * the same name first). What a user may use here is their shared grants ∪ their grants
+ * on this host ∪ their role's; an admin's revocation and a user's deletion take both.
  */
 import { createHash } from 'node:crypto'
 import type { Collection } from '../store/collection.js'
@@ -74,6 +82,8 @@ export class ModelGrants {
   constructor(
     private readonly records: Collection<ModelGrantRecord>,
     private readonly roleRecords: Collection<RoleGrantRecord>,
+    /** grants of this host only (its own store): what a user downloaded here */
+    private readonly hostRecords: Collection<ModelGrantRecord>,
   ) {
     // another instance's grant or revocation: the user's computed grants are computed again
     records.observeRemote((_id, before, after) => {
@@ -86,9 +96,11 @@ export class ModelGrants {
     })
   }
 
-  /** The user's own grants, newest last. */
-  list(userId: string): ModelGrantRecord[] {
-    return [...this.records.values()].filter((r) => r.user_id === userId).sort((a, b) => a.created_at_iso.localeCompare(b.created_at_iso))
+  /** The user's own grants, newest last: those of the shared store, then those of this host only. */
+  list(userId: string): Array<ModelGrantRecord & { host_only: boolean }> {
+    const of = (records: Collection<ModelGrantRecord>, host_only: boolean) =>
+      [...records.values()].filter((r) => r.user_id === userId).sort((a, b) => a.created_at_iso.localeCompare(b.created_at_iso)).map((r) => ({ ...r, host_only }))
+    return [...of(this.records, false), ...of(this.hostRecords, true)]
   }
 
   /** The role's grants, newest last. */
@@ -120,7 +132,7 @@ export class ModelGrants {
   private ownOf(userId: string): UserGrants {
     let grants = this.perUser.get(userId)
     if (grants === undefined) {
-      grants = compute([...this.records.values()].filter((r) => r.user_id === userId))
+      grants = compute([...this.records.values(), ...this.hostRecords.values()].filter((r) => r.user_id === userId))
       this.perUser.set(userId, grants)
     }
     return grants
@@ -177,19 +189,35 @@ export class ModelGrants {
     return record
   }
 
-  /** Revokes at once (memory first); false when there was no such grant. */
+  /** Stores a grant of this host only (durable first; a download's): an existing one is kept as it is. */
+  async grantOnThisHost(record: ModelGrantRecord): Promise<ModelGrantRecord> {
+    const id = grantId(record.user_id, record.folder, record.item_name)
+    const existing = this.hostRecords.get(id)
+    if (existing) return existing
+    await this.hostRecords.put(id, record)
+    this.perUser.delete(record.user_id)
+    return record
+  }
+
+  /** Revokes at once (memory first), shared and on this host; false when there was no such grant. */
   async revoke(userId: string, folder: string, item: string): Promise<boolean> {
     const id = grantId(userId, folder, item)
-    if (!this.records.get(id)) return false
-    const write = this.records.narrowRemove(id)
+    const held = [this.records, this.hostRecords].filter((records) => records.get(id) !== undefined)
+    if (held.length === 0) return false
+    const writes = held.map((records) => records.narrowRemove(id))
     this.perUser.delete(userId)
-    await write
+    await Promise.all(writes)
     return true
   }
 
-  /** Every grant of the user goes (a deleted user); memory at once. */
-  async removeAllForUser(userId: string): Promise<void> {
-    const writes = this.list(userId).map((r) => this.records.narrowRemove(grantId(r.user_id, r.folder, r.item_name)))
+  /**
+   * Every grant of the user goes (a deleted user), shared and on this host; memory at once.
+   * `hostOnly`: only this host's (the account was deleted on another instance, which took the
+   * shared ones).
+   */
+  async removeAllForUser(userId: string, hostOnly = false): Promise<void> {
+    const writes = [...(hostOnly ? [] : [this.records]), this.hostRecords].flatMap((records) =>
+      [...records.values()].filter((r) => r.user_id === userId).map((r) => records.narrowRemove(grantId(r.user_id, r.folder, r.item_name))))
     this.perUser.delete(userId)
     const results = await Promise.allSettled(writes)
     const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected')

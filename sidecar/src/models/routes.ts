@@ -40,7 +40,13 @@ const Folders = Type.Object({ folders: Type.Array(Type.String()) })
 const FolderItems = Type.Object({ folder: Type.String(), items: Type.Array(Type.String()) })
 const Grants = Type.Object({
   username: Type.String(),
-  items: Type.Array(Type.Object({ folder: Type.String(), item_name: Type.String(), granted_by: Type.String(), created_at_iso: Type.String() })),
+  items: Type.Array(Type.Object({
+    folder: Type.String(),
+    item_name: Type.String(),
+    granted_by: Type.String(),
+    created_at_iso: Type.String(),
+    host_only: Type.Boolean({ description: 'granted on this ComfyUI only (a model the user downloaded here); a shared store\'s other hosts do not grant it' }),
+  })),
 })
 const RoleGrants = Type.Object({
   role: Type.String(),
@@ -63,7 +69,7 @@ export function modelGrantRoutes(services: Pick<Services, 'users' | 'roles' | 'm
     return live !== undefined && (await listFolderNow(live)).includes(item)
   }
   const knownFolder = (folder: string): boolean => cache.folder(folder) !== undefined || modelFoldersOf(services.host.facts).some((f) => f.name === folder)
-  const grantsOf = (user: UserRecord) => ({ username: user.username, items: services.modelGrants.list(user.user_id).map(publicGrant) })
+  const grantsOf = (user: UserRecord) => ({ username: user.username, items: services.modelGrants.list(user.user_id).map((g) => ({ ...publicGrant(g), host_only: g.host_only })) })
   const knownRole = (role: string): string => {
     if (!services.roles.has(role)) throw new AuthsvcError('NOT_FOUND', 'Unknown role')
     return role

@@ -14,7 +14,8 @@
  * - A target that holds records or audit events is refused unless `force`;
  *   the refusal says what it found.
  * - This host's own bookkeeping (services.ts `localKv`: prompt and file owners,
- *   client ids, download jobs, content tags and scans, the update check) stays
+ *   client ids, download jobs and the grants of what they downloaded, content
+ *   tags and scans, the update check) stays
  *   in the data dir's sqlite file on every backend and is not copied; nor are
  *   counters and claims (failed-login counts, used TOTP steps), which are not records.
  * - A shared target gets what the sqlite backend never writes: the username
@@ -26,7 +27,7 @@ import { SECRET_CHECK_KEY, SecretMismatchError } from './open.js'
 import { kindOf, type SharedStore, type Write } from './shared-store.js'
 
 /** kinds of this host's own bookkeeping (services.ts `localKv`): never copied */
-export const LOCAL_KINDS: readonly string[] = ['prompt', 'file', 'client_id', 'download_job', 'nsfw_tag', 'nsfw_scan', 'update_check']
+export const LOCAL_KINDS: readonly string[] = ['prompt', 'file', 'client_id', 'download_job', 'model_host_grant', 'nsfw_tag', 'nsfw_scan', 'update_check']
 const ADMINS_KEY = 'meta:admins'
 const RECORDS_PER_COMMIT = 200
 /** records read from the source per page: a kind of a million sessions is never held whole */
