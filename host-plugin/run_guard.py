@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import _io
 import builtins
+import errno
 import functools
 import io
 import logging
@@ -179,12 +180,18 @@ def _resolved(path: Any, how: str, link: Any, dir_fd: Any = None) -> tuple[str, 
             real = os.path.realpath(text)
     except OSError as err:
         if isinstance(path, int) or isinstance(dir_fd, int):
-            raise PermissionError(f"authsvc: a descriptor this guard cannot follow ({err})") from None
+            raise _refused(f"authsvc: a descriptor this guard cannot follow ({err})") from None
         return None  # not a path; the call itself fails
     except (TypeError, ValueError):
         return None  # not a path; the call itself fails
     lexical = text if os.path.isabs(text) else os.path.join(os.getcwd(), text)  # `..` kept: the kernel walks it
     return lexical, real
+
+
+def _refused(message: str) -> PermissionError:
+    """A refusal as the kernel's own EACCES, the reason as its text: callers that set the error's
+    file name (``shutil.rmtree`` does on Python 3.13) keep the reason, which a bare message lost."""
+    return PermissionError(errno.EACCES, message)
 
 
 def _below(path: str, root: str) -> str | None:
@@ -589,13 +596,13 @@ class RunGuard:
                 changes = writes and not (name == "os.mkdir" and os.path.lexists(where[1]))
                 refusal = self._refusal(where, changes, changes and name in _MOVES)
                 if refusal is not None:
-                    raise PermissionError(f"authsvc: this prompt {refusal} ({name})")
+                    raise _refused(f"authsvc: this prompt {refusal} ({name})")
                 if own is not None and self._other_folder(where, own) is not None:
-                    raise PermissionError(f"authsvc: this prompt may not use another user's files ({name})")
+                    raise _refused(f"authsvc: this prompt may not use another user's files ({name})")
                 if models is not None:
                     model = self._model_named(where, models)
                     if model is not None:
-                        raise PermissionError(f"authsvc: this prompt's owner may not use the model {model} ({name})")
+                        raise _refused(f"authsvc: this prompt's owner may not use the model {model} ({name})")
         finally:
             self._busy.on = False
 

@@ -177,13 +177,18 @@ class FakeSidecar:
         self.open_connections: set[asyncio.StreamWriter] = set()
         self._server: Optional[asyncio.AbstractServer] = None
         self._tasks: set[asyncio.Task] = set()
+        self._lives = 0  # each start and stop begins another: a connection is served only in the life it came in
 
     # -- lifecycle
     async def start(self) -> None:
-        self._server = await asyncio.start_unix_server(self._serve, path=self.path)
+        self._lives += 1
+        life = self._lives
+        self._server = await asyncio.start_unix_server(lambda r, w: self._serve(r, w, life), path=self.path)
 
     async def stop(self) -> None:
-        """Stop listening and drop every connection (the sidecar is down)."""
+        """Stop listening and drop every connection (the sidecar is down), those accepted whose
+        serving has not begun yet too (on Python 3.12+ one may begin after this)."""
+        self._lives += 1
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -218,7 +223,10 @@ class FakeSidecar:
         self.messages.clear()
 
     # -- the server
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, life: int) -> None:
+        if life != self._lives:  # accepted before a stop, served after it: the sidecar it came to is gone
+            writer.close()
+            return
         self.connects += 1
         self.open_connections.add(writer)
         try:

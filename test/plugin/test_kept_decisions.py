@@ -815,9 +815,11 @@ class KeptOnAWatchedFile(_OneFile):
 
         async def scenario() -> None:
             self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()))
-            folder = os.path.join(self.dir.name, "a")
-            for i in range(limit + 10):  # one event each (IN_CREATE), none about x.png
-                os.mkdir(os.path.join(folder, f"d{i}"))
+            there, back = os.path.join(self.dir.name, "a", "r"), os.path.join(self.dir.name, "a", "s")
+            open(there, "wb").close()
+            for _ in range(limit // 2 + 10):  # two events each (IN_MOVED_FROM, IN_MOVED_TO), none about x.png
+                os.rename(there, back)
+                there, back = back, there
             await self.request_after()
             self.assertIsNone(usable(self.kept, self.fields), "an overflow may hide a change: nothing watched is reused")
             self.assertTrue(self.kept.keep(self.fields, 100, self.answer_for()), "and watching starts again")
