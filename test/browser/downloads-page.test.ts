@@ -136,6 +136,11 @@ describe('the downloads page in chromium', { concurrency: false }, () => {
       await row.getByRole('button', { name: `Cancel alice's download of held-${id}.safetensors` }).click()
       await row.locator('.tag', { hasText: 'Cancelled' }).waitFor()
     }
+    // alice's page: the model she downloaded is hers on this ComfyUI only, and says so
+    await page.setViewportSize({ width: 1280, height: 900 })
+    await page.goto(`${stack.url}/authsvc/admin#users/alice`)
+    await page.locator('#user-page[data-ready=alice]').waitFor()
+    assert.match(await page.locator('#user-grants li', { hasText: 'checkpoints/done.safetensors' }).innerText(), /downloaded by alice on this ComfyUI, .* \(granted here only\)$/)
     assert.deepEqual(csp.flat(), [])
   })
 })
