@@ -147,14 +147,18 @@ export class ModelGrants {
     return grants
   }
 
-  /** Stores the role's grant (durable first); an existing one is kept as it is. */
-  async grantRole(record: RoleGrantRecord): Promise<RoleGrantRecord> {
-    const id = roleGrantId(record.role, record.folder, record.item_name)
-    const existing = this.roleRecords.get(id)
+  /** Stores a grant under `id` (durable first, then memory forgets what it computed); an existing one is kept as it is. */
+  private async storeOnce<T>(records: Collection<T>, id: string, record: T, computed: Map<string, UserGrants>, key: string): Promise<T> {
+    const existing = records.get(id)
     if (existing) return existing
-    await this.roleRecords.put(id, record)
-    this.perRole.delete(record.role)
+    await records.put(id, record)
+    computed.delete(key)
     return record
+  }
+
+  /** Stores the role's grant (durable first); an existing one is kept as it is. */
+  grantRole(record: RoleGrantRecord): Promise<RoleGrantRecord> {
+    return this.storeOnce(this.roleRecords, roleGrantId(record.role, record.folder, record.item_name), record, this.perRole, record.role)
   }
 
   /** Takes a role's grant back at once (memory first); false when there was no such grant. */
@@ -180,23 +184,13 @@ export class ModelGrants {
   }
 
   /** Stores the grant (durable first); an existing one is kept as it is. */
-  async grant(record: ModelGrantRecord): Promise<ModelGrantRecord> {
-    const id = grantId(record.user_id, record.folder, record.item_name)
-    const existing = this.records.get(id)
-    if (existing) return existing
-    await this.records.put(id, record)
-    this.perUser.delete(record.user_id)
-    return record
+  grant(record: ModelGrantRecord): Promise<ModelGrantRecord> {
+    return this.storeOnce(this.records, grantId(record.user_id, record.folder, record.item_name), record, this.perUser, record.user_id)
   }
 
   /** Stores a grant of this host only (durable first; a download's): an existing one is kept as it is. */
-  async grantOnThisHost(record: ModelGrantRecord): Promise<ModelGrantRecord> {
-    const id = grantId(record.user_id, record.folder, record.item_name)
-    const existing = this.hostRecords.get(id)
-    if (existing) return existing
-    await this.hostRecords.put(id, record)
-    this.perUser.delete(record.user_id)
-    return record
+  grantOnThisHost(record: ModelGrantRecord): Promise<ModelGrantRecord> {
+    return this.storeOnce(this.hostRecords, grantId(record.user_id, record.folder, record.item_name), record, this.perUser, record.user_id)
   }
 
   /** Revokes at once (memory first), shared and on this host; false when there was no such grant. */
