@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import _io
 import builtins
-import errno
 import functools
 import io
 import logging
@@ -188,10 +187,20 @@ def _resolved(path: Any, how: str, link: Any, dir_fd: Any = None) -> tuple[str, 
     return lexical, real
 
 
+class GuardRefusal(PermissionError):
+    """A refusal of the run guard: a PermissionError whose text stays its reason when a caller sets
+    its file name (``shutil.rmtree`` does on Python 3.13; a bare PermissionError then prints as
+    ``[Errno None] None: '<path>'``). No errno, on purpose: code that reads EACCES as "held by someone
+    else, try again" (filelock on Windows, and huggingface_hub's lock that waits for ever on it)
+    would poll a refused path for good and stop the host's only prompt worker."""
+
+    def __str__(self) -> str:
+        reason = str(self.args[0]) if self.args else "authsvc: refused"
+        return reason if self.filename is None else f"{reason}: {self.filename!r}"
+
+
 def _refused(message: str) -> PermissionError:
-    """A refusal as the kernel's own EACCES, the reason as its text: callers that set the error's
-    file name (``shutil.rmtree`` does on Python 3.13) keep the reason, which a bare message lost."""
-    return PermissionError(errno.EACCES, message)
+    return GuardRefusal(message)
 
 
 def _below(path: str, root: str) -> str | None:

@@ -239,7 +239,7 @@ export async function openServices(options: OpenOptions): Promise<Services> {
     health.start()
     storeHealth = health
   }
-  const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, promptRecords, fileRecords, grantRecords, roleGrantRecords]
+  const all = [userRecords, sessionRecords, tokenRecords, settingRecords, mfaRecords, promptRecords, fileRecords, grantRecords, roleGrantRecords, hostGrantRecords]
   const flushAll = async (): Promise<void> => {
     await Promise.all([...all.map((c) => c.flush()), throttle.flush(), audit.flush().catch(() => {})])
   }

@@ -259,7 +259,7 @@ async function loadUserPage() {
     ? `The ${u.role} role has "See every model": ${username} sees every model, and the grants below do nothing until it is turned off in Roles.`
     : `${username} sees and uses only these models.`
   const grantLines = [
-    ...g.items.map((i) => el('li', {}, el('span', { class: 'mono' }, `${i.folder}/${i.item_name}`), i.host_only ? ` downloaded by ${i.granted_by} on this ComfyUI, ${when(i.created_at_iso)} (granted here only)` : ` granted by ${i.granted_by}, ${when(i.created_at_iso)}`)),
+    ...oneLinePerItem(g.items).map((i) => el('li', {}, el('span', { class: 'mono' }, `${i.folder}/${i.item_name}`), i.host_only ? ` downloaded by ${i.granted_by} on this ComfyUI, ${when(i.created_at_iso)} (granted here only)` : ` granted by ${i.granted_by}, ${when(i.created_at_iso)}`)),
     ...fromRole.map((i) => el('li', {}, el('span', { class: 'mono' }, `${i.folder}/${i.item_name}`), ` through the role ${u.role}, granted by ${i.granted_by}, ${when(i.created_at_iso)}`)),
   ]
   $('#user-grants').replaceChildren(...(grantLines.length ? grantLines : [el('li', {}, 'No model granted.')]))
@@ -504,6 +504,20 @@ async function loadGrants() {
   renderItems()
 }
 
+/**
+ * A user's grants, one line an item: a download's grant (this ComfyUI only) and an admin's of the
+ * same name are one grant to take back, and host-only only when every grant of it is.
+ */
+function oneLinePerItem(grants) {
+  const lines = new Map()
+  for (const g of grants) {
+    const key = `${g.folder}/${g.item_name}`
+    const before = lines.get(key)
+    lines.set(key, before === undefined ? { ...g, host_only: g.host_only === true } : before.host_only && g.host_only !== true ? { ...g, host_only: false } : before)
+  }
+  return [...lines.values()]
+}
+
 function renderGrants() {
   const who = grantee()
   const u = who.kind === 'user' ? state.users.find((x) => x.username === who.name) : null
@@ -516,8 +530,9 @@ function renderGrants() {
     $('#grant-moot').replaceChildren(`The ${role} role has "See every model": ${whoSees} every model, and these grants do nothing until it is turned off in `, el('a', { href: '#roles' }, 'Roles'), '.')
   }
   $('#grant-list').dataset.for = `${who.kind}:${who.name}`
-  $('#grant-list').replaceChildren(...(models.grants.length ? models.grants.map((g) => el('li', { dataset: { grant: `${g.folder}/${g.item_name}` } },
-    el('span', { class: 'mono' }, `${g.folder}/${g.item_name}`), ' ',
+  const lines = oneLinePerItem(models.grants)
+  $('#grant-list').replaceChildren(...(lines.length ? lines.map((g) => el('li', { dataset: { grant: `${g.folder}/${g.item_name}` } },
+    el('span', { class: 'mono' }, `${g.folder}/${g.item_name}`), g.host_only ? ' (downloaded on this ComfyUI: granted here only) ' : ' ',
     el('button', { type: 'button', class: 'danger small', 'aria-label': `Take back ${g.folder}/${g.item_name} from ${who.label}`, onclick: () => changeGrant('DELETE', g.folder, g.item_name) }, 'Take back'))) : [el('li', {}, 'Nothing granted yet.')]))
   $('#grant-inherited').hidden = who.kind !== 'user' || models.inherited.length === 0
   $('#grant-inherited-role').textContent = u?.role ?? ''
@@ -530,13 +545,15 @@ function renderItems() {
   const q = $('#grant-filter').value.trim().toLowerCase()
   // the items of the folder picked, once they came (never another folder's under its name)
   const listed = models.itemsFolder === folder ? models.items : []
-  const granted = new Set(models.grants.filter((g) => g.folder === folder).map((g) => g.item_name))
+  const lines = oneLinePerItem(models.grants).filter((g) => g.folder === folder)
+  const granted = new Set(lines.map((g) => g.item_name))
+  const hereOnly = new Set(lines.filter((g) => g.host_only).map((g) => g.item_name))
   const items = listed.filter((i) => !q || i.toLowerCase().includes(q))
   const who = grantee()
   $('#grant-items').replaceChildren(...items.slice(0, 200).map((item) => el('li', { dataset: { item } },
     el('span', { class: 'mono' }, item), ' ',
     granted.has(item)
-      ? el('span', { class: 'tag' }, 'granted')
+      ? el('span', { class: 'tag' }, hereOnly.has(item) ? 'granted here (downloaded)' : 'granted')
       : el('button', { type: 'button', class: 'secondary small', 'aria-label': `Grant ${folder}/${item} to ${who.label}`, onclick: () => changeGrant('POST', folder, item) }, 'Grant'))))
   $('#grant-items-empty').hidden = listed.length > 0 || !folder || models.itemsFolder !== folder
 }

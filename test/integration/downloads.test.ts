@@ -894,6 +894,32 @@ async function withRestarts(prefix: string, row: (src: DownloadStandins, first: 
   }
 }
 
+describe('the grants of downloads made before they were of this host only', () => {
+  it('one in the shared collection, granted by the downloader for a completed job here, is this host\'s from the next start; an admin\'s grants stay shared', () => withRestarts('as-dl-adopt-', async (src, first, reopen) => {
+    const f = file()
+    src.civitai.set(861, [f])
+    const job = await ended(first, await start(first, { source: 'civitai', model_version_id: 861, folder_type: 'checkpoints' }))
+    assert.equal(job.status, 'completed', job.error)
+    // as a download before the change left it: its grant in the shared collection
+    const grants = first.sc.services.modelGrants
+    const at = new Date(first.sc.clock()).toISOString()
+    assert.equal(await grants.revoke(first.aliceId, 'checkpoints', f.name), true)
+    await grants.grant({ user_id: first.aliceId, folder: 'checkpoints', item_name: f.name, granted_by: 'alice', created_at_iso: at })
+    // an admin's grants: another model to her, the same name to bob
+    const bobId = first.sc.services.users.byUsername('bob')!.user_id
+    await grants.grant({ user_id: first.aliceId, folder: 'loras', item_name: 'style.safetensors', granted_by: 'root-admin', created_at_iso: at })
+    await grants.grant({ user_id: bobId, folder: 'checkpoints', item_name: f.name, granted_by: 'root-admin', created_at_iso: at })
+    const seen = (w: World, userId: string) => w.sc.services.modelGrants.list(userId).map((g) => [g.folder, g.item_name, g.granted_by, g.host_only])
+    assert.deepEqual(seen(first, first.aliceId), [['checkpoints', f.name, 'alice', false], ['loras', 'style.safetensors', 'root-admin', false]])
+    await first.sc.close({ keepDir: true })
+
+    const again = await reopen()
+    assert.deepEqual(seen(again, again.aliceId), [['loras', 'style.safetensors', 'root-admin', false], ['checkpoints', f.name, 'alice', true]])
+    assert.deepEqual(seen(again, bobId), [['checkpoints', f.name, 'root-admin', false]])
+    assert.deepEqual((await again.sc.services.kv.entries<{ item_name: string }>('model_grant')).map(([, g]) => g.item_name).sort(), [f.name, 'style.safetensors'], 'the shared collection keeps the admin\'s two')
+  }))
+})
+
 describe('a restart mid-way resumes with Range and finishes with the right hash', () => {
   it('the partial file is kept across a stop; the next start asks for the rest only', () => withRestarts('as-dl-restart-', async (src, first, reopen) => {
     let w = first

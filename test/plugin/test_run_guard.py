@@ -169,6 +169,18 @@ class RunGuardTest(unittest.TestCase):
         with self.assertRaisesRegex(PermissionError, "authsvc: this prompt may not use another user's files", msg=what):
             self.running(prompt_id, fn)
 
+    def test_a_refusal_keeps_its_reason_and_is_never_taken_for_a_lock_held_elsewhere(self) -> None:
+        """A refusal says why even once a caller sets its file name (shutil.rmtree does on 3.13), and
+        has no errno: filelock on Windows reads EACCES as "another process holds it" and retries for
+        ever (huggingface_hub's lock waits on it with no timeout), which would stop the host's only
+        prompt worker on a refused lock file."""
+        with self.assertRaises(PermissionError) as caught:
+            self.running("bob-1", lambda: os.open(self.hers, os.O_RDONLY))
+        refusal = caught.exception
+        self.assertIsNone(refusal.errno)
+        refusal.filename = self.hers
+        self.assertEqual(str(refusal), f"authsvc: this prompt may not use another user's files (os.open): {self.hers!r}")
+
     def test_bob_touches_nothing_of_hers_whatever_the_operation(self) -> None:
         her_dir = os.path.dirname(self.hers)
         os.symlink(self.shared, os.path.join(her_dir, "out.lnk"))

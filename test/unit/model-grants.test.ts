@@ -12,6 +12,7 @@ import assert from 'node:assert/strict'
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import type { UserRecord } from '../../sidecar/src/identity/users.js'
+import type { KeyValueStore } from '../../sidecar/src/store/kv.js'
 import { optionListsOf } from '../../sidecar/src/isolation/behaviours/option-lists.js'
 import {
   bearer, addUser, answer, assertDenied, assertPass, call, decide, openSidecar, sessionJwt, stepAnswer, tempDir, type DescOptions, type Sidecar, type Stepped,
@@ -747,4 +748,45 @@ describe('option lists of an /object_info answer, found in one pass', () => {
     assert.deepEqual(found, expected(text))
     assert.equal(found.length, 300 * 4)
   })
+})
+
+describe('a revocation the store refused once', () => {
+  const rows: Array<[string, 'grant' | 'grantOnThisHost', string]> = [
+    ['a shared grant', 'grant', 'model_grant'],
+    ['a grant of this host only (a download\'s)', 'grantOnThisHost', 'model_host_grant'],
+  ]
+  for (const [label, give, kind] of rows) {
+    it(`${label}: gone from memory at once, and its retried removal lands by the close, so a restart does not bring it back`, async () => {
+      const dir = tempDir('as-grant-retry-')
+      const refuse = { once: false }
+      const wrap = (kv: KeyValueStore): KeyValueStore => ({
+        ...kv,
+        get: (key) => kv.get(key),
+        set: (key, value) => kv.set(key, value),
+        entries: (k) => kv.entries(k),
+        close: () => kv.close(),
+        sql: kv.sql?.bind(kv),
+        async delete(key) {
+          if (refuse.once && key.startsWith(`${kind}:`)) {
+            refuse.once = false
+            throw new Error('the store is busy')
+          }
+          return kv.delete(key)
+        },
+      })
+      let sc = await openSidecar({ dir, wrapStore: wrap })
+      const record = { user_id: 'u-1', folder: 'checkpoints', item_name: 'x.safetensors', granted_by: 'u', created_at_iso: new Date(sc.clock()).toISOString() }
+      await sc.services.modelGrants[give](record)
+      refuse.once = true
+      await assert.rejects(sc.services.modelGrants.revoke('u-1', 'checkpoints', 'x.safetensors'), new RegExp(`refused a write of ${kind} records`))
+      assert.deepEqual(sc.services.modelGrants.list('u-1'), [], 'memory first')
+      await sc.close({ keepDir: true })
+      sc = await openSidecar({ dir })
+      try {
+        assert.deepEqual(sc.services.modelGrants.list('u-1'), [], 'not back after a restart')
+      } finally {
+        await sc.close()
+      }
+    })
+  }
 })

@@ -49,7 +49,7 @@ export interface DownloadsFeature extends Feature {
   queue(): Promise<DownloadQueue>
 }
 
-type DownloadServices = Pick<Services, 'config' | 'host' | 'clock' | 'events' | 'kv' | 'localKv' | 'fieldCipher' | 'log' | 'users'>
+type DownloadServices = Pick<Services, 'config' | 'host' | 'clock' | 'events' | 'kv' | 'localKv' | 'fieldCipher' | 'log' | 'users' | 'modelGrants'>
 
 export function downloadsFeature(services: DownloadServices, log: FastifyBaseLogger, landed: () => LandedHook): DownloadsFeature {
   type Opened = { queue: DownloadQueue; jobs: DownloadJobs; keys: SourceKeys }
@@ -101,6 +101,13 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
     await sweepOrphanKeys(keys, services.users).then(
       (orphans) => orphans > 0 && log.info({ keys: orphans }, 'removed the download keys of deleted accounts'),
       (err: unknown) => log.warn({ err }, 'the store refused removing a deleted account\'s download key; the store\'s retry removes it'),
+    )
+    // grants made by this host's downloads before they were of this host only: a shared grant of a
+    // name loads whatever another host keeps under it (best effort, tried again at each start)
+    const made = jobs.list().filter((j) => j.status === 'completed' && j.filename !== '')
+    await services.modelGrants.adoptDownloads(made.map((j) => ({ user_id: j.user_id, username: j.username, folder: j.folder_type, item: j.filename }))).then(
+      (moved) => moved > 0 && log.info({ grants: moved }, 'grants of models downloaded here now hold on this host only'),
+      (err: unknown) => log.warn({ err }, 'the store refused moving a download\'s grant to this host; tried again at the next start'),
     )
     if (stopped) return
     const landing: Landing = {

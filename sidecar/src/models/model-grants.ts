@@ -193,6 +193,27 @@ export class ModelGrants {
     return this.storeOnce(this.hostRecords, grantId(record.user_id, record.folder, record.item_name), record, this.perUser, record.user_id)
   }
 
+  /**
+   * Grants that downloads made before they were of this host only, found in the shared collection
+   * (on the embedded store, or copied from it into a shared one), become this host's: each one a
+   * completed download here made (same user, folder and name, granted by the user themselves).
+   * Memory first for the shared record (a narrowing), durable first for this host's. How many.
+   */
+  async adoptDownloads(made: Iterable<{ user_id: string; username: string; folder: string; item: string }>): Promise<number> {
+    let moved = 0
+    for (const { user_id, username, folder, item } of made) {
+      const id = grantId(user_id, folder, item)
+      const shared = this.records.get(id)
+      if (shared === undefined || shared.granted_by !== username) continue
+      await this.storeOnce(this.hostRecords, id, shared, this.perUser, user_id)
+      const write = this.records.narrowRemove(id)
+      this.perUser.delete(user_id)
+      await write
+      moved++
+    }
+    return moved
+  }
+
   /** Revokes at once (memory first), shared and on this host; false when there was no such grant. */
   async revoke(userId: string, folder: string, item: string): Promise<boolean> {
     const id = grantId(userId, folder, item)
