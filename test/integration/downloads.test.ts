@@ -329,6 +329,20 @@ describe('model downloads against the stand-ins', () => {
     assert.equal(readFileSync(join(w.modelsDir, 'checkpoints', f.name), 'utf8'), 'mine')
   })
 
+  it('a download\'s grant is of its file: once it is removed, another user\'s download under the name is not the first user\'s', async () => {
+    const mine = file()
+    src.civitai.set(613, [mine])
+    assert.equal((await ended(w, await start(w, { source: 'civitai', model_version_id: 613 }))).status, 'completed')
+    const grantedTo = (item: string) => ['alice', 'bob'].filter((name) => w.sc.services.modelGrants.list(w.sc.services.users.byUsername(name)!.user_id).some((g) => g.item_name === item))
+    assert.deepEqual(grantedTo(mine.name), ['alice'])
+    rmSync(join(w.modelsDir, 'checkpoints', mine.name))
+    const theirs = file({ name: mine.name, seed: 9613 })
+    src.civitai.set(614, [theirs])
+    assert.equal((await ended(w, await start(w, { source: 'civitai', model_version_id: 614 }, w.bobJwt))).status, 'completed')
+    assert.equal(sha(join(w.modelsDir, 'checkpoints', mine.name)), src.trueSha256(theirs))
+    assert.deepEqual(grantedTo(mine.name), ['bob'], 'bob\'s file, granted to bob only')
+  })
+
   it('a name with path parts lands as its last part, inside the folder', async () => {
     const f = file({ name: '../../escape/..\\evil.safetensors' })
     src.civitai.set(613, [f])

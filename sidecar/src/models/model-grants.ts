@@ -214,6 +214,18 @@ export class ModelGrants {
     return moved
   }
 
+  /**
+   * A new file landed under this name (a download never replaces a file): the grants of this host
+   * that other users' downloads made were of a file no longer there, and go (memory first). How many.
+   */
+  async landedAgain(folder: string, item: string, userId: string): Promise<number> {
+    const stale = [...this.hostRecords.values()].filter((r) => r.folder === folder && r.item_name === item && r.user_id !== userId)
+    const writes = stale.map((r) => this.hostRecords.narrowRemove(grantId(r.user_id, folder, item)))
+    for (const r of stale) this.perUser.delete(r.user_id)
+    await Promise.all(writes)
+    return stale.length
+  }
+
   /** Revokes at once (memory first), shared and on this host; false when there was no such grant. */
   async revoke(userId: string, folder: string, item: string): Promise<boolean> {
     const id = grantId(userId, folder, item)
