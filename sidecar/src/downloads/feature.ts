@@ -111,6 +111,11 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
     )
     if (stopped) return
     const landing: Landing = {
+      // another user's download of this name was of a file gone since (none is ever replaced): its
+      // grant on this host goes before the new file takes the name, not a moment after
+      placing: async (job, folder, item) => {
+        await services.modelGrants.landedAgain(folder, item, job.user_id)
+      },
       landed: (job, folder, item) => landed()(job.user_id, job.username, folder, item),
     }
     const queue = new DownloadQueue(services, jobs, keys, landing, log)

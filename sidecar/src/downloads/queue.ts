@@ -122,6 +122,8 @@ const WAITING_FOR_HOST = 'Waiting for ComfyUI to say which model folders it has'
 
 /** What the queue hands on when a file landed (the models feature: refresh the cache, grant it). */
 export interface Landing {
+  /** just before the file takes its name (a failure fails the job: nothing is placed) */
+  placing?(job: DownloadJobRecord, folder: string, item: string): Promise<void>
   landed(job: DownloadJobRecord, folder: string, item: string): Promise<void>
 }
 
@@ -378,6 +380,7 @@ export class DownloadQueue {
       throw new SourceError(`The source announced about ${Math.round(resolved.sizeKB)} KB but sent ${result.bytes} bytes; the file was removed`, false)
     }
     if (run.cancelled) throw new SourceError('cancelled', false)
+    await this.landing.placing?.(job, folder.name, resolved.filename)
     await place(partialPath, finalPath, folder.name, resolved.filename)
     // usable by the requester before the job says it is done; never granted to an account deleted
     // while the file was placed (its grants went with it; a grant now would outlive it)

@@ -45,8 +45,6 @@ export function modelsFeature(
     },
     async landed(userId, username, folder, item) {
       await cache.refresh()
-      // another user's download of this name was of a file gone since (none is ever replaced): not this one
-      await services.modelGrants.landedAgain(folder, item, userId)
       // granted on this host only: the name may be another file on another host of a shared store
       await services.modelGrants.grantOnThisHost({ user_id: userId, folder, item_name: item, granted_by: username, created_at_iso: new Date(services.clock()).toISOString() })
       services.events.emit('model_granted', { actor: username, subject: username, folder, item_name: item })
