@@ -72,7 +72,7 @@ export function features(services: Services, log: FastifyBaseLogger, clock: Cloc
     updatesFeature(services, log, clock),
     userEnvFeature(services),
     storeConfigFeature(services),
-    downloadsFeature(services, log, () => models.landed),
+    downloadsFeature(services, log, () => models.landed, () => models.placing),
     adminPanelFeature(services),
   ]
 }

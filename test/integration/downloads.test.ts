@@ -343,6 +343,40 @@ describe('model downloads against the stand-ins', () => {
     assert.deepEqual(grantedTo(mine.name), ['bob'], 'bob\'s file, granted to bob only')
   })
 
+  it('a download that finds its name taken when it lands takes no one\'s grant: the one who landed first keeps hers', async () => {
+    const bobs = file({ size: 2 * 1024 * 1024, pauseAt: 1024 * 1024 })
+    const hers = file({ name: bobs.name, seed: 9615 })
+    src.civitai.set(615, [bobs])
+    src.civitai.set(616, [hers])
+    const paused = once(src.events, 'paused')
+    const bobJob = await start(w, { source: 'civitai', model_version_id: 615 }, w.bobJwt)
+    await Promise.all([paused, progressed(w, bobJob)])
+    assert.equal((await ended(w, await start(w, { source: 'civitai', model_version_id: 616 }))).status, 'completed')
+    src.release(bobs.id)
+    assert.equal((await ended(w, bobJob)).status, 'failed', 'the name was taken while his transfer ran')
+    assert.equal(sha(join(w.modelsDir, 'checkpoints', bobs.name)), src.trueSha256(hers))
+    const grantedTo = (item: string) => ['alice', 'bob'].filter((name) => w.sc.services.modelGrants.list(w.sc.services.users.byUsername(name)!.user_id).some((g) => g.item_name === item))
+    assert.deepEqual(grantedTo(bobs.name), ['alice'], 'her grant was put back')
+  })
+
+  it('on a host whose file system ignores case, another case of a removed download\'s name is that name', async () => {
+    const ci = await openWorld(src, {}, tempDir('as-dl-case-'), false)
+    try {
+      const host = { ...facts(ci.modelsDir), model_paths: { sep: '/', case_insensitive: true } }
+      ci.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host })
+      const first = file({ name: 'Shared-Name.safetensors' })
+      src.civitai.set(617, [first])
+      assert.equal((await ended(ci, await start(ci, { source: 'civitai', model_version_id: 617 }))).status, 'completed')
+      rmSync(join(ci.modelsDir, 'checkpoints', first.name))
+      const next = file({ name: 'shared-name.safetensors', seed: 9618 })
+      src.civitai.set(618, [next])
+      assert.equal((await ended(ci, await start(ci, { source: 'civitai', model_version_id: 618 }, ci.bobJwt))).status, 'completed')
+      assert.deepEqual(ci.sc.services.modelGrants.list(ci.aliceId).map((g) => g.item_name), [], 'hers went: the host would open his file for it')
+    } finally {
+      await ci.sc.close()
+    }
+  })
+
   it('a name with path parts lands as its last part, inside the folder', async () => {
     const f = file({ name: '../../escape/..\\evil.safetensors' })
     src.civitai.set(613, [f])

@@ -790,3 +790,42 @@ describe('a revocation the store refused once', () => {
     })
   }
 })
+
+describe('a download\'s shared grant moved to this host while an admin revokes it', () => {
+  it('the revocation holds: the host\'s copy, stored while it came, goes too', async () => {
+    let letGo: () => void = () => {}
+    const held = new Promise<void>((resolve) => (letGo = resolve))
+    let storing: () => void = () => {}
+    const stored = new Promise<void>((resolve) => (storing = resolve))
+    const wrap = (kv: KeyValueStore): KeyValueStore => ({
+      ...kv,
+      get: (key) => kv.get(key),
+      delete: (key) => kv.delete(key),
+      entries: (k) => kv.entries(k),
+      close: () => kv.close(),
+      sql: kv.sql?.bind(kv),
+      async set(key, value) {
+        if (key.startsWith('model_host_grant:')) {
+          storing()
+          await held
+        }
+        return kv.set(key, value)
+      },
+    })
+    const sc = await openSidecar({ wrapStore: wrap })
+    try {
+      const grants = sc.services.modelGrants
+      await grants.grant({ user_id: 'u-1', folder: 'checkpoints', item_name: 'x.safetensors', granted_by: 'bob', created_at_iso: new Date(sc.clock()).toISOString() })
+      const adopting = grants.adoptDownloads([{ user_id: 'u-1', username: 'bob', folder: 'checkpoints', item: 'x.safetensors' }])
+      await stored
+      assert.equal(await grants.revoke('u-1', 'checkpoints', 'x.safetensors'), true, 'the admin revokes while this host\'s copy is being stored')
+      letGo()
+      assert.equal(await adopting, 0)
+      assert.deepEqual(grants.list('u-1'), [])
+      assert.deepEqual(grants.forUser('u-1').byFolder.get('checkpoints')?.has('x.safetensors') ?? false, false)
+    } finally {
+      letGo()
+      await sc.close()
+    }
+  })
+})

@@ -43,6 +43,8 @@ const RETRY_MAX_MS = 30_000
 
 /** What the models feature does with a landed file (models/feature.ts `landed`). */
 export type LandedHook = (userId: string, grantedBy: string, folder: string, item: string) => Promise<void>
+/** What the models feature does just before a file takes a name (models/feature.ts `placing`); its undo. */
+export type PlacingHook = (userId: string, folder: string, item: string) => Promise<() => Promise<void>>
 
 export interface DownloadsFeature extends Feature {
   /** the queue once the store is open (tests wait on its changes) */
@@ -51,7 +53,7 @@ export interface DownloadsFeature extends Feature {
 
 type DownloadServices = Pick<Services, 'config' | 'host' | 'clock' | 'events' | 'kv' | 'localKv' | 'fieldCipher' | 'log' | 'users' | 'modelGrants'>
 
-export function downloadsFeature(services: DownloadServices, log: FastifyBaseLogger, landed: () => LandedHook): DownloadsFeature {
+export function downloadsFeature(services: DownloadServices, log: FastifyBaseLogger, landed: () => LandedHook, placing?: () => PlacingHook): DownloadsFeature {
   type Opened = { queue: DownloadQueue; jobs: DownloadJobs; keys: SourceKeys }
   let opened: Opened | undefined
   let resolveReady: (value: Opened) => void = () => {}
@@ -111,11 +113,7 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
     )
     if (stopped) return
     const landing: Landing = {
-      // another user's download of this name was of a file gone since (none is ever replaced): its
-      // grant on this host goes before the new file takes the name, not a moment after
-      placing: async (job, folder, item) => {
-        await services.modelGrants.landedAgain(folder, item, job.user_id)
-      },
+      ...(placing ? { placing: (job: DownloadJobRecord, folder: string, item: string) => placing()(job.user_id, folder, item) } : {}),
       landed: (job, folder, item) => landed()(job.user_id, job.username, folder, item),
     }
     const queue = new DownloadQueue(services, jobs, keys, landing, log)

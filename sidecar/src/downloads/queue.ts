@@ -122,8 +122,11 @@ const WAITING_FOR_HOST = 'Waiting for ComfyUI to say which model folders it has'
 
 /** What the queue hands on when a file landed (the models feature: refresh the cache, grant it). */
 export interface Landing {
-  /** just before the file takes its name (a failure fails the job: nothing is placed) */
-  placing?(job: DownloadJobRecord, folder: string, item: string): Promise<void>
+  /**
+   * Just before the file takes its name (a failure fails the job: nothing is placed); what it gives
+   * is called if the file then does not take the name (another took it meanwhile).
+   */
+  placing?(job: DownloadJobRecord, folder: string, item: string): Promise<(() => Promise<void>) | void>
   landed(job: DownloadJobRecord, folder: string, item: string): Promise<void>
 }
 
@@ -380,8 +383,13 @@ export class DownloadQueue {
       throw new SourceError(`The source announced about ${Math.round(resolved.sizeKB)} KB but sent ${result.bytes} bytes; the file was removed`, false)
     }
     if (run.cancelled) throw new SourceError('cancelled', false)
-    await this.landing.placing?.(job, folder.name, resolved.filename)
-    await place(partialPath, finalPath, folder.name, resolved.filename)
+    const undo = await this.landing.placing?.(job, folder.name, resolved.filename)
+    try {
+      await place(partialPath, finalPath, folder.name, resolved.filename)
+    } catch (err) {
+      if (undo) await undo().catch((e: unknown) => this.log.error({ err: e, job_id: job.job_id }, 'grants taken back for a file that did not land could not be put back'))
+      throw err
+    }
     // usable by the requester before the job says it is done; never granted to an account deleted
     // while the file was placed (its grants went with it; a grant now would outlive it)
     try {

@@ -26,6 +26,12 @@ export interface ModelsFeature extends Feature {
    * the admin's refresh and grant routes).
    */
   landed(userId: string, username: string, folder: string, item: string): Promise<void>
+  /**
+   * A download's file is about to take this name: another user's download of the name was of a file
+   * gone since (none is ever replaced), so their grant on this host goes first, names compared as the
+   * host resolves them. The undo puts them back (the file did not take the name after all).
+   */
+  placing(userId: string, folder: string, item: string): Promise<() => Promise<void>>
 }
 
 export function modelsFeature(
@@ -48,6 +54,13 @@ export function modelsFeature(
       // granted on this host only: the name may be another file on another host of a shared store
       await services.modelGrants.grantOnThisHost({ user_id: userId, folder, item_name: item, granted_by: username, created_at_iso: new Date(services.clock()).toISOString() })
       services.events.emit('model_granted', { actor: username, subject: username, folder, item_name: item })
+    },
+    async placing(userId, folder, item) {
+      const same = access === undefined ? undefined : (a: string, b: string) => access!.hostPath(a) === access!.hostPath(b)
+      const removed = await services.modelGrants.landedAgain(folder, item, userId, same)
+      return async () => {
+        for (const record of removed) await services.modelGrants.grantOnThisHost(record)
+      }
     },
     access() {
       if (access === undefined) throw new Error('the model lists are read before the store was opened')

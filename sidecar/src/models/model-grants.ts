@@ -206,6 +206,12 @@ export class ModelGrants {
       const shared = this.records.get(id)
       if (shared === undefined || shared.granted_by !== username) continue
       await this.storeOnce(this.hostRecords, id, shared, this.perUser, user_id)
+      if (this.records.get(id) === undefined) {
+        // revoked while this host's copy was being stored (that revocation could not see it yet)
+        if (this.hostRecords.get(id) !== undefined) await this.hostRecords.narrowRemove(id)
+        this.perUser.delete(user_id)
+        continue
+      }
       const write = this.records.narrowRemove(id)
       this.perUser.delete(user_id)
       await write
@@ -215,15 +221,17 @@ export class ModelGrants {
   }
 
   /**
-   * A new file landed under this name (a download never replaces a file): the grants of this host
-   * that other users' downloads made were of a file no longer there, and go (memory first). How many.
+   * A new file is about to take this name (a download never replaces a file): the grants of this
+   * host that other users' downloads made of the name (`same`: as the host resolves names, so
+   * `Model` is `model` where its file system ignores case) were of a file no longer there, and go
+   * (memory first). What went (to be put back if the new file does not take the name after all).
    */
-  async landedAgain(folder: string, item: string, userId: string): Promise<number> {
-    const stale = [...this.hostRecords.values()].filter((r) => r.folder === folder && r.item_name === item && r.user_id !== userId)
-    const writes = stale.map((r) => this.hostRecords.narrowRemove(grantId(r.user_id, folder, item)))
+  async landedAgain(folder: string, item: string, userId: string, same: (a: string, b: string) => boolean = (a, b) => a === b): Promise<ModelGrantRecord[]> {
+    const stale = [...this.hostRecords.values()].filter((r) => r.folder === folder && r.user_id !== userId && same(r.item_name, item))
+    const writes = stale.map((r) => this.hostRecords.narrowRemove(grantId(r.user_id, r.folder, r.item_name)))
     for (const r of stale) this.perUser.delete(r.user_id)
     await Promise.all(writes)
-    return stale.length
+    return stale
   }
 
   /** Revokes at once (memory first), shared and on this host; false when there was no such grant. */
