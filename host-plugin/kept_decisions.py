@@ -152,15 +152,13 @@ class KeptDecisions:
             while order and order[0][0] <= now:
                 _, _, old, old_answer = heapq.heappop(order)
                 self.drop(old, only=old_answer)
-            # watched first, then read once: a change after the read is heard; one before it, seen.
-            # Taken before the answer it replaces lets go of its own, so a renewal keeps the watches on
+            # watched first, then read once: a change after the read is heard; one before it, seen
             watched = self._watch.watch(condition[0])
-            self.drop(fields)
-            if watched is not None and self._stamp_of(condition[0]) != condition[1]:
-                self._watch.release(watched)
-                return False  # the file changed since the sidecar decided on it
-        else:
-            self.drop(fields)
+        # after the watch: the answer it replaces lets go of its own, so a renewal keeps the watches on
+        self.drop(fields)
+        if watched is not None and self._stamp_of(condition[0]) != condition[1]:
+            self._watch.release(watched)
+            return False  # the file changed since the sidecar decided on it
         while self._entries and (len(self._entries) >= _KEPT_MAX or self._size + size > _KEPT_SIZE_MAX):
             self.drop(next(iter(self._entries)))
         self._entries[fields] = (answer, now + ms / 1000, size, condition or None, now + ms * _RENEW_AFTER / 1000, watched)

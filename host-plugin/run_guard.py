@@ -179,7 +179,7 @@ def _resolved(path: Any, how: str, link: Any, dir_fd: Any = None) -> tuple[str, 
             real = os.path.realpath(text)
     except OSError as err:
         if isinstance(path, int) or isinstance(dir_fd, int):
-            raise _refused(f"authsvc: a descriptor this guard cannot follow ({err})") from None
+            raise GuardRefusal(f"authsvc: a descriptor this guard cannot follow ({err})") from None
         return None  # not a path; the call itself fails
     except (TypeError, ValueError):
         return None  # not a path; the call itself fails
@@ -197,10 +197,6 @@ class GuardRefusal(PermissionError):
     def __str__(self) -> str:
         reason = str(self.args[0]) if self.args else "authsvc: refused"
         return reason if self.filename is None else f"{reason}: {self.filename!r}"
-
-
-def _refused(message: str) -> PermissionError:
-    return GuardRefusal(message)
 
 
 def _below(path: str, root: str) -> str | None:
@@ -605,13 +601,13 @@ class RunGuard:
                 changes = writes and not (name == "os.mkdir" and os.path.lexists(where[1]))
                 refusal = self._refusal(where, changes, changes and name in _MOVES)
                 if refusal is not None:
-                    raise _refused(f"authsvc: this prompt {refusal} ({name})")
+                    raise GuardRefusal(f"authsvc: this prompt {refusal} ({name})")
                 if own is not None and self._other_folder(where, own) is not None:
-                    raise _refused(f"authsvc: this prompt may not use another user's files ({name})")
+                    raise GuardRefusal(f"authsvc: this prompt may not use another user's files ({name})")
                 if models is not None:
                     model = self._model_named(where, models)
                     if model is not None:
-                        raise _refused(f"authsvc: this prompt's owner may not use the model {model} ({name})")
+                        raise GuardRefusal(f"authsvc: this prompt's owner may not use the model {model} ({name})")
         finally:
             self._busy.on = False
 

@@ -158,6 +158,8 @@ function putKey(sc: Sidecar, jwt: string, source: string, api_key: string) {
 }
 
 const sha = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex')
+/** Which of alice and bob hold a grant of `item` (shared or of this host). */
+const grantedTo = (w: World, item: string) => ['alice', 'bob'].filter((name) => w.sc.services.modelGrants.list(w.sc.services.users.byUsername(name)!.user_id).some((g) => g.item_name === item))
 /** Every name in a model folder (the staging directory of partial files included, while it exists). */
 const listing = (w: World, folder: string) => readdirSync(join(w.modelsDir, folder)).sort()
 /** The partial files in a model folder's staging directory ([] when there is none). */
@@ -333,14 +335,13 @@ describe('model downloads against the stand-ins', () => {
     const mine = file()
     src.civitai.set(613, [mine])
     assert.equal((await ended(w, await start(w, { source: 'civitai', model_version_id: 613 }))).status, 'completed')
-    const grantedTo = (item: string) => ['alice', 'bob'].filter((name) => w.sc.services.modelGrants.list(w.sc.services.users.byUsername(name)!.user_id).some((g) => g.item_name === item))
-    assert.deepEqual(grantedTo(mine.name), ['alice'])
+    assert.deepEqual(grantedTo(w, mine.name), ['alice'])
     rmSync(join(w.modelsDir, 'checkpoints', mine.name))
     const theirs = file({ name: mine.name, seed: 9613 })
     src.civitai.set(614, [theirs])
     assert.equal((await ended(w, await start(w, { source: 'civitai', model_version_id: 614 }, w.bobJwt))).status, 'completed')
     assert.equal(sha(join(w.modelsDir, 'checkpoints', mine.name)), src.trueSha256(theirs))
-    assert.deepEqual(grantedTo(mine.name), ['bob'], 'bob\'s file, granted to bob only')
+    assert.deepEqual(grantedTo(w, mine.name), ['bob'], 'bob\'s file, granted to bob only')
   })
 
   it('a download that finds its name taken when it lands takes no one\'s grant: the one who landed first keeps hers', async () => {
@@ -355,8 +356,7 @@ describe('model downloads against the stand-ins', () => {
     src.release(bobs.id)
     assert.equal((await ended(w, bobJob)).status, 'failed', 'the name was taken while his transfer ran')
     assert.equal(sha(join(w.modelsDir, 'checkpoints', bobs.name)), src.trueSha256(hers))
-    const grantedTo = (item: string) => ['alice', 'bob'].filter((name) => w.sc.services.modelGrants.list(w.sc.services.users.byUsername(name)!.user_id).some((g) => g.item_name === item))
-    assert.deepEqual(grantedTo(bobs.name), ['alice'], 'her grant was put back')
+    assert.deepEqual(grantedTo(w, bobs.name), ['alice'], 'her grant was put back')
   })
 
   it('on a host whose file system ignores case, another case of a removed download\'s name is that name', async () => {

@@ -51,7 +51,8 @@ describe('python suites', () => {
   const next = python313()
   it('plugin suite on Python 3.13, aiohttp 3.11', { skip: next === undefined ? 'no Python 3.13 on this machine (AUTHSVC_PYTHON_NEXT, or pyenv\'s)' : false }, () => {
     // the unpacked aiohttp 3.11 is pure Python; idna, which yarl needs, is Debian's (pure Python too)
-    const env = { ...pythonEnv('3.11'), PYTHONPATH: `${pythonEnv('3.11').PYTHONPATH}:/usr/lib/python3/dist-packages` }
+    const aiohttp311 = pythonEnv('3.11')
+    const env = { ...aiohttp311, PYTHONPATH: `${aiohttp311.PYTHONPATH}:/usr/lib/python3/dist-packages` }
     const version = spawnSync(next!, ['-c', 'import sys, aiohttp; print(sys.version_info[:2] >= (3, 13), aiohttp.__version__)'], { env: { ...process.env, ...env }, encoding: 'utf8' })
     assert.ok(version.stdout.startsWith('True 3.11'), `expected Python 3.13 with aiohttp 3.11, got ${version.stdout}${version.stderr}`)
     runUnittest('test/plugin', env, true, next)

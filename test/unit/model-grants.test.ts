@@ -750,6 +750,17 @@ describe('option lists of an /object_info answer, found in one pass', () => {
   })
 })
 
+/** The store the services open with some of its methods replaced; every other one is its own (bound to it). */
+function replacing(kv: KeyValueStore, replaced: Partial<KeyValueStore>): KeyValueStore {
+  return new Proxy(kv, {
+    get(target, prop) {
+      if (Object.hasOwn(replaced, prop)) return replaced[prop as keyof KeyValueStore]
+      const value = Reflect.get(target, prop, target) as unknown
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+    },
+  })
+}
+
 describe('a revocation the store refused once', () => {
   const rows: Array<[string, 'grant' | 'grantOnThisHost', string]> = [
     ['a shared grant', 'grant', 'model_grant'],
@@ -759,13 +770,7 @@ describe('a revocation the store refused once', () => {
     it(`${label}: gone from memory at once, and its retried removal lands by the close, so a restart does not bring it back`, async () => {
       const dir = tempDir('as-grant-retry-')
       const refuse = { once: false }
-      const wrap = (kv: KeyValueStore): KeyValueStore => ({
-        ...kv,
-        get: (key) => kv.get(key),
-        set: (key, value) => kv.set(key, value),
-        entries: (k) => kv.entries(k),
-        close: () => kv.close(),
-        sql: kv.sql?.bind(kv),
+      const wrap = (kv: KeyValueStore): KeyValueStore => replacing(kv, {
         async delete(key) {
           if (refuse.once && key.startsWith(`${kind}:`)) {
             refuse.once = false
@@ -797,13 +802,7 @@ describe('a download\'s shared grant moved to this host while an admin revokes i
     const held = new Promise<void>((resolve) => (letGo = resolve))
     let storing: () => void = () => {}
     const stored = new Promise<void>((resolve) => (storing = resolve))
-    const wrap = (kv: KeyValueStore): KeyValueStore => ({
-      ...kv,
-      get: (key) => kv.get(key),
-      delete: (key) => kv.delete(key),
-      entries: (k) => kv.entries(k),
-      close: () => kv.close(),
-      sql: kv.sql?.bind(kv),
+    const wrap = (kv: KeyValueStore): KeyValueStore => replacing(kv, {
       async set(key, value) {
         if (key.startsWith('model_host_grant:')) {
           storing()

@@ -53,7 +53,7 @@ export interface DownloadsFeature extends Feature {
 
 type DownloadServices = Pick<Services, 'config' | 'host' | 'clock' | 'events' | 'kv' | 'localKv' | 'fieldCipher' | 'log' | 'users' | 'modelGrants'>
 
-export function downloadsFeature(services: DownloadServices, log: FastifyBaseLogger, landed: () => LandedHook, placing?: () => PlacingHook): DownloadsFeature {
+export function downloadsFeature(services: DownloadServices, log: FastifyBaseLogger, landed: () => LandedHook, placing: () => PlacingHook): DownloadsFeature {
   type Opened = { queue: DownloadQueue; jobs: DownloadJobs; keys: SourceKeys }
   let opened: Opened | undefined
   let resolveReady: (value: Opened) => void = () => {}
@@ -113,7 +113,7 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
     )
     if (stopped) return
     const landing: Landing = {
-      ...(placing ? { placing: (job: DownloadJobRecord, folder: string, item: string) => placing()(job.user_id, folder, item) } : {}),
+      placing: (job, folder, item) => placing()(job.user_id, folder, item),
       landed: (job, folder, item) => landed()(job.user_id, job.username, folder, item),
     }
     const queue = new DownloadQueue(services, jobs, keys, landing, log)
