@@ -19,10 +19,10 @@ import { spawn, execFileSync, type ChildProcess } from 'node:child_process'
 import {
   existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync,
 } from 'node:fs'
-import { tmpdir } from 'node:os'
 import { basename, dirname, join, resolve } from 'node:path'
 import { once } from 'node:events'
 import { ROOT, PYTHON, aiohttp311Dir, freePort, type AiohttpVersion } from './stack.js'
+import { scratchDir } from './temp-dir.js'
 
 export { freePort }
 
@@ -228,7 +228,7 @@ export async function startRealHost(options: RealHostOptions = {}): Promise<Real
   if (REAL_HOST_SKIP) throw new Error(REAL_HOST_SKIP)
   const comfyDir = comfySource()
   const aiohttp = options.aiohttp ?? '3.8'
-  const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'as-real-'))
+  const dir = options.dir ?? scratchDir('as-real-')
   const baseDir = join(dir, 'base')
   const dataDir = join(dir, 'data')
   const paths = {

@@ -6,9 +6,9 @@
  */
 import { createServer } from 'node:net'
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process'
-import { mkdtempSync, mkdirSync, symlinkSync, writeFileSync, readFileSync, rmSync, existsSync } from 'node:fs'
+import { mkdirSync, symlinkSync, writeFileSync, readFileSync, rmSync, existsSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { tmpdir } from 'node:os'
+import { scratchDir } from './temp-dir.js'
 import { once } from 'node:events'
 
 export const ROOT = resolve(import.meta.dirname, '..', '..')
@@ -66,7 +66,7 @@ export interface Stack {
 }
 
 export async function startStack(options: StackOptions = {}): Promise<Stack> {
-  const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'as-e2e-'))
+  const dir = options.dir ?? scratchDir('as-e2e-')
   const dataDir = join(dir, 'data')
   const baseDir = join(dir, 'host')
   mkdirSync(join(baseDir, 'custom_nodes'), { recursive: true })

@@ -3,9 +3,8 @@
  * a temp data dir and a real sqlite file, an injected clock, `inject()` calls
  * that look like what the plugin forwards (x-authsvc-peer / -scheme).
  */
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { rmSync } from 'node:fs'
+import { scratchDir } from '../helpers/temp-dir.js'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import type { KeyValueStore } from '../../sidecar/src/store/kv.js'
 import { buildApp } from '../../sidecar/src/app.js'
@@ -37,7 +36,7 @@ export interface Harness {
 }
 
 export async function openHarness(options: { config?: Record<string, unknown>; env?: Record<string, string>; dir?: string; clock?: Clock; wrapStore?: (kv: KeyValueStore) => KeyValueStore; log?: FastifyBaseLogger } = {}): Promise<Harness> {
-  const dir = options.dir ?? mkdtempSync(join(tmpdir(), 'as-int-'))
+  const dir = options.dir ?? scratchDir('as-int-')
   const clock = options.clock ?? clockAt()
   const log = options.log ?? createLogger({ level: 'silent' })
   const config = validateConfig({ argon2: { memory_kib: 256, time_cost: 1, parallelism: 1 }, ...options.config })

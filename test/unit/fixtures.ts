@@ -5,8 +5,8 @@
  * Nothing here sleeps: time moves only when a test calls `clock.advance`.
  */
 import assert from 'node:assert/strict'
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
+import { mkdirSync, rmSync } from 'node:fs'
+import { scratchDir } from '../helpers/temp-dir.js'
 import { join } from 'node:path'
 import type { FastifyInstance, LightMyRequestResponse, RouteOptions } from 'fastify'
 import { buildApp, type BuiltApp, type Composition } from '../../sidecar/src/app.js'
@@ -26,8 +26,9 @@ export const FAST_ARGON2 = { memory_kib: 64, time_cost: 1, parallelism: 1 }
 export const T0 = Date.parse('2026-03-01T12:00:00.000Z')
 export const log = createLogger({ level: 'silent' })
 
+/** A temp dir, removed when the test process ends (test/helpers/temp-dir.ts). */
 export function tempDir(tag = 'authsvc-unit-'): string {
-  return mkdtempSync(join(tmpdir(), tag))
+  return scratchDir(tag)
 }
 
 /** A config as the sidecar would load it, with the cheap argon2 cost unless overridden. */
