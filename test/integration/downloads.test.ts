@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict'
 import { execFileSync } from 'node:child_process'
 import { EventEmitter, once } from 'node:events'
-import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
+import { appendFileSync, chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { createHash } from 'node:crypto'
 import { join } from 'node:path'
 import { after, before, describe, it } from 'node:test'
@@ -26,6 +26,7 @@ import { Collection } from '../../sidecar/src/store/collection.js'
 import type { KeyValueStore } from '../../sidecar/src/store/kv.js'
 import type { Change, SharedStore } from '../../sidecar/src/store/shared-store.js'
 import { sweepOrphanKeys, type DownloadsFeature } from '../../sidecar/src/downloads/feature.js'
+import type { ModelsFeature } from '../../sidecar/src/models/feature.js'
 
 const FOLDERS = ['checkpoints', 'loras']
 
@@ -157,6 +158,18 @@ function putKey(sc: Sidecar, jwt: string, source: string, api_key: string) {
   return call(sc, { method: 'PUT', url: '/authsvc/api/model-download/api-keys', bearer: jwt, body: { source, api_key } })
 }
 
+const modelsOf = (w: World) => w.sc.built.features.find((f) => f.name === 'models') as ModelsFeature
+/** The next revocation of a grant of `item` (the service's own: a downloaded file gone or another). */
+function revoked(w: World, item: string): Promise<{ reason?: string; subject?: string }> {
+  return new Promise((resolve) => {
+    let done = false
+    w.sc.services.events.on('model_revoked', (r) => {
+      if (done || r.item_name !== item) return
+      done = true
+      resolve(r)
+    })
+  })
+}
 const sha = (path: string) => createHash('sha256').update(readFileSync(path)).digest('hex')
 /** Which of alice and bob hold a grant of `item` (shared or of this host). */
 const grantedTo = (w: World, item: string) => ['alice', 'bob'].filter((name) => w.sc.services.modelGrants.list(w.sc.services.users.byUsername(name)!.user_id).some((g) => g.item_name === item))
@@ -342,6 +355,63 @@ describe('model downloads against the stand-ins', () => {
     assert.equal((await ended(w, await start(w, { source: 'civitai', model_version_id: 614 }, w.bobJwt))).status, 'completed')
     assert.equal(sha(join(w.modelsDir, 'checkpoints', mine.name)), src.trueSha256(theirs))
     assert.deepEqual(grantedTo(w, mine.name), ['bob'], 'bob\'s file, granted to bob only')
+  })
+
+  describe('a download\'s grant holds while the host opens its very file for the name', () => {
+    const land = async (version: number, over: Partial<StandinFile> = {}) => {
+      const f = file(over)
+      src.civitai.set(version, [f])
+      assert.equal((await ended(w, await start(w, { source: 'civitai', model_version_id: version }))).status, 'completed')
+      assert.deepEqual(grantedTo(w, f.name), ['alice'])
+      return { f, path: join(w.modelsDir, 'checkpoints', f.name) }
+    }
+    const shapes: Array<[string, (path: string) => void, 'file_gone' | 'file_changed']> = [
+      ['removed by hand', (path) => rmSync(path), 'file_gone'],
+      ['another file moved over its name', (path) => {
+        const other = join(w.dir, 'another-model.bin')
+        writeFileSync(other, 'another team\'s model')
+        renameSync(other, path)
+      }, 'file_changed'],
+      ['written over in place', (path) => writeFileSync(path, 'another team\'s model'), 'file_changed'],
+      ['appended to', (path) => appendFileSync(path, 'more'), 'file_changed'],
+      ['moved out of the folder', (path) => renameSync(path, join(w.dir, `aside-${version}.bin`)), 'file_gone'],
+    ]
+    let version = 690
+    for (const [name, change, reason] of shapes) {
+      it(`${name}: her grant goes, and the event says why`, async () => {
+        const { f, path } = await land(version++)
+        const gone = revoked(w, f.name)
+        change(path)
+        assert.equal((await within(gone, 10_000, 'her grant did not go')).reason, reason)
+        assert.deepEqual(grantedTo(w, f.name), [])
+        // a file under the name now: still not hers
+        if (!existsSync(path)) writeFileSync(path, 'another team\'s model')
+        await modelsOf(w).checkHostGrants()
+        assert.deepEqual(grantedTo(w, f.name), [])
+      })
+    }
+
+    it('the host\'s folders change so that a path it looks in first has a file of the name: her grant goes', async () => {
+      const { f } = await land(version++)
+      const first = join(w.dir, 'models-first', 'checkpoints')
+      mkdirSync(first, { recursive: true })
+      writeFileSync(join(first, f.name), 'another team\'s model')
+      const gone = revoked(w, f.name)
+      const host = facts(w.modelsDir)
+      w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { ...host, model_folders: { ...host.model_folders, checkpoints: [first, ...host.model_folders.checkpoints] } } })
+      assert.equal((await within(gone, 10_000, 'her grant did not go')).reason, 'file_changed')
+      sayHello(w.sc, w.modelsDir) // the folders as the other rows know them
+    })
+
+    it('the controls: her file read, its mode changed, the folder rescanned, another file added beside it: hers stays', async () => {
+      const { f, path } = await land(version++)
+      readFileSync(path)
+      chmodSync(path, 0o600)
+      writeFileSync(join(w.modelsDir, 'checkpoints', `beside-${f.name}`), 'x')
+      assert.equal((await call(w.sc, { method: 'POST', url: '/authsvc/api/model-cache/refresh', bearer: w.adminJwt })).statusCode, 200)
+      await modelsOf(w).checkHostGrants()
+      assert.deepEqual(grantedTo(w, f.name), ['alice'])
+    })
   })
 
   it('a download that finds its name taken when it lands takes no one\'s grant: the one who landed first keeps hers', async () => {
@@ -965,6 +1035,39 @@ describe('the grants of downloads made before they were of this host only', () =
     assert.deepEqual(seen(again, again.aliceId), [['loras', 'style.safetensors', 'root-admin', false], ['checkpoints', f.name, 'alice', true]])
     assert.deepEqual(seen(again, bobId), [['checkpoints', f.name, 'root-admin', false]])
     assert.deepEqual((await again.sc.services.kv.entries<{ item_name: string }>('model_grant')).map(([, g]) => g.item_name).sort(), [f.name, 'style.safetensors'], 'the shared collection keeps the admin\'s two')
+  }))
+})
+
+describe('a download\'s grant and its file across a restart', () => {
+  it('a file replaced while the sidecar was away loses its grant at the next start, judged on complete folders only; an untouched one keeps it', () => withRestarts('as-dl-follow-', async (src, first, reopen) => {
+    const land = async (version: number) => {
+      const f = file()
+      src.civitai.set(version, [f])
+      assert.equal((await ended(first, await start(first, { source: 'civitai', model_version_id: version }))).status, 'completed')
+      return f
+    }
+    const kept = await land(871)
+    const replaced = await land(872)
+    await first.sc.close({ keepDir: true })
+    const path = join(first.modelsDir, 'checkpoints', replaced.name)
+    rmSync(path)
+    writeFileSync(path, 'another team\'s model')
+
+    const again = await reopen(false)
+    const holders = (item: string) => again.sc.services.modelGrants.list(again.aliceId).filter((g) => g.item_name === item).length
+    // a ComfyUI still loading its custom nodes: the facts lack the folder (a custom node may add it)
+    const partial = { ...facts(again.modelsDir), model_folders: { loras: [join(again.modelsDir, 'loras')] }, model_folder_extensions: { loras: ['.safetensors'] }, all_nodes_loaded: false }
+    again.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: partial })
+    await modelsOf(again).checkHostGrants()
+    assert.deepEqual([holders(kept.name), holders(replaced.name)], [1, 1], 'nothing judged before the folders are known in full')
+    sayHello(again.sc, again.modelsDir)
+    assert.ok(await poll(async () => holders(replaced.name) === 0, 10_000), 'the replaced file\'s grant went')
+    await modelsOf(again).checkHostGrants()
+    assert.equal(holders(kept.name), 1, 'the untouched file keeps hers')
+    // the host restarts and loads its custom nodes again: the same holds
+    again.sc.handlers.hello({ type: 'hello', id: 2, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: partial })
+    await modelsOf(again).checkHostGrants()
+    assert.equal(holders(kept.name), 1)
   }))
 })
 

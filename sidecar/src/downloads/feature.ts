@@ -42,7 +42,7 @@ const RETRY_BASE_MS = 1000
 const RETRY_MAX_MS = 30_000
 
 /** What the models feature does with a landed file (models/feature.ts `landed`). */
-export type LandedHook = (userId: string, grantedBy: string, folder: string, item: string) => Promise<void>
+export type LandedHook = (userId: string, grantedBy: string, folder: string, item: string, path: string) => Promise<void>
 /** What the models feature does just before a file takes a name (models/feature.ts `placing`); its undo. */
 export type PlacingHook = (userId: string, folder: string, item: string) => Promise<() => Promise<void>>
 
@@ -114,7 +114,7 @@ export function downloadsFeature(services: DownloadServices, log: FastifyBaseLog
     if (stopped) return
     const landing: Landing = {
       placing: (job, folder, item) => placing()(job.user_id, folder, item),
-      landed: (job, folder, item) => landed()(job.user_id, job.username, folder, item),
+      landed: (job, folder, item, path) => landed()(job.user_id, job.username, folder, item, path),
     }
     const queue = new DownloadQueue(services, jobs, keys, landing, log)
     opened = { queue, jobs, keys }

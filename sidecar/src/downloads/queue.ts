@@ -127,7 +127,8 @@ export interface Landing {
    * is called if the file then does not take the name (another took it meanwhile).
    */
   placing?(job: DownloadJobRecord, folder: string, item: string): Promise<(() => Promise<void>) | void>
-  landed(job: DownloadJobRecord, folder: string, item: string): Promise<void>
+  /** the file is at `path` */
+  landed(job: DownloadJobRecord, folder: string, item: string, path: string): Promise<void>
 }
 
 interface Running {
@@ -393,7 +394,7 @@ export class DownloadQueue {
     // usable by the requester before the job says it is done; never granted to an account deleted
     // while the file was placed (its grants went with it; a grant now would outlive it)
     try {
-      if (this.services.users === undefined || this.services.users.byId(job.user_id) !== undefined) await this.landing.landed(job, folder.name, resolved.filename)
+      if (this.services.users === undefined || this.services.users.byId(job.user_id) !== undefined) await this.landing.landed(job, folder.name, resolved.filename, finalPath)
     } catch (err) {
       this.log.error({ err, job_id: job.job_id }, 'a downloaded model could not be granted to its requester')
     }

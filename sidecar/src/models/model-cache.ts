@@ -188,6 +188,17 @@ export class ModelCache {
     return this.items.get(folder)?.has(item) === true
   }
 
+  /**
+   * The file the host opens for the item: under the first of the folder's paths that holds it (the
+   * host looks in them in order); undefined when no path does.
+   */
+  pathOf(folder: string, item: string): string | undefined {
+    const holders = this.items.get(folder)?.get(item)
+    const paths = this.folders.get(folder)?.paths
+    if (holders === undefined || holders.size === 0 || paths === undefined) return undefined
+    return join(paths[Math.min(...holders)], ...item.split('/'))
+  }
+
   /** Folders whose items include `item` (exact name). */
   foldersHolding(item: string): string[] {
     const out: string[] = []

@@ -34,7 +34,18 @@ export interface ModelGrantRecord {
   item_name: string
   granted_by: string
   created_at_iso: string
+  /** a grant of this host only: the file it is of (host-grant-files.ts); absent on older ones */
+  file?: FileIdentity
 }
+
+/** Which file a path names, and in what state: inode, size and modification time (ns), as decimal text. */
+export interface FileIdentity {
+  ino: string
+  size: string
+  mtime_ns: string
+}
+
+export const sameFile = (a: FileIdentity, b: FileIdentity): boolean => a.ino === b.ino && a.size === b.size && a.mtime_ns === b.mtime_ns
 
 export interface RoleGrantRecord {
   role: string
@@ -188,9 +199,43 @@ export class ModelGrants {
     return this.storeOnce(this.records, grantId(record.user_id, record.folder, record.item_name), record, this.perUser, record.user_id)
   }
 
-  /** Stores a grant of this host only (durable first; a download's): an existing one is kept as it is. */
-  grantOnThisHost(record: ModelGrantRecord): Promise<ModelGrantRecord> {
-    return this.storeOnce(this.hostRecords, grantId(record.user_id, record.folder, record.item_name), record, this.perUser, record.user_id)
+  /**
+   * Stores a grant of this host only (durable first; a download's). An existing one is kept as it is,
+   * unless the new one is of another file (the user downloaded the name again: the grant is of the new file).
+   */
+  async grantOnThisHost(record: ModelGrantRecord): Promise<ModelGrantRecord> {
+    const id = grantId(record.user_id, record.folder, record.item_name)
+    const existing = this.hostRecords.get(id)
+    if (existing !== undefined && record.file !== undefined && !(existing.file !== undefined && sameFile(existing.file, record.file))) {
+      await this.hostRecords.put(id, record)
+      this.perUser.delete(record.user_id)
+      this.onHostGrant()
+      return record
+    }
+    const stored = await this.storeOnce(this.hostRecords, id, record, this.perUser, record.user_id)
+    this.onHostGrant()
+    return stored
+  }
+
+  /** Told after a grant of this host only was stored (host-grant-files.ts follows its file). */
+  onHostGrant: () => void = () => {}
+
+  /** Every grant of this host only. */
+  hostGrants(): ModelGrantRecord[] {
+    return [...this.hostRecords.values()]
+  }
+
+  /**
+   * Takes back a grant of this host only at once (memory first), while `record` is the one held (a
+   * grant stored again meanwhile, of a new file, stays); whether it did.
+   */
+  async revokeOnThisHost(record: ModelGrantRecord): Promise<boolean> {
+    const id = grantId(record.user_id, record.folder, record.item_name)
+    if (this.hostRecords.get(id) !== record) return false
+    const write = this.hostRecords.narrowRemove(id)
+    this.perUser.delete(record.user_id)
+    await write
+    return true
   }
 
   /**
@@ -217,6 +262,7 @@ export class ModelGrants {
       await write
       moved++
     }
+    if (moved > 0) this.onHostGrant()
     return moved
   }
 
