@@ -156,6 +156,9 @@ def install(app: Any, prompt_server: Any, hello: dict[str, Any], send_event: Cal
         except Exception:  # facts must never stop the host from starting
             log.exception("authsvc: reading the host facts again failed; the first hello's facts stay")
             facts = dict(hello.get("host") or {})
+            # every node did load (downloads go on), but these facts may lack what they added: the
+            # grants of downloads are not judged on them (sidecar models/host-grant-files.ts)
+            facts["facts_incomplete"] = True
         else:
             try:
                 facts["model_inputs"] = await probe_model_inputs(prompt_server)

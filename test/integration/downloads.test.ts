@@ -403,6 +403,21 @@ describe('model downloads against the stand-ins', () => {
       sayHello(w.sc, w.modelsDir) // the folders as the other rows know them
     })
 
+    it('a file of the name appears later in a path the host looks in first: her grant goes', async () => {
+      const { f } = await land(version++)
+      const first = join(w.dir, `models-before-${f.id}`, 'checkpoints')
+      mkdirSync(first, { recursive: true })
+      const host = facts(w.modelsDir)
+      w.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { ...host, model_folders: { ...host.model_folders, checkpoints: [first, ...host.model_folders.checkpoints] } } })
+      assert.ok(await poll(async () => modelsOf(w).access().cache.folder('checkpoints')?.paths.length === 2, 10_000))
+      await modelsOf(w).checkHostGrants()
+      assert.deepEqual(grantedTo(w, f.name), ['alice'], 'nothing of the name in the first path yet')
+      const gone = revoked(w, f.name)
+      writeFileSync(join(first, f.name), 'another team\'s model')
+      assert.equal((await within(gone, 10_000, 'her grant did not go')).reason, 'file_changed')
+      sayHello(w.sc, w.modelsDir)
+    })
+
     it('the controls: her file read, its mode changed, the folder rescanned, another file added beside it: hers stays', async () => {
       const { f, path } = await land(version++)
       readFileSync(path)
@@ -1055,17 +1070,29 @@ describe('a download\'s grant and its file across a restart', () => {
 
     const again = await reopen(false)
     const holders = (item: string) => again.sc.services.modelGrants.list(again.aliceId).filter((g) => g.item_name === item).length
-    // a ComfyUI still loading its custom nodes: the facts lack the folder (a custom node may add it)
-    const partial = { ...facts(again.modelsDir), model_folders: { loras: [join(again.modelsDir, 'loras')] }, model_folder_extensions: { loras: ['.safetensors'] }, all_nodes_loaded: false }
+    // a ComfyUI still loading its custom nodes: the folder has one path so far, not the one its
+    // files are in (a custom node adds that path; an extra_model_paths entry comes the same way)
+    const early = join(again.dir, 'early', 'checkpoints')
+    mkdirSync(early, { recursive: true })
+    const complete = facts(again.modelsDir)
+    const partial = { ...complete, model_folders: { ...complete.model_folders, checkpoints: [early] }, all_nodes_loaded: false }
+    const scanned = async (paths: string[]) => assert.ok(await poll(async () => JSON.stringify(modelsOf(again).access().cache.folder('checkpoints')?.paths) === JSON.stringify(paths), 10_000), `the scan of ${paths}`)
     again.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: partial })
+    await scanned([early])
     await modelsOf(again).checkHostGrants()
     assert.deepEqual([holders(kept.name), holders(replaced.name)], [1, 1], 'nothing judged before the folders are known in full')
+    // every node loaded, but the plugin could not read the facts again: the import-time ones, so said
+    again.sc.handlers.hello({ type: 'hello', id: 1, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: { ...partial, model_folders: { ...partial.model_folders, checkpoints: [early, join(again.dir, 'early-2')] }, all_nodes_loaded: true, facts_incomplete: true } })
+    await scanned([early, join(again.dir, 'early-2')])
+    await modelsOf(again).checkHostGrants()
+    assert.deepEqual([holders(kept.name), holders(replaced.name)], [1, 1], 'nor on facts the plugin says may lack some')
     sayHello(again.sc, again.modelsDir)
     assert.ok(await poll(async () => holders(replaced.name) === 0, 10_000), 'the replaced file\'s grant went')
     await modelsOf(again).checkHostGrants()
     assert.equal(holders(kept.name), 1, 'the untouched file keeps hers')
     // the host restarts and loads its custom nodes again: the same holds
     again.sc.handlers.hello({ type: 'hello', id: 2, protocol: PROTOCOL_VERSION, plugin_version: 'test', host: partial })
+    await scanned([early])
     await modelsOf(again).checkHostGrants()
     assert.equal(holders(kept.name), 1)
   }))

@@ -104,7 +104,7 @@ class ModelInputs(unittest.IsolatedAsyncioTestCase):
         self.assertIs(facts["all_nodes_loaded"], True)
         self.assertNotIn("all_nodes_loaded", host_facts.collect(), "the import-time facts do not say it")
 
-    async def test_startup_facts_that_cannot_be_read_again_keep_the_hellos_and_say_every_node_loaded(self) -> None:
+    async def test_startup_facts_that_cannot_be_read_again_keep_the_hellos_say_every_node_loaded_and_that_they_may_lack_some(self) -> None:
         class App:
             on_startup: list[Any] = []
 
@@ -115,7 +115,7 @@ class ModelInputs(unittest.IsolatedAsyncioTestCase):
         host_facts.install(app, self.server, hello, sent.append)
         with mock.patch.object(host_facts, "collect", side_effect=RuntimeError("broken folder_paths")), self.assertLogs("authsvc", "ERROR"):
             await app.on_startup[0](app)
-        self.assertEqual(sent[0]["data"], {"model_folders": {"checkpoints": ["/m/checkpoints"]}, "all_nodes_loaded": True})
+        self.assertEqual(sent[0]["data"], {"model_folders": {"checkpoints": ["/m/checkpoints"]}, "all_nodes_loaded": True, "facts_incomplete": True})
         self.assertIs(hello["host"], sent[0]["data"])
 
 

@@ -6,9 +6,8 @@
  */
 import { describe, it, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { existsSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
-import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { pngTag, looksLikeImage } from '../../sidecar/src/nsfw/png-tag.js'
 import { ClassifierPool } from '../../sidecar/src/nsfw/pool.js'
@@ -16,8 +15,9 @@ import { ClassifyError, isNsfw, reachesThreshold } from '../../sidecar/src/nsfw/
 import { ANIMATION_FRAMES_MAX, classifierModulesDir, nsfwjsEngine } from '../../sidecar/src/nsfw/engines.js'
 import { animatedPng, cleanPng, corruptPng, nsfwPng, oggBos, oggPage, safetensorsHead, slowPng, testPng } from '../helpers/nsfw-images.js'
 import { notVisual } from '../../sidecar/src/nsfw/kinds.js'
+import { scratchDir } from '../helpers/temp-dir.js'
 
-const dir = mkdtempSync(join(tmpdir(), 'nsfw-unit-'))
+const dir = scratchDir('nsfw-unit-')
 const file = (name: string, bytes: Buffer): string => {
   const path = join(dir, name)
   writeFileSync(path, bytes)

@@ -124,6 +124,8 @@ export interface HostFacts {
   writer_inputs?: Record<string, string[]>
   /** set in the startup facts (every custom node loaded); absent from the import-time hello's */
   all_nodes_loaded?: boolean
+  /** set when the startup facts could not be read and are the import-time ones: they may lack folders and paths custom nodes add */
+  facts_incomplete?: boolean
 }
 
 export interface PassDecision {

@@ -63,7 +63,7 @@ export function modelsFeature(
     async landed(userId, username, folder, item, path) {
       await cache.refresh()
       const file = await fileIdentity(path)
-      if (file === null) throw new Error('the downloaded file was gone once it had landed')
+      if (file === null || file === 'unknown') throw new Error('the downloaded file could not be read once it had landed')
       // granted on this host only: the name may be another file on another host of a shared store
       await services.modelGrants.grantOnThisHost({ user_id: userId, folder, item_name: item, granted_by: username, created_at_iso: new Date(services.clock()).toISOString(), file })
       services.events.emit('model_granted', { actor: username, subject: username, folder, item_name: item })
@@ -72,7 +72,7 @@ export function modelsFeature(
       const same = access === undefined ? undefined : (a: string, b: string) => access!.hostPath(a) === access!.hostPath(b)
       const removed = await services.modelGrants.landedAgain(folder, item, userId, same)
       return async () => {
-        for (const record of removed) await services.modelGrants.grantOnThisHost(record)
+        for (const record of removed) await services.modelGrants.restoreOnThisHost(record)
       }
     },
     checkHostGrants: () => hostFiles?.check() ?? Promise.resolve(),
@@ -81,12 +81,13 @@ export function modelsFeature(
       return access
     },
     bind() {
-      // the model lists a filter's memo names: their change ends the decisions the plugin keeps
-      const files = new HostGrantFiles(services.modelGrants, (folder, item) => cache.pathOf(folder, item), () => complete, log, (record, why) => {
+      const files = new HostGrantFiles(services.modelGrants, (folder) => cache.folder(folder)?.paths, () => (complete ? factsSeen : null), log, (record, why) => {
         const subject = services.users.byId(record.user_id)?.username
         if (subject !== undefined) services.events.emit('model_revoked', { subject, folder: record.folder, item_name: record.item_name, reason: why })
       })
       hostFiles = files
+      // the model lists a filter's memo names: their change ends the decisions the plugin keeps;
+      // and the host may open another file for a downloaded name now
       cache.onChange = () => {
         services.accessEpoch.bump()
         void files.check()
@@ -106,7 +107,7 @@ export function modelsFeature(
           const seen = ++factsSeen
           complete = false
           cache.setFolders(modelFoldersOf(facts)).then(() => {
-            if (seen !== factsSeen || facts.all_nodes_loaded !== true) return
+            if (seen !== factsSeen || facts.all_nodes_loaded !== true || facts.facts_incomplete === true) return
             complete = true
             void files.check()
           }).catch((err: unknown) => log.error({ err }, 'cannot watch the model folders'))

@@ -5,38 +5,56 @@
  * folder path the host looks in first. The user who downloaded the first file must not get the
  * second one.
  *
- * So a grant of this host records the file that landed (`file`: inode, size, modification time),
- * and it holds while the host would open that very file for the name (`ModelCache.pathOf`: the
- * first of the folder's paths that has it). It goes (memory first, as any revocation) when the name
- * names no file, or another file, or the same file changed. Checked:
- * - after every scan and every change of the model folders' items (a file removed or added, on any
- *   path of the folder), so at each start too: what changed while the sidecar was away is seen;
- * - on any change to a granted file itself: each one is watched (`fs.watch`, one inotify watch per
- *   granted file, of which there are as many as downloads), which sees a file moved over the name
- *   or written in place, which the folders' watch does not report;
+ * So a grant of this host records the file that landed (`file`: device, inode, size, modification
+ * time), and it holds while the host would open that very file for the name. Which file that is
+ * is asked of the file system the way the host asks it: the name joined to each of the folder's
+ * paths in order, the first that is a file (symlinks followed), so the host's own case and
+ * Unicode folding are the file system's here too. The grant goes (memory first, as any revocation)
+ * when the name names no file, or another file, or the same file changed. Checked:
+ * - after every scan and every change of the model folders (a file removed, added, or a name
+ *   gaining or losing a path: model-cache.ts), so at each start too;
+ * - on any change to the granted file itself: each is watched (`fs.watch`, one inotify watch per
+ *   granted file), which sees a file moved over the name or written in place, which the folders'
+ *   watch does not report. A file is watched before its state is read, so a change after the read
+ *   is heard;
  * - after each grant of this host is stored.
- * A grant stored before files were recorded (no `file`) is checked for the name alone: it goes
- * when the host has no file of that name.
+ * Judged only on the host's complete facts (every custom node loaded), scanned: a folder a custom
+ * node adds is missing before, and every grant in it would look gone. A run stops when the facts
+ * change under it. A grant whose folder the facts do not name, or whose file cannot be read for
+ * another reason than its absence (a permission, an I/O error), is left as it is until a later
+ * check: nothing the host could open instead. A grant stored before files were recorded (no
+ * `file`) is given the file the name names at its first check.
  *
  * Checks run one at a time; asking while one runs starts one more after it. Between a change and
- * its check (a `stat` per grant) the old grant still holds: milliseconds. No check runs until the
- * host's folders are known in full (facts sent once every custom node loaded, scanned): a folder a
- * custom node adds would be missing before, and every grant in it would look gone.
+ * its check (a few `stat`s per grant) the old grant still holds: milliseconds.
  */
 import { watch, type FSWatcher } from 'node:fs'
 import { stat } from 'node:fs/promises'
+import { join } from 'node:path'
 import type { FastifyBaseLogger } from 'fastify'
 import { sameFile, type FileIdentity, type ModelGrantRecord, type ModelGrants } from './model-grants.js'
 
-/** The file at `path` now (symlinks followed, as the host opens it); null when there is no file. */
-export async function fileIdentity(path: string): Promise<FileIdentity | null> {
+/** What a path names now: its file, none (`null`: missing, or not a file), or `'unknown'` (it could not be read). */
+export async function fileIdentity(path: string): Promise<FileIdentity | null | 'unknown'> {
   try {
     const s = await stat(path, { bigint: true })
     if (!s.isFile()) return null
-    return { ino: String(s.ino), size: String(s.size), mtime_ns: String(s.mtimeNs) }
-  } catch {
-    return null
+    return { dev: String(s.dev), ino: String(s.ino), size: String(s.size), mtime_ns: String(s.mtimeNs) }
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code
+    return code === 'ENOENT' || code === 'ENOTDIR' || code === 'ENAMETOOLONG' ? null : 'unknown'
   }
+}
+
+/** The file the host opens for `item` among `paths` (the first that is a file), or null; `'unknown'` when one could not be read. */
+async function resolveItem(paths: readonly string[], item: string, read: typeof fileIdentity): Promise<string | null | 'unknown'> {
+  for (const dir of paths) {
+    const path = join(dir, ...item.split('/'))
+    const found = await read(path)
+    if (found === 'unknown') return 'unknown'
+    if (found !== null) return path
+  }
+  return null
 }
 
 export class HostGrantFiles {
@@ -47,21 +65,25 @@ export class HostGrantFiles {
   private warned = false
 
   constructor(
-    private readonly grants: Pick<ModelGrants, 'hostGrants' | 'revokeOnThisHost'>,
-    /** the file the host opens for a folder's item; undefined when it has none */
-    private readonly pathOf: (folder: string, item: string) => string | undefined,
-    /** whether the folders are known in full (until then a check does nothing) */
-    private readonly ready: () => boolean,
+    private readonly grants: Pick<ModelGrants, 'hostGrants' | 'revokeOnThisHost' | 'pinFileOnThisHost'>,
+    /** a model folder's paths in the host's order, as its current facts name them; undefined for a folder they do not name */
+    private readonly pathsOf: (folder: string) => readonly string[] | undefined,
+    /** the generation of the host's facts while they are complete and scanned; null until then */
+    private readonly ready: () => number | null,
     private readonly log: Pick<FastifyBaseLogger, 'warn' | 'error'>,
     /** a grant that went: its file is gone or another */
     private readonly ended: (record: ModelGrantRecord, why: 'file_gone' | 'file_changed') => void,
+    /** how a path is read (a test puts a change between a watch and its read) */
+    private readonly read: typeof fileIdentity = fileIdentity,
   ) {}
 
   /** A check of every grant of this host, after any running now; resolves when it is done. */
   check(): Promise<void> {
     if (this.closed) return Promise.resolve()
     if (this.running === null) {
-      this.running = this.run().finally(() => (this.running = null))
+      this.running = this.run()
+        .catch((err: unknown) => this.log.error({ err }, 'checking the grants of downloaded models failed'))
+        .finally(() => (this.running = null))
       return this.running
     }
     // one more after the running one, shared by everyone who asks meanwhile
@@ -73,25 +95,40 @@ export class HostGrantFiles {
   }
 
   private async run(): Promise<void> {
-    if (!this.ready()) return
+    const generation = this.ready()
+    if (generation === null) return
+    // the facts changed under the run (a ComfyUI restarting): the next complete ones check again
+    const stale = () => this.closed || this.ready() !== generation
     const kept = new Set<string>()
     for (const record of this.grants.hostGrants()) {
-      const path = this.pathOf(record.folder, record.item_name)
-      // watched first, then read: a change after the read is heard, one before it is in the read
-      if (path !== undefined && !this.watchers.has(path)) this.watch(path)
-      const now = path === undefined ? null : await fileIdentity(path)
-      if (this.closed) return
-      const why = now === null ? 'file_gone' : record.file !== undefined && !sameFile(record.file, now) ? 'file_changed' : null
-      if (why === null) {
-        kept.add(path!)
+      const paths = this.pathsOf(record.folder)
+      if (paths === undefined) continue // a folder these facts do not name: nothing the host opens for it
+      const path = await resolveItem(paths, record.item_name, this.read)
+      if (stale()) return
+      if (path === 'unknown') continue // not readable now: judged by a later check
+      let now: FileIdentity | null | 'unknown' = null
+      if (path !== null) {
+        // watched before it is read: a change after the read is heard
+        if (!this.watchers.has(path)) this.watch(path)
+        kept.add(path)
+        now = await this.read(path)
+        if (stale()) return
+        if (now === 'unknown') continue
+      }
+      if (now !== null && record.file === undefined) {
+        // a grant from before files were recorded: from now on, of the file the name names now
+        await this.grants.pinFileOnThisHost(record, now).catch((err: unknown) => this.log.warn({ err }, 'the store refused recording the file of a downloaded model\'s grant; tried again at the next check'))
         continue
       }
-      try {
-        if (await this.grants.revokeOnThisHost(record)) this.ended(record, why)
-      } catch (err) {
-        // memory let go at once; the store's retry is the collection's
-        this.log.error({ err, folder: record.folder, item: record.item_name }, 'the store refused removing the grant of a downloaded model whose file went')
-      }
+      const why = now === null ? 'file_gone' : !sameFile(record.file!, now) ? 'file_changed' : null
+      if (why === null) continue
+      const write = this.grants.revokeOnThisHost(record)
+      // memory let go at once (revokeOnThisHost says whether it held it): told now, whatever the store says
+      const held = await write.then((h) => h, (err: unknown) => {
+        this.log.error({ err, folder: record.folder, item: record.item_name }, 'the store refused removing the grant of a downloaded model whose file went; retried')
+        return true
+      })
+      if (held) this.ended(record, why)
     }
     for (const [path, watcher] of this.watchers) {
       if (kept.has(path)) continue
@@ -101,10 +138,11 @@ export class HostGrantFiles {
   }
 
   private watch(path: string): void {
+    if (this.closed) return
     try {
       const watcher = watch(path, { persistent: false }, () => {
-        // any change: this watch may be on a file no longer at the path; the check watches the path
-        // again before it reads it
+        // any change: this watch may be on a file no longer at the path; the check watches the
+        // path again before it reads it
         watcher.close()
         if (this.watchers.get(path) === watcher) this.watchers.delete(path)
         void this.check()

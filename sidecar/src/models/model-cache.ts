@@ -26,7 +26,7 @@
  * /experiment/models leaves it out): it is never watched or listed.
  */
 import { readdir, stat } from 'node:fs/promises'
-import { extname, join, sep } from 'node:path'
+import { extname, join, normalize, sep } from 'node:path'
 import type { FastifyBaseLogger } from 'fastify'
 import { TreeWatcher } from '../isolation/tree-watcher.js'
 
@@ -188,17 +188,6 @@ export class ModelCache {
     return this.items.get(folder)?.has(item) === true
   }
 
-  /**
-   * The file the host opens for the item: under the first of the folder's paths that holds it (the
-   * host looks in them in order); undefined when no path does.
-   */
-  pathOf(folder: string, item: string): string | undefined {
-    const holders = this.items.get(folder)?.get(item)
-    const paths = this.folders.get(folder)?.paths
-    if (holders === undefined || holders.size === 0 || paths === undefined) return undefined
-    return join(paths[Math.min(...holders)], ...item.split('/'))
-  }
-
   /** Folders whose items include `item` (exact name). */
   foldersHolding(item: string): string[] {
     const out: string[] = []
@@ -239,7 +228,9 @@ export class ModelCache {
       const out: Array<[string, number, string]> = []
       for (const f of folders) {
         f.paths.forEach((dir, index) => {
-          const prefix = dir.endsWith(sep) ? dir : dir + sep
+          // the watcher reports joined (normalised) paths: `a//b` and `a/./b` are `a/b` there
+          const normal = normalize(dir)
+          const prefix = normal.endsWith(sep) ? normal : normal + sep
           if (!abs.startsWith(prefix)) return
           const name = abs.slice(prefix.length).split(sep).join('/')
           const item = itemOf(f, name)
@@ -254,16 +245,16 @@ export class ModelCache {
       for (const [folder, index, name] of placesOf(abs)) {
         const byName = items.get(folder)!
         const holders = byName.get(name)
+        // a name gaining or losing a path is a change too: the host may open another file for it
+        // (the first path that has it), which the grants of downloads follow (host-grant-files.ts)
         if (present) {
           if (!holders) byName.set(name, new Set([index]))
-          else holders.add(index)
-          changed ||= !holders
-        } else if (holders) {
-          holders.delete(index)
-          if (holders.size === 0) {
-            byName.delete(name)
-            changed = true
-          }
+          else if (!holders.has(index)) holders.add(index)
+          else continue
+          changed = true
+        } else if (holders?.delete(index)) {
+          if (holders.size === 0) byName.delete(name)
+          changed = true
         }
       }
       // before the swap these fill the new maps unseen; after it the same maps are the live ones

@@ -38,14 +38,15 @@ export interface ModelGrantRecord {
   file?: FileIdentity
 }
 
-/** Which file a path names, and in what state: inode, size and modification time (ns), as decimal text. */
+/** Which file a path names, and in what state: device, inode, size and modification time (ns), as decimal text. */
 export interface FileIdentity {
+  dev: string
   ino: string
   size: string
   mtime_ns: string
 }
 
-export const sameFile = (a: FileIdentity, b: FileIdentity): boolean => a.ino === b.ino && a.size === b.size && a.mtime_ns === b.mtime_ns
+export const sameFile = (a: FileIdentity, b: FileIdentity): boolean => a.dev === b.dev && a.ino === b.ino && a.size === b.size && a.mtime_ns === b.mtime_ns
 
 export interface RoleGrantRecord {
   role: string
@@ -215,6 +216,21 @@ export class ModelGrants {
     const stored = await this.storeOnce(this.hostRecords, id, record, this.perUser, record.user_id)
     this.onHostGrant()
     return stored
+  }
+
+  /** Puts back a grant of this host taken a moment ago (a download's `placing` undone): only where none is held now. */
+  restoreOnThisHost(record: ModelGrantRecord): Promise<ModelGrantRecord> {
+    return this.storeOnce(this.hostRecords, grantId(record.user_id, record.folder, record.item_name), record, this.perUser, record.user_id).finally(() => this.onHostGrant())
+  }
+
+  /**
+   * Records the file a grant of this host is of, for one stored before files were recorded, while
+   * `record` is the one held (durable first: the same grant, narrower from now on).
+   */
+  async pinFileOnThisHost(record: ModelGrantRecord, file: FileIdentity): Promise<void> {
+    const id = grantId(record.user_id, record.folder, record.item_name)
+    if (this.hostRecords.get(id) !== record || record.file !== undefined) return
+    await this.hostRecords.put(id, { ...record, file })
   }
 
   /** Told after a grant of this host only was stored (host-grant-files.ts follows its file). */
