@@ -135,6 +135,19 @@ describe('a download\'s grant follows its file', () => {
     assert.deepEqual(records.map((r) => r.item_name), ['loop.safetensors', 'elsewhere.safetensors'])
   })
 
+  it('a path that cannot be read is no file to the host: a later path\'s file is what it opens', async () => {
+    const first = tempDir('as-hgf-')
+    const second = tempDir('as-hgf-')
+    const records = [await landed(first, 'a.safetensors')]
+    renameSync(join(first, 'a.safetensors'), join(first, 'aside'))
+    symlinkSync(join(first, 'a.safetensors'), join(first, 'a.safetensors')) // her name, unreadable (ELOOP)
+    writeFileSync(join(second, 'a.safetensors'), 'another team\'s model')
+    const w = world(records, { paths: () => [first, second] })
+    await w.files.check()
+    w.files.close()
+    assert.deepEqual(w.ended, ['a.safetensors:file_changed'])
+  })
+
   it('a grant from before files were recorded gets the file its name names at its first check, and follows it from then on', async () => {
     const dir = tempDir('as-hgf-')
     const { file: _, ...old } = await landed(dir, 'a.safetensors')

@@ -5,8 +5,8 @@
  * folder path the host looks in first. The user who downloaded the first file must not get the
  * second one.
  *
- * So a grant of this host records the file that landed (`file`: device, inode, size, modification
- * time), and it holds while the host would open that very file for the name. Which file that is
+ * So a grant of this host records the file that landed (`file`: inode, size, modification time; not
+ * the device, whose number a remount or a container's restart may change), and it holds while the host would open that very file for the name. Which file that is
  * is asked of the file system the way the host asks it: the name joined to each of the folder's
  * paths in order, the first that is a file (symlinks followed), so the host's own case and
  * Unicode folding are the file system's here too. The grant goes (memory first, as any revocation)
@@ -22,7 +22,8 @@
  * node adds is missing before, and every grant in it would look gone. A run stops when the facts
  * change under it. A grant whose folder the facts do not name, or whose file cannot be read for
  * another reason than its absence (a permission, an I/O error), is left as it is until a later
- * check: nothing the host could open instead. A grant stored before files were recorded (no
+ * check, unless a later path has a file (the host, for which an unreadable path is no file, opens
+ * that one). A grant stored before files were recorded (no
  * `file`) is given the file the name names at its first check.
  *
  * Checks run one at a time; asking while one runs starts one more after it. Between a change and
@@ -30,7 +31,7 @@
  */
 import { watch, type FSWatcher } from 'node:fs'
 import { stat } from 'node:fs/promises'
-import { join } from 'node:path'
+import { join, posix } from 'node:path'
 import type { FastifyBaseLogger } from 'fastify'
 import { sameFile, type FileIdentity, type ModelGrantRecord, type ModelGrants } from './model-grants.js'
 
@@ -39,22 +40,29 @@ export async function fileIdentity(path: string): Promise<FileIdentity | null | 
   try {
     const s = await stat(path, { bigint: true })
     if (!s.isFile()) return null
-    return { dev: String(s.dev), ino: String(s.ino), size: String(s.size), mtime_ns: String(s.mtimeNs) }
+    return { ino: String(s.ino), size: String(s.size), mtime_ns: String(s.mtimeNs) }
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code
     return code === 'ENOENT' || code === 'ENOTDIR' || code === 'ENAMETOOLONG' ? null : 'unknown'
   }
 }
 
-/** The file the host opens for `item` among `paths` (the first that is a file), or null; `'unknown'` when one could not be read. */
+/**
+ * The file the host opens for `item` among `paths`: the first that is a file (a path that cannot be
+ * read is no file to the host either, which goes on to the next); null when none is, `'unknown'`
+ * when none is but one could not be read (it may be hers, unreadable for a moment). The name is
+ * kept inside the folder as the host keeps it (`a/../../x` is `x`).
+ */
 async function resolveItem(paths: readonly string[], item: string, read: typeof fileIdentity): Promise<string | null | 'unknown'> {
+  const name = posix.normalize(`/${item}`).slice(1)
+  let unreadable = false
   for (const dir of paths) {
-    const path = join(dir, ...item.split('/'))
+    const path = join(dir, ...name.split('/'))
     const found = await read(path)
-    if (found === 'unknown') return 'unknown'
-    if (found !== null) return path
+    if (found === 'unknown') unreadable = true
+    else if (found !== null) return path
   }
-  return null
+  return unreadable ? 'unknown' : null
 }
 
 export class HostGrantFiles {

@@ -38,15 +38,17 @@ export interface ModelGrantRecord {
   file?: FileIdentity
 }
 
-/** Which file a path names, and in what state: device, inode, size and modification time (ns), as decimal text. */
+/**
+ * Which file a path names, and in what state: inode, size and modification time (ns), as decimal
+ * text. Not the device: its number may change with a remount or a container's restart.
+ */
 export interface FileIdentity {
-  dev: string
   ino: string
   size: string
   mtime_ns: string
 }
 
-export const sameFile = (a: FileIdentity, b: FileIdentity): boolean => a.dev === b.dev && a.ino === b.ino && a.size === b.size && a.mtime_ns === b.mtime_ns
+export const sameFile = (a: FileIdentity, b: FileIdentity): boolean => a.ino === b.ino && a.size === b.size && a.mtime_ns === b.mtime_ns
 
 export interface RoleGrantRecord {
   role: string
@@ -208,8 +210,11 @@ export class ModelGrants {
     const id = grantId(record.user_id, record.folder, record.item_name)
     const existing = this.hostRecords.get(id)
     if (existing !== undefined && record.file !== undefined && !(existing.file !== undefined && sameFile(existing.file, record.file))) {
-      await this.hostRecords.put(id, record)
+      // the same grant (user, folder, name) of another file: memory first, so a check that read the
+      // old record finds this one held and leaves it (its revocation acts on the record it read only)
+      const write = this.hostRecords.narrow(id, record)
       this.perUser.delete(record.user_id)
+      await write
       this.onHostGrant()
       return record
     }
