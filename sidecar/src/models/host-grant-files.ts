@@ -6,10 +6,11 @@
  * second one.
  *
  * So a grant of this host records the file that landed (`file`: inode, size, modification time; not
- * the device, whose number a remount or a container's restart may change), and it holds while the host would open that very file for the name. Which file that is
- * is asked of the file system the way the host asks it: the name joined to each of the folder's
- * paths in order, the first that is a file (symlinks followed), so the host's own case and
- * Unicode folding are the file system's here too. The grant goes (memory first, as any revocation)
+ * the device, whose number a remount or a container's restart may change), and it holds while the
+ * host would open that very file for the name. Which file that is is asked of the file system the
+ * way the host asks it: the name joined to each of the folder's paths in order, the first that is
+ * a file (symlinks followed), so the host's own case and Unicode folding are the file system's here
+ * too. The grant goes (memory first, as any revocation)
  * when the name names no file, or another file, or the same file changed. Checked:
  * - after every scan and every change of the model folders (a file removed, added, or a name
  *   gaining or losing a path: model-cache.ts), so at each start too;
@@ -23,8 +24,8 @@
  * change under it. A grant whose folder the facts do not name, or whose file cannot be read for
  * another reason than its absence (a permission, an I/O error), is left as it is until a later
  * check, unless a later path has a file (the host, for which an unreadable path is no file, opens
- * that one). A grant stored before files were recorded (no
- * `file`) is given the file the name names at its first check.
+ * that one). A grant stored before files were recorded (no `file`) is given the file the name names
+ * at its first check.
  *
  * Checks run one at a time; asking while one runs starts one more after it. Between a change and
  * its check (a few `stat`s per grant) the old grant still holds: milliseconds.
@@ -148,18 +149,15 @@ export class HostGrantFiles {
   private watch(path: string): void {
     if (this.closed) return
     try {
-      const watcher = watch(path, { persistent: false }, () => {
-        // any change: this watch may be on a file no longer at the path; the check watches the
-        // path again before it reads it
+      // any change (or the watch failing): this watch may be on a file no longer at the path; the
+      // check watches the path again before it reads it
+      const changed = () => {
         watcher.close()
         if (this.watchers.get(path) === watcher) this.watchers.delete(path)
         void this.check()
-      })
-      watcher.on('error', () => {
-        watcher.close()
-        if (this.watchers.get(path) === watcher) this.watchers.delete(path)
-        void this.check()
-      })
+      }
+      const watcher = watch(path, { persistent: false }, changed)
+      watcher.on('error', changed)
       this.watchers.set(path, watcher)
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return // gone: the read that follows says so

@@ -223,20 +223,23 @@ export class ModelCache {
 
   private async scan(folders: ModelFolder[]): Promise<void> {
     const items: Items = new Map(folders.map((f) => [f.name, new Map()]))
+    // each folder path as the watcher reports the files under it: joined (normalised), so `a//b`
+    // and `a/./b` are `a/b` there; computed once per scan, not per file
+    const prefixes = folders.map((f) => f.paths.map((dir) => {
+      const normal = normalize(dir)
+      return normal.endsWith(sep) ? normal : normal + sep
+    }))
     // where a file belongs: (folder, path index, item), for every folder path that holds it
     const placesOf = (abs: string): Array<[string, number, string]> => {
       const out: Array<[string, number, string]> = []
-      for (const f of folders) {
-        f.paths.forEach((dir, index) => {
-          // the watcher reports joined (normalised) paths: `a//b` and `a/./b` are `a/b` there
-          const normal = normalize(dir)
-          const prefix = normal.endsWith(sep) ? normal : normal + sep
+      folders.forEach((f, at) => {
+        prefixes[at].forEach((prefix, index) => {
           if (!abs.startsWith(prefix)) return
           const name = abs.slice(prefix.length).split(sep).join('/')
           const item = itemOf(f, name)
           if (item !== null) out.push([f.name, index, item])
         })
-      }
+      })
       return out
     }
     let live = false
