@@ -5,10 +5,11 @@
  *
  * One upstream repository (a clone of this one's HEAD) and one user clone of it run through
  * the steps in order; the first step runs install.py for real (npm ci from the registry or
- * npm's cache, then the build); later clones hardlink that node_modules, since they are
- * about the build, not about npm. On this machine npm ci compiles sqlite3 from source (its
- * prebuilt binaries are downloaded from GitHub, which is not reachable here): 1.5 min when the
- * machine is idle, several under load, hence the first test's long timeout.
+ * npm's cache, sqlite3's install script, then the build); later clones hardlink that
+ * node_modules, since they are about the build, not about npm. sqlite3's install script finds
+ * its prebuilt binary where a local prebuild is looked for first (`sqlitePrebuildEnv`): a user's
+ * machine downloads it from GitHub, which is not reachable here, and compiling it instead took
+ * two to three minutes of the CI run.
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
@@ -17,7 +18,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync, existsSync 
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { REAL_HOST_SKIP, startRealHost, type RealHost } from '../helpers/real-host.js'
-import { NAVIGATION, clone, get, git, lines, runInstallPy, until } from './install-kit.js'
+import { NAVIGATION, clone, get, git, lines, runInstallPy, sqliteCompiled, sqlitePrebuildEnv, until } from './install-kit.js'
 
 const MESSAGE = 'Authentication required'
 /** Our own failures (ComfyUI logs tracebacks of its optional nodes on this machine: not ours). */
@@ -55,6 +56,7 @@ describe('install like a custom node, on the real ComfyUI', { skip: REAL_HOST_SK
   let dir = ''
   let upstream = ''
   let user = ''
+  let npmEnv: NodeJS.ProcessEnv = {}
   const hosts: RealHost[] = []
   async function start(clonePath: string, env: NodeJS.ProcessEnv = {}, config?: Record<string, unknown>): Promise<RealHost> {
     const host = await startRealHost({ gate: false, customNodes: [clonePath], noWait: true, env, config })
@@ -69,15 +71,17 @@ describe('install like a custom node, on the real ComfyUI', { skip: REAL_HOST_SK
     dir = mkdtempSync(join(tmpdir(), 'as-install-'))
     upstream = clone(join(dir, 'upstream'))
     user = clone(join(dir, 'user', 'authsvc'), upstream)
+    npmEnv = { ...process.env, ...sqlitePrebuildEnv(join(dir, 'prebuilds')) }
   })
   after(async () => {
     await stopAll()
     rmSync(dir, { recursive: true, force: true })
   })
 
-  it('install.py on a fresh clone installs for real; a second run changes nothing and takes seconds; ComfyUI then works', { timeout: 720_000 }, async () => {
-    const first = await runInstallPy(user)
+  it('install.py on a fresh clone installs for real; a second run changes nothing and takes seconds; ComfyUI then works', { timeout: 300_000 }, async () => {
+    const first = await runInstallPy(user, npmEnv)
     assert.equal(first.status, 0, first.stdout + first.stderr)
+    assert.ok(!sqliteCompiled(user), 'sqlite3 was compiled: its install script did not take the local prebuild (sqlitePrebuildEnv)')
     assert.match(first.stdout, /installing npm dependencies/)
     assert.match(first.stdout, /building the sidecar/)
     assert.ok(lines(first.stdout, /./).length <= 4, `short progress lines only:\n${first.stdout}`)
@@ -85,7 +89,7 @@ describe('install like a custom node, on the real ComfyUI', { skip: REAL_HOST_SK
     const installed = join(user, 'node_modules/.package-lock.json')
     const before = [statSync(stamp).mtimeMs, statSync(installed).mtimeMs]
 
-    const second = await runInstallPy(user)
+    const second = await runInstallPy(user, npmEnv)
     assert.equal(second.status, 0, second.stdout + second.stderr)
     assert.match(second.stdout, /nothing to do/)
     assert.ok(second.ms < 5000, `a second run takes seconds, not ${second.ms} ms`)
@@ -143,7 +147,7 @@ describe('install like a custom node, on the real ComfyUI', { skip: REAL_HOST_SK
   it('an update (lockfile and a source changed) followed by install.py gives a working, rebuilt sidecar', { timeout: 180_000 }, async () => {
     commitUpdate(upstream, 'u2')
     git(user, 'pull', '-q', '--ff-only')
-    const run = await runInstallPy(user)
+    const run = await runInstallPy(user, npmEnv)
     assert.equal(run.status, 0, run.stdout + run.stderr)
     assert.match(run.stdout, /building the sidecar/)
     const host = await start(user)

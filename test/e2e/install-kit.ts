@@ -8,7 +8,7 @@
  */
 import { execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { readdirSync, symlinkSync, mkdirSync, existsSync } from 'node:fs'
+import { readdirSync, symlinkSync, mkdirSync, existsSync, readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { ROOT } from '../helpers/stack.js'
 
@@ -46,6 +46,32 @@ export async function runInstallPy(clonePath: string, env: NodeJS.ProcessEnv = p
   child.stderr.on('data', (d: Buffer) => (stderr += d.toString()))
   const [status] = (await once(child, 'exit')) as [number | null]
   return { status, stdout, stderr, ms: Date.now() - started }
+}
+
+/**
+ * npm's environment for an install that takes sqlite3's binary from `dir` instead of compiling it.
+ *
+ * sqlite3's install script asks prebuild-install for a prebuilt binary: first a local prebuild
+ * (`npm_config_sqlite3_local_prebuilds`), then npm's cache, then GitHub's release; failing all
+ * three it compiles sqlite3 from source (1.5 to 3 minutes of one core here, where GitHub is not
+ * reachable). A user's machine downloads the release. This puts the binary this checkout's own
+ * install made where prebuild-install looks first, named as the release is, so an install in a
+ * test runs every step for real (npm ci, the install script, the unpacking) but the compile.
+ */
+export function sqlitePrebuildEnv(dir: string): NodeJS.ProcessEnv {
+  const pkg = join(ROOT, 'node_modules', 'sqlite3')
+  const { version, binary } = JSON.parse(readFileSync(join(pkg, 'package.json'), 'utf8')) as { version: string; binary: { napi_versions: number[] } }
+  const napi = Math.max(...binary.napi_versions.filter((v) => v <= Number(process.versions.napi)))
+  const stage = join(dir, 'stage')
+  mkdirSync(join(stage, 'build', 'Release'), { recursive: true })
+  execFileSync('cp', [join(pkg, 'build', 'Release', 'node_sqlite3.node'), join(stage, 'build', 'Release')])
+  execFileSync('tar', ['-C', stage, '-czf', join(dir, `sqlite3-v${version}-napi-v${napi}-${process.platform}-${process.arch}.tar.gz`), 'build'])
+  return { npm_config_sqlite3_local_prebuilds: dir }
+}
+
+/** Whether sqlite3 in `clonePath` was compiled there (its object files are left beside the binary). */
+export function sqliteCompiled(clonePath: string): boolean {
+  return existsSync(join(clonePath, 'node_modules', 'sqlite3', 'build', 'Release', 'obj.target'))
 }
 
 export interface Answer { status: number; type: string; location: string | null; body: string }
