@@ -38,8 +38,18 @@ export function pythonEnv(version: AiohttpVersion): NodeJS.ProcessEnv {
   }
 }
 
+/**
+ * The password hash's cost in a stack whose config does not name `argon2`: the suites here are
+ * about the gate, the pages and the flows, not the hash, and at the default cost (19 MiB, two
+ * passes) the hash workers of every registration and sign-in took 218 s of CPU in one whole run
+ * (about 6 % of it, on a machine where the run is CPU-bound).
+ * The default cost is the unit config rows' subject; the hash itself, the integration rows'.
+ */
+export const TEST_ARGON2 = { memory_kib: 256, time_cost: 1, parallelism: 1 }
+
 export interface StackOptions {
   aiohttp?: AiohttpVersion
+  /** written to <dataDir>/config.json, with `argon2: TEST_ARGON2` unless it names `argon2` */
   config?: Record<string, unknown>
   env?: NodeJS.ProcessEnv
   /** do not wait for the sidecar to be ready (fail-closed tests) */
@@ -73,7 +83,10 @@ export async function startStack(options: StackOptions = {}): Promise<Stack> {
   mkdirSync(dataDir, { recursive: true, mode: 0o700 })
   const link = join(baseDir, 'custom_nodes', 'authsvc')
   if (!existsSync(link)) symlinkSync(ROOT, link)
-  if (options.config) writeFileSync(join(dataDir, 'config.json'), JSON.stringify(options.config))
+  // a config.json of an earlier start in this dir (restart tests) is the test's own: kept as it is
+  if (options.config || !existsSync(join(dataDir, 'config.json'))) {
+    writeFileSync(join(dataDir, 'config.json'), JSON.stringify({ argon2: TEST_ARGON2, ...options.config }))
+  }
   const args = [join(ROOT, 'test/host-standin/main.py'), '--base-dir', baseDir, '--listen', '127.0.0.1', '--port', '0', '--control-port', '0']
   if (options.multiUser) args.push('--multi-user')
   const host = spawn(PYTHON, args, {
