@@ -18,7 +18,7 @@ import assert from 'node:assert/strict'
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { tmpdir } from 'node:os'
-import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
+import { HOST_AIOHTTP, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, login, register } from '../helpers/client.js'
 import { alive, parentPid } from '../helpers/processes.js'
 
@@ -68,7 +68,7 @@ function checkRunningLayout(stack: Stack, dataDir: string): number {
   return pid
 }
 
-for (const aiohttp of AIOHTTP_VERSIONS) {
+for (const aiohttp of [HOST_AIOHTTP]) {
   describe(`data dir, aiohttp ${aiohttp}`, { concurrency: false }, () => {
     const stacks: Stack[] = []
     after(async () => {

@@ -7,7 +7,7 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { readFileSync, writeFileSync, existsSync } from 'node:fs'
 import { join } from 'node:path'
-import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
+import { HOST_AIOHTTP, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { PASSWORD, bearer, apiToken, json, login, register, tinyGraph } from '../helpers/client.js'
 
 
@@ -34,7 +34,7 @@ const runPrompt = (stack: Stack, credential: string) =>
     body: JSON.stringify({ prompt: tinyGraph('lifecycle') }),
   })
 
-for (const aiohttp of AIOHTTP_VERSIONS) {
+for (const aiohttp of [HOST_AIOHTTP]) {
   describe(`identity lifecycle through the gate, aiohttp ${aiohttp}`, () => {
     let stack: Stack
     let admin: string

@@ -13,7 +13,7 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { mkdirSync, renameSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { AIOHTTP_VERSIONS } from '../helpers/stack.js'
+import { HOST_AIOHTTP } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../helpers/real-host.js'
 import { bearer, login, registerUsers } from '../helpers/client.js'
 import { hostRequests } from '../helpers/host-requests.js'
@@ -22,7 +22,7 @@ import { cleanPng, nsfwPng } from '../helpers/nsfw-images.js'
 const KEPT_MS = 5000
 const BLOCKED_TEXT = 'NSFW content blocked for this user.'
 
-for (const aiohttp of AIOHTTP_VERSIONS) {
+for (const aiohttp of [HOST_AIOHTTP]) {
   describe(`kept /view decisions on the real ComfyUI (aiohttp ${aiohttp})`, { skip: REAL_HOST_SKIP }, () => {
     let host: RealHost
     let admin: string

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { AIOHTTP_VERSIONS, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
+import { HOST_AIOHTTP, destroyStack, poll, startStack, type Stack } from '../helpers/stack.js'
 import { WsClient, apiToken, json, login, register, tinyGraph } from '../helpers/client.js'
 
 type Channel = 'bearer-token' | 'cookie' | 'query-token' | 'query-access_token'
@@ -20,7 +20,7 @@ type Seen = Awaited<ReturnType<Stack['lastRequest']>> & { raw_path: string; rout
 /** A client's attempt to act as someone else through ComfyUI's multi-user header. */
 const SPOOF = { 'comfy-user': 'admin' }
 
-for (const aiohttp of AIOHTTP_VERSIONS) {
+for (const aiohttp of [HOST_AIOHTTP]) {
   describe(`mobile flow, aiohttp ${aiohttp}`, () => {
     let stack: Stack
     let token: string
@@ -172,7 +172,7 @@ for (const aiohttp of AIOHTTP_VERSIONS) {
   })
 }
 
-for (const aiohttp of AIOHTTP_VERSIONS) {
+for (const aiohttp of [HOST_AIOHTTP]) {
   describe(`ComfyUI --multi-user, aiohttp ${aiohttp}`, () => {
     let stack: Stack
     before(async () => {

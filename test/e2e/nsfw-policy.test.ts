@@ -14,7 +14,7 @@ import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomUUID } from 'node:crypto'
 import { resolve } from 'node:path'
-import { AIOHTTP_VERSIONS, poll } from '../helpers/stack.js'
+import { HOST_AIOHTTP, poll } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../helpers/real-host.js'
 import { WsClient, bearer, promptEnding, registerUsers, wsUrl } from '../helpers/client.js'
 import { cleanPng, corruptPng, nsfwPng, slowPng, testPng } from '../helpers/nsfw-images.js'
@@ -39,7 +39,7 @@ const inputs: Record<string, Buffer> = {
   'trick.flac': nsfwPng(8),
 }
 
-for (const aiohttp of AIOHTTP_VERSIONS) {
+for (const aiohttp of [HOST_AIOHTTP]) {
   describe(`NSFW policy on the real ComfyUI (aiohttp ${aiohttp})`, { skip: REAL_HOST_SKIP }, () => {
     let host: RealHost
     let admin: string

@@ -13,7 +13,7 @@ import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { join } from 'node:path'
 import sqlite3 from 'sqlite3'
-import { AIOHTTP_VERSIONS, startStack, type Stack } from '../helpers/stack.js'
+import { HOST_AIOHTTP, startStack, type Stack } from '../helpers/stack.js'
 import { apiToken, bearer, json, register, tinyGraph, WsClient, type WsMessage } from '../helpers/client.js'
 
 const HISTORY_LIMIT = 4
@@ -33,7 +33,7 @@ function sql<T>(path: string, query: string, ...params: unknown[]): Promise<T[]>
 
 const sleepGraph = (seconds: number): Record<string, unknown> => ({ '1': { class_type: 'StandinSleep', inputs: { seconds } } })
 
-for (const aiohttp of AIOHTTP_VERSIONS) {
+for (const aiohttp of [HOST_AIOHTTP]) {
   describe(`queue bookkeeping (aiohttp ${aiohttp})`, () => {
     let stack: Stack
     let admin: string

@@ -30,12 +30,12 @@ import { execFileSync, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
-import { AIOHTTP_VERSIONS, ROOT } from '../helpers/stack.js'
+import { HOST_AIOHTTP, ROOT } from '../helpers/stack.js'
 import { REAL_COMFYUI, REAL_HOST_SKIP, startRealHost, type RealHost } from '../helpers/real-host.js'
 import { PASSWORD, login, register, apiToken } from '../helpers/client.js'
 import { clone, lines, runInstallPy, until } from './install-kit.js'
 
-const AIOHTTP = AIOHTTP_VERSIONS.includes('3.11') ? '3.11' : AIOHTTP_VERSIONS[0]
+const AIOHTTP = HOST_AIOHTTP
 const ADMIN_PASSWORD = 'an-old-administrator-password'
 const CONFIG_MARK = 'authsvc-config-marker-0b5e'
 

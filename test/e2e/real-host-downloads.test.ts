@@ -6,8 +6,8 @@
  * lets them see it); a sidecar killed (SIGKILL) at 50 % of a transfer comes back, resumes with
  * Range from the partial file and finishes with the right hash; a model put in a staging
  * directory by hand, which ComfyUI lists and loads, is an admin's only, in a list the host did not
- * report too (a node that walks the folder: test/e2e/fixtures/authsvc-listing-node). One aiohttp (the first of
- * AIOHTTP_VERSIONS): the feature is the sidecar's, the host only forwards.
+ * report too (a node that walks the folder: test/e2e/fixtures/authsvc-listing-node). One aiohttp (that of real
+ * installs, HOST_AIOHTTP): the feature is the sidecar's, the host only forwards.
  */
 import { describe, it, before, after } from 'node:test'
 import assert from 'node:assert/strict'
@@ -15,13 +15,13 @@ import { once } from 'node:events'
 import { createHash } from 'node:crypto'
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import { AIOHTTP_VERSIONS, ROOT, poll } from '../helpers/stack.js'
+import { HOST_AIOHTTP, ROOT, poll } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, tinySafetensors, type RealHost } from '../helpers/real-host.js'
 import { login, register } from '../helpers/client.js'
 import { hostRequests } from '../helpers/host-requests.js'
 import { startDownloadStandins, type DownloadStandins } from '../helpers/download-sources.js'
 
-const aiohttp = AIOHTTP_VERSIONS[0]
+const aiohttp = HOST_AIOHTTP
 /** a node that lists checkpoints by walking the folder (a list the host does not report: the gate keeps the names its cache does not know) */
 const WALKING_LISTER = resolve(ROOT, 'test', 'e2e', 'fixtures', 'authsvc-listing-node')
 

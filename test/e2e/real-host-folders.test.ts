@@ -16,7 +16,7 @@ import { randomUUID } from 'node:crypto'
 import { existsSync, readFileSync, readdirSync, writeFileSync, mkdirSync, symlinkSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { PNG_SIGNATURE, png } from '../helpers/png.js'
-import { AIOHTTP_VERSIONS } from '../helpers/stack.js'
+import { HOST_AIOHTTP } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../helpers/real-host.js'
 import { WsClient, bearer, promptFinished, registerUsers, wsUrl } from '../helpers/client.js'
 import { assertRefused, hostRequests, queueIds } from '../helpers/host-requests.js'
@@ -26,7 +26,7 @@ const RUN_MS = 60_000
 
 type FileRef = { filename: string; subfolder: string; type: string }
 
-for (const aiohttp of AIOHTTP_VERSIONS) {
+for (const aiohttp of [HOST_AIOHTTP]) {
   describe(`per-user folders inside the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL_HOST_SKIP, concurrency: false }, () => {
     let host: RealHost
     let admin: string

@@ -13,7 +13,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import WebSocket from 'ws'
-import { AIOHTTP_VERSIONS } from '../helpers/stack.js'
+import { HOST_AIOHTTP } from '../helpers/stack.js'
 import { PNG_SIGNATURE } from '../helpers/png.js'
 import { REAL_HOST_SKIP, destroyRealHost, processGroup, running, startRealHost, tinySafetensors, type RealHost } from '../helpers/real-host.js'
 import { WsClient, apiToken, bearer, login, register, tinyGraph, wsUrl } from '../helpers/client.js'
@@ -38,7 +38,7 @@ function upgradeStatus(url: string, headers: Record<string, string> = {}): Promi
   })
 }
 
-for (const aiohttp of AIOHTTP_VERSIONS) {
+for (const aiohttp of [HOST_AIOHTTP]) {
   describe(`the gate inside the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL_HOST_SKIP }, () => {
     let host: RealHost
     let token: string

@@ -22,7 +22,7 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync } from 'node
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { PNG_SIGNATURE, png } from '../helpers/png.js'
-import { AIOHTTP_VERSIONS, poll } from '../helpers/stack.js'
+import { HOST_AIOHTTP, poll } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, running, startRealHost, type RealHost } from '../helpers/real-host.js'
 import { WsClient, apiToken, bearer, login, promptEnded, promptEnding, register, registerUsers, wsUrl } from '../helpers/client.js'
 import { hostRequests, queueIds } from '../helpers/host-requests.js'
@@ -130,7 +130,7 @@ async function closedBy(ws: WsClient, code: number, act: () => Promise<Response>
   assert.ok(ms <= 1000, `closed ${ms} ms after the answer`)
 }
 
-for (const aiohttp of AIOHTTP_VERSIONS) {
+for (const aiohttp of [HOST_AIOHTTP]) {
   describe(`per-user isolation inside the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL_HOST_SKIP }, () => {
     let host: RealHost
     let rawDir: string

@@ -18,7 +18,7 @@ import assert from 'node:assert/strict'
 import { copyFileSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { AIOHTTP_VERSIONS, ROOT, poll } from '../helpers/stack.js'
+import { HOST_AIOHTTP, ROOT, poll } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, tinySafetensors, type RealHost } from '../helpers/real-host.js'
 import { login, register } from '../helpers/client.js'
 import { hostRequests } from '../helpers/host-requests.js'
@@ -57,7 +57,7 @@ function grantedGraph(prefix: string): Record<string, unknown> {
   }
 }
 
-for (const aiohttp of AIOHTTP_VERSIONS) {
+for (const aiohttp of [HOST_AIOHTTP]) {
   describe(`model grants on the real ComfyUI, aiohttp ${aiohttp}`, { skip: REAL_HOST_SKIP }, () => {
     let host: RealHost
     let admin: string

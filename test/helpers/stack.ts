@@ -20,6 +20,15 @@ export const AIOHTTP_VERSIONS: AiohttpVersion[] = process.env.AUTHSVC_TEST_AIOHT
   ? (process.env.AUTHSVC_TEST_AIOHTTP.split(',') as AiohttpVersion[])
   : ['3.8', '3.11']
 
+/**
+ * The aiohttp of real ComfyUI installs (ComfyUI 0.3.64 requires >= 3.11.8; on Debian's 3.8 it
+ * warns and runs, a setup no install has): the one version for the suites whose subject is the
+ * sidecar's features or the real host. Suites whose subject is how the plugin handles HTTP and
+ * WebSocket traffic (fail closed, streaming, kept decisions, the route table, headers, frames)
+ * run on both, as the plugin's own suite does.
+ */
+export const HOST_AIOHTTP: AiohttpVersion = AIOHTTP_VERSIONS.includes('3.11') ? '3.11' : AIOHTTP_VERSIONS[0]
+
 let aiohttp311Path: string | undefined
 export function aiohttp311Dir(): string {
   aiohttp311Path ??= execFileSync('bash', [join(ROOT, 'scripts/aiohttp311.sh')], { encoding: 'utf8' }).trim().split('\n').pop()!
