@@ -74,7 +74,7 @@ describe('admin panel by task (issue 26)', { concurrency: false }, () => {
   const auth = () => ({ Authorization: `Bearer ${rootJwt}`, Accept: 'application/json' })
 
   before(async () => {
-    ;[stack, browser] = await Promise.all([startStack({ noWait: true, config: { trusted_proxies: ['10.9.0.0/16'], argon2: { memory_kib: 256, time_cost: 1, parallelism: 1 } } }), launchChromium()])
+    ;[stack, browser] = await Promise.all([startStack({ noWait: true, config: { trusted_proxies: ['10.9.0.0/16'] } }), launchChromium()])
     await stack.waitReady(60_000) // two shared cores: a start can take longer than the default
     assert.equal((await register(stack, 'root')).status, 201)
     rootJwt = (await login(stack, 'root')).jwt

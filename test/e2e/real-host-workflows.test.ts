@@ -26,7 +26,7 @@ import { request } from 'node:http'
 import { createHash, randomUUID } from 'node:crypto'
 import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { join } from 'node:path'
-import { AIOHTTP_VERSIONS, type AiohttpVersion } from '../helpers/stack.js'
+import { AIOHTTP_VERSIONS, HOST_AIOHTTP, type AiohttpVersion } from '../helpers/stack.js'
 import { REAL_HOST_SKIP, destroyRealHost, startRealHost, type RealHost } from '../helpers/real-host.js'
 import { apiToken, login, register } from '../helpers/client.js'
 import { assertRefused } from '../helpers/host-requests.js'
@@ -102,7 +102,7 @@ const LEGACY_SETTINGS = '{\n    "Comfy.Legacy": "kept"\n}'
 const SECRET = '{"secret":"outside every user space"}'
 
 const MODES: Array<{ multiUser: boolean; aiohttp: AiohttpVersion }> = [
-  { multiUser: false, aiohttp: AIOHTTP_VERSIONS.includes('3.11') ? '3.11' : AIOHTTP_VERSIONS[0] },
+  { multiUser: false, aiohttp: HOST_AIOHTTP },
   { multiUser: true, aiohttp: AIOHTTP_VERSIONS.includes('3.8') ? '3.8' : AIOHTTP_VERSIONS[0] },
 ]
 

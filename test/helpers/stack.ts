@@ -52,7 +52,8 @@ export function pythonEnv(version: AiohttpVersion): NodeJS.ProcessEnv {
  * about the gate, the pages and the flows, not the hash, and at the default cost (19 MiB, two
  * passes) the hash workers of every registration and sign-in took 218 s of CPU in one whole run
  * (about 6 % of it, on a machine where the run is CPU-bound).
- * The default cost is the unit config rows' subject; the hash itself, the integration rows'.
+ * The default cost is the unit config rows' subject; the hash itself, the integration rows' (their
+ * harness hashes at this cost too).
  */
 export const TEST_ARGON2 = { memory_kib: 256, time_cost: 1, parallelism: 1 }
 

@@ -5,6 +5,7 @@
  */
 import { rmSync } from 'node:fs'
 import { scratchDir } from '../helpers/temp-dir.js'
+import { TEST_ARGON2 } from '../helpers/stack.js'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import type { KeyValueStore } from '../../sidecar/src/store/kv.js'
 import { buildApp } from '../../sidecar/src/app.js'
@@ -39,7 +40,7 @@ export async function openHarness(options: { config?: Record<string, unknown>; e
   const dir = options.dir ?? scratchDir('as-int-')
   const clock = options.clock ?? clockAt()
   const log = options.log ?? createLogger({ level: 'silent' })
-  const config = validateConfig({ argon2: { memory_kib: 256, time_cost: 1, parallelism: 1 }, ...options.config })
+  const config = validateConfig({ argon2: TEST_ARGON2, ...options.config })
   const services = await openServices({ config, dataDir: dir, env: { AUTHSVC_SECRET: 'integration-secret-0123456789abcdefghij', ...options.env }, log, clock, watchGroups: false, wrapStore: options.wrapStore })
   const { app } = buildApp(services, log)
   await app.ready()
